@@ -1,0 +1,145 @@
+"""ONNX -> Graph: the frontend pipeline as one readable function."""
+from __future__ import annotations
+
+import os
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from tilefuse.errors import ConversionError, ShapeError, TilefuseError
+from tilefuse.frontend import registry
+from tilefuse.frontend.context import NodeContext, onnx_dtype
+from tilefuse.frontend.coverage import check_supported, opsets_of
+from tilefuse.frontend.loader import check_model, load_model, onnx_opset, upgrade_opset
+from tilefuse.frontend.shapes import ShapeSpec, bind_input_types, runtime_inputs
+from tilefuse.ir.builder import Builder
+from tilefuse.ir.dtypes import DType
+from tilefuse.ir.graph import Graph, Value
+from tilefuse.ir.verify import verify_graph
+
+ModelLike = str | os.PathLike[str] | bytes | onnx.ModelProto
+
+
+def import_onnx(
+    model: ModelLike,
+    shapes: ShapeSpec | None = None,
+    *,
+    constants: Mapping[str, np.ndarray] | None = None,
+    check_shapes: bool = True,
+) -> Graph:
+    """Load an ONNX model as a verified tilefuse Graph with static shapes.
+
+    ``shapes`` binds dynamic dims (by input name or by dim symbol). ``constants``
+    freezes graph inputs to values known at compile time. Raises ModelLoadError,
+    UnsupportedOpError (listing every unsupported op), ShapeError, InputError or
+    ConversionError.
+    """
+    proto = load_model(model)
+    check_model(proto)
+    check_supported(proto)  # before conversion: the version converter trips on unknown ops
+    proto = upgrade_opset(proto)
+    check_supported(proto)
+    input_types = bind_input_types(proto, shapes)
+    graph = convert_graph(proto, input_types, dict(constants or {}))
+    graph.remove_dead_nodes()
+    verify_graph(graph)
+    if check_shapes:
+        _cross_check_outputs(proto, graph, input_types)
+    return graph
+
+
+def convert_graph(
+    proto: onnx.ModelProto, input_types: Mapping[str, "object"], constants: dict[str, np.ndarray]
+) -> Graph:
+    b = Builder(proto.graph.name or "model")
+    b.graph.opset = onnx_opset(proto)
+    env: dict[str, Value] = {}
+    for init in proto.graph.initializer:
+        env[init.name] = b.const(_tensor_to_array(init), name=init.name)
+    for vi in runtime_inputs(proto):
+        t = input_types[vi.name]
+        if vi.name in constants:
+            array = np.asarray(constants[vi.name])
+            if array.dtype != t.dtype.numpy:  # type: ignore[attr-defined]
+                raise ShapeError(f"constant for input {vi.name!r} has dtype {array.dtype}, expected {t.dtype}")  # type: ignore[attr-defined]
+            env[vi.name] = b.const(array, name=vi.name)
+        else:
+            env[vi.name] = b.input(vi.name, t)  # type: ignore[arg-type]
+    opsets = opsets_of(proto)
+    for i, node in enumerate(proto.graph.node):
+        label = node.name or f"{node.op_type}#{i}"
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        entry = registry.lookup(domain, node.op_type, opsets.get(domain, 0))
+        assert entry is not None, "coverage was checked before conversion"
+        inputs = [env[name] if name else None for name in node.input]
+        b.origin = label
+        ctx = NodeContext(b, node, inputs, opsets.get(domain, 0), label)
+        try:
+            result = entry.fn(ctx)
+        except TilefuseError:
+            raise
+        except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError) as e:
+            raise ConversionError(f"{node.op_type} node {label!r}: {e}") from e
+        outputs = [result] if isinstance(result, Value) else list(result)
+        if len(outputs) < len([o for o in node.output if o]):
+            raise ConversionError(f"{node.op_type} node {label!r}: produced {len(outputs)} outputs, needs {len(node.output)}")
+        for name, v in zip(node.output, outputs):
+            if name and v is not None:
+                _adopt_name(b, v, name, label)
+                env[name] = v
+    for out in proto.graph.output:
+        if out.name not in env:
+            raise ConversionError(f"graph output {out.name!r} is never computed")
+        v = env[out.name]
+        declared = out.type.tensor_type.elem_type
+        if declared and onnx_dtype(declared, f"output {out.name!r}") is not v.type.dtype:
+            raise ConversionError(f"output {out.name!r}: declared {onnx_dtype(declared, out.name)}, computed {v.type.dtype}")
+        b.output(out.name, v)
+    return b.graph
+
+
+def _adopt_name(b: Builder, v: Value, name: str, label: str) -> None:
+    """Give a value made by this node its ONNX name, for readable graphs and errors."""
+    if v.producer is not None and v.producer.origin == label and "/" in v.name:
+        v.name = b.unique(name)
+    elif v.is_constant and v.name.startswith(("const", "/")):
+        v.name = b.unique(name)
+
+
+def _tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
+    onnx_dtype(t.data_type, f"initializer {t.name!r}")
+    array = numpy_helper.to_array(t)
+    if t.data_type == onnx.TensorProto.BFLOAT16 and array.dtype != DType.BFLOAT16.numpy:
+        array = array.view(DType.BFLOAT16.numpy) if array.dtype.itemsize == 2 else array.astype(DType.BFLOAT16.numpy)
+    return array
+
+
+def _cross_check_outputs(proto: onnx.ModelProto, graph: Graph, input_types: Mapping[str, object]) -> None:
+    """Compare our output shapes with onnx's shape inference where it knows them."""
+    if proto.ByteSize() > (1 << 30):
+        return
+    bound = onnx.ModelProto()
+    bound.CopyFrom(proto)
+    for vi in bound.graph.input:
+        t = input_types.get(vi.name)
+        if t is None:
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        del dims[:]
+        for d in t.shape:  # type: ignore[attr-defined]
+            dims.add().dim_value = d
+    try:
+        inferred = onnx.shape_inference.infer_shapes(bound, strict_mode=False, data_prop=True)
+    except Exception:  # onnx's inference is a cross-check only; it fails on some valid models
+        return
+    for vi in inferred.graph.output:
+        shape = vi.type.tensor_type.shape
+        if not vi.type.tensor_type.HasField("shape") or vi.name not in graph.outputs:
+            continue
+        if all(d.HasField("dim_value") for d in shape.dim):
+            theirs = tuple(d.dim_value for d in shape.dim)
+            ours = graph.outputs[vi.name].type.shape
+            if theirs != ours:
+                raise ShapeError(f"output {vi.name!r}: tilefuse infers shape {list(ours)}, onnx infers {list(theirs)}")

@@ -1,0 +1,86 @@
+"""Loading an ONNX model safely: parse, external data, checker, opset conversion."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import external_data_helper, version_converter
+
+from tilefuse.errors import ModelLoadError
+
+# Models older than this are converted upward first; converters start here.
+MIN_OPSET = 13
+
+
+def load_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.ModelProto:
+    """Parse a model (path, bytes or proto) and load its external data.
+
+    External data must live inside the model's folder: a location that escapes it
+    (``../secret``, an absolute path, a symlink out) is refused.
+    """
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, bytes):
+        return _parse(model, "<bytes>")
+    path = Path(model)
+    if not path.is_file():
+        raise ModelLoadError(f"{path}: no such file")
+    proto = _parse(path.read_bytes(), str(path))
+    base = path.resolve().parent
+    for tensor in external_data_helper._get_all_tensors(proto):
+        if external_data_helper.uses_external_data(tensor):
+            info = external_data_helper.ExternalDataInfo(tensor)
+            target = (base / info.location).resolve()
+            if not target.is_relative_to(base):
+                raise ModelLoadError(
+                    f"{path}: external data {info.location!r} of tensor {tensor.name!r} is outside the model's folder"
+                )
+            if not target.is_file():
+                raise ModelLoadError(f"{path}: external data file {info.location!r} is missing")
+    try:
+        external_data_helper.load_external_data_for_model(proto, str(base))
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"{path}: cannot load external data: {e}") from None
+    return proto
+
+
+def _parse(data: bytes, where: str) -> onnx.ModelProto:
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise ModelLoadError(f"{where}: not a readable ONNX model (truncated or corrupt?): {e}") from None
+    if not proto.graph.node and not proto.graph.output:
+        raise ModelLoadError(f"{where}: not an ONNX model (no graph)")
+    return proto
+
+
+def onnx_opset(model: onnx.ModelProto) -> int:
+    for op in model.opset_import:
+        if op.domain in ("", "ai.onnx"):
+            return op.version
+    return 0
+
+
+def check_model(model: onnx.ModelProto) -> None:
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else "invalid"
+        raise ModelLoadError(f"model {model.graph.name!r} is not valid ONNX: {first}") from None
+
+
+def upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Convert models below MIN_OPSET upward with onnx's version converter."""
+    opset = onnx_opset(model)
+    newest = onnx.defs.onnx_opset_version()
+    if opset > newest:
+        raise ModelLoadError(f"model uses opset {opset}; the installed onnx knows up to {newest}")
+    if opset >= MIN_OPSET or opset == 0:
+        return model
+    try:
+        return version_converter.convert_version(model, MIN_OPSET)
+    except Exception as e:  # the converter raises bare RuntimeErrors from C++
+        raise ModelLoadError(f"cannot convert the model from opset {opset} to {MIN_OPSET}: {e}") from None

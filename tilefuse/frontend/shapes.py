@@ -1,0 +1,69 @@
+"""Binding the dynamic dims of a model's inputs to concrete sizes."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import onnx
+
+from tilefuse.errors import InputError, ShapeError
+from tilefuse.frontend.context import onnx_dtype
+from tilefuse.ir.types import TensorType
+
+ShapeSpec = Mapping[str, Sequence[int] | int]
+
+
+def runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Graph inputs that are not initializers (old models list weights as inputs too)."""
+    inits = {t.name for t in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]
+
+
+def bind_input_types(model: onnx.ModelProto, shapes: ShapeSpec | None) -> dict[str, TensorType]:
+    """Concrete types for every runtime input.
+
+    ``shapes`` maps an input name to its whole shape, or a symbolic dim name (such as
+    ``batch``) to its size. A dim left unbound is a ShapeError naming input and dim.
+    """
+    shapes = dict(shapes or {})
+    inputs = runtime_inputs(model)
+    names = {i.name for i in inputs}
+    symbols = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim if d.dim_param}
+    unknown = sorted(k for k in shapes if k not in names and k not in symbols)
+    if unknown:
+        raise InputError(
+            f"--shape names {unknown}, which are neither inputs {sorted(names)} nor dim symbols {sorted(symbols)}"
+        )
+    out: dict[str, TensorType] = {}
+    for vi in inputs:
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            raise InputError(f"input {vi.name!r} is not a tensor (sequences and maps are not supported)")
+        dtype = onnx_dtype(tt.elem_type, f"input {vi.name!r}")
+        dims = list(tt.shape.dim)
+        given = shapes.get(vi.name)
+        if given is not None:
+            given = (given,) if isinstance(given, int) else tuple(int(d) for d in given)
+            if tt.HasField("shape") and len(given) != len(dims):
+                raise ShapeError(f"input {vi.name!r} has rank {len(dims)}, but the shape given is {list(given)}")
+            for k, (d, g) in enumerate(zip(dims, given)):
+                if d.HasField("dim_value") and d.dim_value != g:
+                    raise ShapeError(f"input {vi.name!r} dim {k} is fixed at {d.dim_value}, but {g} was given")
+            out[vi.name] = TensorType(dtype, given)
+            continue
+        if not tt.HasField("shape"):
+            raise ShapeError(f"input {vi.name!r} has no shape; give one with --shape {vi.name}=D0,D1,...")
+        bound = []
+        for k, d in enumerate(dims):
+            if d.HasField("dim_value"):
+                bound.append(d.dim_value)
+            elif d.dim_param and d.dim_param in shapes:
+                bound.append(int(shapes[d.dim_param]))  # type: ignore[arg-type]
+            else:
+                sym = f" ({d.dim_param!r})" if d.dim_param else ""
+                raise ShapeError(
+                    f"input {vi.name!r} dim {k}{sym} is dynamic; bind it, e.g. --shape {vi.name}="
+                    + ",".join(str(x.dim_value) if x.HasField("dim_value") else "N" for x in dims)
+                    + (f" or --shape {d.dim_param}=N" if d.dim_param else "")
+                )
+        out[vi.name] = TensorType(dtype, tuple(bound))
+    return out

@@ -1,0 +1,77 @@
+"""Opaque primitives: run by their numpy reference, never fused, always reported.
+
+Each is a small class with static parameters, so plans can name it without Python code.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from tilefuse.ir.dtypes import DType
+from tilefuse.ir.prims.base import Kind, Primitive, check_arity
+from tilefuse.ir.types import TensorType
+
+
+class _OpaquePrimitive(Primitive):
+    kind = Kind.OPAQUE
+
+    def flops(self, inputs: Sequence[TensorType], outputs: Sequence[TensorType]) -> int:
+        return sum(t.size for t in inputs)
+
+
+@dataclass(frozen=True, slots=True)
+class TopK(_OpaquePrimitive):
+    """The k largest (or smallest) along ``axis``: outputs values and int64 indices."""
+
+    axis: int
+    k: int
+    largest: bool = True
+    sorted: bool = True
+    arity = 1
+    num_outputs = 2
+
+    def infer(self, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+        check_arity(self, inputs)
+        (x,) = inputs
+        if not 0 <= self.axis < x.rank or not 0 <= self.k <= x.shape[self.axis]:
+            raise ValueError(f"topk: k={self.k} or axis={self.axis} invalid for {x}")
+        shape = x.shape[: self.axis] + (self.k,) + x.shape[self.axis + 1 :]
+        return TensorType(x.dtype, shape), TensorType(DType.INT64, shape)
+
+    def evaluate(self, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+        (x,) = inputs
+        # Stable sort on the key gives ONNX's tie rule: the lower index comes first.
+        key = x.astype(np.float64)
+        key = -key if self.largest else key
+        order = np.argsort(key, axis=self.axis, kind="stable")
+        idx = np.take(order, np.arange(self.k), axis=self.axis)
+        return np.take_along_axis(x, idx, axis=self.axis), idx.astype(np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class CumSum(_OpaquePrimitive):
+    axis: int
+    exclusive: bool = False
+    reverse: bool = False
+    arity = 1
+
+    def infer(self, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+        check_arity(self, inputs)
+        (x,) = inputs
+        if not 0 <= self.axis < x.rank:
+            raise ValueError(f"cumsum: axis {self.axis} out of range for {x}")
+        return (x,)
+
+    def evaluate(self, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+        (x,) = inputs
+        acc = x.astype(np.float32) if x.dtype in (np.float16, DType.BFLOAT16.numpy) else x
+        if self.reverse:
+            acc = np.flip(acc, self.axis)
+        y = np.cumsum(acc, axis=self.axis, dtype=acc.dtype)
+        if self.exclusive:
+            y = y - acc
+        if self.reverse:
+            y = np.flip(y, self.axis)
+        return (np.ascontiguousarray(y).astype(x.dtype, copy=False),)
