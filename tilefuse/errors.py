@@ -27,7 +27,7 @@ class UnsupportedOp:
     def __str__(self) -> str:
         domain = self.domain or "ai.onnx"
         names = ", ".join(self.nodes[:5]) + (f", ... ({len(self.nodes)} nodes)" if len(self.nodes) > 5 else "")
-        why = f" [{self.reason}]" if self.reason else ""
+        why = f" [{self.reason}]" if self.reason and self.reason != "no converter" else ""
         return f"{domain}::{self.op_type} (opset {self.opset}) at {names}{why}"
 
 

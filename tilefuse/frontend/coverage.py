@@ -7,6 +7,7 @@ import onnx
 
 from tilefuse.errors import UnsupportedOp, UnsupportedOpError
 from tilefuse.frontend import registry
+from tilefuse.frontend.context import ONNX_DTYPES
 
 
 def _walk(graph: onnx.GraphProto, prefix: str = "") -> Iterator[tuple[onnx.NodeProto, str]]:
@@ -23,20 +24,48 @@ def opsets_of(model: onnx.ModelProto) -> dict[str, int]:
     return {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
 
 
-def find_unsupported(model: onnx.ModelProto) -> list[UnsupportedOp]:
-    """Every (domain, op, opset) without a converter, with the nodes that use it."""
+def find_unsupported(model: onnx.ModelProto, *, any_opset: bool = False) -> list[UnsupportedOp]:
+    """Every (domain, op, opset) without a converter, with the nodes that use it.
+
+    With ``any_opset``, an op counts as supported if some opset of it is (the check
+    made before a model is upgraded to the opsets the converters cover).
+    """
     registry._load_converters()
     opsets = opsets_of(model)
-    missing: dict[tuple[str, str, int], list[str]] = {}
+    missing: dict[tuple[str, str, int, str], list[str]] = {}
+    typed = _declared_types(model.graph)
     for node, label in _walk(model.graph):
         domain = "" if node.domain == "ai.onnx" else node.domain
         opset = opsets.get(domain, 0)
-        if registry.lookup(domain, node.op_type, opset) is None:
-            missing.setdefault((domain, node.op_type, opset), []).append(label)
-    return [UnsupportedOp(d, op, v, tuple(nodes)) for (d, op, v), nodes in sorted(missing.items())]
+        found = registry.known(domain, node.op_type) if any_opset else registry.lookup(domain, node.op_type, opset)
+        reason = "" if found else "no converter"
+        if found:
+            bad = _unsupported_dtypes(node, typed)
+            reason = f"element type {', '.join(bad)}" if bad else ""
+        if reason:
+            missing.setdefault((domain, node.op_type, opset, reason), []).append(label)
+    return [UnsupportedOp(d, op, v, tuple(nodes), why) for (d, op, v, why), nodes in sorted(missing.items())]
 
 
-def check_supported(model: onnx.ModelProto) -> None:
-    unsupported = find_unsupported(model)
+def _declared_types(graph: onnx.GraphProto) -> dict[str, int]:
+    """Element types the model declares: inputs, outputs, value_info, initializers."""
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in (*graph.input, *graph.output, *graph.value_info)}
+    types.update({t.name: t.data_type for t in graph.initializer})
+    return types
+
+
+def _unsupported_dtypes(node: onnx.NodeProto, typed: dict[str, int]) -> list[str]:
+    """Element types tilefuse has no dtype for, among those this node touches."""
+    codes = [typed[n] for n in (*node.input, *node.output) if n in typed and typed[n]]
+    for attr in node.attribute:
+        if attr.name == "to" and attr.type == onnx.AttributeProto.INT:
+            codes.append(attr.i)
+        if attr.type == onnx.AttributeProto.TENSOR:
+            codes.append(attr.t.data_type)
+    return sorted({onnx.TensorProto.DataType.Name(c) for c in codes if c not in ONNX_DTYPES})
+
+
+def check_supported(model: onnx.ModelProto, *, any_opset: bool = False) -> None:
+    unsupported = find_unsupported(model, any_opset=any_opset)
     if unsupported:
         raise UnsupportedOpError(unsupported)

@@ -38,7 +38,7 @@ def import_onnx(
     """
     proto = load_model(model)
     check_model(proto)
-    check_supported(proto)  # before conversion: the version converter trips on unknown ops
+    check_supported(proto, any_opset=True)  # first: the version converter trips on unknown ops
     proto = upgrade_opset(proto)
     check_supported(proto)
     input_types = bind_input_types(proto, shapes)

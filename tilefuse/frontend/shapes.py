@@ -57,7 +57,7 @@ def bind_input_types(model: onnx.ModelProto, shapes: ShapeSpec | None) -> dict[s
             if d.HasField("dim_value"):
                 bound.append(d.dim_value)
             elif d.dim_param and d.dim_param in shapes:
-                bound.append(int(shapes[d.dim_param]))  # type: ignore[arg-type]
+                bound.append(_symbol_size(d.dim_param, shapes[d.dim_param]))
             else:
                 sym = f" ({d.dim_param!r})" if d.dim_param else ""
                 raise ShapeError(
@@ -67,3 +67,11 @@ def bind_input_types(model: onnx.ModelProto, shapes: ShapeSpec | None) -> dict[s
                 )
         out[vi.name] = TensorType(dtype, tuple(bound))
     return out
+
+
+def _symbol_size(symbol: str, given: Sequence[int] | int) -> int:
+    if isinstance(given, int):
+        return given
+    if len(given) != 1:
+        raise ShapeError(f"dim symbol {symbol!r} takes one size, got {list(given)}")
+    return int(given[0])

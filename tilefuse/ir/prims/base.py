@@ -44,7 +44,8 @@ class Primitive:
         return type(self).__name__
 
     def params(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+        # A reduction's function is already in its name (reduce_sum, argmax, window_max).
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "fn"}  # type: ignore[arg-type]
 
     def __str__(self) -> str:
         ps = ", ".join(f"{k}={_fmt(v)}" for k, v in self.params().items())

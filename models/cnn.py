@@ -1,0 +1,250 @@
+"""Plain-torch vision models and an MLP, written out here (no torchvision).
+
+Each ``make_*`` function takes a config name ("tiny" or "real") and returns an
+``nn.Module`` in eval mode plus the example input used to trace it. Weights come from
+torch's default initialisers under the caller's seed; ``randomize_norms`` then gives
+the BatchNorm layers non-trivial statistics so that a compiler that mishandles them
+(folding, epsilon, affine order) produces visibly wrong numbers.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def conv_bn_act(c_in: int, c_out: int, k: int, stride: int = 1, groups: int = 1,
+                act: type[nn.Module] | None = nn.ReLU) -> nn.Sequential:
+    """Conv (no bias, 'same' padding for odd k) -> BatchNorm -> optional activation."""
+    layers: list[nn.Module] = [
+        nn.Conv2d(c_in, c_out, k, stride=stride, padding=k // 2, groups=groups, bias=False),
+        nn.BatchNorm2d(c_out),
+    ]
+    if act is not None:
+        layers.append(act(inplace=True))
+    return nn.Sequential(*layers)
+
+
+# --------------------------------------------------------------------------- ResNet
+
+
+class Bottleneck(nn.Module):
+    """ResNet v1.5 bottleneck: 1x1 reduce, 3x3 (carries the stride), 1x1 expand x4."""
+
+    expansion = 4
+
+    def __init__(self, c_in: int, width: int, stride: int) -> None:
+        super().__init__()
+        c_out = width * self.expansion
+        self.body = nn.Sequential(
+            conv_bn_act(c_in, width, 1),
+            conv_bn_act(width, width, 3, stride=stride),
+            conv_bn_act(width, c_out, 1, act=None),
+        )
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or c_in != c_out:
+            self.shortcut = conv_bn_act(c_in, c_out, 1, stride=stride, act=None)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(self.body(x) + self.shortcut(x))
+
+
+class ResNet(nn.Module):
+    """ResNet with bottleneck blocks; ``layers=(3, 4, 6, 3), base=64`` is ResNet-50."""
+
+    def __init__(self, layers: tuple[int, ...], base: int, num_classes: int) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            conv_bn_act(3, base, 7, stride=2),
+            nn.MaxPool2d(3, stride=2, padding=1),
+        )
+        stages: list[nn.Module] = []
+        c_in = base
+        for i, n in enumerate(layers):
+            width = base * 2**i
+            for j in range(n):
+                stride = 2 if (i > 0 and j == 0) else 1
+                stages.append(Bottleneck(c_in, width, stride))
+                c_in = width * Bottleneck.expansion
+        self.stages = nn.Sequential(*stages)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(c_in, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(self.stages(self.stem(x)))
+        return self.fc(torch.flatten(x, 1))
+
+
+# --------------------------------------------------------------------------- MobileNetV2
+
+
+def make_divisible(v: float, divisor: int = 8) -> int:
+    """Round channels to a multiple of ``divisor`` without dropping more than 10%."""
+    new_v = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return new_v + divisor if new_v < 0.9 * v else new_v
+
+
+class InvertedResidual(nn.Module):
+    """Expand 1x1 (ReLU6) -> depthwise 3x3 (ReLU6) -> linear 1x1 project; residual if shapes match."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int, expand: int) -> None:
+        super().__init__()
+        hidden = c_in * expand
+        layers: list[nn.Module] = []
+        if expand != 1:
+            layers.append(conv_bn_act(c_in, hidden, 1, act=nn.ReLU6))
+        layers += [
+            conv_bn_act(hidden, hidden, 3, stride=stride, groups=hidden, act=nn.ReLU6),
+            conv_bn_act(hidden, c_out, 1, act=None),
+        ]
+        self.body = nn.Sequential(*layers)
+        self.residual = stride == 1 and c_in == c_out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.body(x)
+        return x + y if self.residual else y
+
+
+# (expansion t, channels c, repeats n, first stride s), as in the MobileNetV2 paper.
+MOBILENETV2_BLOCKS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                      (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
+
+
+class MobileNetV2(nn.Module):
+    def __init__(self, width: float, num_classes: int,
+                 blocks: tuple[tuple[int, int, int, int], ...] = MOBILENETV2_BLOCKS) -> None:
+        super().__init__()
+        c_in = make_divisible(32 * width)
+        c_last = make_divisible(1280 * max(1.0, width))
+        layers: list[nn.Module] = [conv_bn_act(3, c_in, 3, stride=2, act=nn.ReLU6)]
+        for t, c, n, s in blocks:
+            c_out = make_divisible(c * width)
+            for i in range(n):
+                layers.append(InvertedResidual(c_in, c_out, s if i == 0 else 1, t))
+                c_in = c_out
+        layers.append(conv_bn_act(c_in, c_last, 1, act=nn.ReLU6))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(c_last, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.features(x).mean(dim=(2, 3))  # exports as ReduceMean, not GlobalAveragePool
+        return self.classifier(x)
+
+
+# --------------------------------------------------------------------------- U-Net
+
+
+def double_conv(c_in: int, c_out: int) -> nn.Sequential:
+    return nn.Sequential(conv_bn_act(c_in, c_out, 3), conv_bn_act(c_out, c_out, 3))
+
+
+class UNet(nn.Module):
+    """Two-level U-Net. The deep level upsamples with ConvTranspose, the shallow one with
+    a bilinear Resize followed by a 1x1 conv, so both upsampling styles appear."""
+
+    def __init__(self, c_in: int, base: int, num_classes: int) -> None:
+        super().__init__()
+        self.enc1 = double_conv(c_in, base)
+        self.enc2 = double_conv(base, 2 * base)
+        self.bottom = double_conv(2 * base, 4 * base)
+        self.pool = nn.MaxPool2d(2)
+        self.up2 = nn.ConvTranspose2d(4 * base, 2 * base, kernel_size=2, stride=2)
+        self.dec2 = double_conv(4 * base, 2 * base)
+        self.up1 = nn.Sequential(
+            nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False),
+            nn.Conv2d(2 * base, base, 1),
+        )
+        self.dec1 = double_conv(2 * base, base)
+        self.head = nn.Conv2d(base, num_classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s1 = self.enc1(x)
+        s2 = self.enc2(self.pool(s1))
+        b = self.bottom(self.pool(s2))
+        d2 = self.dec2(torch.cat([self.up2(b), s2], dim=1))
+        d1 = self.dec1(torch.cat([self.up1(d2), s1], dim=1))
+        return self.head(d1)
+
+
+# --------------------------------------------------------------------------- MLP
+
+
+class MLP(nn.Module):
+    """Classifier MLP: Linear/ReLU, Linear/GELU(tanh), Linear, Softmax."""
+
+    def __init__(self, d_in: int, hidden: int, num_classes: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(d_in, hidden), nn.ReLU(),
+            nn.Linear(hidden, hidden), nn.GELU(approximate="tanh"),
+            nn.Linear(hidden, num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.net(x), dim=-1)
+
+
+# --------------------------------------------------------------------------- configs
+
+
+def randomize_norms(module: nn.Module) -> None:
+    """Give every BatchNorm random affine parameters and running statistics.
+
+    Default initialisation (gamma 1, beta 0, mean 0, var 1) makes eval-mode BatchNorm an
+    identity, which would hide any bug in how a compiler folds it. Draws from torch's
+    global generator, so the caller's seed fixes the values.
+    """
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0.0, 0.1)
+                m.running_mean.normal_(0.0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+
+
+CNN_CONFIGS: dict[str, dict[str, dict]] = {
+    "resnet": {
+        "tiny": dict(layers=(1, 1, 1, 1), base=8, num_classes=10, image=32, batch=2),
+        "real": dict(layers=(3, 4, 6, 3), base=64, num_classes=1000, image=224, batch=1),
+    },
+    "mobilenetv2": {
+        "tiny": dict(width=0.25, num_classes=10, image=32, batch=2,
+                     blocks=((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 2, 2), (6, 64, 1, 2))),
+        "real": dict(width=1.0, num_classes=1000, image=224, batch=1, blocks=MOBILENETV2_BLOCKS),
+    },
+    "unet": {
+        "tiny": dict(c_in=3, base=8, num_classes=2, image=32, batch=2),
+    },
+    "mlp": {
+        "tiny": dict(d_in=64, hidden=128, num_classes=10, batch=4),
+    },
+}
+
+
+def make_cnn(name: str, config: str) -> tuple[nn.Module, torch.Tensor]:
+    """The eval-mode module ``name`` at ``config`` and an example input for tracing.
+
+    Uses torch's global RNG; seed it first for reproducible weights.
+    """
+    cfg = dict(CNN_CONFIGS[name][config])
+    batch = cfg.pop("batch")
+    if name == "mlp":
+        model: nn.Module = MLP(**cfg)
+        example = torch.randn(batch, cfg["d_in"])
+    else:
+        image = cfg.pop("image")
+        model = {"resnet": ResNet, "mobilenetv2": MobileNetV2, "unet": UNet}[name](**cfg)
+        c_in = cfg.get("c_in", 3)
+        example = torch.randn(batch, c_in, image, image)
+    randomize_norms(model)
+    return model.eval(), example
+
+
+def cnn_input_shape(name: str, config: str) -> tuple[int, ...]:
+    """The concrete shape of the single input ``x`` at ``config``."""
+    cfg = CNN_CONFIGS[name][config]
+    if name == "mlp":
+        return (cfg["batch"], cfg["d_in"])
+    return (cfg["batch"], cfg.get("c_in", 3), cfg["image"], cfg["image"])

@@ -1,0 +1,150 @@
+"""Bad input to the frontend gets a clear, typed error, never a crash."""
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+
+from tilefuse.errors import InputError, ModelLoadError, ShapeError, UnsupportedOpError
+from tilefuse.frontend import import_onnx
+from tilefuse.reference import run_graph
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17, domains=()):
+    g = h.make_graph(nodes, "m", inputs, outputs, initializer=list(inits))
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset), *[h.make_opsetid(d, 1) for d in domains]])
+    m.ir_version = 8
+    return m
+
+
+def _relu_model():
+    return _model(
+        [h.make_node("Relu", ["x"], ["y"], name="relu")],
+        [h.make_tensor_value_info("x", T.FLOAT, ["batch", 4])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["batch", 4])],
+    )
+
+
+def test_truncated_file(tmp_path):
+    data = _relu_model().SerializeToString()
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelLoadError, match="truncated or corrupt"):
+        import_onnx(path, {"x": (1, 4)})
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ModelLoadError, match="no such file"):
+        import_onnx(tmp_path / "nope.onnx")
+
+
+def test_every_unsupported_op_is_listed():
+    m = _model(
+        [
+            h.make_node("MyCustomOp", ["x"], ["a"], domain="com.example", name="custom1"),
+            h.make_node("MyCustomOp", ["a"], ["b"], domain="com.example", name="custom2"),
+            h.make_node("Relu", ["b"], ["c"], name="fine"),
+            h.make_node("Bernoulli", ["c"], ["y"], name="random"),
+        ],
+        [h.make_tensor_value_info("x", T.FLOAT, [2, 4])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2, 4])],
+        domains=["com.example"],
+    )
+    with pytest.raises(UnsupportedOpError) as info:
+        import_onnx(m)
+    text = str(info.value)
+    assert "com.example::MyCustomOp" in text and "custom1" in text and "custom2" in text
+    assert "ai.onnx::Bernoulli" in text and "random" in text
+    assert {u.op_type for u in info.value.ops} == {"MyCustomOp", "Bernoulli"}
+
+
+def test_ops_inside_subgraphs_are_scanned():
+    then = h.make_graph([h.make_node("Bernoulli", ["x"], ["t"], name="inner")], "then", [], [h.make_tensor_value_info("t", T.FLOAT, [2])])
+    m = _model(
+        [h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=then, name="branch")],
+        [h.make_tensor_value_info("c", T.BOOL, []), h.make_tensor_value_info("x", T.FLOAT, [2])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2])],
+    )
+    with pytest.raises(UnsupportedOpError) as info:
+        import_onnx(m)
+    assert "branch/then_branch/inner" in str(info.value)
+
+
+def test_unbound_dynamic_dim_names_input_and_dim():
+    with pytest.raises(ShapeError, match=r"input 'x' dim 0 \('batch'\) is dynamic"):
+        import_onnx(_relu_model())
+
+
+def test_binding_by_input_name_or_symbol():
+    assert import_onnx(_relu_model(), {"x": (3, 4)}).inputs[0].type.shape == (3, 4)
+    assert import_onnx(_relu_model(), {"batch": 5}).inputs[0].type.shape == (5, 4)
+
+
+def test_bad_bindings():
+    with pytest.raises(InputError, match="neither inputs"):
+        import_onnx(_relu_model(), {"nope": (1, 4)})
+    with pytest.raises(ShapeError, match="fixed at 4"):
+        import_onnx(_relu_model(), {"x": (1, 5)})
+    with pytest.raises(ShapeError, match="rank 2"):
+        import_onnx(_relu_model(), {"x": (1, 4, 1)})
+
+
+def test_wrong_feeds_are_named():
+    g = import_onnx(_relu_model(), {"x": (2, 4)})
+    with pytest.raises(InputError, match="missing input"):
+        run_graph(g, {})
+    with pytest.raises(InputError, match="unknown input"):
+        run_graph(g, {"x": np.zeros((2, 4), np.float32), "z": 1})
+    with pytest.raises(InputError, match="expected dtype float32, got float64"):
+        run_graph(g, {"x": np.zeros((2, 4))})
+    with pytest.raises(InputError, match=r"expected shape \[2, 4\], got \[3, 4\]"):
+        run_graph(g, {"x": np.zeros((3, 4), np.float32)})
+
+
+def test_invalid_model_fails_the_checker():
+    m = _model([h.make_node("Relu", ["nowhere"], ["y"])], [], [h.make_tensor_value_info("y", T.FLOAT, [2])])
+    with pytest.raises(ModelLoadError, match="not valid ONNX"):
+        import_onnx(m)
+
+
+def test_external_data_inside_folder_loads_and_escaping_path_is_refused(tmp_path):
+    w = np.random.default_rng().standard_normal((4, 4)).astype(np.float32)
+    m = _model(
+        [h.make_node("MatMul", ["x", "w"], ["y"])],
+        [h.make_tensor_value_info("x", T.FLOAT, [2, 4])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2, 4])],
+        inits=[numpy_helper.from_array(w, "w")],
+    )
+    good = tmp_path / "good"
+    good.mkdir()
+    onnx.save_model(m, good / "m.onnx", save_as_external_data=True, location="w.bin", size_threshold=0)
+    g = import_onnx(good / "m.onnx")
+    x = np.random.default_rng().standard_normal((2, 4)).astype(np.float32)
+    np.testing.assert_allclose(run_graph(g, {"x": x})["y"], x @ w, rtol=1e-6)
+
+    evil = onnx.load(good / "m.onnx", load_external_data=False)
+    for e in evil.graph.initializer[0].external_data:
+        if e.key == "location":
+            e.value = "../outside.bin"
+    (tmp_path / "outside.bin").write_bytes((good / "w.bin").read_bytes())
+    onnx.save_model(evil, good / "evil.onnx")
+    with pytest.raises(ModelLoadError, match="outside the model's folder"):
+        import_onnx(good / "evil.onnx")
+
+
+def test_old_opset_is_upgraded():
+    m = _model(
+        [h.make_node("Relu", ["x"], ["r"]), h.make_node("Softmax", ["r"], ["y"], axis=1)],
+        [h.make_tensor_value_info("x", T.FLOAT, [2, 3])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2, 3])],
+        opset=9,
+    )
+    m.ir_version = 4
+    g = import_onnx(m)
+    assert g.opset == 13
+    x = np.random.default_rng().standard_normal((2, 3)).astype(np.float32)
+    y = run_graph(g, {"x": x})["y"]
+    r = np.maximum(x, 0)
+    want = np.exp(r) / np.exp(r).sum(1, keepdims=True)
+    np.testing.assert_allclose(y, want, rtol=1e-5)

@@ -1,0 +1,1 @@
+"""The `tilefuse` command line."""

@@ -1,0 +1,58 @@
+"""`tilefuse inspect MODEL`: what the model holds and what tilefuse makes of it."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from tilefuse.cli.args import add_shape_arg, parse_shapes
+from tilefuse.errors import UnsupportedOpError
+from tilefuse.frontend.summary import ModelSummary, summarize
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("inspect", help="inputs, opsets, op histogram, FLOPs, unsupported ops")
+    p.add_argument("model", help="an .onnx file")
+    add_shape_arg(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def _human(n: float, unit: str = "") -> str:
+    for suffix in ("", "K", "M", "G", "T", "P"):
+        if abs(n) < 1000:
+            return f"{n:.3g}{suffix}{unit}"
+        n /= 1000
+    return f"{n:.3g}E{unit}"
+
+
+def format_summary(s: ModelSummary) -> str:
+    lines = [f"model {s.name!r}  (IR {s.ir_version}, opsets {s.opsets}, {s.producer or 'unknown producer'})"]
+    for title, values in (("inputs", s.inputs), ("outputs", s.outputs)):
+        lines.append(f"{title}:")
+        lines += [f"  {v['name']}: {v['dtype']}{v['shape']}" for v in values]
+    lines.append(f"parameters: {s.parameters:,} ({_human(s.parameter_bytes, 'B')})")
+    lines.append(f"ONNX nodes: {s.onnx_nodes}")
+    lines.append("op histogram: " + ", ".join(f"{k} {v}" for k, v in s.op_histogram.items()))
+    if s.flops is not None:
+        lines.append(f"FLOPs: {_human(s.flops)} ({s.flops:,})")
+        lines.append(f"primitives: {sum(s.primitives.values())} ({', '.join(f'{k} {v}' for k, v in s.primitive_kinds.items())})")  # type: ignore[union-attr]
+        lines.append("  " + ", ".join(f"{k} {v}" for k, v in s.primitives.items()))  # type: ignore[union-attr]
+    elif s.not_imported:
+        lines.append(f"FLOPs and primitives: not computed ({s.not_imported})")
+    if s.unsupported:
+        lines.append(f"unsupported ops ({len(s.unsupported)}):")
+        lines += [f"  {u}" for u in s.unsupported]
+    else:
+        lines.append("unsupported ops: none")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    summary = summarize(args.model, parse_shapes(args.shape))
+    if args.json:
+        print(json.dumps(summary.to_json(), indent=1, default=str))
+    else:
+        print(format_summary(summary))
+    if summary.unsupported:
+        raise UnsupportedOpError(summary.unsupported)
+    return 0

@@ -1,0 +1,40 @@
+"""`tilefuse` entry point: subcommands, and one clear line for every error."""
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+from tilefuse.errors import TilefuseError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from tilefuse.cli import conformance_cmd, inspect_cmd, ops_cmd, run_cmd
+
+    parser = argparse.ArgumentParser(prog="tilefuse", description="Whole-model fusion compiler for ONNX.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (inspect_cmd, ops_cmd, run_cmd, conformance_cmd):
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except TilefuseError as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"tilefuse: error: {e}", file=sys.stderr)
+        return 2
+    except argparse.ArgumentTypeError as e:
+        print(f"tilefuse: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""`tilefuse run MODEL`: run a model with tilefuse and optionally check it against onnxruntime."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from tilefuse.cli.args import add_shape_arg, parse_shapes
+from tilefuse.compare import compare_output
+from tilefuse.errors import InputError
+from tilefuse.frontend import import_onnx
+from tilefuse.ir.graph import Graph
+from tilefuse.reference import run_graph
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run a model (reference target) and check it against onnxruntime")
+    p.add_argument("model", help="an .onnx file")
+    add_shape_arg(p)
+    p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file; repeatable")
+    p.add_argument("--random", action="store_true", help="fill inputs not given with random values")
+    p.add_argument("--seed", type=int, default=None, help="seed for --random (default: fresh)")
+    p.add_argument("--check", action="store_true", help="compare with onnxruntime; exit 1 beyond tolerance")
+    p.add_argument("--save", metavar="DIR", help="write each output to DIR/NAME.npy")
+    p.set_defaults(func=run)
+
+
+def random_feeds(graph: Graph, given: dict[str, np.ndarray], seed: int | None) -> dict[str, np.ndarray]:
+    """Normal floats; ints in [0, 2) so that ids, masks and indices are all valid; random bools."""
+    rng = np.random.default_rng(seed)
+    feeds = dict(given)
+    for v in graph.inputs:
+        if v.name in feeds:
+            continue
+        dt = v.type.dtype
+        if dt.is_float:
+            feeds[v.name] = rng.standard_normal(v.type.shape).astype(dt.numpy)
+        elif dt.is_int:
+            feeds[v.name] = rng.integers(0, 2, v.type.shape).astype(dt.numpy)
+        else:
+            feeds[v.name] = rng.integers(0, 2, v.type.shape).astype(bool)
+    return feeds
+
+
+def _load_inputs(items: list[str] | None) -> dict[str, np.ndarray]:
+    out = {}
+    for item in items or []:
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise InputError(f"--input expects NAME=FILE.npy, got {item!r}")
+        try:
+            out[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise InputError(f"--input {name}: cannot read {path}: {e}") from None
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    shapes = parse_shapes(args.shape)
+    given = _load_inputs(args.input)
+    for name, a in given.items():
+        shapes.setdefault(name, a.shape)
+    graph = import_onnx(args.model, shapes)
+    feeds = random_feeds(graph, given, args.seed) if args.random else given
+    outputs = run_graph(graph, feeds)
+    for name, y in outputs.items():
+        stats = f"mean {float(np.mean(y)):.4g}, std {float(np.std(y)):.4g}" if y.size and y.dtype.kind in "fiu" else ""
+        print(f"{name}: {y.dtype}{list(y.shape)} {stats}")
+        if args.save:
+            Path(args.save).mkdir(parents=True, exist_ok=True)
+            np.save(Path(args.save) / f"{name.replace('/', '_')}.npy", y)
+    if not args.check:
+        return 0
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(args.model), providers=["CPUExecutionProvider"])
+    expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    worst = 0
+    for name, y in outputs.items():
+        c = compare_output(name, y, expected[name])
+        verdict = "ok" if c.ok else f"FAIL: {c.problem}"
+        print(f"check {name}: max abs error {c.max_abs_error:.3g} (scale {c.scale:.3g}, tolerance {c.tolerance:g} x scale) {verdict}")
+        worst = worst or (0 if c.ok else 1)
+    return worst

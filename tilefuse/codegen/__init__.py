@@ -1,0 +1,1 @@
+"""codegen stage: not built yet (see DESIGN.md and the open issues)."""

@@ -1,0 +1,1 @@
+"""partition stage: not built yet (see DESIGN.md and the open issues)."""

@@ -1,0 +1,1 @@
+"""tile_ir stage: not built yet (see DESIGN.md and the open issues)."""
