@@ -1,16 +1,24 @@
 """Plain-torch vision models and an MLP, written out here (no torchvision).
 
-Each ``make_*`` function takes a config name ("tiny" or "real") and returns an
-``nn.Module`` in eval mode plus the example input used to trace it. Weights come from
-torch's default initialisers under the caller's seed; ``randomize_norms`` then gives
-the BatchNorm layers non-trivial statistics so that a compiler that mishandles them
-(folding, epsilon, affine order) produces visibly wrong numbers.
+``make_cnn(name, config)`` returns an eval-mode module and the example input used to
+trace it; the configs are in ``catalog.CNNS``. Weights come from torch's default
+initialisers under ``SEED``; ``randomize_norms`` then gives the BatchNorm layers
+non-trivial statistics so that a compiler that mishandles them (folding, epsilon, affine
+order) produces visibly wrong numbers.
 """
 
 from __future__ import annotations
 
+import onnx
 import torch
 from torch import nn
+
+from .catalog import CNNS, MOBILENETV2_BLOCKS
+from .export import (CNN_OPSET, assert_matches_torch, export_torchscript, tolerance,
+                     torch_dtype)
+from .spec import META_ERROR, set_metadata
+
+SEED = 0
 
 
 def conv_bn_act(c_in: int, c_out: int, k: int, stride: int = 1, groups: int = 1,
@@ -106,11 +114,6 @@ class InvertedResidual(nn.Module):
         return x + y if self.residual else y
 
 
-# (expansion t, channels c, repeats n, first stride s), as in the MobileNetV2 paper.
-MOBILENETV2_BLOCKS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
-                      (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
-
-
 class MobileNetV2(nn.Module):
     def __init__(self, width: float, num_classes: int,
                  blocks: tuple[tuple[int, int, int, int], ...] = MOBILENETV2_BLOCKS) -> None:
@@ -204,31 +207,12 @@ def randomize_norms(module: nn.Module) -> None:
                 m.running_var.uniform_(0.5, 1.5)
 
 
-CNN_CONFIGS: dict[str, dict[str, dict]] = {
-    "resnet": {
-        "tiny": dict(layers=(1, 1, 1, 1), base=8, num_classes=10, image=32, batch=2),
-        "real": dict(layers=(3, 4, 6, 3), base=64, num_classes=1000, image=224, batch=1),
-    },
-    "mobilenetv2": {
-        "tiny": dict(width=0.25, num_classes=10, image=32, batch=2,
-                     blocks=((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 2, 2), (6, 64, 1, 2))),
-        "real": dict(width=1.0, num_classes=1000, image=224, batch=1, blocks=MOBILENETV2_BLOCKS),
-    },
-    "unet": {
-        "tiny": dict(c_in=3, base=8, num_classes=2, image=32, batch=2),
-    },
-    "mlp": {
-        "tiny": dict(d_in=64, hidden=128, num_classes=10, batch=4),
-    },
-}
-
-
 def make_cnn(name: str, config: str) -> tuple[nn.Module, torch.Tensor]:
     """The eval-mode module ``name`` at ``config`` and an example input for tracing.
 
     Uses torch's global RNG; seed it first for reproducible weights.
     """
-    cfg = dict(CNN_CONFIGS[name][config])
+    cfg = dict(CNNS[name][config])
     batch = cfg.pop("batch")
     if name == "mlp":
         model: nn.Module = MLP(**cfg)
@@ -242,9 +226,22 @@ def make_cnn(name: str, config: str) -> tuple[nn.Module, torch.Tensor]:
     return model.eval(), example
 
 
-def cnn_input_shape(name: str, config: str) -> tuple[int, ...]:
-    """The concrete shape of the single input ``x`` at ``config``."""
-    cfg = CNN_CONFIGS[name][config]
-    if name == "mlp":
-        return (cfg["batch"], cfg["d_in"])
-    return (cfg["batch"], cfg.get("c_in", 3), cfg["image"], cfg["image"])
+# --------------------------------------------------------------------------- builders
+
+
+def build(name: str, config: str, dtype: str) -> onnx.ModelProto:
+    """Export with the TorchScript exporter at opset 17, BatchNorm kept, batch dynamic.
+
+    The dynamo exporter's optimiser folds BatchNorm into Conv with no switch to stop it;
+    real CNN exports mostly keep BatchNormalization nodes, and folding them is the
+    compiler's job, so the TorchScript exporter is used here.
+    """
+    torch.manual_seed(SEED)
+    module, example = make_cnn(name, config)
+    module = module.to(torch_dtype(dtype))
+    args = (example.to(torch_dtype(dtype)),)
+    model = export_torchscript(module, args, ["x"], ["y"], {"x": {0: "batch"}, "y": {0: "batch"}},
+                               CNN_OPSET, keep_batchnorm=True)
+    error = assert_matches_torch(model, module, args, ["x"], tolerance(dtype))
+    set_metadata(model, {META_ERROR: f"{error:.3g}"})
+    return model

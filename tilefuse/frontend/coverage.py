@@ -47,9 +47,15 @@ def find_unsupported(model: onnx.ModelProto, *, any_opset: bool = False) -> list
     return [UnsupportedOp(d, op, v, tuple(nodes), why) for (d, op, v, why), nodes in sorted(missing.items())]
 
 
+NOT_A_TENSOR = -1  # a sequence, map or optional value
+
+
 def _declared_types(graph: onnx.GraphProto) -> dict[str, int]:
     """Element types the model declares: inputs, outputs, value_info, initializers."""
-    types = {vi.name: vi.type.tensor_type.elem_type for vi in (*graph.input, *graph.output, *graph.value_info)}
+    types = {
+        vi.name: vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else NOT_A_TENSOR
+        for vi in (*graph.input, *graph.output, *graph.value_info)
+    }
     types.update({t.name: t.data_type for t in graph.initializer})
     return types
 
@@ -62,7 +68,11 @@ def _unsupported_dtypes(node: onnx.NodeProto, typed: dict[str, int]) -> list[str
             codes.append(attr.i)
         if attr.type == onnx.AttributeProto.TENSOR:
             codes.append(attr.t.data_type)
-    return sorted({onnx.TensorProto.DataType.Name(c) for c in codes if c not in ONNX_DTYPES})
+    return sorted({_type_name(c) for c in codes if c not in ONNX_DTYPES})
+
+
+def _type_name(code: int) -> str:
+    return "non-tensor (sequence/map/optional)" if code == NOT_A_TENSOR else onnx.TensorProto.DataType.Name(code)
 
 
 def check_supported(model: onnx.ModelProto, *, any_opset: bool = False) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -18,6 +19,10 @@ from tilefuse.ir.builder import Builder
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Graph, Value
 from tilefuse.ir.verify import verify_graph
+
+class ShapeMismatchWarning(UserWarning):
+    """onnx's shape inference disagrees with tilefuse's on a graph output."""
+
 
 ModelLike = str | os.PathLike[str] | bytes | onnx.ModelProto
 
@@ -142,4 +147,11 @@ def _cross_check_outputs(proto: onnx.ModelProto, graph: Graph, input_types: Mapp
             theirs = tuple(d.dim_value for d in shape.dim)
             ours = graph.outputs[vi.name].type.shape
             if theirs != ours:
-                raise ShapeError(f"output {vi.name!r}: tilefuse infers shape {list(ours)}, onnx infers {list(theirs)}")
+                # onnx's inference has known gaps (ceil-mode pooling ignores the rule that
+                # the last window starts inside the input); ours is tested against
+                # onnxruntime, so a disagreement is worth a warning, not a refusal.
+                warnings.warn(
+                    f"output {vi.name!r}: tilefuse infers shape {list(ours)}, onnx's shape inference {list(theirs)}",
+                    ShapeMismatchWarning,
+                    stacklevel=3,
+                )

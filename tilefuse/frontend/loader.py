@@ -80,7 +80,34 @@ def upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto:
         raise ModelLoadError(f"model uses opset {opset}; the installed onnx knows up to {newest}")
     if opset >= MIN_OPSET or opset == 0:
         return model
+    model = _pin_old_hardmax(model)
     try:
         return version_converter.convert_version(model, MIN_OPSET)
     except Exception as e:  # the converter raises bare RuntimeErrors from C++
         raise ModelLoadError(f"cannot convert the model from opset {opset} to {MIN_OPSET}: {e}") from None
+
+
+def _pin_old_hardmax(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Before opset 13, Hardmax flattened its input to 2-D at ``axis``; the version
+    converter keeps the axis but not that meaning. Spell the old meaning out
+    (Flatten, Hardmax on the last axis, Reshape back) so the upgrade preserves it."""
+    if not any(n.op_type == "Hardmax" and n.domain in ("", "ai.onnx") for n in model.graph.node):
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    nodes = []
+    for i, n in enumerate(out.graph.node):
+        if n.op_type != "Hardmax" or n.domain not in ("", "ai.onnx"):
+            nodes.append(n)
+            continue
+        axis = next((a.i for a in n.attribute if a.name == "axis"), 1)
+        x, y, tag = n.input[0], n.output[0], f"__tilefuse_hardmax{i}"
+        nodes += [
+            onnx.helper.make_node("Flatten", [x], [f"{tag}_flat"], axis=axis),
+            onnx.helper.make_node("Hardmax", [f"{tag}_flat"], [f"{tag}_max"], axis=1, name=n.name),
+            onnx.helper.make_node("Shape", [x], [f"{tag}_shape"]),
+            onnx.helper.make_node("Reshape", [f"{tag}_max", f"{tag}_shape"], [y]),
+        ]
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out

@@ -59,7 +59,7 @@ class Builder:
         array = np.asarray(data, dtype=dtype.numpy if dtype else None)
         if dtype is None and array.dtype == np.float64 and not isinstance(data, np.ndarray):
             array = array.astype(np.float32)  # Python floats default to float32
-        array = np.ascontiguousarray(array)
+        array = np.array(array, order="C")  # a copy the caller cannot mutate; keeps 0-d arrays 0-d
         array.setflags(write=False)
         t = TensorType(DType.from_numpy(array.dtype), tuple(int(d) for d in array.shape))
         return Value(self.unique(name or "const"), t, data=array)

@@ -5,13 +5,15 @@ short expression over the same scalar functions the partitioner fuses freely.
 """
 from __future__ import annotations
 
+import functools
 import math
 from functools import reduce as _fold
+from typing import Callable
 
 from tilefuse.frontend.context import NodeContext, onnx_dtype
 from tilefuse.frontend.registry import converter
 from tilefuse.ir.builder import Builder
-from tilefuse.ir.dtypes import DType
+from tilefuse.ir.dtypes import HALF_FLOATS, DType
 from tilefuse.ir.graph import Value
 from tilefuse.ir.prims import ScalarFn as F
 
@@ -24,7 +26,7 @@ _UNARY = {
     "IsNaN": F.ISNAN, "Not": F.NOT, "BitwiseNot": F.BITNOT,
 }
 _BINARY = {
-    "Add": F.ADD, "Sub": F.SUB, "Mul": F.MUL, "Div": F.DIV, "Pow": F.POW,
+    "Add": F.ADD, "Sub": F.SUB, "Mul": F.MUL, "Div": F.DIV,
     "Equal": F.EQ, "Less": F.LT, "LessOrEqual": F.LE, "Greater": F.GT, "GreaterOrEqual": F.GE,
     "And": F.AND, "Or": F.OR, "Xor": F.XOR,
     "BitwiseAnd": F.BITAND, "BitwiseOr": F.BITOR, "BitwiseXor": F.BITXOR,
@@ -50,12 +52,53 @@ for _op, _fn in _BINARY.items():
     _register_binary(_op, _fn)
 
 
+def half_in_float32(convert: Callable[[NodeContext], Value]) -> Callable[[NodeContext], Value]:
+    """Composite activations of float16/bfloat16 inputs compute in float32 and round
+    once at the end, as onnxruntime does (and as a fused kernel would, in registers)."""
+
+    @functools.wraps(convert)
+    def wrapped(ctx: NodeContext) -> Value:
+        x = ctx.input(0)
+        if x.type.dtype not in HALF_FLOATS:
+            return convert(ctx)
+        ctx.inputs = [ctx.b.cast(x, DType.FLOAT32), *ctx.inputs[1:]]
+        return ctx.b.cast(convert(ctx), x.type.dtype)
+
+    return wrapped
+
+
 def scalar(b: Builder, value: float, like: Value) -> Value:
     return b.scalar_like(value, like)
 
 
 def mul_scalar(b: Builder, x: Value, value: float) -> Value:
     return x if value == 1 else b.map(F.MUL, x, scalar(b, value, x))
+
+
+@converter("Pow")
+def pow_(ctx: NodeContext) -> Value:
+    """Pow by a constant scalar exponent becomes the cheaper, canonical form
+    (x*x, sqrt, reciprocal), so a spelled-out LayerNorm and a LayerNormalization
+    node give the same primitives."""
+    b, x, e = ctx.b, ctx.input(0), ctx.input(1)
+    if e.is_constant and e.type.size == 1 and x.type.dtype.is_float:
+        k = float(e.data.reshape(()))  # type: ignore[union-attr]
+        shape = _broadcast_shape(x, e)
+        if k == 1:
+            return b.broadcast(x, shape)
+        if k == 2:
+            return b.broadcast(b.map(F.MUL, x, x), shape)
+        if k == 0.5:
+            return b.broadcast(b.map(F.SQRT, x), shape)
+        if k == -1:
+            return b.broadcast(b.map(F.RECIPROCAL, x), shape)
+    return b.map(F.POW, x, e)
+
+
+def _broadcast_shape(x: Value, e: Value) -> tuple[int, ...]:
+    from tilefuse.ir.types import broadcast_shapes
+
+    return broadcast_shapes(x.type.shape, e.type.shape)
 
 
 @converter("IsInf")
@@ -73,11 +116,9 @@ def is_inf(ctx: NodeContext) -> Value:
 
 @converter("Mod")
 def mod(ctx: NodeContext) -> Value:
+    # fmod=0: the result takes the divisor's sign (Python's %), also for floats.
     fmod = ctx.attr("fmod", 0)
-    x = ctx.input(0)
-    if not fmod and x.type.dtype.is_float:
-        raise ctx.error("fmod=0 is only defined for integer inputs")
-    return ctx.b.map(F.FMOD if fmod else F.MOD, x, ctx.input(1))
+    return ctx.b.map(F.FMOD if fmod else F.MOD, ctx.input(0), ctx.input(1))
 
 
 @converter("BitShift")
@@ -130,11 +171,14 @@ def identity(ctx: NodeContext) -> Value:
 
 @converter("Dropout")
 def dropout(ctx: NodeContext) -> list[Value]:
-    # Inference: training_mode must be false (a constant); the mask is all true.
+    # Inference: the output is the input and the mask all true. In training mode that
+    # holds only for ratio 0; any other ratio is random and not supported.
     b, x = ctx.b, ctx.input(0)
     training = ctx.optional_const_input(2)
+    ratio = ctx.optional_const_input(1)
     if training is not None and bool(training.reshape(())):
-        raise ctx.unsupported("training_mode=true (random dropout)")
+        if ratio is None or float(ratio.reshape(())) != 0.0:
+            raise ctx.unsupported("training_mode=true with ratio > 0 (random dropout)")
     mask = b.broadcast(b.const(True), x.type.shape)
     return [x, mask]
 
@@ -177,11 +221,13 @@ def elu_of(b: Builder, x: Value, alpha: float) -> Value:
 
 
 @converter("Elu")
+@half_in_float32
 def elu(ctx: NodeContext) -> Value:
     return elu_of(ctx.b, ctx.input(0), ctx.attr("alpha", 1.0))
 
 
 @converter("Celu")
+@half_in_float32
 def celu(ctx: NodeContext) -> Value:
     b, x = ctx.b, ctx.input(0)
     alpha = ctx.attr("alpha", 1.0)
@@ -189,6 +235,7 @@ def celu(ctx: NodeContext) -> Value:
 
 
 @converter("Selu")
+@half_in_float32
 def selu(ctx: NodeContext) -> Value:
     b, x = ctx.b, ctx.input(0)
     alpha, gamma = ctx.attr("alpha", 1.67326319217681884765625), ctx.attr("gamma", 1.05070102214813232421875)
@@ -208,11 +255,13 @@ def hard_sigmoid_of(b: Builder, x: Value, alpha: float, beta: float) -> Value:
 
 
 @converter("HardSigmoid")
+@half_in_float32
 def hard_sigmoid(ctx: NodeContext) -> Value:
     return hard_sigmoid_of(ctx.b, ctx.input(0), ctx.attr("alpha", 0.2), ctx.attr("beta", 0.5))
 
 
 @converter("HardSwish", since=14)
+@half_in_float32
 def hard_swish(ctx: NodeContext) -> Value:
     b, x = ctx.b, ctx.input(0)
     return b.map(F.MUL, x, hard_sigmoid_of(b, x, 1.0 / 6.0, 0.5))
@@ -225,17 +274,20 @@ def softplus_of(b: Builder, x: Value) -> Value:
 
 
 @converter("Softplus")
+@half_in_float32
 def softplus(ctx: NodeContext) -> Value:
     return softplus_of(ctx.b, ctx.input(0))
 
 
 @converter("Softsign")
+@half_in_float32
 def softsign(ctx: NodeContext) -> Value:
     b, x = ctx.b, ctx.input(0)
     return b.map(F.DIV, x, b.map(F.ADD, scalar(b, 1, x), b.map(F.ABS, x)))
 
 
 @converter("Mish", since=18)
+@half_in_float32
 def mish(ctx: NodeContext) -> Value:
     b, x = ctx.b, ctx.input(0)
     return b.map(F.MUL, x, b.map(F.TANH, softplus_of(b, x)))
@@ -253,6 +305,7 @@ def gelu_of(b: Builder, x: Value, approximate: str) -> Value:
 
 
 @converter("Gelu", since=20)
+@half_in_float32
 def gelu(ctx: NodeContext) -> Value:
     x = ctx.input(0)
     approximate = ctx.attr("approximate", "none")
@@ -273,6 +326,7 @@ def shrink(ctx: NodeContext) -> Value:
 
 
 @converter("Swish", since=24)
+@half_in_float32
 def swish(ctx: NodeContext) -> Value:
     b, x = ctx.b, ctx.input(0)
     return b.map(F.MUL, x, b.map(F.SIGMOID, mul_scalar(b, x, ctx.attr("alpha", 1.0))))

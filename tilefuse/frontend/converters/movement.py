@@ -24,7 +24,6 @@ from tilefuse.frontend.converters.shape_ops import (
     normalize_axis,
 )
 from tilefuse.frontend.registry import converter
-from tilefuse.ir.builder import Builder
 from tilefuse.ir.graph import Value
 from tilefuse.ir.prims import Pad, PadMode, Slice
 from tilefuse.ir.types import broadcast_shapes
@@ -138,25 +137,23 @@ def split(ctx: NodeContext) -> list[Value]:
     return [ctx.b.slice(x, axis, int(offsets[i]), int(offsets[i + 1])) for i in range(len(sizes))]
 
 
-@converter("Slice")
+@converter("Slice", since=10)
 def slice_(ctx: NodeContext) -> Value:
     x = ctx.input(0)
-    if ctx.opset < 10:  # bounds were attributes, without steps
-        starts, ends, axes, steps = ctx.attr("starts"), ctx.attr("ends"), ctx.attr("axes"), None
-    else:
-        starts, ends, axes, steps = (const_ints(ctx, i) for i in range(1, 5))
+    starts, ends, axes, steps = (const_ints(ctx, i) for i in range(1, 5))
     if starts is None or ends is None or len(starts) != len(ends):
         raise ctx.error("starts and ends are required and must have equal lengths")
     axes = list(range(len(starts))) if axes is None else normalize_axes(ctx, axes, x.type.rank)
     steps = [1] * len(starts) if steps is None else steps
     if not len(axes) == len(steps) == len(starts):
         raise ctx.error("starts, ends, axes and steps must have equal lengths")
-    return slice_axes(ctx, ctx.b, x, dict(zip(axes, zip(starts, ends, steps))))
+    return slice_axes(ctx, x, dict(zip(axes, zip(starts, ends, steps))))
 
 
-def slice_axes(ctx: NodeContext, b: Builder, x: Value, bounds: dict[int, tuple[int, int, int]]) -> Value:
+def slice_axes(ctx: NodeContext, x: Value, bounds: dict[int, tuple[int, int, int]]) -> Value:
     """ONNX Slice semantics: negative bounds count from the end, and bounds out of range
-    are clamped ([0, dim] for positive steps, [-1, dim-1] for negative ones)."""
+    are clamped: start and end to [0, dim] for positive steps; for negative ones, start
+    to [0, dim-1] and end to [-1, dim-1]."""
     dims = x.type.shape
     starts, steps, counts = [0] * len(dims), [1] * len(dims), list(dims)
     for axis, (start, end, step) in bounds.items():
@@ -167,55 +164,52 @@ def slice_axes(ctx: NodeContext, b: Builder, x: Value, bounds: dict[int, tuple[i
         if step > 0:
             start, end = min(max(start, 0), n), min(max(end, 0), n)
         else:
-            start, end = min(max(start, -1), n - 1), min(max(end, -1), n - 1)
+            start, end = min(max(start, 0), n - 1), min(max(end, -1), n - 1)
         count = max(0, -(-(end - start) // step))
         starts[axis], steps[axis], counts[axis] = (start if count else 0), step, count
     if counts == list(dims) and all(s == 1 for s in steps):
         return x
-    return b.emit1(Slice(tuple(starts), tuple(steps), tuple(counts)), x)
+    return ctx.b.emit1(Slice(tuple(starts), tuple(steps), tuple(counts)), x)
 
 
 _PAD_MODES = {m.value: m for m in PadMode}
 
 
-@converter("Pad")
+@converter("Pad", since=11)
 def pad(ctx: NodeContext) -> Value:
-    b, x = ctx.b, ctx.input(0)
+    x = ctx.input(0)
     mode = ctx.attr("mode", "constant")
     if mode not in _PAD_MODES:
         raise ctx.unsupported(f"mode={mode}")
-    if ctx.opset < 11:  # pads and value were attributes
-        pads, value = list(ctx.attr("pads", ctx.attr("paddings", []))), ctx.attr("value", 0.0)
-    else:
-        pads = const_ints(ctx, 1) or []
-        fill = ctx.optional_const_input(2)
-        value = fill.reshape(-1)[0] if fill is not None and fill.size else 0
+    pads = const_ints(ctx, 1) or []
+    fill = ctx.optional_const_input(2)
+    value = fill.reshape(-1)[0] if fill is not None and fill.size else 0
     rank = x.type.rank
-    axes = const_ints(ctx, 3) if ctx.opset >= 18 else None
+    axes = const_ints(ctx, 3)  # opset 18
     axes = list(range(rank)) if axes is None else normalize_axes(ctx, axes, rank)
     if len(pads) != 2 * len(axes):
         raise ctx.error(f"pads {pads} do not match {len(axes)} axes")
     begin, end = [0] * rank, [0] * rank
     for i, a in enumerate(axes):
         begin[a], end[a] = pads[i], pads[len(axes) + i]
-    return pad_value(ctx, b, x, begin, end, _PAD_MODES[mode], value)
+    return pad_value(ctx, x, begin, end, _PAD_MODES[mode], value)
 
 
-def pad_value(
-    ctx: NodeContext, b: Builder, x: Value, begin: list[int], end: list[int], mode: PadMode, value: object = 0
-) -> Value:
+def pad_value(ctx: NodeContext, x: Value, begin: list[int], end: list[int], mode: PadMode, value: object = 0) -> Value:
     """Pad by per-axis amounts; negative amounts crop (a Slice first, then the Pad)."""
     dims = x.type.shape
-    crops = {a: (max(-begin[a], 0), dims[a] - max(-end[a], 0), 1) for a in range(len(dims)) if min(begin[a], end[a]) < 0}
+    crops = {
+        a: (max(-begin[a], 0), dims[a] - max(-end[a], 0), 1) for a in range(len(dims)) if min(begin[a], end[a]) < 0
+    }
     if any(lo > hi for lo, hi, _ in crops.values()):
         raise ctx.error(f"pads crop more than the input: {begin + end} for {list(dims)}")
-    x = slice_axes(ctx, b, x, crops) if crops else x
+    x = slice_axes(ctx, x, crops) if crops else x
     widths = tuple(max(p, 0) for p in begin) + tuple(max(p, 0) for p in end)
     if not any(widths):
         return x
     if mode is not PadMode.CONSTANT and any(d == 0 for d, lo, hi in zip(x.type.shape, begin, end) if lo > 0 or hi > 0):
         raise ctx.error(f"mode={mode.value} cannot pad an empty axis")
-    return b.emit1(Pad(widths, mode, _python_scalar(value, x) if mode is PadMode.CONSTANT else 0), x)
+    return ctx.b.emit1(Pad(widths, mode, _python_scalar(value, x) if mode is PadMode.CONSTANT else 0), x)
 
 
 def _python_scalar(value: object, like: Value) -> float | int | bool:
@@ -298,4 +292,4 @@ def center_crop_pad(ctx: NodeContext) -> Value:
         diff = size - x.type.shape[a]
         lo = diff // 2 if diff >= 0 else -((-diff) // 2)
         begin[a], end[a] = lo, diff - lo
-    return pad_value(ctx, ctx.b, x, begin, end, PadMode.CONSTANT, 0)
+    return pad_value(ctx, x, begin, end, PadMode.CONSTANT, 0)

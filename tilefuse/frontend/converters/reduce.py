@@ -14,8 +14,6 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-import numpy as np
-
 from tilefuse.frontend.context import NodeContext
 from tilefuse.frontend.registry import converter
 from tilefuse.ir.builder import Builder
@@ -44,6 +42,8 @@ def reduced_count(x: Value, axes: Sequence[int]) -> int:
 def scale_by_count(b: Builder, total: Value, n: int) -> Value:
     """``total / n``: a multiply by the constant ``1/n`` for floats (the form every mean
     takes, so means from any source look alike); integer division for integers."""
+    if n == 1:
+        return total
     if not total.type.dtype.is_float:
         return b.map(F.DIV, total, scalar(b, max(n, 1), total))
     inv = 1.0 / n if n else float("nan")

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from tilefuse.frontend.context import NodeContext, onnx_dtype
+from tilefuse.frontend.context import NodeContext, NotConstantError, onnx_dtype
 from tilefuse.frontend.registry import converter
 from tilefuse.ir.builder import Builder
 from tilefuse.ir.dtypes import DType
@@ -43,6 +43,15 @@ def const_ints(ctx: NodeContext, i: int) -> list[int] | None:
     """Optional input ``i`` as a list of Python ints (it must be a compile-time constant)."""
     array = ctx.optional_const_input(i)
     return None if array is None else [int(v) for v in array.reshape(-1)]
+
+
+def const_operand(ctx: NodeContext, i: int, why: str) -> np.ndarray:
+    """Input ``i`` as a constant; if it is computed at run time, the error says ``why``
+    it must not be (and which graph inputs to bind to make it constant)."""
+    try:
+        return ctx.const_input(i)
+    except NotConstantError as e:
+        raise NotConstantError(f"{e} ({why}: data-dependent output shape)", e.graph_inputs) from None
 
 
 def ints_operand(ctx: NodeContext, input_index: int, attr_name: str) -> list[int] | None:
@@ -89,7 +98,8 @@ def size(ctx: NodeContext) -> Value:
 def constant_of_shape(ctx: NodeContext) -> Value:
     dims = const_ints(ctx, 0) or []
     proto = ctx.attr("value")
-    fill = tensor_to_array(proto, f"ConstantOfShape node {ctx.label!r}") if proto is not None else np.zeros(1, np.float32)
+    what = f"ConstantOfShape node {ctx.label!r}"
+    fill = tensor_to_array(proto, what) if proto is not None else np.zeros(1, np.float32)
     if fill.size != 1:
         raise ctx.error(f"value must hold one element, got {fill.size}")
     if any(d < 0 for d in dims):
@@ -136,16 +146,22 @@ def range_(ctx: NodeContext) -> Value:
     # The output length depends on the operands' values: they must be constants.
     start, limit, delta = (ctx.const_input(i).reshape(()) for i in range(3))
     dtype = start.dtype
-    if dtype.kind == "f" or dtype == DType.BFLOAT16.numpy:
-        stash = ctx.attr("stash_type", 1) if ctx.opset >= 27 and dtype.itemsize == 2 else onnx.TensorProto.DOUBLE
-        compute = np.float32 if stash == onnx.TensorProto.FLOAT else np.float64
-        s, l, d = (np.asarray(v).astype(compute) for v in (start, limit, delta))
-    else:
-        s, l, d = (np.asarray(v).astype(np.int64) for v in (start, limit, delta))
-    if d == 0:
+    if dtype.kind in "iu":
+        first, stop, step = int(start), int(limit), int(delta)
+        if step == 0:
+            raise ctx.error("delta must not be zero")
+        count = max(-(-(stop - first) // step), 0)  # exact ceil division
+        values = first + np.arange(count, dtype=np.int64) * step
+        return ctx.b.const(values.astype(dtype))
+    # Half floats compute in stash_type (float32 by default) from opset 27, and in
+    # double before, as the reference does.
+    stash = ctx.attr("stash_type", 1) if ctx.opset >= 27 and dtype.itemsize == 2 else onnx.TensorProto.DOUBLE
+    compute = np.float32 if stash == onnx.TensorProto.FLOAT else np.float64
+    first, stop, step = (np.asarray(v).astype(compute) for v in (start, limit, delta))
+    if step == 0:
         raise ctx.error("delta must not be zero")
-    n = max(int(np.ceil((float(l) - float(s)) / float(d))), 0)
-    values = s + np.arange(n, dtype=s.dtype) * d
+    count = max(int(np.ceil((float(stop) - float(first)) / float(step))), 0)
+    values = first + np.arange(count, dtype=compute) * step
     return ctx.b.const(values.astype(dtype))
 
 
@@ -203,9 +219,8 @@ def _two_scalars(b: Builder, values: Value) -> tuple[Value, Value]:
 
 @converter("NonZero", since=9)
 def non_zero(ctx: NodeContext) -> Value:
-    x = ctx.input(0)
-    if x.data is None:
-        raise ctx.unsupported("data-dependent output shape")
-    if x.data.ndim == 0:  # the spec's shape (rank, count) for a scalar: (0, 0 or 1)
-        return ctx.b.const(np.zeros((0, int(x.data != 0)), dtype=np.int64))
-    return ctx.b.const(np.array(np.nonzero(x.data), dtype=np.int64))
+    # The output's length is the number of non-zeros: the input must be a constant.
+    data = const_operand(ctx, 0, "NonZero's output shape depends on its input's values")
+    if data.ndim == 0:  # the spec's shape (rank, count) for a scalar: (0, 0 or 1)
+        return ctx.b.const(np.zeros((0, int(data != 0)), dtype=np.int64))
+    return ctx.b.const(np.array(np.nonzero(data), dtype=np.int64))

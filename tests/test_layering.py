@@ -1,0 +1,52 @@
+"""Imports flow one way through the stages (STYLE.md, practice 1).
+
+onnx is imported only by the frontend, the conformance runner and the CLI; the IR and
+the reference executor need neither onnx nor any later stage.
+"""
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parent.parent / "tilefuse"
+
+# stage -> packages it must not import
+FORBIDDEN = {
+    "ir": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.reference", "tilefuse.partition",
+           "tilefuse.tile_ir", "tilefuse.codegen", "tilefuse.runtime", "tilefuse.cli", "tilefuse.conformance"},
+    "reference": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.partition", "tilefuse.cli"},
+    "frontend": {"tilelang", "tilefuse.partition", "tilefuse.tile_ir", "tilefuse.codegen", "tilefuse.runtime",
+                 "tilefuse.cli", "tilefuse.conformance"},
+}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_stages_import_only_downstream():
+    problems = []
+    for stage, forbidden in FORBIDDEN.items():
+        for path in (PKG / stage).rglob("*.py"):
+            for name in _imports(path):
+                if any(name == f or name.startswith(f + ".") for f in forbidden):
+                    problems.append(f"{path.relative_to(PKG)} imports {name}")
+    assert not problems, problems
+
+
+def test_onnx_is_imported_only_at_the_edges():
+    allowed = {"frontend", "conformance", "cli", "ort"}
+    problems = []
+    for path in PKG.rglob("*.py"):
+        stage = path.relative_to(PKG).parts[0]
+        if stage in allowed:
+            continue
+        for name in _imports(path):
+            if name == "onnx" or name.startswith("onnx."):
+                problems.append(f"{path.relative_to(PKG)} imports {name}")
+    assert not problems, problems
