@@ -50,9 +50,17 @@ def main(argv: list[str] | None = None) -> int:
                           flush=True)
                     continue
                 seconds = time.perf_counter() - start
-                print(f"{path}  {path.stat().st_size / 2**20:9.2f} MiB  {seconds:7.1f} s",
+                print(f"{path}  {human_size(path.stat().st_size):>10}  {seconds:7.1f} s",
                       flush=True)
     return 1 if failures else 0
+
+
+def human_size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.2f} GiB"
 
 
 if __name__ == "__main__":

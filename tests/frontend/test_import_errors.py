@@ -148,3 +148,36 @@ def test_old_opset_is_upgraded():
     r = np.maximum(x, 0)
     want = np.exp(r) / np.exp(r).sum(1, keepdims=True)
     np.testing.assert_allclose(y, want, rtol=1e-5)
+
+
+def test_opset9_linear_upsample_keeps_its_meaning_through_the_upgrade():
+    import onnxruntime as ort
+
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 1.5], np.float32), "scales")
+    m = _model(
+        [h.make_node("Upsample", ["x", "scales"], ["y"], mode="linear")],
+        [h.make_tensor_value_info("x", T.FLOAT, [1, 2, 3, 4])],
+        [h.make_tensor_value_info("y", T.FLOAT, [1, 2, 6, 6])],
+        inits=[scales],
+        opset=9,
+    )
+    m.ir_version = 4
+    x = np.random.default_rng().standard_normal((1, 2, 3, 4)).astype(np.float32)
+    got = run_graph(import_onnx(m), {"x": x})["y"]
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_opset11_hardmax_keeps_its_flattening_meaning():
+    import onnxruntime as ort
+
+    m = _model(
+        [h.make_node("Hardmax", ["x"], ["y"], axis=1)],
+        [h.make_tensor_value_info("x", T.FLOAT, [2, 3, 4])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2, 3, 4])],
+        opset=11,
+    )
+    x = np.random.default_rng().standard_normal((2, 3, 4)).astype(np.float32)
+    got = run_graph(import_onnx(m), {"x": x})["y"]
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)

@@ -46,3 +46,20 @@ def test_unsupported_model_names_its_ops(name, zoo_cache):
     with pytest.raises(UnsupportedOpError) as info:
         import_onnx(path, tiny_shapes(name))
     assert info.value.ops and all(op.nodes for op in info.value.ops)
+
+
+@pytest.mark.parametrize("name", list(models.ZOO))
+def test_inspect_works_on_every_zoo_model(name, zoo_cache, capsys):
+    from tilefuse.cli.main import main
+
+    path = models.build(name, "tiny", "float32", cache_dir=zoo_cache)
+    args = ["inspect", str(path)]
+    for key, shape in tiny_shapes(name).items():
+        args += ["--shape", f"{key}={','.join(map(str, shape))}"]
+    code = main(args)
+    captured = capsys.readouterr()
+    if models.ZOO[name].runs_in_ort:
+        assert code == 0, captured.err
+        assert "FLOPs:" in captured.out and "unsupported ops: none" in captured.out
+    else:
+        assert code == 2 and "unsupported op" in captured.err

@@ -81,10 +81,27 @@ def upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto:
     if opset >= MIN_OPSET or opset == 0:
         return model
     model = _pin_old_hardmax(model)
+    old_resizes = {n.output[0] for n in model.graph.node if n.op_type in ("Upsample", "Resize") and n.domain in ("", "ai.onnx")}
     try:
-        return version_converter.convert_version(model, MIN_OPSET)
+        upgraded = version_converter.convert_version(model, MIN_OPSET)
     except Exception as e:  # the converter raises bare RuntimeErrors from C++
         raise ModelLoadError(f"cannot convert the model from opset {opset} to {MIN_OPSET}: {e}") from None
+    _pin_old_resize_modes(upgraded, old_resizes)
+    return upgraded
+
+
+def _pin_old_resize_modes(model: onnx.ModelProto, outputs: set[str]) -> None:
+    """Upsample and Resize before opset 11 sampled at ``asymmetric`` coordinates with
+    ``floor`` rounding; the version converter drops that, leaving the opset-11
+    defaults (half_pixel, round_prefer_floor). Put the old meaning back."""
+    for node in model.graph.node:
+        if node.op_type != "Resize" or node.output[0] not in outputs:
+            continue
+        given = {a.name for a in node.attribute}
+        if "coordinate_transformation_mode" not in given:
+            node.attribute.append(onnx.helper.make_attribute("coordinate_transformation_mode", "asymmetric"))
+        if "nearest_mode" not in given:
+            node.attribute.append(onnx.helper.make_attribute("nearest_mode", "floor"))
 
 
 def _pin_old_hardmax(model: onnx.ModelProto) -> onnx.ModelProto:

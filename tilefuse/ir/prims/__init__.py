@@ -17,11 +17,11 @@ from tilefuse.ir.prims.index import (
     Transpose,
 )
 from tilefuse.ir.prims.map import Map, ScalarFn, cast_array
-from tilefuse.ir.prims.opaque import CumSum, TopK
+from tilefuse.ir.prims.opaque import CumProd, CumSum, TopK
 from tilefuse.ir.prims.reduce import ArgReduce, Reduce, ReduceFn, WindowReduce
 
 __all__ = [
-    "ArgReduce", "Broadcast", "Concat", "Conv", "ConvTranspose", "CumSum", "Gather",
+    "ArgReduce", "Broadcast", "Concat", "Conv", "ConvTranspose", "CumProd", "CumSum", "Gather",
     "GatherElements", "GatherND", "Kind", "Map", "MatMul", "Pad", "PadMode", "Primitive",
     "Reduce", "ReduceFn", "Reshape", "ScalarFn", "ScatterElements", "ScatterND",
     "ScatterReduction", "Slice", "TopK", "Transpose", "WindowReduce", "cast_array",

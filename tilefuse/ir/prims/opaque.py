@@ -75,3 +75,38 @@ class CumSum(_OpaquePrimitive):
         if self.reverse:
             y = np.flip(y, self.axis)
         return (np.ascontiguousarray(y).astype(x.dtype, copy=False),)
+
+
+@dataclass(frozen=True, slots=True)
+class CumProd(_OpaquePrimitive):
+    """Running product along ``axis``; ``exclusive`` leaves each element out of its own
+    product (the first is 1), ``reverse`` runs from the end. Half floats multiply in
+    float32."""
+
+    axis: int
+    exclusive: bool = False
+    reverse: bool = False
+    arity = 1
+
+    def infer(self, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
+        check_arity(self, inputs)
+        (x,) = inputs
+        if not 0 <= self.axis < x.rank:
+            raise ValueError(f"cumprod: axis {self.axis} out of range for {x}")
+        return (x,)
+
+    def evaluate(self, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+        (x,) = inputs
+        acc = x.astype(np.float32) if x.dtype in (np.float16, DType.BFLOAT16.numpy) else x
+        if self.reverse:
+            acc = np.flip(acc, self.axis)
+        if self.exclusive:
+            # Shift by one along the axis, a 1 first (no division: zeros stay exact).
+            n = acc.shape[self.axis]
+            ones = np.ones_like(np.take(acc, [0], axis=self.axis))
+            acc = np.concatenate([ones, np.take(acc, np.arange(max(n - 1, 0)), axis=self.axis)], axis=self.axis)
+        with np.errstate(over="ignore"):
+            y = np.cumprod(acc, axis=self.axis, dtype=acc.dtype)
+        if self.reverse:
+            y = np.flip(y, self.axis)
+        return (np.ascontiguousarray(y).astype(x.dtype, copy=False),)

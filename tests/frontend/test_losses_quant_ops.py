@@ -1,0 +1,287 @@
+"""Loss, quantization, RoPE, LRN, SwiGLU and CumProd converters against onnxruntime.
+
+Each case is one ONNX node; runtime inputs get fresh random values, initializers
+stand for weights and compile-time operands. The imported graph runs on the reference
+executor. SwiGLU has no onnxruntime kernel, so it is checked against onnx's reference.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper as h
+from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from tilefuse.frontend import import_onnx
+from tilefuse.ir.prims import Kind
+from tilefuse.reference import run_graph
+
+RNG = np.random.default_rng()
+F32, F16 = np.float32, np.float16
+U8, I8, I16, U16, I32, I64 = np.uint8, np.int8, np.int16, np.uint16, np.int32, np.int64
+
+
+def rand(*shape: int, dtype: type = F32, positive: bool = False) -> np.ndarray:
+    """Random floats, never all zeros."""
+    x = RNG.standard_normal(shape) + 0.1
+    return (np.abs(x) + 0.5 if positive else x).astype(dtype)
+
+
+def ints(*shape: int, dtype: type = U8, low: int | None = None, high: int | None = None) -> np.ndarray:
+    """Random integers over the dtype's range (or ``[low, high)``)."""
+    info = np.iinfo(dtype)
+    lo = info.min if low is None else low
+    hi = info.max + 1 if high is None else high
+    return RNG.integers(lo, hi, size=shape).astype(dtype)
+
+
+def labels(*shape: int, classes: int, ignore: int | None = None) -> np.ndarray:
+    """Class labels in ``[0, classes)``, some replaced by ``ignore`` when given."""
+    t = RNG.integers(0, classes, size=shape).astype(I64)
+    if ignore is not None:
+        t.flat[:: 3] = ignore
+    return t
+
+
+def scale(*shape: int, dtype: type = F32) -> np.ndarray:
+    return (RNG.random(shape) * 0.05 + 0.01).astype(dtype)
+
+
+@dataclass
+class Case:
+    """One node: ``inputs`` in order (None = omitted); positions in ``consts`` are initializers."""
+
+    id: str
+    op: str
+    inputs: list[np.ndarray | None]
+    attrs: dict = field(default_factory=dict)
+    consts: tuple[int, ...] = ()
+    outputs: int = 1
+    opset: int = 17
+
+
+def C(id: str, op: str, inputs: list, consts: tuple[int, ...] = (), outputs: int = 1, opset: int = 17, **attrs) -> Case:
+    return Case(id, op, inputs, attrs, consts, outputs, opset)
+
+
+def build(case: Case) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    names, graph_inputs, inits, feeds = [], [], [], {}
+    for i, array in enumerate(case.inputs):
+        if array is None:
+            names.append("")
+            continue
+        name = f"in{i}"
+        names.append(name)
+        if i in case.consts:
+            inits.append(numpy_helper.from_array(array, name))
+        else:
+            elem = h.np_dtype_to_tensor_dtype(array.dtype)
+            graph_inputs.append(h.make_tensor_value_info(name, elem, array.shape))
+            feeds[name] = array
+    outs = [f"out{i}" for i in range(case.outputs)]
+    node = h.make_node(case.op, names, outs, **case.attrs)
+    g = h.make_graph([node], "case", graph_inputs, [h.make_empty_tensor_value_info(o) for o in outs], initializer=inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", case.opset)])
+    m.ir_version = 10
+    inferred = onnx.shape_inference.infer_shapes(m)
+    del m.graph.output[:]
+    m.graph.output.extend(inferred.graph.output)
+    return m, feeds
+
+
+def expected(model: onnx.ModelProto, feeds: dict[str, np.ndarray], onnx_reference: bool) -> dict[str, np.ndarray]:
+    names = [o.name for o in model.graph.output]
+    if onnx_reference:
+        return dict(zip(names, ReferenceEvaluator(model).run(None, feeds)))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip(names, sess.run(None, feeds)))
+
+
+def check(model: onnx.ModelProto, feeds: dict[str, np.ndarray], onnx_reference: bool = False) -> None:
+    graph = import_onnx(model, {k: v.shape for k, v in feeds.items()})
+    got = run_graph(graph, feeds)
+    for name, w in expected(model, feeds, onnx_reference).items():
+        g = got[name]
+        assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, g.shape, w.dtype, w.shape)
+        if w.dtype.kind == "f":
+            tol = 1e-2 if w.dtype == np.float16 else 1e-5
+            scale_ = max(1.0, float(np.abs(w.astype(np.float64)).max(initial=0)))
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol * scale_)
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+def nll(id: str, inputs: list, **attrs) -> Case:
+    return Case(id, "NegativeLogLikelihoodLoss", inputs, attrs, opset=13)
+
+
+def sce(id: str, inputs: list, outputs: int = 1, **attrs) -> Case:
+    return Case(id, "SoftmaxCrossEntropyLoss", inputs, attrs, outputs=outputs, opset=13)
+
+
+LOSSES = [
+    nll("nll_2d_none", [rand(4, 5), labels(4, classes=5)], reduction="none"),
+    nll("nll_3d_mean_weight", [rand(2, 5, 3), labels(2, 3, classes=5), rand(5, positive=True)]),
+    nll("nll_3d_sum_ignore", [rand(2, 5, 3), labels(2, 3, classes=5, ignore=1)], reduction="sum", ignore_index=1),
+    nll("nll_4d_mean_negative_ignore", [rand(2, 4, 3, 2), labels(2, 3, 2, classes=4, ignore=-1)], ignore_index=-1),
+    nll("nll_mean_weight_ignore_out_of_range", [rand(3, 4, 5), labels(3, 5, classes=4, ignore=10), rand(4, positive=True)],
+        ignore_index=10),
+    nll("nll_int32_labels", [rand(3, 6), labels(3, classes=6).astype(I32)], reduction="sum"),
+    nll("nll_f16_mean_weight", [rand(2, 5, 4, dtype=F16), labels(2, 4, classes=5), rand(5, dtype=F16, positive=True)]),
+    sce("sce_2d_mean_log_prob", [rand(4, 7), labels(4, classes=7)], outputs=2),
+    sce("sce_3d_sum", [rand(2, 5, 3), labels(2, 3, classes=5)], reduction="sum"),
+    sce("sce_4d_none_weight_ignore", [rand(2, 3, 4, 2), labels(2, 4, 2, classes=3, ignore=2), rand(3, positive=True)],
+        outputs=2, reduction="none", ignore_index=2),
+    sce("sce_mean_ignore_no_weight", [rand(5, 4, 3), labels(5, 3, classes=4, ignore=-5)], ignore_index=-5),
+    sce("sce_f16_mean_log_prob", [rand(3, 6, 2, dtype=F16), labels(3, 2, classes=6)], outputs=2),
+]
+
+# Values half-way between integers test round-half-to-even; large ones test saturation.
+TIES = np.array([[0.5, 1.5, 2.5, -0.5], [-1.5, -2.5, 1000.0, -1000.0]], F32)
+
+QUANT = [
+    C("quantize_uint8_default", "QuantizeLinear", [rand(3, 4), np.array(0.02, F32)], consts=(1,), opset=13),
+    C("quantize_ties_saturate_int8", "QuantizeLinear", [TIES, np.array(1.0, F32), np.array(0, I8)], consts=(1, 2), opset=13),
+    C("quantize_ties_uint8_zp", "QuantizeLinear", [TIES, np.array(1.0, F32), np.array(128, U8)], consts=(1, 2), opset=13),
+    C("quantize_per_axis", "QuantizeLinear", [rand(2, 3, 4), scale(3), ints(3, dtype=I8, low=-10, high=10)], consts=(1, 2),
+      opset=13),
+    C("quantize_per_axis_last", "QuantizeLinear", [rand(2, 3, 4), scale(4), ints(4, dtype=U8, low=100, high=150)],
+      consts=(1, 2), opset=13, axis=-1),
+    C("quantize_runtime_scale", "QuantizeLinear", [rand(3, 5), scale(1), ints(1, dtype=U8)], opset=13),
+    C("quantize_int16", "QuantizeLinear", [rand(4, 6) * 100, np.array(0.001, F32), np.array(-7, I16)], consts=(1, 2),
+      opset=21),
+    C("quantize_uint16", "QuantizeLinear", [rand(4, 6) * 10, np.array(0.0005, F32), np.array(30000, U16)], consts=(1, 2),
+      opset=21),
+    C("quantize_blocked", "QuantizeLinear", [rand(3, 8), scale(3, 2), ints(3, 2, dtype=I8, low=-5, high=5)], consts=(1, 2),
+      opset=21, axis=1, block_size=4),
+    C("quantize_f16", "QuantizeLinear", [rand(4, 8, dtype=F16), np.array(0.03, F16), np.array(5, I8)], consts=(1, 2),
+      opset=21),
+    C("dequantize_uint8", "DequantizeLinear", [ints(3, 4), np.array(0.05, F32), np.array(120, U8)], consts=(1, 2), opset=13),
+    C("dequantize_per_axis", "DequantizeLinear", [ints(2, 3, 4, dtype=I8), scale(3), ints(3, dtype=I8, low=-9, high=9)],
+      consts=(1, 2), opset=13),
+    C("dequantize_int32", "DequantizeLinear", [ints(5, 3, dtype=I32, low=-5000, high=5000), np.array(0.002, F32)],
+      consts=(1,), opset=13),
+    C("dequantize_blocked", "DequantizeLinear", [ints(6, 4, dtype=U8), scale(2, 4), ints(2, 4, dtype=U8)], consts=(1, 2),
+      opset=21, axis=0, block_size=3),
+    C("dequantize_int16_f16_scale", "DequantizeLinear", [ints(4, 5, dtype=I16), np.array(0.01, F16), np.array(-3, I16)],
+      consts=(1, 2), opset=21),
+    C("dequantize_runtime_scale", "DequantizeLinear", [ints(3, 7, dtype=I8), scale(1), ints(1, dtype=I8)], opset=13),
+    C("dynamic_quantize", "DynamicQuantizeLinear", [rand(3, 5)], outputs=3, opset=11),
+    C("dynamic_quantize_positive", "DynamicQuantizeLinear", [rand(4, 4, positive=True)], outputs=3, opset=11),
+]
+
+# onnxruntime's uint8 x int8 kernels on AVX2 add products in pairs in int16, with
+# saturation; the operands of those cases stay small enough that it cannot saturate.
+INTEGER = [
+    C("matmulinteger_u8_i8", "MatMulInteger", [ints(3, 4, high=128), ints(4, 5, dtype=I8, low=-64, high=64),
+                                               np.array(7, U8), np.array(-3, I8)],
+      consts=(2, 3), opset=10),
+    C("matmulinteger_no_zero_points", "MatMulInteger", [ints(4, 8, dtype=I8), ints(8, 3, dtype=I8)], opset=10),
+    C("convinteger_pads", "ConvInteger", [ints(1, 3, 5, 5), ints(4, 3, 3, 3), np.array(100, U8), np.array(3, U8)],
+      consts=(2, 3), opset=10, pads=[1, 1, 1, 1]),
+    C("convinteger_strided_group", "ConvInteger", [ints(2, 4, 7, 6), ints(4, 2, 2, 3)], consts=(1,), opset=10,
+      strides=[2, 1], group=2),
+    C("qlinearmatmul_u8", "QLinearMatMul",
+      [ints(3, 8), np.array(0.02, F32), np.array(120, U8), ints(8, 5), np.array(0.01, F32), np.array(130, U8),
+       np.array(0.3, F32), np.array(128, U8)], consts=(1, 2, 4, 5, 6, 7), opset=10),
+    C("qlinearmatmul_s8_batched", "QLinearMatMul",
+      [ints(2, 3, 8, dtype=I8), np.array(0.03, F32), np.array(-2, I8), ints(8, 4, dtype=I8), np.array(0.02, F32),
+       np.array(0, I8), np.array(0.5, F32), np.array(3, I8)], consts=(1, 2, 4, 5, 6, 7), opset=21),
+    C("qlinearconv_bias", "QLinearConv",
+      [ints(1, 3, 6, 6, high=128), np.array(0.02, F32), np.array(64, U8), ints(4, 3, 3, 3, dtype=I8, low=-64, high=64),
+       np.array(0.01, F32),
+       np.array(0, I8), np.array(0.2, F32), np.array(120, U8), ints(4, dtype=I32, low=-500, high=500)],
+      consts=(1, 2, 4, 5, 6, 7, 8), opset=10, pads=[1, 1, 1, 1]),
+    C("qlinearconv_per_channel", "QLinearConv",
+      [ints(2, 2, 5, 5, dtype=I8), np.array(0.05, F32), np.array(1, I8), ints(3, 2, 2, 2, dtype=I8), scale(3),
+       np.zeros(3, I8), np.array(0.4, F32), np.array(-1, I8)], consts=(1, 2, 4, 5, 6, 7), opset=10, strides=[2, 2]),
+]
+
+
+def rope(id: str, inputs: list, **attrs) -> Case:
+    return Case(id, "RotaryEmbedding", inputs, attrs, opset=23)
+
+
+ROTARY = [
+    rope("rope_4d", [rand(2, 3, 5, 8), rand(2, 5, 4), rand(2, 5, 4)]),
+    rope("rope_4d_interleaved_positions", [rand(2, 3, 5, 8), rand(10, 4), rand(10, 4), ints(2, 5, dtype=I64, low=0, high=10)],
+         interleaved=1),
+    rope("rope_3d_heads_positions", [rand(2, 4, 24), rand(9, 3), rand(9, 3), ints(2, 4, dtype=I64, low=0, high=9)],
+         num_heads=4),
+    rope("rope_3d_partial_interleaved", [rand(1, 6, 32), rand(1, 6, 2), rand(1, 6, 2)], num_heads=2,
+         rotary_embedding_dim=4, interleaved=1),
+    rope("rope_4d_partial", [rand(1, 2, 3, 16), rand(1, 3, 4), rand(1, 3, 4)], rotary_embedding_dim=8),
+    rope("rope_f16", [rand(1, 2, 4, 8, dtype=F16), rand(1, 4, 4, dtype=F16), rand(1, 4, 4, dtype=F16)]),
+]
+
+OTHER = [
+    C("lrn_default", "LRN", [rand(2, 5, 3, 3)], size=3),
+    C("lrn_f16", "LRN", [rand(1, 6, 3, 3, dtype=F16)], size=5, alpha=0.1),
+    C("cumprod_axis1", "CumProd", [rand(3, 5), np.array(1, I64)], consts=(1,), opset=26),
+    C("cumprod_exclusive_reverse", "CumProd", [rand(2, 4, 3), np.array(-2, I64)], consts=(1,), opset=26,
+      exclusive=1, reverse=1),
+    C("cumprod_int32", "CumProd", [ints(4, 3, dtype=I32, low=-3, high=4), np.array(0, I32)], consts=(1,), opset=26),
+]
+
+SWIGLU = [
+    C("swiglu", "SwiGLU", [rand(3, 8), rand(3, 8)], opset=28),
+    C("swiglu_alpha", "SwiGLU", [rand(2, 3, 4), rand(2, 3, 4)], opset=28, alpha=1.702),
+    C("swiglu_f16", "SwiGLU", [rand(4, 6, dtype=F16), rand(4, 6, dtype=F16)], opset=28),
+]
+
+
+@pytest.mark.parametrize("case", LOSSES + QUANT + INTEGER + ROTARY + OTHER, ids=lambda c: c.id)
+def test_against_onnxruntime(case: Case) -> None:
+    check(*build(case))
+
+
+@pytest.mark.parametrize("case", SWIGLU, ids=lambda c: c.id)
+def test_against_onnx_reference(case: Case) -> None:
+    check(*build(case), onnx_reference=True)
+
+
+def run(case: Case) -> list[np.ndarray]:
+    model, feeds = build(case)
+    got = run_graph(import_onnx(model, {k: v.shape for k, v in feeds.items()}), feeds)
+    return [got[o.name] for o in model.graph.output]
+
+
+def test_matmulinteger_per_row_and_column_zero_points() -> None:
+    """A vector zero point of A applies to its rows, one of B to its columns (onnxruntime
+    takes only scalars, so numpy is the oracle)."""
+    a, c, za, zc = ints(2, 3, 6), ints(6, 4), ints(3), ints(4)
+    (got,) = run(C("mmi_rows", "MatMulInteger", [a, c, za, zc], consts=(2, 3), opset=10))
+    want = (a.astype(I32) - za.astype(I32)[:, None]) @ (c.astype(I32) - zc.astype(I32))
+    np.testing.assert_array_equal(got, want)
+
+
+def test_lrn_even_size() -> None:
+    """An even window reaches one channel further up than down (onnxruntime takes odd
+    sizes only, so the spec's formula is the oracle)."""
+    x, size, alpha, beta, bias = rand(1, 7, 4, 2), 4, 0.01, 0.6, 2.0
+    (got,) = run(C("lrn_even", "LRN", [x], size=size, alpha=alpha, beta=beta, bias=bias))
+    squares = np.zeros_like(x)
+    for c in range(x.shape[1]):
+        lo, hi = max(0, c - (size - 1) // 2), min(x.shape[1], c + size // 2 + 1)
+        squares[:, c] = (x[:, lo:hi] ** 2).sum(axis=1)
+    np.testing.assert_allclose(got, x / (bias + alpha / size * squares) ** beta, rtol=1e-5, atol=1e-6)
+
+
+def test_integer_matmul_accumulates_in_int32() -> None:
+    """The contraction itself is an int32 MatMul, not a float one."""
+    model, feeds = build(INTEGER[0])
+    graph = import_onnx(model, {k: v.shape for k, v in feeds.items()})
+    (mm,) = [n for n in graph.nodes if n.op.kind is Kind.CONTRACT]
+    assert all(str(v.type.dtype) == "int32" for v in mm.inputs)
+
+
+def test_lrn_is_one_window_reduction() -> None:
+    """LRN's channel sum is a single WindowReduce, with no transposes around it."""
+    model, feeds = build(OTHER[0])
+    graph = import_onnx(model, {k: v.shape for k, v in feeds.items()})
+    kinds = [n.op.kind for n in graph.nodes]
+    assert kinds.count(Kind.REDUCE) == 1 and Kind.INDEX not in kinds
