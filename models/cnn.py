@@ -94,7 +94,8 @@ def make_divisible(v: float, divisor: int = 8) -> int:
 
 
 class InvertedResidual(nn.Module):
-    """Expand 1x1 (ReLU6) -> depthwise 3x3 (ReLU6) -> linear 1x1 project; residual if shapes match."""
+    """Expand 1x1 (ReLU6) -> depthwise 3x3 (ReLU6) -> linear 1x1 projection, with a
+    residual add when the shapes match."""
 
     def __init__(self, c_in: int, c_out: int, stride: int, expand: int) -> None:
         super().__init__()
@@ -188,7 +189,7 @@ class MLP(nn.Module):
         return torch.softmax(self.net(x), dim=-1)
 
 
-# --------------------------------------------------------------------------- configs
+# --------------------------------------------------------------------------- construction
 
 
 def randomize_norms(module: nn.Module) -> None:

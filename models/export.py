@@ -94,7 +94,7 @@ def export_torchscript(module: torch.nn.Module, args: tuple[torch.Tensor, ...],
 
 
 def run_ort(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    """Run ``model`` once in onnxruntime on CPU, single-threaded-safe defaults."""
+    """Run ``model`` once in onnxruntime on the CPU provider, warnings silenced."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()

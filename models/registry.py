@@ -24,9 +24,9 @@ import onnx
 from . import catalog, edge
 from .spec import DTYPES, META_PREFIX, META_RANGES, META_SHAPES, ModelSpec, set_metadata
 
-# The highest IR version written. onnx 1.23 writes IR 12 by default; onnxruntime 1.32
-# reads it, but older runtimes (and the GPU machine's) stop at IR 10, which covers
-# every opset the zoo uses (up to 20).
+# The highest IR version written. onnx.helper stamps its newest IR (onnx 1.23: see
+# onnx.IR_VERSION); onnxruntime 1.32 reads that, but older runtimes reject IR above 10,
+# and IR 10 covers every opset the zoo uses (up to 20).
 MAX_IR_VERSION = 10
 # Bump to invalidate every cached model (e.g. when finalize() changes).
 ZOO_FORMAT = 1

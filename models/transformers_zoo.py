@@ -20,9 +20,9 @@ import torch
 import transformers
 from torch import nn
 
+from .catalog import TRANSFORMER_OUTPUTS, TRANSFORMERS
 from .export import (DYNAMO_OPSET, LEGACY_OPSET, assert_matches_torch, export_dynamo,
                      export_torchscript, quiet, tolerance, torch_dtype)
-from .catalog import TRANSFORMER_OUTPUTS, TRANSFORMERS
 from .spec import META_ERROR, set_metadata
 
 SEED = 0
@@ -44,7 +44,8 @@ class TextWrapper(nn.Module):
         self.model = model
         self.outputs = outputs
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(self, input_ids: torch.Tensor,
+                attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
         return tuple(out[k] for k in self.outputs)
 

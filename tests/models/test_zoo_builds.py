@@ -23,7 +23,8 @@ from models.registry import MAX_IR_VERSION
 
 ZOO = models.ZOO
 RUNNABLE = [n for n, s in ZOO.items() if s.runs_in_ort]
-TRANSFORMERS = [n for n, s in ZOO.items() if s.family == "transformer" and not n.endswith("-legacy")]
+TRANSFORMERS = [n for n, s in ZOO.items()
+                if s.family == "transformer" and not n.endswith("-legacy")]
 FLOAT_TYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16"}
 
 EXPECTED_NAMES = {

@@ -110,17 +110,14 @@ def _check_quantized(ctx: NodeContext, what: str, dtype: DType, allowed: Sequenc
 
 # -- QuantizeLinear / DequantizeLinear ----------------------------------------------------
 def _division_dtype(x: Value, scale: Value, precision: DType | None) -> DType:
-    """The dtype ``x / scale`` is computed in: ``precision`` if given, else the wider of
-    the two float types (numpy's promotion, which the spec's reference follows)."""
+    """The dtype ``x / scale`` is computed in: ``precision`` when the node states it,
+    else float32 (float64 if either operand is), as onnxruntime does also for half
+    floats, so a half-float quotient is not rounded to half before it is rounded to
+    an integer."""
     if precision is not None:
         return precision if precision.is_float else DType.FLOAT32
-    floats = [t for t in (x.type.dtype, scale.type.dtype) if t.is_float]
-    if not floats:
-        return DType.FLOAT32
-    if len(floats) == 2 and floats[0] is not floats[1]:
-        both = set(floats)
-        return DType.FLOAT64 if DType.FLOAT64 in both else DType.FLOAT32
-    return floats[0]
+    wide = DType.FLOAT64 in (x.type.dtype, scale.type.dtype)
+    return DType.FLOAT64 if wide else DType.FLOAT32
 
 
 @converter("QuantizeLinear", since=10)
@@ -252,10 +249,10 @@ def conv_integer(ctx: NodeContext) -> Value:
 
 
 def _output_scale(b: Builder, product: Value, y_scale: Value) -> Value:
-    """``product / y_scale`` as float32, the factor that takes the int32 accumulator to
-    the output's quantized units. It is computed in the scales' own type (as the
-    spec's reference does) and only then widened."""
-    return b.cast(b.map(F.DIV, product, b.cast(y_scale, product.type.dtype)), DType.FLOAT32)
+    """``product / y_scale`` in float32: the factor that takes the int32 accumulator to
+    the output's quantized units. Half-float scales are widened first, as onnxruntime
+    does, so the factor is not rounded to half."""
+    return b.map(F.DIV, product, b.cast(y_scale, DType.FLOAT32))
 
 
 def _check_scales(ctx: NodeContext, *scales: Value) -> None:
@@ -278,7 +275,7 @@ def qlinear_matmul(ctx: NodeContext) -> Value:
     acc = matmul_nd(b, to_int32(b, a, row_param(b, a_zero, a)), to_int32(b, c, c_zero))
     a_scale = row_param(b, a_scale, a)
     assert a_scale is not None
-    product = b.map(F.MUL, a_scale, b.cast(c_scale, a_scale.type.dtype))
+    product = b.map(F.MUL, b.cast(a_scale, DType.FLOAT32), b.cast(c_scale, DType.FLOAT32))
     y = b.map(F.MUL, b.cast(acc, DType.FLOAT32), _output_scale(b, product, y_scale))
     return requantize(b, y, y_zero, y_zero.type.dtype)
 
@@ -297,6 +294,6 @@ def qlinear_conv(ctx: NodeContext) -> Value:
     acc = add_channel_bias(b, _conv_int32(ctx, x, w, x_zero, w_zero), ctx.optional_input(8))
     channel_scale = channel_param(b, w_scale, acc.type.rank - 1)
     assert channel_scale is not None
-    product = b.map(F.MUL, b.cast(as_scalar(b, x_scale), w_scale.type.dtype), channel_scale)
+    product = b.map(F.MUL, b.cast(as_scalar(b, x_scale), DType.FLOAT32), b.cast(channel_scale, DType.FLOAT32))
     y = b.map(F.MUL, b.cast(acc, DType.FLOAT32), _output_scale(b, product, y_scale))
     return requantize(b, y, as_scalar(b, y_zero), y_zero.type.dtype)
