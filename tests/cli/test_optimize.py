@@ -1,0 +1,34 @@
+"""`tilefuse optimize --dry-run` as a user runs it."""
+import json
+from pathlib import Path
+
+from tilefuse.cli.main import main
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "bert-tiny.onnx"
+
+
+def test_dry_run_summary_json_and_explain(tmp_path, capsys):
+    out = tmp_path / "s.json"
+    code = main(["optimize", str(EXAMPLE), "--shape", "batch=2", "--shape", "seq=16", "--dry-run",
+                 "--target", "cuda:sm_90a", "--summary-json", str(out), "--explain"])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "99 ONNX nodes" in text and "kernels" in text and "why neighbouring kernels stayed apart" in text
+    s = json.loads(out.read_text())
+    assert s["kernels"] == len(s["groups"]) == 12 and s["onnx_nodes"] == 99
+    assert s["fused_bytes"] < s["unfused_bytes"]
+    g = s["groups"][2]
+    for key in ("id", "primitives", "onnx_nodes", "anchor_kind", "flops", "bytes_in", "bytes_out",
+                "estimated_seconds", "bound"):
+        assert key in g
+    assert g["bound"] in ("memory", "compute")
+
+
+def test_without_dry_run_says_plans_are_not_built(capsys):
+    assert main(["optimize", str(EXAMPLE), "--shape", "batch=1", "--shape", "seq=8"]) == 2
+    assert "use --dry-run" in capsys.readouterr().err
+
+
+def test_unknown_target(capsys):
+    assert main(["optimize", str(EXAMPLE), "--dry-run", "--target", "tpu"]) == 2
+    assert "unknown target" in capsys.readouterr().err

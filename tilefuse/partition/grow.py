@@ -1,0 +1,335 @@
+"""Growing fusion groups: anchors first, then epilogues, prologues and leftovers.
+
+The analysis (kinds, rules, costs) is elsewhere; this module decides which neighbouring
+groups merge, in a fixed, deterministic order:
+
+1. attention chains (contraction, row-wise ops, contraction) as whole regions;
+2. sibling contractions on one activation (Q, K, V projections) into one wide GEMM;
+3. epilogues: consumers of contraction groups (bias, activation, residual, row norm);
+4. leftovers: elementwise, index and reduction neighbours with each other;
+5. prologues: elementwise groups whose only consumer is a contraction group (casts,
+   scaling, transposes of an operand);
+6. a final sweep over all neighbours, so that every pair left apart has a reason.
+
+Every merge must keep the group convex, pass the structural rules, fit the size cap,
+and not cost more than the two kernels apart (recomputation counted).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from tilefuse.ir.graph import Graph, Node
+from tilefuse.partition.cost import Cost, kernel_cost
+from tilefuse.partition.kinds import FusionKind, fusion_kind
+from tilefuse.partition.rules import siblings, structure_problem
+from tilefuse.target import Target
+
+
+class _Group:
+    __slots__ = ("id", "nodes", "lo", "hi", "kind")
+
+    def __init__(self, id: int, node: Node, pos: int) -> None:
+        self.id = id
+        self.nodes = [node]
+        self.lo = self.hi = pos
+        self.kind = fusion_kind(node)
+
+
+class Grower:
+    def __init__(self, graph: Graph, target: Target) -> None:
+        self.graph = graph
+        self.target = target
+        self.pos = {id(n): i for i, n in enumerate(graph.nodes)}
+        self.owner: dict[int, _Group] = {}
+        for i, n in enumerate(graph.nodes):
+            self.owner[id(n)] = _Group(i, n, i)
+        self.graph_outputs = {id(v) for v in graph.outputs.values()}
+
+    # -- the group DAG ---------------------------------------------------------------
+    def groups(self) -> list[_Group]:
+        seen: dict[int, _Group] = {}
+        for n in self.graph.nodes:
+            g = self.owner[id(n)]
+            seen.setdefault(g.id, g)
+        return list(seen.values())
+
+    def consumers(self, g: _Group) -> list[_Group]:
+        out: dict[int, _Group] = {}
+        for n in g.nodes:
+            for v in n.outputs:
+                for u in v.users:
+                    h = self.owner[id(u)]
+                    if h is not g:
+                        out.setdefault(h.id, h)
+        return sorted(out.values(), key=lambda h: h.lo)
+
+    def producers(self, g: _Group) -> list[_Group]:
+        out: dict[int, _Group] = {}
+        for n in g.nodes:
+            for v in n.inputs:
+                if v.producer is not None:
+                    h = self.owner[id(v.producer)]
+                    if h is not g:
+                        out.setdefault(h.id, h)
+        return sorted(out.values(), key=lambda h: -h.hi)
+
+    def _path_via_other(self, src: _Group, dst: _Group) -> bool:
+        """Is there a path src -> X -> ... -> dst through some group X != dst?"""
+        stack = [h for h in self.consumers(src) if h is not dst and h.lo <= dst.hi]
+        seen = {h.id for h in stack}
+        while stack:
+            h = stack.pop()
+            for k in self.consumers(h):
+                if k is dst:
+                    return True
+                if k.id not in seen and k.lo <= dst.hi:
+                    seen.add(k.id)
+                    stack.append(k)
+        return False
+
+    # -- costs ------------------------------------------------------------------------
+    def outputs_of(self, nodes: Iterable[Node]) -> list:
+        members = {id(n) for n in nodes}
+        return [
+            v
+            for n in nodes
+            for v in n.outputs
+            if id(v) in self.graph_outputs or any(id(u) not in members for u in v.users)
+        ]
+
+    def cost(self, nodes: list[Node]) -> Cost:
+        base = kernel_cost(nodes, self.outputs_of(nodes))
+        return base + Cost(flops=self._recompute_flops(nodes))
+
+    def _recompute_flops(self, nodes: list[Node]) -> int:
+        """Elementwise work feeding a contraction operand is redone once per tile of the
+        other operand: an A-side prologue N/tile times, a B-side one M/tile times."""
+        members = {id(n) for n in nodes}
+        extra = 0
+        for c in nodes:
+            if fusion_kind(c) is not FusionKind.CONTRACTION:
+                continue
+            out = c.outputs[0].type.shape
+            for side, operand in enumerate(c.inputs):
+                p = operand.producer
+                if p is None or id(p) not in members:
+                    continue
+                other = out[-1] if side == 0 else out[-2] if len(out) >= 2 else 1
+                tiles = max(1, -(-other // 128))
+                extra += (tiles - 1) * sum(
+                    n.op.flops([v.type for v in n.inputs], [v.type for v in n.outputs]) for n in _prologue(p, members)
+                )
+        return extra
+
+    # -- merging ---------------------------------------------------------------------
+    def why_not(self, a: _Group, b: _Group) -> str | None:
+        if a is b:
+            return None
+        if FusionKind.OPAQUE in (a.kind, b.kind):
+            return "opaque op runs alone"
+        if len(a.nodes) + len(b.nodes) > self.target.max_group_nodes:
+            return f"group size cap ({self.target.max_group_nodes} primitives)"
+        if self._path_via_other(a, b) or self._path_via_other(b, a):
+            return "would create a cycle"
+        merged = sorted(a.nodes + b.nodes, key=lambda n: self.pos[id(n)])
+        problem = structure_problem(merged, self.target)
+        if problem:
+            return problem
+        t = self.target
+        if self.cost(merged).seconds(t) > self.cost(a.nodes).seconds(t) + self.cost(b.nodes).seconds(t):
+            return "no modelled gain (recomputation outweighs the saved traffic)"
+        return None
+
+    def merge(self, a: _Group, b: _Group) -> _Group:
+        if len(a.nodes) < len(b.nodes):
+            a, b = b, a
+        a.nodes = sorted(a.nodes + b.nodes, key=lambda n: self.pos[id(n)])
+        a.lo, a.hi = min(a.lo, b.lo), max(a.hi, b.hi)
+        a.kind = max(a.kind, b.kind)
+        a.id = min(a.id, b.id)
+        for n in b.nodes:
+            self.owner[id(n)] = a
+        return a
+
+    def try_merge(self, a: _Group, b: _Group) -> _Group | None:
+        return None if self.why_not(a, b) else self.merge(a, b)
+
+    def convex(self, nodes: list[Node]) -> bool:
+        """No path leaves ``nodes`` and comes back (walked on the node graph; a node
+        after the last member in graph order cannot lead back)."""
+        members = {id(n) for n in nodes}
+        frontier = [u for n in nodes for v in n.outputs for u in v.users if id(u) not in members]
+        limit = max(self.pos[id(n)] for n in nodes)
+        seen: set[int] = set()
+        while frontier:
+            u = frontier.pop()
+            if id(u) in seen or self.pos[id(u)] > limit:
+                continue
+            seen.add(id(u))
+            for v in u.outputs:
+                for w in v.users:
+                    if id(w) in members:
+                        return False
+                    frontier.append(w)
+        return True
+
+    def try_merge_region(self, nodes: list[Node]) -> bool:
+        """Merge the groups of ``nodes`` at once if the result is legal."""
+        groups = list({id(self.owner[id(n)]): self.owner[id(n)] for n in nodes}.values())
+        members = [n for g in groups for n in g.nodes]
+        if len(members) > self.target.max_group_nodes or structure_problem(
+            sorted(members, key=lambda n: self.pos[id(n)]), self.target
+        ):
+            return False
+        if not self.convex(members):
+            return False
+        g = groups[0]
+        for h in groups[1:]:
+            g = self.merge(g, h)
+        return True
+
+
+def _prologue(start: Node, members: set[int]) -> list[Node]:
+    """The elementwise/index producers of a contraction operand inside a group."""
+    out, stack, seen = [], [start], set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen or fusion_kind(n) > FusionKind.ELEMENTWISE:
+            continue
+        seen.add(id(n))
+        out.append(n)
+        stack += [v.producer for v in n.inputs if v.producer is not None and id(v.producer) in members]
+    return out
+
+
+def grow(graph: Graph, target: Target) -> Grower:
+    """Run the phases; the Grower holds the final groups."""
+    g = Grower(graph, target)
+    _attention_regions(g)
+    _sibling_contractions(g)
+    _epilogues(g)
+    _leftovers(g)
+    _prologues(g)
+    _final_sweep(g)
+    return g
+
+
+def _attention_regions(g: Grower) -> None:
+    """For each product whose left operand comes, through row-wise ops only, from another
+    product, merge everything between the two: QK^T, scale, mask, softmax, PV."""
+    for c2 in g.graph.nodes:
+        if fusion_kind(c2) is not FusionKind.CONTRACTION or c2.inputs[0].producer is None:
+            continue
+        region, c1 = _between_contraction(c2)
+        if c1 is not None:
+            g.try_merge_region(region)
+
+
+def _between_contraction(c2: Node) -> tuple[list[Node], Node | None]:
+    """Walk back from c2's left operand through non-contraction ops to one contraction."""
+    region: dict[int, Node] = {id(c2): c2}
+    stack = [c2.inputs[0].producer]
+    found: Node | None = None
+    while stack:
+        n = stack.pop()
+        if n is None or id(n) in region:
+            continue
+        kind = fusion_kind(n)
+        if kind is FusionKind.OPAQUE:
+            return [], None
+        if kind is FusionKind.CONTRACTION:
+            if found is not None and found is not n:
+                return [], None
+            found = n
+            region[id(n)] = n
+            continue
+        region[id(n)] = n
+        for v in n.inputs:
+            if v.producer is not None and not v.is_constant:
+                # Only follow values on the path from c1: stop at values that do not
+                # depend on a contraction (masks, scales) - they stay outside.
+                if _depends_on_contraction(v.producer, limit=64):
+                    stack.append(v.producer)
+    return list(region.values()), found
+
+
+def _depends_on_contraction(n: Node, limit: int) -> bool:
+    stack, seen = [n], 0
+    while stack and seen < limit:
+        m = stack.pop()
+        seen += 1
+        kind = fusion_kind(m)
+        if kind is FusionKind.CONTRACTION:
+            return True
+        if kind is FusionKind.OPAQUE:
+            continue
+        stack += [v.producer for v in m.inputs if v.producer is not None]
+    return False
+
+
+def _sibling_contractions(g: Grower) -> None:
+    by_input: dict[int, list[Node]] = {}
+    for n in g.graph.nodes:
+        if fusion_kind(n) is FusionKind.CONTRACTION and n.inputs[1].is_constant:
+            by_input.setdefault(id(n.inputs[0]), []).append(n)
+    for group in by_input.values():
+        if len(group) > 1 and siblings(group):
+            first = g.owner[id(group[0])]
+            for other in group[1:]:
+                first = g.try_merge(first, g.owner[id(other)]) or first
+
+
+def _until_stable(step) -> None:
+    while step():
+        pass
+
+
+def _epilogues(g: Grower) -> None:
+    def step() -> bool:
+        changed = False
+        for grp in g.groups():
+            if grp.kind is not FusionKind.CONTRACTION:
+                continue
+            for c in g.consumers(grp):
+                if c.kind < FusionKind.CONTRACTION and g.owner[id(c.nodes[0])] is c:
+                    if g.try_merge(g.owner[id(grp.nodes[0])], c):
+                        changed = True
+        return changed
+
+    _until_stable(step)
+
+
+def _prologues(g: Grower) -> None:
+    for grp in g.groups():
+        if grp.kind is not FusionKind.CONTRACTION:
+            continue
+        for p in g.producers(grp):
+            if p.kind <= FusionKind.ELEMENTWISE and all(c is grp for c in g.consumers(p)):
+                g.try_merge(g.owner[id(grp.nodes[0])], p)
+
+
+def _leftovers(g: Grower) -> None:
+    def step() -> bool:
+        changed = False
+        for grp in g.groups():
+            if grp.kind >= FusionKind.CONTRACTION or g.owner[id(grp.nodes[0])] is not grp:
+                continue
+            for c in g.consumers(grp) + g.producers(grp):
+                if c.kind < FusionKind.CONTRACTION and g.owner[id(c.nodes[0])] is c:
+                    cur = g.owner[id(grp.nodes[0])]
+                    if cur is not c and g.try_merge(cur, c):
+                        changed = True
+        return changed
+
+    _until_stable(step)
+
+
+def _final_sweep(g: Grower) -> None:
+    def step() -> bool:
+        for grp in g.groups():
+            for c in g.consumers(grp):
+                if g.try_merge(grp, c):
+                    return True
+        return False
+
+    _until_stable(step)

@@ -1,0 +1,143 @@
+"""What one tile-level kernel can compute: the structural fusion rules.
+
+``structure_problem(nodes, target)`` says why a set of primitives cannot be one kernel,
+or returns None. The rules follow from how kernels are tiled, not from op names:
+
+- elementwise and index primitives fit anywhere (they become per-element code and
+  addressing);
+- reductions in one kernel must share their rows (same row count and extent);
+- a contraction's epilogue may hold a row reduction when a tile can hold whole output
+  rows on chip (a norm after a projection);
+- two contractions fit together when they are siblings reading one activation with
+  constant weights (one wider GEMM), or an attention chain: the first's output reaches
+  the second only through row-wise ops along its columns (online softmax, flash-style);
+- pooling is tiled by windows and joins only elementwise neighbours; opaque primitives
+  are always alone.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from tilefuse.ir.graph import Node
+from tilefuse.ir.prims import ArgReduce, MatMul, Reduce
+from tilefuse.partition.kinds import FusionKind, fusion_kind, is_window
+from tilefuse.target import Target
+
+
+def row_signature(node: Node) -> tuple[int, int]:
+    """(rows, extent) of a reduction: how many results, over how many elements each."""
+    shape = node.inputs[0].type.shape
+    if isinstance(node.op, Reduce):
+        axes = node.op.axes
+    elif isinstance(node.op, ArgReduce):
+        axes = (node.op.axis,)
+    else:
+        raise TypeError(f"{node.op} has no row signature")
+    extent = math.prod(shape[a] for a in axes)
+    return math.prod(shape) // max(extent, 1), extent
+
+
+def contraction_rows(node: Node) -> tuple[int, int]:
+    """(M rows, N columns) of a matrix product's output, batch folded into rows."""
+    out = node.outputs[0].type.shape
+    return math.prod(out[:-1]), out[-1]
+
+
+def depends_within(later: Node, earlier: Node, members: set[int]) -> bool:
+    """True if ``later`` reads (transitively, inside ``members``) an output of ``earlier``."""
+    stack, seen = [later], set()
+    while stack:
+        n = stack.pop()
+        for v in n.inputs:
+            p = v.producer
+            if p is None or id(p) not in members or id(p) in seen:
+                continue
+            if p is earlier:
+                return True
+            seen.add(id(p))
+            stack.append(p)
+    return False
+
+
+def structure_problem(nodes: Sequence[Node], target: Target) -> str | None:
+    kinds = [fusion_kind(n) for n in nodes]
+    if FusionKind.OPAQUE in kinds and len(nodes) > 1:
+        return "opaque op runs alone"
+    contractions = [n for n, k in zip(nodes, kinds) if k is FusionKind.CONTRACTION]
+    reductions = [n for n, k in zip(nodes, kinds) if k is FusionKind.REDUCE]
+    windows = [n for n in reductions if is_window(n)]
+    if windows and (contractions or len(reductions) > 1):
+        return "pooling is tiled by windows; it fuses only with elementwise ops"
+    rows = {row_signature(r) for r in reductions if not is_window(r)}
+    if len(rows) > 1:
+        (r1, e1), (r2, e2) = sorted(rows)[:2]
+        return f"reductions over different rows ({r1}x{e1} vs {r2}x{e2})"
+    members = {id(n) for n in nodes}
+    if len(contractions) > 1:
+        if siblings(contractions):
+            return "sibling contractions cannot share a reduction epilogue" if reductions else None
+        return attention_problem(contractions, reductions, members, target)
+    if contractions and reductions:
+        return row_epilogue_problem(contractions[0], reductions, members, target)
+    return None
+
+
+def siblings(contractions: Sequence[Node]) -> bool:
+    """Matrix products of one activation by constant weights with one K: one wide GEMM."""
+    first = contractions[0]
+    return all(
+        isinstance(c.op, MatMul)
+        and c.inputs[0] is first.inputs[0]
+        and c.inputs[1].is_constant
+        and c.inputs[1].type.rank == 2
+        and c.inputs[1].type.shape[0] == first.inputs[1].type.shape[0]
+        for c in contractions
+    )
+
+
+def row_epilogue_problem(c: Node, reductions: Sequence[Node], members: set[int], target: Target) -> str | None:
+    if not isinstance(c.op, MatMul):
+        return "a reduction after a convolution needs whole channel rows"
+    m, n = contraction_rows(c)
+    for r in reductions:
+        if not depends_within(r, c, members):
+            return "a reduction feeding a contraction needs whole rows before the product"
+        if row_signature(r) != (m, n):
+            return f"the reduction's rows {row_signature(r)} are not the product's output rows {(m, n)}"
+    need = target.row_epilogue_bytes(n)
+    if need > target.onchip_bytes:
+        return f"needs {need // 1024} KB on chip for whole rows of {n} > {target.onchip_bytes // 1024} KB"
+    return None
+
+
+def attention_problem(
+    contractions: Sequence[Node], reductions: Sequence[Node], members: set[int], target: Target
+) -> str | None:
+    if len(contractions) != 2 or not all(isinstance(c.op, MatMul) for c in contractions):
+        return "more than one contraction, and not an attention chain"
+    c1, c2 = contractions
+    if not depends_within(c2, c1, members):
+        c1, c2 = c2, c1
+    if not depends_within(c2, c1, members):
+        return "two independent contractions on different inputs"
+    p, v = c2.inputs
+    v_from_c1 = v.producer is not None and id(v.producer) in members and (
+        v.producer is c1 or depends_within(v.producer, c1, members)
+    )
+    if p.producer is None or id(p.producer) not in members or v_from_c1:
+        return "the second product must take the first's row-wise result as its left operand"
+    if c1.inputs[1].is_constant or c2.inputs[1].is_constant:
+        return "a chain of products with weights does not stream (attention multiplies activations)"
+    m, n = contraction_rows(c1)
+    if not reductions:
+        return "two chained products fuse only through a row softmax (flash-style)"
+    if c2.inputs[0].type.shape[-1] != n:
+        return "the second product does not reduce over the first's columns"
+    for r in reductions:
+        if row_signature(r) != (m, n):
+            return f"attention's row ops must reduce the score rows {(m, n)}, not {row_signature(r)}"
+    head = max(c1.inputs[0].type.shape[-1], c2.outputs[0].type.shape[-1])
+    if head > target.max_attention_head_dim:
+        return f"head dim {head} > {target.max_attention_head_dim} kept on chip"
+    return None

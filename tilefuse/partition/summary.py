@@ -1,0 +1,82 @@
+"""The partition as data for people: the summary JSON and the terminal table."""
+from __future__ import annotations
+
+from tilefuse.partition.cost import unfused_cost
+from tilefuse.partition.model import FusedGroup, Partition
+
+
+def group_summary(g: FusedGroup, p: Partition) -> dict[str, object]:
+    t = p.target
+    anchor = g.anchor
+    return {
+        "id": g.id,
+        "name": g.name,
+        "anchor_kind": str(g.kind),
+        "anchor": anchor.op.name if anchor is not None else None,
+        "primitives": [n.op.name for n in g.nodes],
+        "primitive_nodes": [n.name for n in g.nodes],
+        "onnx_nodes": g.onnx_nodes,
+        "flops": g.cost.flops,
+        "bytes_in": g.cost.bytes_in,
+        "bytes_out": g.cost.bytes_out,
+        "estimated_seconds": g.cost.seconds(t),
+        "bound": g.cost.bound(t),
+        "inputs": [v.name for v in g.inputs if not v.is_constant],
+        "outputs": [v.name for v in g.outputs],
+    }
+
+
+def summarize_partition(p: Partition, onnx_nodes: int) -> dict[str, object]:
+    unfused = unfused_cost(p.graph.nodes)
+    fused_bytes = sum(g.cost.bytes for g in p.groups)
+    return {
+        "target": p.target.name,
+        "onnx_nodes": onnx_nodes,
+        "primitives": len(p.graph.nodes),
+        "kernels": len(p.groups),
+        "opaque_kernels": sum(1 for g in p.groups if str(g.kind) == "opaque"),
+        "unfused_bytes": unfused.bytes,
+        "fused_bytes": fused_bytes,
+        "unfused_estimated_seconds": unfused.seconds(p.target),
+        "fused_estimated_seconds": sum(g.cost.seconds(p.target) for g in p.groups),
+        "flops": sum(g.cost.flops for g in p.groups),
+        "groups": [group_summary(g, p) for g in p.groups],
+        "refusals": [
+            {"a": r.group_a, "b": r.group_b, "node_a": r.node_a, "node_b": r.node_b, "reason": r.reason}
+            for r in p.refusals
+        ],
+    }
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024:
+            return f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def format_summary(s: dict[str, object], top: int = 10) -> str:
+    groups: list[dict] = s["groups"]  # type: ignore[assignment]
+    ratio = s["fused_bytes"] / max(1, s["unfused_bytes"])  # type: ignore[operator]
+    lines = [
+        f"target {s['target']}: {s['onnx_nodes']} ONNX nodes -> {s['primitives']} primitives -> {s['kernels']} kernels"
+        + (f" ({s['opaque_kernels']} opaque)" if s["opaque_kernels"] else ""),
+        f"memory traffic: {_human_bytes(s['unfused_bytes'])} unfused -> {_human_bytes(s['fused_bytes'])} fused ({ratio:.0%})",  # type: ignore[arg-type]
+        f"estimated time: {s['unfused_estimated_seconds'] * 1e6:.1f} us unfused -> {s['fused_estimated_seconds'] * 1e6:.1f} us fused",  # type: ignore[operator]
+        f"top kernels by estimated time:",
+        f"  {'id':>4}  {'kernel':<36} {'prims':>5} {'time us':>9}  bound    bytes",
+    ]
+    for g in sorted(groups, key=lambda g: -g["estimated_seconds"])[:top]:
+        lines.append(
+            f"  {g['id']:>4}  {g['name'][:36]:<36} {len(g['primitives']):>5} {g['estimated_seconds'] * 1e6:>9.2f}  "
+            f"{g['bound']:<8} {_human_bytes(g['bytes_in'] + g['bytes_out'])}"
+        )
+    return "\n".join(lines)
+
+
+def format_explain(p: Partition) -> str:
+    lines = [f"why neighbouring kernels stayed apart ({len(p.refusals)} pairs):"]
+    for r in p.refusals:
+        lines.append(f"  k{r.group_a} -> k{r.group_b} ({r.node_a} -> {r.node_b}): {r.reason}")
+    return "\n".join(lines)

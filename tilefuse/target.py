@@ -1,0 +1,76 @@
+"""Targets as data: what a backend renders natively, its limits and its rates.
+
+Every number the cost model and the lowering use lives here, with its source. No pass
+asks "is this CUDA?"; it reads a field of the Target it was given.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilefuse.errors import TilefuseError
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str
+    cores: int  # SMs on a GPU, cores on a CPU
+    onchip_bytes: int  # shared memory one tile may use (GPU: per block) / L2 per core (CPU)
+    registers_per_core: int  # 32-bit registers per SM (GPU); 0 where not modelled
+    last_level_cache: int  # bytes
+    dram_bandwidth: float  # bytes/s, measured
+    matrix_flops: float  # FLOP/s of dense fp16/bf16 matrix products
+    vector_flops: float  # FLOP/s of fp32 elementwise and fp32 matrix products
+    launch_seconds: float  # cost of one kernel launch
+    row_tile: int  # rows of a contraction tile when an epilogue needs whole rows
+    max_attention_head_dim: int  # largest head dim a flash-style tile keeps on chip
+    max_group_nodes: int = 512  # cap that keeps pathological graphs tractable
+
+    def row_epilogue_bytes(self, row_elems: int) -> int:
+        """On-chip bytes for a tile of whole fp32 accumulator rows of ``row_elems``."""
+        return self.row_tile * row_elems * 4
+
+
+# NVIDIA H100/H200 (sm_90a). SMs, shared memory and registers: CUDA programming guide,
+# compute capability 9.0 (228 KB per SM, 227 KB usable by one block, 64K registers).
+# L2 50 MB (H100 SXM whitepaper). Bandwidth and fp16 matrix rate were measured on the
+# project's H200 (issue 3): ~4.3 TB/s, ~790 TFLOP/s dense; ~60 TFLOP/s plain fp32.
+CUDA_SM90A = Target(
+    name="cuda:sm_90a",
+    cores=132,
+    onchip_bytes=227 * 1024,
+    registers_per_core=65536,
+    last_level_cache=50 * 1024 * 1024,
+    dram_bandwidth=4.3e12,
+    matrix_flops=790e12,
+    vector_flops=60e12,
+    launch_seconds=3e-6,
+    row_tile=64,
+    max_attention_head_dim=256,
+)
+
+# A conservative x86-64 server core set (the 2-core development box and CI): AVX2 FMA at
+# ~3 GHz gives ~100 GFLOP/s fp32 per core; ~10 GB/s of DRAM bandwidth per core; 1 MB of
+# L2 per core; a "launch" is an OpenMP parallel region (~5 us).
+CPU = Target(
+    name="cpu",
+    cores=2,
+    onchip_bytes=1024 * 1024,
+    registers_per_core=0,
+    last_level_cache=32 * 1024 * 1024,
+    dram_bandwidth=20e9,
+    matrix_flops=200e9,
+    vector_flops=200e9,
+    launch_seconds=5e-6,
+    row_tile=16,
+    max_attention_head_dim=512,
+)
+
+TARGETS = {t.name: t for t in (CPU, CUDA_SM90A)}
+ALIASES = {"cuda": "cuda:sm_90a", "sm_90a": "cuda:sm_90a"}
+
+
+def get_target(name: str) -> Target:
+    try:
+        return TARGETS[ALIASES.get(name, name)]
+    except KeyError:
+        raise TilefuseError(f"unknown target {name!r}; known targets: {sorted(TARGETS)}") from None
