@@ -13,6 +13,8 @@ FORBIDDEN = {
     "ir": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.reference", "tilefuse.partition",
            "tilefuse.tile_ir", "tilefuse.codegen", "tilefuse.runtime", "tilefuse.cli", "tilefuse.conformance"},
     "reference": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.partition", "tilefuse.cli"},
+    "partition": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.tile_ir", "tilefuse.codegen",
+                  "tilefuse.runtime", "tilefuse.cli", "tilefuse.conformance", "tilefuse.report"},
     "frontend": {"tilelang", "tilefuse.partition", "tilefuse.tile_ir", "tilefuse.codegen", "tilefuse.runtime",
                  "tilefuse.cli", "tilefuse.conformance"},
 }

@@ -32,3 +32,13 @@ def test_without_dry_run_says_plans_are_not_built(capsys):
 def test_unknown_target(capsys):
     assert main(["optimize", str(EXAMPLE), "--dry-run", "--target", "tpu"]) == 2
     assert "unknown target" in capsys.readouterr().err
+
+
+def test_report_is_one_self_contained_file(tmp_path, capsys):
+    report = tmp_path / "r.html"
+    assert main(["optimize", str(EXAMPLE), "--shape", "batch=2", "--shape", "seq=16", "--dry-run",
+                 "--report", str(report)]) == 0
+    html = report.read_text()
+    assert html.startswith("<!DOCTYPE html>") or html.lstrip().lower().startswith("<!doctype html>")
+    assert "<svg" in html and "http://" not in html and "https://" not in html and "<script" not in html
+    assert html.count('id="k') >= 12

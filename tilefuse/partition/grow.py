@@ -284,6 +284,16 @@ def _until_stable(step) -> None:
         pass
 
 
+def _expands(grp: _Group) -> bool:
+    """Pure data movement that makes its tensor larger (a broadcast, GQA's K/V repeat):
+    better as the consumer's prologue, reading the small tensor, than as an epilogue
+    writing the large one."""
+    return grp.kind is FusionKind.INJECTIVE and all(
+        sum(v.type.nbytes for v in n.outputs) > sum(v.type.nbytes for v in n.inputs if not v.is_constant)
+        for n in grp.nodes
+    )
+
+
 def _epilogues(g: Grower) -> None:
     def step() -> bool:
         changed = False
@@ -291,7 +301,7 @@ def _epilogues(g: Grower) -> None:
             if grp.kind is not FusionKind.CONTRACTION:
                 continue
             for c in g.consumers(grp):
-                if c.kind < FusionKind.CONTRACTION and g.owner[id(c.nodes[0])] is c:
+                if c.kind < FusionKind.CONTRACTION and not _expands(c) and g.owner[id(c.nodes[0])] is c:
                     if g.try_merge(g.owner[id(grp.nodes[0])], c):
                         changed = True
         return changed

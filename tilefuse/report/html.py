@@ -98,8 +98,10 @@ def _header(title: str, s: dict) -> str:
     opaque = f" ({s['opaque_kernels']} opaque)" if s.get("opaque_kernels") else ""
     rows = [
         ("target", escape(str(s["target"]))),
-        ("graph", f"{s['onnx_nodes']} ONNX nodes &rarr; {s['primitives']} primitives &rarr; {s['kernels']} kernels{opaque}"),
-        ("memory traffic", f"{_bytes(s['unfused_bytes'])} unfused &rarr; {_bytes(s['fused_bytes'])} fused ({ratio:.0%})"),
+        ("graph", f"{s['onnx_nodes']} ONNX nodes &rarr; {s['primitives']} primitives &rarr; "
+                  f"{s['kernels']} kernels{opaque}"),
+        ("memory traffic", f"{_bytes(s['unfused_bytes'])} unfused &rarr; "
+                           f"{_bytes(s['fused_bytes'])} fused ({ratio:.0%})"),
         ("estimated time", f"{_us(s['unfused_estimated_seconds'])} unfused &rarr; "
                            f"{_us(s['fused_estimated_seconds'])} fused ({speedup:.1f}x)"),
         ("FLOPs", _count(s["flops"])),
@@ -112,7 +114,7 @@ def _header(title: str, s: dict) -> str:
 def _graph_note(p: Partition, condensed: bool, limit: int) -> str:
     if condensed:
         return (f'<p class="note">{len(p.graph.nodes)} primitives is more than {limit}: one box per kernel, '
-                "an arrow where one kernel reads another's output. Hover a box for its primitives.</p>")
+                "an arrow where one kernel reads another's output. Hover a box for its primitives and ONNX nodes.</p>")
     return ('<p class="note">Primitives (boxes) grouped by kernel (coloured frames); '
             "arrows between frames are tensors passed through memory. Hover a box for details.</p>")
 
@@ -148,7 +150,13 @@ def _refusals(s: dict) -> str:
         f"{escape(str(r['reason']))}</li>"
         for r in refusals
     )
-    return f'<h2 id="refusals">Why not fused ({len(refusals)})</h2><ul>{items}</ul>'
+    counts: dict[str, int] = {}
+    for r in refusals:
+        counts[str(r["reason"])] = counts.get(str(r["reason"]), 0) + 1
+    by_count = sorted(counts.items(), key=lambda c: -c[1])
+    tally = "".join(f"<li>{k} &times; {escape(reason)}</li>" for reason, k in by_count)
+    return (f'<h2 id="refusals">Why not fused ({len(refusals)})</h2><p>By reason:</p><ul>{tally}</ul>'
+            f"<p>Each pair:</p><ul>{items}</ul>")
 
 
 # -- pictures -------------------------------------------------------------------------
@@ -179,9 +187,9 @@ def _svg_open(width: float, height: float) -> str:
             'orient="auto"><path d="M0,0L8,4L0,8z" fill="#666"/></marker></defs>')
 
 
-def _path(points: list[tuple[float, float]], dx: float = 0.0, dy: float = 0.0, cls: str = "") -> str:
+def _path(points: list[tuple[float, float]], dx: float = 0.0, dy: float = 0.0, *, between_kernels: bool) -> str:
     d = "M" + "L".join(f"{x + dx:.1f},{y + dy:.1f}" for x, y in points)
-    style = 'stroke="#666" stroke-width="1.2"' if cls == "k" else 'stroke="#999" stroke-width="1"'
+    style = 'stroke="#666" stroke-width="1.2"' if between_kernels else 'stroke="#999" stroke-width="1"'
     return f'<path d="{d}" fill="none" {style} marker-end="url(#arrow)"/>'
 
 
@@ -190,10 +198,16 @@ def _node_title(n: Node) -> str:
     return escape(f"{n.name}\n{n.op} -> {types}\nONNX node: {n.origin or '(none)'}")
 
 
-def _group_title(g: FusedGroup, summary_line: str = "") -> str:
+def _group_title(g: FusedGroup, p: Partition) -> str:
+    ops: dict[str, int] = {}
+    for n in g.nodes:
+        ops[n.op.name] = ops.get(n.op.name, 0) + 1
     onnx = g.onnx_nodes
     shown = ", ".join(onnx[:8]) + (f", ... ({len(onnx) - 8} more)" if len(onnx) > 8 else "")
-    return escape(f"{g.name}: {len(g.nodes)} primitives, {g.kind}{summary_line}\nONNX: {shown}")
+    return escape(
+        f"{g.name}: {len(g.nodes)} primitives, {g.kind}, est. {g.cost.seconds(p.target) * 1e6:.2f} us "
+        f"on {p.target.name}\n" + ", ".join(f"{op} x{k}" for op, k in ops.items()) + f"\nONNX: {shown}"
+    )
 
 
 def _inner_layout(g: FusedGroup) -> Layout:
@@ -212,15 +226,15 @@ def _primitive_svg(p: Partition) -> str:
              for lay, lab in zip(inner, labels)]
     outer = layered_layout(sizes, _kernel_edges(p))
     out = [_svg_open(outer.width, outer.height)]
-    out += [_path(pts, cls="k") for pts in outer.edges]
+    out += [_path(pts, between_kernels=True) for pts in outer.edges]
     for g, lay, label, (x, y, w, h) in zip(p.groups, inner, labels, outer.boxes):
         c = _colour(g.id)
         ox, oy = x + (w - lay.width) / 2, y + TITLE_H + PAD
         out.append(f'<g data-kernel="{g.id}"><rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" '
                    f'rx="6" fill="{c}" fill-opacity="0.18" stroke="{c}" stroke-width="2">'
-                   f"<title>{_group_title(g)}</title></rect>"
+                   f"<title>{_group_title(g, p)}</title></rect>"
                    f'<text class="kt" x="{x + 5:.1f}" y="{y + 13:.1f}">{escape(label)}</text>')
-        out += [_path(pts, ox, oy) for pts in lay.edges]
+        out += [_path(pts, ox, oy, between_kernels=False) for pts in lay.edges]
         for n, (bx, by, bw, bh) in zip(g.nodes, lay.boxes):
             out.append(f'<g><rect x="{bx + ox:.1f}" y="{by + oy:.1f}" width="{bw:.1f}" height="{bh:.1f}" rx="3" '
                        f'fill="{c}" stroke="#555" stroke-width="0.6"><title>{_node_title(n)}</title></rect>'
@@ -237,9 +251,9 @@ def _kernel_svg(p: Partition) -> str:
     sizes = [(max(_text_w(a), _text_w(b)), 2 * BOX_H) for a, b in lines]
     lay = layered_layout(sizes, _kernel_edges(p))
     out = [_svg_open(lay.width, lay.height)]
-    out += [_path(pts, cls="k") for pts in lay.edges]
+    out += [_path(pts, between_kernels=True) for pts in lay.edges]
     for g, (a, b), (x, y, w, h) in zip(p.groups, lines, lay.boxes):
-        title = _group_title(g, f", {p.target.name} est. {g.cost.seconds(p.target) * 1e6:.2f} us")
+        title = _group_title(g, p)
         out.append(f'<g data-kernel="{g.id}"><rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" rx="4" '
                    f'fill="{_colour(g.id)}" stroke="#555" stroke-width="0.8"><title>{title}</title></rect>'
                    f'<text class="kt" x="{x + 5:.1f}" y="{y + 13:.1f}">{escape(a)}</text>'

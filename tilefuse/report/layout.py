@@ -29,7 +29,7 @@ PORT_STEP = 8.0  # between the arrow heads of edges entering one box
 @dataclass(frozen=True, slots=True)
 class Layout:
     boxes: list[tuple[float, float, float, float]]  # (x, y, width, height), top-left corner
-    edges: list[list[Point]]  # one polyline per input edge, in the input order
+    edges: list[list[Point]]  # one polyline per distinct input edge, in first-seen order
     width: float
     height: float
 
