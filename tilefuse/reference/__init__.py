@@ -48,3 +48,14 @@ def run_graph(
         v = graph.outputs[n]
         out[n] = np.array(v.data) if v.is_constant else env[id(v)]
     return out
+
+
+def evaluate_all(graph: Graph, feeds: Mapping[str, object]) -> dict[int, np.ndarray]:
+    """Every value of the graph (keyed by ``id(value)``), for testing stages piecewise."""
+    arrays = check_feeds([(v.name, v.type) for v in graph.inputs], feeds)
+    env: dict[int, np.ndarray] = {id(v): arrays[v.name] for v in graph.inputs}
+    for node in graph.nodes:
+        args = [v.data if v.is_constant else env[id(v)] for v in node.inputs]
+        for v, r in zip(node.outputs, node.op.evaluate(args)):  # type: ignore[arg-type]
+            env[id(v)] = r
+    return env

@@ -1,0 +1,55 @@
+"""What code generation hands to the plan: one built kernel and how to call it.
+
+This is the contract between ``codegen/`` (which builds kernels) and ``plan/`` (which
+links them into an executable plan). It holds data only, so it imports nothing from
+the code generators and stays cheap to import.
+
+Calling convention (``params``): the kernel takes, in order, one pointer per input of its
+FusedGroup (``group.inputs``, constants included) and then one per output
+(``group.outputs``). Every pointer is the base of a dense, contiguous, row-major tensor
+of exactly the declared dtype and shape. A kernel may ignore an argument (a scalar
+constant it inlined, say) but must still declare it, so that positions never shift.
+
+CPU ABI: ``void SYMBOL(void **args)`` in a shared library; ``args[i]`` is param i. The
+runtime may call a kernel from several threads at once (each with its own buffers), so a
+kernel must not keep mutable global state.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+ROLES = ("input", "output")
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One kernel argument: ``dtype`` is a DType value string ("float32", "bfloat16", ...)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    role: str  # "input" | "output"
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"param {self.name!r}: role must be one of {ROLES}, got {self.role!r}")
+
+
+@dataclass(frozen=True)
+class KernelArtifact:
+    """A built kernel.
+
+    ``name`` is deterministic (the ops it holds plus a content hash) and is used as its
+    file name inside a plan, so it must match ``[A-Za-z0-9_.-]+``. Two groups may share
+    one artifact (identical layers) as long as their params agree. ``launch`` must be
+    JSON-serialisable: cpu ``{"threads": n}``; cuda grid, block and shared memory.
+    """
+
+    name: str
+    symbol: str
+    path: Path
+    params: tuple[ParamSpec, ...]
+    launch: Mapping[str, object] = field(default_factory=dict)
+    source: Path | None = None

@@ -1,0 +1,175 @@
+"""A numpy interpreter for TileProgram: the oracle every code generator is tested against.
+
+Tiles run one after another. Parallel loops are vectorised: each parallel variable gets
+its own numpy axis, so a loop nest of Stores runs as a few array operations. Loads in an
+untaken branch of a WHERE may index outside their buffer (generated code evaluates only
+the taken branch); anywhere else an out-of-range index is an error.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Sequence
+
+import numpy as np
+
+from tilefuse.ir.prims import Map, ReduceFn, ScalarFn
+from tilefuse.tile_ir.ir import (
+    Call, Const, Copy, Expr, Fill, Gemm, IndexOp, IOp, Load, Loop, LoopKind, ReduceTile, Store, TileProgram, Var,
+)
+
+_IOPS = {
+    IOp.ADD: np.add, IOp.SUB: np.subtract, IOp.MUL: np.multiply, IOp.FLOORDIV: np.floor_divide,
+    IOp.MOD: np.mod, IOp.MIN: np.minimum, IOp.MAX: np.maximum, IOp.LT: np.less, IOp.LE: np.less_equal,
+    IOp.GE: np.greater_equal, IOp.EQ: np.equal, IOp.AND: np.logical_and, IOp.OR: np.logical_or,
+}
+_REDUCE = {ReduceFn.SUM: np.sum, ReduceFn.MAX: np.max, ReduceFn.MIN: np.min, ReduceFn.PROD: np.prod}
+_COMBINE = {ReduceFn.SUM: np.add, ReduceFn.MAX: np.maximum, ReduceFn.MIN: np.minimum, ReduceFn.PROD: np.multiply}
+
+
+class TileInterpreterError(RuntimeError):
+    pass
+
+
+def run_program(program: TileProgram, args: Sequence[np.ndarray]) -> None:
+    """Run ``program`` on ``args`` (its params, in order); outputs are written in place."""
+    if len(args) != len(program.params):
+        raise TileInterpreterError(f"{program.name}: {len(program.params)} params, {len(args)} arrays")
+    for p, a in zip(program.params, args):
+        if a.shape != p.shape or a.dtype != p.dtype.numpy:
+            raise TileInterpreterError(f"{program.name}: param {p.name} is {p.dtype}{p.shape}, got {a.dtype}{a.shape}")
+    for coords in itertools.product(*(range(g) for g in program.grid)):
+        state = _State({p.name: a for p, a in zip(program.params, args)})
+        for buf in program.allocs:
+            state.buffers[buf.name] = np.zeros(buf.shape, buf.dtype.numpy)
+        for var, c in zip(program.block_vars, coords):
+            state.env[var.name] = np.int64(c)
+        state.run(program.body)
+
+
+class _State:
+    def __init__(self, buffers: dict[str, np.ndarray]) -> None:
+        self.buffers = buffers
+        self.env: dict[str, np.ndarray | np.int64] = {}
+        self.depth = 0  # number of enclosing parallel loops (= vector axes)
+
+    # -- statements -------------------------------------------------------------------
+    def run(self, body: Sequence[object]) -> None:
+        for stmt in body:
+            self.stmt(stmt)
+
+    def stmt(self, s: object) -> None:
+        if isinstance(s, Loop):
+            self.loop(s)
+        elif isinstance(s, Store):
+            self.store(s)
+        elif isinstance(s, Fill):
+            self.buffers[s.buffer.name][...] = np.asarray(s.value.value).astype(s.buffer.dtype.numpy)
+        elif isinstance(s, Copy):
+            self.copy(s)
+        elif isinstance(s, Gemm):
+            self.gemm(s)
+        elif isinstance(s, ReduceTile):
+            self.reduce(s)
+        else:
+            raise TileInterpreterError(f"unknown statement {s!r}")
+
+    def loop(self, s: Loop) -> None:
+        if s.kind is LoopKind.PARALLEL:
+            saved = dict(self.env)
+            for k, v in self.env.items():  # every vector gets one more (trailing) axis
+                if isinstance(v, np.ndarray) and v.ndim == self.depth:
+                    self.env[k] = v[..., None]
+            self.env[s.var.name] = np.arange(s.extent, dtype=np.int64).reshape((1,) * self.depth + (s.extent,))
+            self.depth += 1
+            try:
+                self.run(s.body)
+            finally:
+                self.depth -= 1
+                self.env = saved
+            return
+        for i in range(s.extent):
+            self.env[s.var.name] = np.int64(i)
+            self.run(s.body)
+        self.env.pop(s.var.name, None)
+
+    def store(self, s: Store) -> None:
+        target = self.buffers[s.buffer.name]
+        idx = [self.expr(e) for e in s.indices]
+        val = self.expr(s.value)
+        arrays = np.broadcast_arrays(*idx, val) if idx else [val]
+        *idx_b, val_b = arrays
+        for k, (ix, n) in enumerate(zip(idx_b, target.shape)):
+            if np.any((ix < 0) | (ix >= n)):
+                raise TileInterpreterError(f"store to {s.buffer.name} out of range on dim {k}")
+        target[tuple(idx_b)] = np.asarray(val_b).astype(target.dtype, copy=False)
+
+    def copy(self, s: Copy) -> None:
+        src, dst = self.buffers[s.src.buffer.name], self.buffers[s.dst.buffer.name]
+        so = [int(self.expr(e)) for e in s.src.offsets]
+        do = [int(self.expr(e)) for e in s.dst.offsets]
+        block = np.zeros(s.src.extents, dtype=src.dtype)
+        s_sl, b_sl = _clip(so, s.src.extents, src.shape)
+        if s_sl is not None:
+            block[b_sl] = src[s_sl]
+        d_sl, b_sl = _clip(do, s.dst.extents, dst.shape)
+        if d_sl is not None:
+            dst[d_sl] = block[b_sl].astype(dst.dtype, copy=False)
+
+    def gemm(self, s: Gemm) -> None:
+        a, b, c = (self.buffers[x.name] for x in (s.a, s.b, s.c))
+        a = a.T if s.trans_a else a
+        b = b.T if s.trans_b else b
+        wide = np.float32 if c.dtype.kind == "f" and c.dtype.itemsize <= 4 else c.dtype
+        c[...] = (c.astype(wide) + np.matmul(a.astype(wide), b.astype(wide))).astype(c.dtype)
+
+    def reduce(self, s: ReduceTile) -> None:
+        src, dst = self.buffers[s.src.name], self.buffers[s.dst.name]
+        r = _REDUCE[s.fn](src, axis=s.dim).astype(dst.dtype)
+        dst[...] = r if s.clear else _COMBINE[s.fn](dst, r)
+
+    # -- expressions ------------------------------------------------------------------
+    def expr(self, e: Expr, guarded: bool = False) -> np.ndarray:
+        if isinstance(e, Const):
+            return np.asarray(e.value).astype(e.dtype.numpy)
+        if isinstance(e, Var):
+            return self.env[e.name]  # type: ignore[return-value]
+        if isinstance(e, IndexOp):
+            a, b = self.expr(e.a, guarded), self.expr(e.b, guarded)
+            with np.errstate(divide="ignore"):
+                return _IOPS[e.op](a, b)
+        if isinstance(e, Load):
+            return self.load(e, guarded)
+        if isinstance(e, Call):
+            if e.fn is ScalarFn.WHERE:
+                cond = self.expr(e.args[0], guarded)
+                a, b = self.expr(e.args[1], True), self.expr(e.args[2], True)
+                return Map(ScalarFn.WHERE).evaluate([np.asarray(cond), np.asarray(a), np.asarray(b)])[0]
+            args = [np.asarray(self.expr(x, guarded)) for x in e.args]
+            prim = Map(e.fn, e.dtype) if e.fn is ScalarFn.CAST else Map(e.fn)
+            return prim.evaluate(args)[0]
+        raise TileInterpreterError(f"unknown expression {e!r}")
+
+    def load(self, e: Load, guarded: bool) -> np.ndarray:
+        src = self.buffers[e.buffer.name]
+        idx = [np.asarray(self.expr(x, guarded)).astype(np.int64) for x in e.indices]
+        for k, (ix, n) in enumerate(zip(idx, src.shape)):
+            bad = (ix < 0) | (ix >= n)
+            if np.any(bad):
+                if not guarded:
+                    raise TileInterpreterError(f"load from {e.buffer.name} out of range on dim {k}")
+                idx[k] = np.clip(ix, 0, max(n - 1, 0))
+        if not idx:
+            return src[()]
+        return src[tuple(np.broadcast_arrays(*idx))]
+
+
+def _clip(offsets: list[int], extents: Sequence[int], shape: Sequence[int]):
+    """Slices of the buffer and of the block for the in-bounds part of a region."""
+    buf, blk = [], []
+    for o, e, n in zip(offsets, extents, shape):
+        lo, hi = max(o, 0), min(o + e, n)
+        if hi <= lo:
+            return None, None
+        buf.append(slice(lo, hi))
+        blk.append(slice(lo - o, hi - o))
+    return tuple(buf), tuple(blk)

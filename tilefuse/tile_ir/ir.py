@@ -1,0 +1,239 @@
+"""The tile IR: a small, explicit, target-neutral kernel language.
+
+Its vocabulary follows TileLang so that the CUDA lowering is close to one-to-one:
+
+- a grid of tiles (``block_vars`` range over ``grid``) and a thread count per tile;
+- buffers by scope: ``global`` (kernel parameters), ``shared`` and ``fragment`` (per tile);
+- statements: Fill, Copy (region to region), Gemm, ReduceTile, Store, and loops that are
+  serial, parallel or pipelined with a number of stages.
+
+Expressions are scalar: index arithmetic (``IndexOp``), ``Load`` from a buffer, scalar
+functions (``Call`` with a :class:`ScalarFn`, the same functions Map primitives use).
+Everything is a frozen dataclass: programs are values, hashable and printable.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from tilefuse.ir.dtypes import DType
+from tilefuse.ir.prims import ReduceFn, ScalarFn
+
+
+class Scope(enum.Enum):
+    GLOBAL = "global"
+    SHARED = "shared"
+    FRAGMENT = "fragment"
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    scope: Scope
+
+    def __str__(self) -> str:
+        return self.name
+
+
+# -- expressions ------------------------------------------------------------------------
+class Expr:
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Var(Expr):
+    """A loop variable or a block index (int64)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Const(Expr):
+    value: float | int | bool
+    dtype: DType
+
+
+class IOp(enum.Enum):
+    """Integer index arithmetic and comparisons (operands and results are int64 or bool)."""
+
+    ADD = "+"
+    SUB = "-"
+    MUL = "*"
+    FLOORDIV = "//"
+    MOD = "%"
+    MIN = "min"
+    MAX = "max"
+    LT = "<"
+    LE = "<="
+    GE = ">="
+    EQ = "=="
+    AND = "&&"
+    OR = "||"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexOp(Expr):
+    op: IOp
+    a: Expr
+    b: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Load(Expr):
+    """``buffer[indices]``; an index outside the buffer is a program error, except where
+    the load sits in an untaken branch of a WHERE (codegen evaluates only one branch)."""
+
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Expr):
+    """A scalar function of the Map vocabulary, producing ``dtype``."""
+
+    fn: ScalarFn
+    args: tuple[Expr, ...]
+    dtype: DType
+
+
+# -- statements -------------------------------------------------------------------------
+class Stmt:
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Store(Stmt):
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Fill(Stmt):
+    buffer: Buffer
+    value: Const
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """``extents`` elements of ``buffer`` starting at ``offsets`` (per dim)."""
+
+    buffer: Buffer
+    offsets: tuple[Expr, ...]
+    extents: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Copy(Stmt):
+    """Copy a region to a region of equal extents. Source elements outside the source
+    buffer read as zero; destination elements outside the destination are not written
+    (tile tails)."""
+
+    src: Region
+    dst: Region
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm(Stmt):
+    """``c += op(a) @ op(b)`` on 2-D tiles, accumulating in c's dtype."""
+
+    a: Buffer
+    b: Buffer
+    c: Buffer
+    trans_a: bool = False
+    trans_b: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReduceTile(Stmt):
+    """Reduce a 2-D tile ``src`` along ``dim`` into the 1-D ``dst``; with ``clear`` False
+    the result is combined with what ``dst`` holds (running reductions)."""
+
+    src: Buffer
+    dst: Buffer
+    fn: ReduceFn
+    dim: int
+    clear: bool = True
+
+
+class LoopKind(enum.Enum):
+    SERIAL = "serial"
+    PARALLEL = "parallel"  # iterations are independent: vectorised / spread over threads
+    PIPELINED = "pipelined"  # serial, with copies in the body overlapped ``stages`` deep
+
+
+@dataclass(frozen=True, slots=True)
+class Loop(Stmt):
+    var: Var
+    extent: int
+    kind: LoopKind
+    body: tuple[Stmt, ...]
+    stages: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TileProgram:
+    """One kernel. ``params`` are the global buffers, inputs first, then outputs
+    (``num_inputs`` of them are inputs). Each of the ``grid`` tiles runs ``body`` with
+    ``block_vars`` bound to its coordinates; ``allocs`` are per-tile buffers."""
+
+    name: str
+    params: tuple[Buffer, ...]
+    num_inputs: int
+    grid: tuple[int, ...]
+    block_vars: tuple[Var, ...]
+    threads: int
+    allocs: tuple[Buffer, ...]
+    body: tuple[Stmt, ...]
+    notes: tuple[str, ...] = field(default=())  # the schedule's choices, for people
+
+    @property
+    def inputs(self) -> tuple[Buffer, ...]:
+        return self.params[: self.num_inputs]
+
+    @property
+    def outputs(self) -> tuple[Buffer, ...]:
+        return self.params[self.num_inputs :]
+
+
+# -- small constructors used by lowering --------------------------------------------------
+def const_index(v: int) -> Const:
+    return Const(int(v), DType.INT64)
+
+
+def iop(op: IOp, a: Expr | int, b: Expr | int) -> Expr:
+    """Index arithmetic with constant folding of the trivial cases."""
+    a = const_index(a) if isinstance(a, int) else a
+    b = const_index(b) if isinstance(b, int) else b
+    if isinstance(a, Const) and isinstance(b, Const) and op in _FOLD:
+        return const_index(_FOLD[op](int(a.value), int(b.value)))
+    if op is IOp.ADD and _is(b, 0) or op is IOp.SUB and _is(b, 0):
+        return a
+    if op is IOp.ADD and _is(a, 0):
+        return b
+    if op is IOp.MUL and (_is(b, 1) or _is(a, 0)):
+        return a
+    if op is IOp.MUL and (_is(a, 1) or _is(b, 0)):
+        return b
+    if op is IOp.FLOORDIV and _is(b, 1):
+        return a
+    if op is IOp.MOD and _is(b, 1):
+        return const_index(0)
+    return IndexOp(op, a, b)
+
+
+def _is(e: Expr, v: int) -> bool:
+    return isinstance(e, Const) and e.value == v
+
+
+_FOLD = {
+    IOp.ADD: lambda a, b: a + b,
+    IOp.SUB: lambda a, b: a - b,
+    IOp.MUL: lambda a, b: a * b,
+    IOp.FLOORDIV: lambda a, b: a // b,
+    IOp.MOD: lambda a, b: a % b,
+    IOp.MIN: min,
+    IOp.MAX: max,
+}

@@ -1,0 +1,367 @@
+"""The general schedule: any group, as one tile that computes it in stages.
+
+Values that cannot be inlined as element expressions — reductions, contractions,
+scatters, top-k style ops never reach here (they are opaque groups) — are *staged*: each
+gets an on-chip buffer of its full shape, computed by a loop nest whose inputs are
+inlined element expressions. The group's outputs are then written by parallel loops.
+This schedule is correct for every group the partitioner makes; the specialised
+schedules (tiled GEMM with epilogue, flash attention, row-tiled norms) are faster and
+are chosen first where they apply.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Sequence
+
+from tilefuse.ir.dtypes import HALF_FLOATS, DType
+from tilefuse.ir.graph import Node, Value
+from tilefuse.ir.prims import (
+    ArgReduce, Conv, ConvTranspose, MatMul, Reduce, ReduceFn, ScalarFn, ScatterElements, ScatterND,
+    ScatterReduction, WindowReduce,
+)
+from tilefuse.partition.model import FusedGroup
+from tilefuse.tile_ir.ir import (
+    Buffer, Call, Const, Expr, IOp, Load, Loop, LoopKind, Scope, Stmt, Store, TileProgram, Var, const_index, iop,
+)
+from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, broadcast_index
+
+STAGED = (Reduce, ArgReduce, WindowReduce, MatMul, Conv, ConvTranspose, ScatterND, ScatterElements)
+
+
+class _Names:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def var(self, hint: str) -> Var:
+        self.n += 1
+        return Var(f"{hint}{self.n}")
+
+
+def accumulator_dtype(dtype: DType) -> DType:
+    return DType.FLOAT32 if dtype in HALF_FLOATS else dtype
+
+
+def _parallel(names: _Names, shape: Sequence[int], body_of) -> tuple[Stmt, ...]:
+    """A nest of parallel loops over ``shape``; ``body_of(index)`` gives the body."""
+    vars_ = [names.var("i") for _ in shape]
+    body: tuple[Stmt, ...] = tuple(body_of(tuple(vars_)))
+    for v, d in reversed(list(zip(vars_, shape))):
+        body = (Loop(v, d, LoopKind.PARALLEL, body),)
+    return body
+
+
+def _serial(names: _Names, shape: Sequence[int], body_of) -> tuple[Stmt, ...]:
+    vars_ = [names.var("k") for _ in shape]
+    body: tuple[Stmt, ...] = tuple(body_of(tuple(vars_)))
+    for v, d in reversed(list(zip(vars_, shape))):
+        body = (Loop(v, d, LoopKind.SERIAL, body),)
+    return body
+
+
+_COMBINE = {ReduceFn.SUM: ScalarFn.ADD, ReduceFn.PROD: ScalarFn.MUL, ReduceFn.MAX: ScalarFn.MAX, ReduceFn.MIN: ScalarFn.MIN}
+
+
+def _identity(fn: ReduceFn, dtype: DType) -> Const:
+    import numpy as np
+
+    return Const(np.asarray(fn.identity(dtype.numpy)).astype(dtype.numpy).item(), dtype)
+
+
+def lower_staged(group: FusedGroup, name: str) -> TileProgram:
+    names = _Names()
+    params: list[Buffer] = []
+    buffers: dict[int, Buffer] = {}
+    for k, v in enumerate(group.inputs):
+        if v.is_constant and v.type.size == 1:
+            continue  # scalars are inlined as constants
+        buf = Buffer(f"in{k}", v.type.dtype, v.type.shape, Scope.GLOBAL)
+        params.append(buf)
+        buffers[id(v)] = buf
+    num_inputs = len(params)
+    outs = [Buffer(f"out{k}", v.type.dtype, v.type.shape, Scope.GLOBAL) for k, v in enumerate(group.outputs)]
+    params += outs
+
+    accum: dict[int, Buffer] = {}  # staged value -> its (possibly wider) buffer
+
+    def read(v: Value, idx: Index) -> Expr:
+        buf = buffers[id(v)]
+        load: Expr = Load(buf, idx)
+        return load if buf.dtype is v.type.dtype else Call(ScalarFn.CAST, (load,), v.type.dtype)
+
+    elements = ElementBuilder(buffers, read)
+    allocs: list[Buffer] = []
+    body: list[Stmt] = []
+    for node in group.nodes:
+        if not isinstance(node.op, STAGED):
+            continue
+        outs_n = []
+        for j, v in enumerate(node.outputs):
+            dtype = accumulator_dtype(v.type.dtype) if not isinstance(node.op, (ArgReduce,)) else v.type.dtype
+            buf = Buffer(f"s{len(allocs)}", dtype, v.type.shape, Scope.SHARED)
+            allocs.append(buf)
+            outs_n.append(buf)
+        body += _STAGE[type(node.op)](names, elements, node, outs_n, allocs)
+        for v, buf in zip(node.outputs, outs_n):
+            buffers[id(v)] = buf
+            accum[id(v)] = buf
+        elements.memo.clear()
+    for v, out in zip(group.outputs, outs):
+        body += _parallel(names, v.type.shape, lambda idx, v=v, out=out: [Store(out, idx, elements.at(v, idx))])
+    notes = (f"staged: {len(allocs)} on-chip buffers, {sum(b.dtype.itemsize * math.prod(b.shape) for b in allocs)} bytes",)
+    return TileProgram(name, tuple(params), num_inputs, (1,), (Var("bx"),), 1, tuple(allocs), tuple(body), notes)
+
+
+# -- stages ---------------------------------------------------------------------------
+def _reduce(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
+    op: Reduce = node.op  # type: ignore[assignment]
+    (x,), (acc,) = node.inputs, outs
+    shape = x.type.shape
+    kept = [a for a in range(len(shape)) if a not in op.axes]
+
+    def out_index(full: Index) -> Index:
+        return tuple(full[a] if a in kept else const_index(0) for a in range(len(shape))) if op.keepdims else tuple(
+            full[a] for a in kept
+        )
+
+    def body(kidx: Index) -> list[Stmt]:
+        init = Store(acc, _out_idx(kidx, op, shape), _identity(op.fn, acc.dtype))
+
+        def inner(ridx: Index) -> list[Stmt]:
+            full = _merge(kidx, ridx, kept, op.axes, len(shape))
+            val = el.at(x, full)
+            if x.type.dtype is not acc.dtype:
+                val = Call(ScalarFn.CAST, (val,), acc.dtype)
+            o = out_index(full)
+            return [Store(acc, o, Call(_COMBINE[op.fn], (Load(acc, o), val), acc.dtype))]
+
+        return [init, *_serial(names, [shape[a] for a in op.axes], inner)]
+
+    return list(_parallel(names, [shape[a] for a in kept], body))
+
+
+def _out_idx(kidx: Index, op: Reduce, shape: Sequence[int]) -> Index:
+    if not op.keepdims:
+        return kidx
+    it = iter(kidx)
+    return tuple(const_index(0) if a in op.axes else next(it) for a in range(len(shape)))
+
+
+def _merge(kidx: Index, ridx: Index, kept: Sequence[int], axes: Sequence[int], rank: int) -> Index:
+    full: list[Expr] = [const_index(0)] * rank
+    for a, e in zip(kept, kidx):
+        full[a] = e
+    for a, e in zip(axes, ridx):
+        full[a] = e
+    return tuple(full)
+
+
+def _arg_reduce(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
+    op: ArgReduce = node.op  # type: ignore[assignment]
+    (x,), (res,) = node.inputs, outs
+    shape = x.type.shape
+    best = Buffer(f"s{len(allocs)}", x.type.dtype, res.shape, Scope.SHARED)
+    allocs.append(best)
+    kept = [a for a in range(len(shape)) if a != op.axis]
+
+    def body(kidx: Index) -> list[Stmt]:
+        o = _out_idx(kidx, Reduce(op.fn, (op.axis,), op.keepdims), shape)
+
+        def inner(ridx: Index) -> list[Stmt]:
+            full = _merge(kidx, ridx, kept, (op.axis,), len(shape))
+            val = el.at(x, full)
+            cmp = {(ReduceFn.MAX, False): ScalarFn.GT, (ReduceFn.MAX, True): ScalarFn.GE,
+                   (ReduceFn.MIN, False): ScalarFn.LT, (ReduceFn.MIN, True): ScalarFn.LE}[(op.fn, op.select_last)]
+            first = iop(IOp.EQ, ridx[0], 0)
+            better = Call(ScalarFn.OR, (first, Call(cmp, (val, Load(best, o)), DType.BOOL)), DType.BOOL)
+            return [
+                Store(res, o, Call(ScalarFn.WHERE, (better, ridx[0], Load(res, o)), DType.INT64)),
+                Store(best, o, Call(ScalarFn.WHERE, (better, val, Load(best, o)), x.type.dtype)),
+            ]
+
+        return list(_serial(names, [shape[op.axis]], inner))
+
+    return list(_parallel(names, [shape[a] for a in kept], body))
+
+
+def _window(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
+    op: WindowReduce = node.op  # type: ignore[assignment]
+    (x,), (acc,) = node.inputs, outs
+    k = len(op.kernel)
+    in_shape, out_shape = x.type.shape, node.outputs[0].type.shape
+    lead = len(in_shape) - k
+
+    def body(oidx: Index) -> list[Stmt]:
+        def inner(widx: Index) -> list[Stmt]:
+            src = list(oidx[:lead])
+            cond: Expr | None = None
+            for d in range(k):
+                pos = iop(IOp.SUB, iop(IOp.ADD, iop(IOp.MUL, oidx[lead + d], op.strides[d]), iop(IOp.MUL, widx[d], op.dilations[d])), op.pads[d])
+                src.append(pos)
+                ok = iop(IOp.AND, iop(IOp.GE, pos, 0), iop(IOp.LT, pos, in_shape[lead + d]))
+                cond = ok if cond is None else iop(IOp.AND, cond, ok)
+            val = el.at(x, tuple(src))
+            if x.type.dtype is not acc.dtype:
+                val = Call(ScalarFn.CAST, (val,), acc.dtype)
+            val = Call(ScalarFn.WHERE, (cond, val, _identity(op.fn, acc.dtype)), acc.dtype)  # type: ignore[arg-type]
+            return [Store(acc, oidx, Call(_COMBINE[op.fn], (Load(acc, oidx), val), acc.dtype))]
+
+        return [Store(acc, oidx, _identity(op.fn, acc.dtype)), *_serial(names, op.kernel, inner)]
+
+    return list(_parallel(names, out_shape, body))
+
+
+def _matmul(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
+    a, b = node.inputs
+    (acc,) = outs
+    out_shape = node.outputs[0].type.shape
+    kdim = a.type.shape[-1]
+
+    def body(oidx: Index) -> list[Stmt]:
+        def inner(kidx: Index) -> list[Stmt]:
+            ai = broadcast_index(oidx[:-2], a.type.shape[:-2], out_shape[:-2]) + (oidx[-2], kidx[0])
+            bi = broadcast_index(oidx[:-2], b.type.shape[:-2], out_shape[:-2]) + (kidx[0], oidx[-1])
+            prod = Call(ScalarFn.MUL, (_widen(el.at(a, ai), acc.dtype), _widen(el.at(b, bi), acc.dtype)), acc.dtype)
+            return [Store(acc, oidx, Call(ScalarFn.ADD, (Load(acc, oidx), prod), acc.dtype))]
+
+        return [Store(acc, oidx, Const(0, acc.dtype)), *_serial(names, [kdim], inner)]
+
+    return list(_parallel(names, out_shape, body))
+
+
+def _widen(e: Expr, dtype: DType) -> Expr:
+    return e if getattr(e, "dtype", dtype) is dtype else Call(ScalarFn.CAST, (e,), dtype)
+
+
+def _conv(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
+    op: Conv = node.op  # type: ignore[assignment]
+    x, w = node.inputs
+    (acc,) = outs
+    out_shape = node.outputs[0].type.shape
+    k = len(out_shape) - 2
+    cg = w.type.shape[1]
+    mg = w.type.shape[0] // op.groups
+
+    def body(oidx: Index) -> list[Stmt]:
+        n, m = oidx[0], oidx[1]
+        group = iop(IOp.FLOORDIV, m, mg)
+
+        def inner(ridx: Index) -> list[Stmt]:
+            c, taps = ridx[0], ridx[1:]
+            cin = iop(IOp.ADD, iop(IOp.MUL, group, cg), c)
+            pos, cond = [], None
+            for d in range(k):
+                p = iop(IOp.SUB, iop(IOp.ADD, iop(IOp.MUL, oidx[2 + d], op.strides[d]), iop(IOp.MUL, taps[d], op.dilations[d])), op.pads[d])
+                pos.append(p)
+                ok = iop(IOp.AND, iop(IOp.GE, p, 0), iop(IOp.LT, p, x.type.shape[2 + d]))
+                cond = ok if cond is None else iop(IOp.AND, cond, ok)
+            xv = _widen(el.at(x, (n, cin, *pos)), acc.dtype)
+            xv = Call(ScalarFn.WHERE, (cond, xv, Const(0, acc.dtype)), acc.dtype)  # type: ignore[arg-type]
+            wv = _widen(el.at(w, (m, c, *taps)), acc.dtype)
+            return [Store(acc, oidx, Call(ScalarFn.ADD, (Load(acc, oidx), Call(ScalarFn.MUL, (xv, wv), acc.dtype)), acc.dtype))]
+
+        return [Store(acc, oidx, Const(0, acc.dtype)), *_serial(names, (cg, *w.type.shape[2:]), inner)]
+
+    return list(_parallel(names, out_shape, body))
+
+
+def _conv_transpose(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
+    """Gather form: out[n, m, o] = sum over (c, tap) with o + pad - tap*dil = i*stride."""
+    op: ConvTranspose = node.op  # type: ignore[assignment]
+    x, w = node.inputs
+    (acc,) = outs
+    out_shape = node.outputs[0].type.shape
+    k = len(out_shape) - 2
+    mg = w.type.shape[1]
+    cg = x.type.shape[1] // op.groups
+
+    def body(oidx: Index) -> list[Stmt]:
+        n, m = oidx[0], oidx[1]
+        group = iop(IOp.FLOORDIV, m, mg)
+        mm = iop(IOp.MOD, m, mg)
+
+        def inner(ridx: Index) -> list[Stmt]:
+            c, taps = ridx[0], ridx[1:]
+            cin = iop(IOp.ADD, iop(IOp.MUL, group, cg), c)
+            pos, cond = [], None
+            for d in range(k):
+                num = iop(IOp.SUB, iop(IOp.ADD, oidx[2 + d], op.pads[d]), iop(IOp.MUL, taps[d], op.dilations[d]))
+                i = iop(IOp.FLOORDIV, num, op.strides[d])
+                ok = iop(IOp.AND, iop(IOp.AND, iop(IOp.GE, num, 0), iop(IOp.EQ, iop(IOp.MOD, num, op.strides[d]), 0)),
+                         iop(IOp.LT, i, x.type.shape[2 + d]))
+                pos.append(i)
+                cond = ok if cond is None else iop(IOp.AND, cond, ok)
+            xv = Call(ScalarFn.WHERE, (cond, _widen(el.at(x, (n, cin, *pos)), acc.dtype), Const(0, acc.dtype)), acc.dtype)  # type: ignore[arg-type]
+            wv = _widen(el.at(w, (cin, mm, *taps)), acc.dtype)
+            return [Store(acc, oidx, Call(ScalarFn.ADD, (Load(acc, oidx), Call(ScalarFn.MUL, (xv, wv), acc.dtype)), acc.dtype))]
+
+        return [Store(acc, oidx, Const(0, acc.dtype)), *_serial(names, (cg, *w.type.shape[2:]), inner)]
+
+    return list(_parallel(names, out_shape, body))
+
+
+def _scatter_nd(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
+    op: ScatterND = node.op  # type: ignore[assignment]
+    data, ind, upd = node.inputs
+    (res,) = outs
+    stmts = list(_parallel(names, data.type.shape, lambda idx: [Store(res, idx, _widen(el.at(data, idx), res.dtype))]))
+    last = ind.type.shape[-1]
+    upd_lead = ind.type.shape[:-1]
+
+    def body(uidx: Index) -> list[Stmt]:
+        def inner(tail: Index) -> list[Stmt]:
+            coords = tuple(
+                _wrap(_cast(el.at(ind, uidx + (const_index(j),)), ind.type.dtype), data.type.shape[j]) for j in range(last)
+            )
+            where = coords + tail
+            val = _widen(el.at(upd, uidx + tail), res.dtype)
+            if op.reduction is not ScatterReduction.NONE:
+                val = Call(_SCATTER[op.reduction], (Load(res, where), val), res.dtype)
+            return [Store(res, where, val)]
+
+        return list(_serial(names, data.type.shape[last:], inner))
+
+    return stmts + list(_serial(names, upd_lead, body))
+
+
+def _scatter_elements(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
+    op: ScatterElements = node.op  # type: ignore[assignment]
+    data, ind, upd = node.inputs
+    (res,) = outs
+    stmts = list(_parallel(names, data.type.shape, lambda idx: [Store(res, idx, _widen(el.at(data, idx), res.dtype))]))
+
+    def body(uidx: Index) -> list[Stmt]:
+        where = list(uidx)
+        where[op.axis] = _wrap(_cast(el.at(ind, uidx), ind.type.dtype), data.type.shape[op.axis])
+        val = _widen(el.at(upd, uidx), res.dtype)
+        if op.reduction is not ScatterReduction.NONE:
+            val = Call(_SCATTER[op.reduction], (Load(res, tuple(where)), val), res.dtype)
+        return [Store(res, tuple(where), val)]
+
+    return stmts + list(_serial(names, ind.type.shape, body))
+
+
+_SCATTER = {ScatterReduction.ADD: ScalarFn.ADD, ScatterReduction.MUL: ScalarFn.MUL,
+            ScatterReduction.MAX: ScalarFn.MAX, ScatterReduction.MIN: ScalarFn.MIN}
+
+
+def _cast(e: Expr, dtype: DType) -> Expr:
+    return e if dtype is DType.INT64 else Call(ScalarFn.CAST, (e,), DType.INT64)
+
+
+def _wrap(i: Expr, n: int) -> Expr:
+    return Call(ScalarFn.WHERE, (iop(IOp.LT, i, 0), iop(IOp.ADD, i, n), i), DType.INT64)
+
+
+_STAGE = {
+    Reduce: _reduce,
+    ArgReduce: _arg_reduce,
+    WindowReduce: _window,
+    MatMul: _matmul,
+    Conv: _conv,
+    ConvTranspose: _conv_transpose,
+    ScatterND: _scatter_nd,
+    ScatterElements: _scatter_elements,
+}
+
+_ = itertools  # (kept for future schedules)
