@@ -15,6 +15,8 @@ FORBIDDEN = {
     "reference": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.partition", "tilefuse.cli"},
     "partition": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.tile_ir", "tilefuse.codegen",
                   "tilefuse.runtime", "tilefuse.cli", "tilefuse.conformance", "tilefuse.report"},
+    "tile_ir": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.codegen", "tilefuse.runtime",
+                "tilefuse.plan", "tilefuse.cli", "tilefuse.conformance", "tilefuse.report"},
     "frontend": {"tilelang", "tilefuse.partition", "tilefuse.tile_ir", "tilefuse.codegen", "tilefuse.runtime",
                  "tilefuse.cli", "tilefuse.conformance"},
 }

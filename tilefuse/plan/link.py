@@ -8,7 +8,6 @@ get a buffer: they live in the kernel's registers and tiles.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -21,6 +20,7 @@ from tilefuse.errors import PlanError
 from tilefuse.ir.graph import Graph, Value
 from tilefuse.partition.kinds import FusionKind
 from tilefuse.partition.model import FusedGroup, Partition
+from tilefuse.plan.files import sha256_file
 from tilefuse.plan.hostops import primitive_to_json
 from tilefuse.plan.memory import plan_memory
 from tilefuse.plan.model import Binding, Buffer, BufferKind, HostStep, Kernel, KernelStep, Plan, Step
@@ -93,7 +93,8 @@ class _Linker:
         self.ids[id(v)] = buf.id
         if kind is BufferKind.CONSTANT:
             assert v.data is not None
-            self.weights[name] = np.ascontiguousarray(v.data, dtype=v.type.dtype.numpy)
+            # np.require, not ascontiguousarray: that one turns 0-d arrays into 1-d.
+            self.weights[name] = np.require(v.data, v.type.dtype.numpy, "C")
         return buf.id
 
     def read(self, v: Value, reader: str) -> int:
@@ -130,7 +131,7 @@ class _Linker:
         path = Path(artifact.path)
         if not path.is_file():
             raise PlanError(f"{what}: kernel file {path} does not exist")
-        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+        sha = sha256_file(path)
         try:
             launch = json.loads(json.dumps(dict(artifact.launch)))
         except (TypeError, ValueError) as e:

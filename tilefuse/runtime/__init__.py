@@ -1,1 +1,8 @@
-"""runtime stage: not built yet (see DESIGN.md and the open issues)."""
+"""runtime stage: load a ``.tfplan`` and run it (cpu through ctypes; cuda to come).
+
+``InferenceSession(path_or_plan)`` has onnxruntime's shape: ``get_inputs()``,
+``get_outputs()``, ``run(output_names, feeds)``.
+"""
+from tilefuse.runtime.session import EXECUTORS, InferenceSession, NodeArg
+
+__all__ = ["EXECUTORS", "InferenceSession", "NodeArg"]

@@ -111,6 +111,7 @@ class _State:
         s_sl, b_sl = _clip(so, s.src.extents, src.shape)
         if s_sl is not None:
             block[b_sl] = src[s_sl]
+        block = block.reshape(s.dst.extents)  # extents may differ by unit dims
         d_sl, b_sl = _clip(do, s.dst.extents, dst.shape)
         if d_sl is not None:
             dst[d_sl] = block[b_sl].astype(dst.dtype, copy=False)

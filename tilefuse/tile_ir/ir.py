@@ -127,9 +127,9 @@ class Region:
 
 @dataclass(frozen=True, slots=True)
 class Copy(Stmt):
-    """Copy a region to a region of equal extents. Source elements outside the source
-    buffer read as zero; destination elements outside the destination are not written
-    (tile tails)."""
+    """Copy a region to a region of as many elements (extents equal up to unit dims, so
+    a 2-D tile can land in a batched tensor). Source elements outside the source buffer
+    read as zero; destination elements outside the destination are not written (tails)."""
 
     src: Region
     dst: Region

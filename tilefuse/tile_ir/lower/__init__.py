@@ -1,14 +1,32 @@
 """Lowering a fusion group to one TileProgram, with a schedule chosen per target."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from tilefuse.ir.graph import Value
 from tilefuse.partition.model import FusedGroup
 from tilefuse.target import Target
 from tilefuse.tile_ir.ir import TileProgram
 from tilefuse.tile_ir.lower.staged import lower_staged
+from tilefuse.tile_ir.verify import verify_program
 
 
-def lower_group(group: FusedGroup, target: Target) -> TileProgram:
+@dataclass(frozen=True)
+class Lowered:
+    """A group's kernel and the graph values bound to its params, in order (scalar
+    constants are folded into the program and bound to no param)."""
+
+    program: TileProgram
+    bindings: tuple[Value, ...]
+
+
+def lower_group(group: FusedGroup, target: Target) -> Lowered:
     """The group as one kernel. Opaque groups are host steps, never lowered."""
     if str(group.kind) == "opaque":
         raise ValueError(f"group {group.id} is opaque: it runs as a host step")
-    return lower_staged(group, group.name)
+    program = lower_staged(group, group.name)
+    verify_program(program, target)
+    inputs = tuple(v for v in group.inputs if not (v.is_constant and v.type.size == 1))
+    bindings = inputs + tuple(group.outputs)
+    assert len(bindings) == len(program.params), "lowering binds every param to a value"
+    return Lowered(program, bindings)

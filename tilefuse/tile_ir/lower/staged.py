@@ -212,21 +212,60 @@ def _window(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], a
 
 
 def _matmul(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
+    """Batched product as a loop over (batch, M tile, N tile): operand tiles are filled
+    from their (inlined) element expressions, multiplied with one Gemm, and copied into
+    the staged result; tails are guarded by WHERE on load and clipped on copy."""
     a, b = node.inputs
     (acc,) = outs
     out_shape = node.outputs[0].type.shape
-    kdim = a.type.shape[-1]
+    batch, (m, n), kdim = out_shape[:-2], out_shape[-2:], a.type.shape[-1]
+    bm, bn = min(m, TILE_M), min(n, TILE_N)
+    ta = Buffer(f"s{len(allocs)}", acc.dtype, (bm, kdim), Scope.SHARED)
+    tb = Buffer(f"s{len(allocs) + 1}", acc.dtype, (kdim, bn), Scope.SHARED)
+    tc = Buffer(f"s{len(allocs) + 2}", acc.dtype, (bm, bn), Scope.FRAGMENT)
+    allocs += [ta, tb, tc]
+    mt, nt = names.var("mt"), names.var("nt")
+    m0, n0 = iop(IOp.MUL, mt, bm), iop(IOp.MUL, nt, bn)
 
-    def body(oidx: Index) -> list[Stmt]:
-        def inner(kidx: Index) -> list[Stmt]:
-            ai = broadcast_index(oidx[:-2], a.type.shape[:-2], out_shape[:-2]) + (oidx[-2], kidx[0])
-            bi = broadcast_index(oidx[:-2], b.type.shape[:-2], out_shape[:-2]) + (kidx[0], oidx[-1])
-            prod = Call(ScalarFn.MUL, (_widen(el.at(a, ai), acc.dtype), _widen(el.at(b, bi), acc.dtype)), acc.dtype)
-            return [Store(acc, oidx, Call(ScalarFn.ADD, (Load(acc, oidx), prod), acc.dtype))]
+    def per_batch(bidx: Index) -> list[Stmt]:
+        a_batch = broadcast_index(bidx, a.type.shape[:-2], batch)
+        b_batch = broadcast_index(bidx, b.type.shape[:-2], batch)
 
-        return [Store(acc, oidx, Const(0, acc.dtype)), *_serial(names, [kdim], inner)]
+        def fill_a(idx: Index) -> list[Stmt]:
+            row = iop(IOp.ADD, m0, idx[0])
+            val = _widen(el.at(a, a_batch + (row, idx[1])), acc.dtype)
+            return [Store(ta, idx, _guard(iop(IOp.LT, row, m), val, acc.dtype) if m % bm else val)]
 
-    return list(_parallel(names, out_shape, body))
+        def fill_b(idx: Index) -> list[Stmt]:
+            col = iop(IOp.ADD, n0, idx[1])
+            val = _widen(el.at(b, b_batch + (idx[0], col)), acc.dtype)
+            return [Store(tb, idx, _guard(iop(IOp.LT, col, n), val, acc.dtype) if n % bn else val)]
+
+        from tilefuse.tile_ir.ir import Copy, Fill, Gemm, Region
+
+        tile = [
+            *_parallel(names, (bm, kdim), fill_a),
+            *_parallel(names, (kdim, bn), fill_b),
+            Fill(tc, Const(0, acc.dtype)),
+            Gemm(ta, tb, tc),
+            Copy(Region(tc, (const_index(0), const_index(0)), (bm, bn)),
+                 Region(acc, bidx + (m0, n0), _tile_extents(len(batch), bm, bn))),
+        ]
+        inner = (Loop(nt, -(-n // bn), LoopKind.SERIAL, tuple(tile)),)
+        return [Loop(mt, -(-m // bm), LoopKind.SERIAL, inner)]
+
+    return list(_serial(names, batch, per_batch))
+
+
+TILE_M, TILE_N = 64, 64
+
+
+def _tile_extents(batch_rank: int, bm: int, bn: int) -> tuple[int, ...]:
+    return (1,) * batch_rank + (bm, bn)
+
+
+def _guard(cond: Expr, val: Expr, dtype: DType) -> Expr:
+    return Call(ScalarFn.WHERE, (cond, val, Const(0, dtype)), dtype)
 
 
 def _widen(e: Expr, dtype: DType) -> Expr:

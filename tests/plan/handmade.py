@@ -1,0 +1,146 @@
+"""Hand-written C kernels and the small graphs they compute, for plan and runtime tests.
+
+The code generator is tested elsewhere; here each kernel is a few lines of C that
+compute exactly one FusedGroup of a known graph, compiled with ``cc`` into a shared
+library with the CPU ABI ``void SYMBOL(void **args)``.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tilefuse.codegen.artifact import KernelArtifact, ParamSpec
+from tilefuse.ir import Builder, DType, Graph, TensorType
+from tilefuse.ir.prims import CumSum, ScalarFn, TopK
+from tilefuse.partition import FusedGroup, Partition, partition_graph
+from tilefuse.plan import Plan, link
+from tilefuse.target import CPU
+
+# y = max(x @ w + b, zero): the group [MatMul, add, max] with inputs (x, w, b, zero).
+MATMUL_BIAS_RELU = r"""
+void SYMBOL(void **args) {
+    const float *x = args[0], *w = args[1], *b = args[2], *zero = args[3];
+    float *y = args[4];
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++) acc += x[i * K + k] * w[k * N + j];
+            acc += b[j];
+            y[i * N + j] = acc > *zero ? acc : *zero;
+        }
+}
+"""
+
+# y = max(x + b, zero) with b broadcast along rows: the group [add, max].
+BIAS_RELU = r"""
+void SYMBOL(void **args) {
+    const float *x = args[0], *b = args[1], *zero = args[2];
+    float *y = args[3];
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float v = x[i * N + j] + b[j];
+            y[i * N + j] = v > *zero ? v : *zero;
+        }
+}
+"""
+
+F32 = DType.FLOAT32
+
+
+def compile_kernel(tmp: Path, group: FusedGroup, source: str, **defines: int) -> KernelArtifact:
+    """Build ``source`` for ``group`` (sizes as -D macros); params are the group's values."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    digest = hashlib.sha256((source + repr(sorted(defines.items()))).encode()).hexdigest()[:8]
+    name = f"{group.name}_{digest}"
+    src, lib = tmp / f"{name}.c", tmp / f"{name}.so"
+    src.write_text(source)
+    flags = [f"-D{k}={v}" for k, v in defines.items()] + [f"-DSYMBOL={name}"]
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", *flags, "-o", str(lib), str(src)], check=True)
+    params = [ParamSpec(v.name, str(v.type.dtype), v.type.shape, "input") for v in group.inputs]
+    params += [ParamSpec(v.name, str(v.type.dtype), v.type.shape, "output") for v in group.outputs]
+    return KernelArtifact(name, name, lib, tuple(params), {"threads": 1}, src)
+
+
+def ops(group: FusedGroup) -> list[str]:
+    return [n.op.name for n in group.nodes]
+
+
+def mlp_graph(m: int = 4, k: int = 8, n: int = 16, seed: int = 0) -> Graph:
+    """Two [MatMul, add, max] layers; the hidden layer is an output too, and so are the
+    input itself and a bfloat16 constant (outputs that no step writes)."""
+    rng = np.random.default_rng(seed)
+    b = Builder("mlp")
+    x = b.input("x", TensorType(F32, (m, k)))
+    h = x
+    for i, (kk, nn) in enumerate([(k, n), (n, k)]):
+        w = b.const(rng.standard_normal((kk, nn)).astype(np.float32), name=f"w{i}")
+        bias = b.const(rng.standard_normal(nn).astype(np.float32), name=f"b{i}")
+        h = b.map(ScalarFn.MAX, b.map(ScalarFn.ADD, b.matmul(h, w), bias), b.const(np.float32(0)))
+        b.output(f"h{i}", h)
+    b.output("x_again", x)
+    table = (rng.standard_normal((2, 3)) * 10).astype(ml_dtypes.bfloat16)
+    b.output("table", b.const(table, name="table"))
+    return b.graph
+
+
+def mlp_plan(tmp: Path, m: int = 4, k: int = 8, n: int = 16) -> tuple[Graph, Plan]:
+    graph = mlp_graph(m, k, n)
+    partition = partition_graph(graph, CPU)
+    g0, g1 = partition.groups
+    assert ops(g0) == ops(g1) == ["MatMul", "add", "max"], "the partitioner changed: adapt the kernels"
+    kernels = {
+        g0.id: compile_kernel(tmp, g0, MATMUL_BIAS_RELU, M=m, K=k, N=n),
+        g1.id: compile_kernel(tmp, g1, MATMUL_BIAS_RELU, M=m, K=n, N=k),
+    }
+    return graph, link(graph, partition, kernels, "cpu", "0" * 64)
+
+
+def topk_graph(m: int = 4, n: int = 16, k: int = 4, seed: int = 1) -> Graph:
+    """[MatMul, add, max] -> TopK (a host step) -> [add, max] on the values; the indices
+    are an output straight from the host step."""
+    rng = np.random.default_rng(seed)
+    b = Builder("topk")
+    x = b.input("x", TensorType(F32, (m, 8)))
+    zero = b.const(np.float32(0))
+    h = b.matmul(x, b.const(rng.standard_normal((8, n)).astype(np.float32), name="w"))
+    h = b.map(ScalarFn.MAX, b.map(ScalarFn.ADD, h, b.const(rng.standard_normal(n).astype(np.float32), name="b")), zero)
+    values, indices = b.emit(TopK(axis=1, k=k), [h])
+    bias = b.const(rng.standard_normal(k).astype(np.float32), name="c")
+    b.output("y", b.map(ScalarFn.MAX, b.map(ScalarFn.ADD, values, bias), zero))
+    b.output("indices", indices)
+    return b.graph
+
+
+def topk_plan(tmp: Path, m: int = 4, n: int = 16, k: int = 4) -> tuple[Graph, Plan]:
+    graph = topk_graph(m, n, k)
+    partition = partition_graph(graph, CPU)
+    g0, g1, g2 = partition.groups
+    assert (ops(g0), ops(g1), ops(g2)) == (["MatMul", "add", "max"], ["TopK"], ["add", "max"])
+    kernels = {
+        g0.id: compile_kernel(tmp, g0, MATMUL_BIAS_RELU, M=m, K=8, N=n),
+        g2.id: compile_kernel(tmp, g2, BIAS_RELU, M=m, N=k),
+    }
+    return graph, link(graph, partition, kernels, "cpu", "1" * 64)
+
+
+def cumsum_chain(length: int, shape: tuple[int, ...] = (4, 16)) -> tuple[Graph, Partition]:
+    """``length`` CumSums in a row: host steps only, every intermediate the same size."""
+    b = Builder("chain")
+    y = b.input("x", TensorType(F32, shape))
+    for _ in range(length):
+        y = b.emit1(CumSum(axis=1), y)
+    b.output("y", y)
+    return b.graph, partition_graph(b.graph, CPU)
+
+
+def random_feeds(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {v.name: rng.standard_normal(v.type.shape).astype(v.type.dtype.numpy) for v in graph.inputs}

@@ -1,0 +1,63 @@
+"""The one textual form of a TileProgram (TileLang-flavoured), for people and tests."""
+from __future__ import annotations
+
+from tilefuse.tile_ir.ir import (
+    Call, Const, Copy, Expr, Fill, Gemm, IndexOp, Load, Loop, LoopKind, ReduceTile, Region, Store, TileProgram, Var,
+)
+
+
+def format_expr(e: Expr) -> str:
+    if isinstance(e, Var):
+        return e.name
+    if isinstance(e, Const):
+        return repr(e.value)
+    if isinstance(e, IndexOp):
+        if e.op.value in ("min", "max"):
+            return f"{e.op.value}({format_expr(e.a)}, {format_expr(e.b)})"
+        return f"({format_expr(e.a)} {e.op.value} {format_expr(e.b)})"
+    if isinstance(e, Load):
+        return f"{e.buffer.name}[{', '.join(map(format_expr, e.indices))}]"
+    if isinstance(e, Call):
+        name = f"cast<{e.dtype}>" if e.fn.name == "CAST" else e.fn.name.lower()
+        return f"{name}({', '.join(map(format_expr, e.args))})"
+    return repr(e)
+
+
+def _region(r: Region) -> str:
+    return f"{r.buffer.name}[{', '.join(f'{format_expr(o)}:+{n}' for o, n in zip(r.offsets, r.extents))}]"
+
+
+def _stmt(s: object, indent: int, out: list[str]) -> None:
+    pad = "    " * indent
+    if isinstance(s, Loop):
+        kind = {LoopKind.SERIAL: "serial", LoopKind.PARALLEL: "Parallel", LoopKind.PIPELINED: f"Pipelined[{s.stages}]"}[s.kind]
+        out.append(f"{pad}for {s.var.name} in T.{kind}({s.extent}):")
+        for b in s.body:
+            _stmt(b, indent + 1, out)
+    elif isinstance(s, Store):
+        out.append(f"{pad}{s.buffer.name}[{', '.join(map(format_expr, s.indices))}] = {format_expr(s.value)}")
+    elif isinstance(s, Fill):
+        out.append(f"{pad}T.fill({s.buffer.name}, {s.value.value!r})")
+    elif isinstance(s, Copy):
+        out.append(f"{pad}T.copy({_region(s.src)}, {_region(s.dst)})")
+    elif isinstance(s, Gemm):
+        out.append(f"{pad}T.gemm({s.a.name}, {s.b.name}, {s.c.name}, transpose_A={s.trans_a}, transpose_B={s.trans_b})")
+    elif isinstance(s, ReduceTile):
+        out.append(f"{pad}T.reduce_{s.fn.value}({s.src.name}, {s.dst.name}, dim={s.dim}, clear={s.clear})")
+    else:
+        out.append(f"{pad}{s!r}")
+
+
+def format_program(p: TileProgram) -> str:
+    params = ", ".join(f"{b.name}: T.Tensor({list(b.shape)}, {b.dtype})" for b in p.params)
+    out = [f"@T.prim_func  # inputs: {p.num_inputs}, outputs: {len(p.params) - p.num_inputs}"]
+    out += [f"# {n}" for n in p.notes]
+    out.append(f"def {p.name}({params}):")
+    grid = ", ".join(map(str, p.grid))
+    bvars = ", ".join(v.name for v in p.block_vars)
+    out.append(f"    with T.Kernel({grid}, threads={p.threads}) as ({bvars}):")
+    for b in p.allocs:
+        out.append(f"        {b.name} = T.alloc_{b.scope.value}({list(b.shape)}, {b.dtype})")
+    for s in p.body:
+        _stmt(s, 2, out)
+    return "\n".join(out)

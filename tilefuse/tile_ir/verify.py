@@ -1,0 +1,92 @@
+"""The TileProgram verifier: well-formed, well-typed, and within the target's limits."""
+from __future__ import annotations
+
+import math
+
+from tilefuse.errors import GraphError
+from tilefuse.target import Target
+from tilefuse.tile_ir.ir import (
+    Buffer, Call, Const, Copy, Expr, Fill, Gemm, IndexOp, Load, Loop, ReduceTile, Scope, Store, TileProgram, Var,
+)
+
+
+def verify_program(p: TileProgram, target: Target | None = None) -> None:
+    """Raise GraphError if a buffer is used that is not a param or alloc, a variable is
+    unbound, an index count does not match a buffer's rank, a Gemm's tiles do not fit
+    together, or (with a target) per-tile buffers exceed its on-chip budget."""
+    known = {b.name: b for b in (*p.params, *p.allocs)}
+    if len(known) != len(p.params) + len(p.allocs):
+        raise GraphError(f"{p.name}: buffer names repeat")
+    if any(b.scope is not Scope.GLOBAL for b in p.params) or any(b.scope is Scope.GLOBAL for b in p.allocs):
+        raise GraphError(f"{p.name}: params must be global, allocs shared/fragment")
+    bound = {v.name for v in p.block_vars}
+    for s in p.body:
+        _check_stmt(p, s, known, bound)
+    if target is not None and not target.name.startswith("cpu"):
+        onchip = sum(math.prod(b.shape) * b.dtype.itemsize for b in p.allocs)
+        if onchip > target.onchip_bytes:
+            raise GraphError(f"{p.name}: {onchip} bytes of tile buffers > {target.onchip_bytes} on {target.name}")
+
+
+def _check_buffer(p: TileProgram, b: Buffer, known: dict[str, Buffer]) -> None:
+    if known.get(b.name) != b:
+        raise GraphError(f"{p.name}: unknown buffer {b.name}")
+
+
+def _check_expr(p: TileProgram, e: Expr, known: dict[str, Buffer], bound: set[str]) -> None:
+    if isinstance(e, Var):
+        if e.name not in bound:
+            raise GraphError(f"{p.name}: unbound variable {e.name}")
+    elif isinstance(e, IndexOp):
+        _check_expr(p, e.a, known, bound)
+        _check_expr(p, e.b, known, bound)
+    elif isinstance(e, Load):
+        _check_buffer(p, e.buffer, known)
+        if len(e.indices) != len(e.buffer.shape):
+            raise GraphError(f"{p.name}: {len(e.indices)} indices into {e.buffer.name} of rank {len(e.buffer.shape)}")
+        for i in e.indices:
+            _check_expr(p, i, known, bound)
+    elif isinstance(e, Call):
+        if len(e.args) != e.fn.arity:
+            raise GraphError(f"{p.name}: {e.fn.name} takes {e.fn.arity} args")
+        for a in e.args:
+            _check_expr(p, a, known, bound)
+    elif not isinstance(e, Const):
+        raise GraphError(f"{p.name}: unknown expression {e!r}")
+
+
+def _check_stmt(p: TileProgram, s: object, known: dict[str, Buffer], bound: set[str]) -> None:
+    if isinstance(s, Loop):
+        if s.var.name in bound:
+            raise GraphError(f"{p.name}: loop variable {s.var.name} shadows another")
+        for b in s.body:
+            _check_stmt(p, b, known, bound | {s.var.name})
+    elif isinstance(s, Store):
+        _check_buffer(p, s.buffer, known)
+        if len(s.indices) != len(s.buffer.shape):
+            raise GraphError(f"{p.name}: {len(s.indices)} indices into {s.buffer.name} of rank {len(s.buffer.shape)}")
+        for e in (*s.indices, s.value):
+            _check_expr(p, e, known, bound)
+    elif isinstance(s, Fill):
+        _check_buffer(p, s.buffer, known)
+    elif isinstance(s, Copy):
+        for r in (s.src, s.dst):
+            _check_buffer(p, r.buffer, known)
+            if len(r.offsets) != len(r.buffer.shape) or len(r.extents) != len(r.buffer.shape):
+                raise GraphError(f"{p.name}: copy region rank does not match {r.buffer.name}")
+            for o in r.offsets:
+                _check_expr(p, o, known, bound)
+        if math.prod(s.src.extents) != math.prod(s.dst.extents):
+            raise GraphError(f"{p.name}: copy extents {s.src.extents} vs {s.dst.extents}")
+    elif isinstance(s, Gemm):
+        for b in (s.a, s.b, s.c):
+            _check_buffer(p, b, known)
+        (m, k) = s.a.shape[::-1] if s.trans_a else s.a.shape
+        (k2, n) = s.b.shape[::-1] if s.trans_b else s.b.shape
+        if k != k2 or s.c.shape != (m, n):
+            raise GraphError(f"{p.name}: gemm tiles {s.a.shape} x {s.b.shape} -> {s.c.shape} do not fit")
+    elif isinstance(s, ReduceTile):
+        _check_buffer(p, s.src, known)
+        _check_buffer(p, s.dst, known)
+    else:
+        raise GraphError(f"{p.name}: unknown statement {s!r}")
