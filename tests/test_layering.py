@@ -19,6 +19,11 @@ FORBIDDEN = {
                 "tilefuse.plan", "tilefuse.cli", "tilefuse.conformance", "tilefuse.report"},
     "frontend": {"tilelang", "tilefuse.partition", "tilefuse.tile_ir", "tilefuse.codegen", "tilefuse.runtime",
                  "tilefuse.cli", "tilefuse.conformance"},
+    # plan reads codegen's artifacts (tilefuse.codegen.artifact), never its generators' internals
+    "plan": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.tile_ir", "tilefuse.runtime",
+             "tilefuse.cli", "tilefuse.conformance", "tilefuse.report"},
+    "runtime": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.partition", "tilefuse.tile_ir",
+                "tilefuse.codegen", "tilefuse.cli", "tilefuse.conformance", "tilefuse.report"},
 }
 
 

@@ -60,6 +60,7 @@ def compile_kernel(tmp: Path, group: FusedGroup, source: str, **defines: int) ->
         pytest.skip("no C compiler")
     digest = hashlib.sha256((source + repr(sorted(defines.items()))).encode()).hexdigest()[:8]
     name = f"{group.name}_{digest}"
+    tmp.mkdir(parents=True, exist_ok=True)
     src, lib = tmp / f"{name}.c", tmp / f"{name}.so"
     src.write_text(source)
     flags = [f"-D{k}={v}" for k, v in defines.items()] + [f"-DSYMBOL={name}"]

@@ -63,7 +63,7 @@ def test_params_must_match_the_group(tmp_path):
     with pytest.raises(PlanError, match=r"param 1 \(w0\)"):
         link(graph, partition, kernels, "cpu", "")
     kernels[0] = dataclasses.replace(kernels[0], params=tuple(params[:-1]))
-    with pytest.raises(PlanError, match="4 params, but the group has 4 inputs and 1 outputs"):
+    with pytest.raises(PlanError, match="4 params, but 4 inputs and 1 outputs are bound"):
         link(graph, partition, kernels, "cpu", "")
 
 

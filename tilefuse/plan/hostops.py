@@ -70,7 +70,9 @@ def _encode(value: object) -> object:
 def _decode(value: object, hint: object, where: str) -> object:
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        for option in typing.get_args(hint):
+        # The option of the value's own JSON type first, so 1 stays an int in float | int.
+        options = sorted(typing.get_args(hint), key=lambda o: o is not type(value))
+        for option in options:
             try:
                 return _decode(value, option, where)
             except PlanError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -35,11 +35,15 @@ def link(
     kernels: Mapping[int, KernelArtifact],
     target_name: str,
     source_sha256: str,
+    bindings: Mapping[int, Sequence[Value]] | None = None,
 ) -> Plan:
     """Build the plan; ``kernels[group.id]`` is the artifact of each non-opaque group.
 
-    PlanError if a kernel is missing, its params disagree with its group, or two
-    artifacts claim one name with different files.
+    ``bindings[group.id]``, when given, are the values bound to the kernel's params in
+    order (inputs, then the group's outputs): lowering may fold scalar constants into
+    the kernel and bind no param to them. Without it, params are the group's inputs then
+    outputs. PlanError if a kernel is missing, its params disagree with its values, or
+    two artifacts claim one name with different files.
     """
     import tilefuse
 
@@ -50,7 +54,8 @@ def link(
         elif group.id not in kernels:
             raise PlanError(f"no kernel for group {group.id} ({group.name})")
         else:
-            linker.kernel_step(group, kernels[group.id])
+            values = tuple(bindings[group.id]) if bindings and group.id in bindings else group.inputs + group.outputs
+            linker.kernel_step(group, kernels[group.id], values)
     outputs = tuple(Binding(name, linker.read(v, f"graph output {name!r}")) for name, v in graph.outputs.items())
     buffers, arena = plan_memory(linker.buffers, linker.steps)
     plan = Plan(
@@ -117,11 +122,14 @@ class _Linker:
             outs = tuple(self.write(v, what) for v in node.outputs)
             self.steps.append(HostStep(node.op, ins, outs, group.id, node.name))
 
-    def kernel_step(self, group: FusedGroup, artifact: KernelArtifact) -> None:
+    def kernel_step(self, group: FusedGroup, artifact: KernelArtifact, values: tuple[Value, ...]) -> None:
         what = f"kernel {artifact.name} (group {group.id})"
-        _check_params(group, artifact, what)
+        if tuple(map(id, values[len(values) - len(group.outputs):])) != tuple(map(id, group.outputs)):
+            raise PlanError(f"{what}: the bound values must end with the group's outputs")
+        inputs = values[: len(values) - len(group.outputs)]
+        _check_params(inputs, group.outputs, artifact, what)
         kernel = self._kernel(artifact, what)
-        ins = tuple(self.read(v, what) for v in group.inputs)
+        ins = tuple(self.read(v, what) for v in inputs)
         outs = tuple(self.write(v, what) for v in group.outputs)
         self.steps.append(KernelStep(kernel.name, ins, outs, group.id))
 
@@ -143,13 +151,15 @@ class _Linker:
         return known
 
 
-def _check_params(group: FusedGroup, artifact: KernelArtifact, what: str) -> None:
-    """The params must be the group's inputs then outputs, with their dtypes and shapes."""
-    values = [(v, "input") for v in group.inputs] + [(v, "output") for v in group.outputs]
+def _check_params(
+    inputs: Sequence[Value], outputs: Sequence[Value], artifact: KernelArtifact, what: str
+) -> None:
+    """The params must be the bound inputs then the outputs, with their dtypes and shapes."""
+    values = [(v, "input") for v in inputs] + [(v, "output") for v in outputs]
     if len(artifact.params) != len(values):
         raise PlanError(
-            f"{what}: {len(artifact.params)} params, but the group has {len(group.inputs)} inputs "
-            f"and {len(group.outputs)} outputs"
+            f"{what}: {len(artifact.params)} params, but {len(inputs)} inputs "
+            f"and {len(outputs)} outputs are bound"
         )
     for i, (p, (v, role)) in enumerate(zip(artifact.params, values)):
         want = (str(v.type.dtype), v.type.shape, role)

@@ -8,6 +8,9 @@ ctypes releases the GIL while a kernel runs, so threads really run in parallel.
 An arena carries what depends only on its address: a numpy view per arena buffer and,
 per kernel step, the argument array with every arena and weight pointer filled in. A run
 only patches the slots that point at its inputs.
+
+The runtime does not read a kernel's ``launch`` data: a CPU kernel parallelises itself
+(OpenMP), so its thread count is the code generator's to build in.
 """
 from __future__ import annotations
 
@@ -45,9 +48,9 @@ class CpuExecutor:
         self._fixed: dict[int, np.ndarray] = {}  # constant buffers: aligned copies of the weights
         for buf in plan.buffers:
             if buf.kind is BufferKind.CONSTANT:
-                w = plan.weights[buf.name]
-                self._fixed[buf.id] = _aligned_like(w)
+                self._fixed[buf.id] = _aligned_like(plan.weights[buf.name])
         self._inputs = {b.name: b.buffer for b in plan.inputs}
+        self._outputs = {b.name: b.buffer for b in plan.outputs}
         # (step index, argument position, input buffer) for every kernel argument that is a feed
         self._input_slots = [
             (i, pos, b)
@@ -91,8 +94,7 @@ class CpuExecutor:
                     self._fns[step.kernel](arena.args[i])  # type: ignore[arg-type]
                 else:
                     self._host(step, arena, bound)
-            where = {b.name: b.buffer for b in self.plan.outputs}
-            return [np.array(self._array(where[n], arena, bound), copy=True) for n in outputs]
+            return [np.array(self._array(self._outputs[n], arena, bound), copy=True) for n in outputs]
 
     def _array(self, b: int, arena: _Arena, bound: Mapping[int, np.ndarray]) -> np.ndarray:
         if b in arena.views:

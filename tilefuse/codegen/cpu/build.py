@@ -1,0 +1,130 @@
+"""The C compiler driver and the kernel cache.
+
+A kernel is built once per (source, compiler version, flags, host CPU): the cache key is
+a sha256 of those, and ``$TILEFUSE_CACHE/kernels`` (default ``~/.cache/tilefuse/kernels``)
+holds ``SYMBOL-KEY.c`` and ``SYMBOL-KEY.so``. Files are written under a temporary name
+and renamed into place, so builds running in parallel (threads or processes) never see
+half a file; the worst case is two processes compiling the same kernel once each.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tilefuse.codegen.cpu.emit import CSource
+from tilefuse.errors import CompileError
+
+# No -ffast-math: NaN, inf and signed zeros must behave as in the reference.
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
+COMPILE_TIMEOUT_S = 600
+ERROR_LINES = 40
+
+
+@dataclass(frozen=True)
+class Compiler:
+    command: tuple[str, ...]  # e.g. ("cc",) or ("ccache", "gcc")
+    version: str  # its ``--version`` output: part of the cache key
+
+    def __str__(self) -> str:
+        return " ".join(self.command)
+
+
+def find_compiler() -> Compiler:
+    """``$CC`` if set, else ``cc``; CompileError if there is none."""
+    return _compiler(os.environ.get("CC", "").strip() or "cc")
+
+
+@functools.lru_cache(maxsize=8)
+def _compiler(spec: str) -> Compiler:
+    command = tuple(shlex.split(spec))
+    if not command or shutil.which(command[0]) is None:
+        raise CompileError(f"no C compiler found: {spec!r} is not on PATH; install gcc or clang, or set $CC")
+    try:
+        out = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise CompileError(f"C compiler {spec!r} does not run: {e}") from None
+    if out.returncode != 0:
+        raise CompileError(f"C compiler {spec!r} does not run: {out.stderr.strip()[:500]}")
+    return Compiler(command, out.stdout.strip())
+
+
+def default_cache_dir() -> Path:
+    root = os.environ.get("TILEFUSE_CACHE")
+    return (Path(root) if root else Path.home() / ".cache" / "tilefuse") / "kernels"
+
+
+@functools.lru_cache(maxsize=1)
+def _host() -> str:
+    """What ``-march=native`` depends on: the machine and its CPU feature flags."""
+    flags = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                flags = line
+                break
+    except OSError:
+        pass
+    return f"{platform.machine()};{flags}"
+
+
+def cache_key(source: CSource, compiler: Compiler) -> str:
+    h = hashlib.sha256()
+    for part in (source.text, compiler.version, " ".join(FLAGS), _host()):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def library_path(source: CSource, compiler: Compiler, cache_dir: Path) -> Path:
+    return cache_dir / f"{source.symbol}-{cache_key(source, compiler)[:16]}.so"
+
+
+def compile_cached(source: CSource, compiler: Compiler, cache_dir: Path) -> tuple[Path, Path]:
+    """The shared library and C file of ``source``, compiling only on a cache miss."""
+    lib = library_path(source, compiler, cache_dir)
+    c_file = lib.with_suffix(".c")
+    if not c_file.exists():  # the name holds a hash of the text
+        _write_atomic(c_file, source.text.encode())
+    if lib.exists():
+        return lib, c_file
+    fd, tmp = tempfile.mkstemp(prefix=f".{lib.stem}.", suffix=".so.tmp", dir=cache_dir)
+    os.close(fd)
+    try:
+        cmd = [*compiler.command, *FLAGS, "-o", tmp, str(c_file)]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise CompileError(f"kernel {source.symbol}: {compiler} took over {COMPILE_TIMEOUT_S} s on {c_file}") from None
+        if done.returncode != 0:
+            lines = (done.stderr or done.stdout).strip().splitlines()
+            more = f"\n... ({len(lines) - ERROR_LINES} more lines)" if len(lines) > ERROR_LINES else ""
+            raise CompileError(
+                f"kernel {source.symbol}: {compiler} failed (exit {done.returncode}) on {c_file}:\n"
+                + "\n".join(lines[:ERROR_LINES]) + more
+            )
+        os.replace(tmp, lib)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return lib, c_file
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,237 @@
+"""TileProgram -> C11 (GNU dialect): one kernel function with the CPU ABI.
+
+    void SYMBOL(void **args)   /* args[i]: base of program.params[i], dense row-major */
+
+The tile grid is a loop nest, OpenMP-parallel when it has more than one tile; per-tile
+buffers are local arrays (heap-allocated above ``STACK_BUFFER_BYTES``) that start zeroed,
+as the interpreter's do. A parallel loop nest big enough to pay for a parallel region,
+and not already inside one, becomes ``omp parallel for collapse(k)``; an innermost
+parallel loop of plain stores gets ``omp simd``. Tile statements (Copy, Fill, Gemm,
+ReduceTile) are rendered by ``emit_tiles``.
+
+The result is a ``CSource``: text, symbol and params, built from the IR. The symbol is
+the program's name without its group index plus a hash of everything else, so identical
+layers of a model share one kernel (and one compile).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from tilefuse.codegen.artifact import ParamSpec
+from tilefuse.codegen.cpu import emit_tiles
+from tilefuse.codegen.cpu.c_types import convert, storage, store
+from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
+from tilefuse.codegen.cpu.prelude import PRELUDE
+from tilefuse.tile_ir.ir import Buffer, Copy, Fill, Gemm, Loop, LoopKind, ReduceTile, Stmt, Store, TileProgram
+
+STACK_BUFFER_BYTES = 64 * 1024  # a tile buffer above this lives on the heap
+STACK_TOTAL_BYTES = 256 * 1024  # and so do all buffers past this much stack per tile
+PARALLEL_MIN_WORK = 1 << 16  # ~ element operations that pay for an OpenMP region (~5 us)
+COLLAPSE_MIN_ITERS = 8  # outer iterations that justify keeping the innermost loop for simd
+
+
+@dataclass(frozen=True)
+class CSource:
+    """One emitted kernel: its C text, exported symbol and parameters."""
+
+    text: str
+    symbol: str
+    params: tuple[ParamSpec, ...]
+    launch: Mapping[str, object] = field(default_factory=dict)
+
+
+def kernel_stem(name: str) -> str:
+    """The part of a program name that describes its content: sanitised, without the
+    ``k<group id>_`` prefix (a position in one model, not a property of the kernel)."""
+    stem = re.sub(r"^k[0-9]+_", "", name)
+    stem = re.sub(r"[^A-Za-z0-9_]", "_", stem).strip("_")[:48] or "kernel"
+    return stem if not stem[0].isdigit() else "k_" + stem
+
+
+def emit_program(program: TileProgram) -> CSource:
+    stem = kernel_stem(program.name)
+    body = _Emitter(program).function_body()
+    header = _header(program, stem)
+    digest = hashlib.sha256("\n".join([stem, header, PRELUDE, *body]).encode()).hexdigest()[:10]
+    symbol = f"{stem}_{digest}"
+    text = "\n".join([header, PRELUDE, f"void {symbol}(void **args)", "{", *body, "}", ""])
+    params = tuple(
+        ParamSpec(b.name, b.dtype.value, b.shape, "input" if k < program.num_inputs else "output")
+        for k, b in enumerate(program.params)
+    )
+    return CSource(text, symbol, params, {"threads": program.threads, "grid": list(program.grid)})
+
+
+def _header(p: TileProgram, stem: str) -> str:
+    lines = [f"tilefuse cpu kernel: {stem}", *p.notes]
+    for k, b in enumerate(p.params):
+        role = "in " if k < p.num_inputs else "out"
+        lines.append(f"{role} args[{k}] {b.name}: {b.dtype}{list(b.shape)}")
+    lines.append("ABI: void SYMBOL(void **args); args[i] = base of param i, dense row-major; params never overlap")
+    return "/* " + "\n * ".join(x.replace("*/", "* /") for x in lines) + "\n */"
+
+
+class _Emitter:
+    def __init__(self, program: TileProgram) -> None:
+        self.p = program
+        self.table = ExprTable()
+        self.names = Names()
+        self.grid_parallel = math.prod(program.grid) > 1
+        self.ranges: dict[str, tuple[int, int]] = {
+            cident(v.name): (0, g - 1) for v, g in zip(program.block_vars, program.grid)
+        }
+        self._writes: dict[int, tuple[Loop, frozenset[str]]] = {}
+
+    # -- the function ------------------------------------------------------------------
+    def function_body(self) -> list[str]:
+        out = []
+        for k, b in enumerate(self.p.params):
+            const = "const " if k < self.p.num_inputs else ""
+            t = storage(b.dtype)
+            out.append(f"    {const}{t} *restrict {cident(b.name)} = ({const}{t} *)args[{k}];")
+        tile = self._allocs() + self.block(self.p.body, [], in_parallel=self.grid_parallel)
+        tile += [f"free({cident(b.name)});" for b in self._heap]
+        if self.grid_parallel:
+            loops = [f"for (int64_t {cident(v.name)} = 0; {cident(v.name)} < {g}; ++{cident(v.name)}) {{"
+                     for v, g in zip(self.p.block_vars, self.p.grid)]
+            collapse = f" collapse({len(loops)})" if len(loops) > 1 else ""
+            out.append(f"    #pragma omp parallel for{collapse} schedule(static)")
+            out += [f"    {x}" for x in loops] + [f"        {x}" for x in tile] + ["    " + "}" * len(loops)]
+        else:
+            out += [f"    const int64_t {cident(v.name)} = 0; (void){cident(v.name)};" for v in self.p.block_vars]
+            out += [f"    {x}" for x in tile]
+        return out
+
+    def _allocs(self) -> list[str]:
+        lines, on_stack = [], 0
+        self._heap: list[Buffer] = []
+        for b in self.p.allocs:
+            n = max(math.prod(b.shape), 1)
+            nbytes, name, t = n * b.dtype.itemsize, cident(b.name), storage(b.dtype)
+            if nbytes <= STACK_BUFFER_BYTES and on_stack + nbytes <= STACK_TOTAL_BYTES:
+                on_stack += nbytes
+                lines.append(f"{t} {name}[{n}] __attribute__((aligned(64))) = {{0}};")
+            else:
+                self._heap.append(b)
+                lines.append(f"{t} *restrict {name} = ({t} *)tf_alloc({nbytes});")
+        return lines
+
+    # -- statements --------------------------------------------------------------------
+    def block(self, body: Sequence[Stmt], levels: list[LoopLevel], in_parallel: bool) -> list[str]:
+        out: list[str] = []
+        for s in body:
+            out += self.stmt(s, levels, in_parallel)
+        return out
+
+    def stmt(self, s: Stmt, levels: list[LoopLevel], in_parallel: bool) -> list[str]:
+        if isinstance(s, Loop):
+            return self.loop(s, levels, in_parallel)
+        if isinstance(s, Store):
+            return self.store(s, levels)
+        if isinstance(s, Fill):
+            return emit_tiles.fill(s)
+        if isinstance(s, Copy):
+            return emit_tiles.copy(s, self.exprs(levels, (*s.src.offsets, *s.dst.offsets)), self.names)
+        if isinstance(s, Gemm):
+            return emit_tiles.gemm(s, parallel=not in_parallel and _work(s) >= PARALLEL_MIN_WORK)
+        if isinstance(s, ReduceTile):
+            return emit_tiles.reduce(s, self.names)
+        raise TypeError(f"{self.p.name}: unknown statement {s!r}")
+
+    def exprs(self, levels: list[LoopLevel], roots: Sequence[object]) -> StmtExprs:
+        ids = [self.table.intern(e) for e in roots]  # type: ignore[arg-type]
+        return StmtExprs(self.table, self.names, levels, self.ranges, ids, lambda b: cident(b.name))
+
+    def store(self, s: Store, levels: list[LoopLevel]) -> list[str]:
+        se = self.exprs(levels, (*s.indices, s.value))
+        idx = [se.root(k) for k in range(len(s.indices))]
+        value = se.root(len(s.indices))
+        vtype = self.table.nodes[se.roots[-1]].dtype
+        text = store(s.buffer.dtype, convert(value, vtype, s.buffer.dtype))
+        return se.lines + [f"{cident(s.buffer.name)}[{flat_index(idx, s.buffer.shape)}] = {text};"]
+
+    def loop(self, s: Loop, levels: list[LoopLevel], in_parallel: bool) -> list[str]:
+        if s.extent <= 0:
+            return []
+        nest = [s]
+        while len(nest[-1].body) == 1 and isinstance(nest[-1].body[0], Loop) and nest[-1].body[0].kind is LoopKind.PARALLEL:
+            nest.append(nest[-1].body[0])
+        if s.kind is LoopKind.PARALLEL and not in_parallel and _work(s) >= PARALLEL_MIN_WORK:
+            keep_simd = len(nest) > 1 and _simd_ok(nest[-1]) and math.prod(l.extent for l in nest[:-1]) >= COLLAPSE_MIN_ITERS
+            k = len(nest) - 1 if keep_simd else len(nest)
+            simd = " simd" if k == 1 and len(nest) == 1 and _simd_ok(s) else ""
+            collapse = f" collapse({k})" if k > 1 else ""
+            return self.nest(nest[:k], levels, f"#pragma omp parallel for{simd}{collapse} schedule(static)")
+        pragma = "#pragma omp simd" if s.kind is LoopKind.PARALLEL and _simd_ok(s) else ""
+        return self.nest([s], levels, pragma, in_parallel=in_parallel)
+
+    def nest(self, loops: list[Loop], levels: list[LoopLevel], pragma: str, in_parallel: bool = True) -> list[str]:
+        """``loops`` perfectly nested under one pragma; the innermost one's body inside."""
+        inner = levels + [
+            LoopLevel(cident(l.var.name), l.extent, self.writes(l), movable=(k == 0)) for k, l in enumerate(loops)
+        ]
+        saved = {lv.var: self.ranges.get(lv.var) for lv in inner[len(levels):]}
+        for lv in inner[len(levels):]:
+            self.ranges[lv.var] = (0, lv.extent - 1)
+        body = self.block(loops[-1].body, inner, in_parallel)
+        for var, r in saved.items():
+            if r is None:
+                self.ranges.pop(var, None)
+            else:
+                self.ranges[var] = r
+        mine = inner[len(levels):]
+        assert all(not lv.pre for lv in mine[1:]), "nothing is hoisted between collapsed loops"
+        out = list(mine[0].pre) + ([pragma] if pragma else [])
+        for d, lv in enumerate(mine):
+            out.append("    " * d + f"for (int64_t {lv.var} = 0; {lv.var} < {lv.extent}; ++{lv.var}) {{")
+        out += ["    " * len(mine) + x for x in body]
+        out += ["    " * d + "}" for d in reversed(range(len(mine)))]
+        return out
+
+    def writes(self, loop: Loop) -> frozenset[str]:
+        hit = self._writes.get(id(loop))
+        if hit is None or hit[0] is not loop:
+            names: set[str] = set()
+            _collect_writes(loop.body, names)
+            hit = self._writes[id(loop)] = (loop, frozenset(cident(n) for n in names))
+        return hit[1]
+
+
+def _collect_writes(body: Sequence[Stmt], out: set[str]) -> None:
+    for s in body:
+        if isinstance(s, Loop):
+            _collect_writes(s.body, out)
+        elif isinstance(s, (Store, Fill)):
+            out.add(s.buffer.name)
+        elif isinstance(s, Copy):
+            out.add(s.dst.buffer.name)
+        elif isinstance(s, Gemm):
+            out.add(s.c.name)
+        elif isinstance(s, ReduceTile):
+            out.add(s.dst.name)
+
+
+def _simd_ok(loop: Loop) -> bool:
+    """``omp simd`` is safe on a parallel loop (independent iterations by contract) whose
+    body is plain stores: no nested loops or tile statements to vectorise around."""
+    return loop.kind is LoopKind.PARALLEL and all(isinstance(s, Store) for s in loop.body)
+
+
+def _work(s: Stmt) -> int:
+    """A rough count of element operations, to decide what is worth threads."""
+    if isinstance(s, Loop):
+        return s.extent * sum(_work(b) for b in s.body)
+    if isinstance(s, Gemm):
+        m, k = s.a.shape[::-1] if s.trans_a else s.a.shape
+        return m * k * s.c.shape[-1]
+    if isinstance(s, Copy):
+        return math.prod(s.dst.extents)
+    if isinstance(s, (Fill,)):
+        return math.prod(s.buffer.shape)
+    if isinstance(s, ReduceTile):
+        return math.prod(s.src.shape)
+    return 8  # one Store: a few loads and arithmetic

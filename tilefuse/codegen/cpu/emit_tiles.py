@@ -1,0 +1,171 @@
+"""Tile statements as straightforward C loops: Fill, Copy, Gemm, ReduceTile.
+
+Semantics are the interpreter's (``tilefuse.tile_ir.interpret``): a Copy reads zeros
+outside its source and skips elements outside its destination, converting dtypes; a
+Gemm accumulates ``c += op(a) @ op(b)`` in float32 when c is a float of 32 bits or less
+(in c's own dtype otherwise); a ReduceTile reduces a 2-D tile along one dim.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from tilefuse.codegen.cpu.c_types import compute, convert, literal, load, round_to, store
+from tilefuse.codegen.cpu.emit_expr import Names, StmtExprs, cident, flat_index
+from tilefuse.ir.dtypes import DType
+from tilefuse.ir.prims import ReduceFn
+from tilefuse.tile_ir.ir import Copy, Fill, Gemm, ReduceTile
+
+
+def _loops(header_vars: Sequence[tuple[str, int]], body: Sequence[str], pragma: str = "") -> list[str]:
+    out = [pragma] if pragma else []
+    for d, (v, n) in enumerate(header_vars):
+        out.append("    " * d + f"for (int64_t {v} = 0; {v} < {n}; ++{v}) {{")
+    out += ["    " * len(header_vars) + x for x in body]
+    out += ["    " * d + "}" for d in reversed(range(len(header_vars)))]
+    return out
+
+
+def fill(s: Fill) -> list[str]:
+    b, n = s.buffer, max(math.prod(s.buffer.shape), 1)
+    value = float(s.value.value) if b.dtype.is_float else int(s.value.value)
+    if value == 0 and not (b.dtype.is_float and math.copysign(1.0, value) < 0):
+        return [f"memset({cident(b.name)}, 0, {n * b.dtype.itemsize});"]
+    v = store(b.dtype, literal(s.value.value, b.dtype))
+    return [f"for (int64_t i = 0; i < {n}; ++i) {cident(b.name)}[i] = {v};"]
+
+
+def copy(s: Copy, se: StmtExprs, names: Names) -> list[str]:
+    """``se`` renders the source offsets, then the destination offsets."""
+    src, dst = s.src, s.dst
+    ns = len(src.offsets)
+    so = [se.root(k) for k in range(ns)]
+    do = [se.root(ns + k) for k in range(len(dst.offsets))]
+    loops = [(names.temp("c"), n) if n != 1 else None for n in dst.extents]
+    dst_at = [_plus(o, lp[0] if lp else None) for o, lp in zip(do, loops)]
+    src_at = _source_positions(src.extents, dst.extents, so, loops)
+    body: list[str] = []
+
+    def checked(positions: list[str], offsets_root: int, region_extents: Sequence[int], shape: Sequence[int]) -> list[str]:
+        conds = []
+        for d, (pos, e, n) in enumerate(zip(positions, region_extents, shape)):
+            b = se.bounds(se.roots[offsets_root + d])
+            if b is not None and b[0] >= 0 and b[1] + e <= n:
+                continue
+            if not pos.isidentifier():
+                name = names.temp()
+                body.append(f"const int64_t {name} = {pos};")
+                positions[d] = pos = name
+            conds.append(f"{pos} >= 0 && {pos} < {n}")
+        return conds
+
+    src_ok = checked(src_at, 0, src.extents, src.buffer.shape)
+    dst_ok = checked(dst_at, ns, dst.extents, dst.buffer.shape)
+    value = load(src.buffer.dtype, f"{cident(src.buffer.name)}[{flat_index(src_at, src.buffer.shape)}]")
+    if src_ok:
+        value = f"({' && '.join(src_ok)} ? {value} : {literal(0, src.buffer.dtype)})"
+    write = (f"{cident(dst.buffer.name)}[{flat_index(dst_at, dst.buffer.shape)}] = "
+             f"{store(dst.buffer.dtype, convert(value, src.buffer.dtype, dst.buffer.dtype))};")
+    body.append(f"if ({' && '.join(dst_ok)}) {write}" if dst_ok else write)
+    return se.lines + _loops([lp for lp in loops if lp], body)
+
+
+def _plus(offset: str, var: str | None) -> str:
+    if var is None:
+        return offset
+    return var if offset == "0" else f"({offset} + {var})"
+
+
+def _source_positions(src_ext: Sequence[int], dst_ext: Sequence[int], so: Sequence[str],
+                      loops: Sequence[tuple[str, int] | None]) -> list[str]:
+    """Source index per dim for the element at the destination loop indices; extents
+    agree up to unit dims (or, failing that, element by element in row-major order)."""
+    s_dims = [d for d, e in enumerate(src_ext) if e != 1]
+    d_dims = [d for d, e in enumerate(dst_ext) if e != 1]
+    if [src_ext[d] for d in s_dims] == [dst_ext[d] for d in d_dims]:
+        var = {sd: loops[dd][0] for sd, dd in zip(s_dims, d_dims)}  # type: ignore[index]
+        return [_plus(o, var.get(d)) for d, o in enumerate(so)]
+    flat = flat_index([lp[0] if lp else "0" for lp in loops], dst_ext)
+    out, stride = [], math.prod(src_ext)
+    for o, e in zip(so, src_ext):
+        stride //= e
+        out.append(_plus(o, f"(({flat}) / {stride} % {e})" if e != 1 else None))
+    return out
+
+
+def gemm(s: Gemm, parallel: bool) -> list[str]:
+    """``c += op(a) @ op(b)``: i-k-j order (unit stride over j), or i-j-k dot products
+    when b is transposed; half c accumulates one row at a time in float."""
+    (m, k) = s.a.shape[::-1] if s.trans_a else s.a.shape
+    n = s.c.shape[1]
+    wide = DType.FLOAT32 if s.c.dtype.is_float and s.c.dtype.itemsize <= 4 else s.c.dtype
+    acc_t = compute(wide)
+    a, b, c = cident(s.a.name), cident(s.b.name), cident(s.c.name)
+
+    def at(buf: str, dtype: DType, r: str, col: str, shape: Sequence[int], trans: bool) -> str:
+        i = f"{col} * {shape[1]} + {r}" if trans else f"{r} * {shape[1]} + {col}"
+        return convert(load(dtype, f"{buf}[{i}]"), dtype, wide)
+
+    a_ik = at(a, s.a.dtype, "i", "p", s.a.shape, s.trans_a)
+    b_kj = at(b, s.b.dtype, "p", "j", s.b.shape, s.trans_b)
+    c_ij = convert(load(s.c.dtype, f"{c}[i * {n} + j]"), s.c.dtype, wide)
+    put = store(s.c.dtype, convert("acc", wide, s.c.dtype))
+    if s.trans_b:
+        body = [f"{acc_t} acc = {c_ij};", f"for (int64_t p = 0; p < {k}; ++p) acc += {a_ik} * {b_kj};",
+                f"{c}[i * {n} + j] = {put};"]
+        rows = _loops([("j", n)], body)
+    elif s.c.dtype is wide:
+        rows = _loops([("p", k)], [f"const {acc_t} aik = {a_ik};", "#pragma omp simd",
+                                   f"for (int64_t j = 0; j < {n}; ++j) {c}[i * {n} + j] += aik * {b_kj};"])
+    else:
+        rows = [f"{acc_t} row[{n}];", f"for (int64_t j = 0; j < {n}; ++j) row[j] = {c_ij};"]
+        rows += _loops([("p", k)], [f"const {acc_t} aik = {a_ik};", "#pragma omp simd",
+                                    f"for (int64_t j = 0; j < {n}; ++j) row[j] += aik * {b_kj};"])
+        rows += [f"for (int64_t j = 0; j < {n}; ++j) {{ const {acc_t} acc = row[j]; {c}[i * {n} + j] = {put}; }}"]
+    return ["{"] + ["    " + x for x in _loops([("i", m)], rows, "#pragma omp parallel for" if parallel else "")] + ["}"]
+
+
+_COMBINE = {ReduceFn.SUM: "{a} + {b}", ReduceFn.PROD: "{a} * {b}"}
+
+
+def _combine(fn: ReduceFn, dtype: DType, a: str, b: str) -> str:
+    if fn in _COMBINE:
+        return _COMBINE[fn].format(a=a, b=b)
+    w = {DType.FLOAT64: "f64"}.get(dtype, "f32" if dtype.is_float else ("i64" if dtype.is_signed else "u64"))
+    return f"tf_{'max' if fn is ReduceFn.MAX else 'min'}_{w}({a}, {b})"
+
+
+def _identity(fn: ReduceFn, dtype: DType) -> str:
+    import numpy as np
+
+    return literal(np.asarray(fn.identity(dtype.numpy)).item(), dtype)
+
+
+def reduce(s: ReduceTile, names: Names) -> list[str]:
+    """dst[r] (op)= reduce over one dim of the 2-D src, accumulated in the compute type
+    (int64 for integers, like numpy's sum)."""
+    rows, cols = s.src.shape
+    acc_d = s.src.dtype.compute if s.src.dtype.is_float else (DType.INT64 if s.src.dtype.is_signed else DType.UINT64)
+    if s.src.dtype is DType.BOOL:
+        acc_d = DType.INT64
+    t = compute(acc_d)
+    src, dst = cident(s.src.name), cident(s.dst.name)
+    x = convert(load(s.src.dtype, f"{src}[r * {cols} + q]"), s.src.dtype, acc_d)
+    acc = names.temp("acc")
+
+    def finish(idx: str, value: str) -> str:
+        v = convert(value, acc_d, s.dst.dtype)
+        if not s.clear:
+            old = load(s.dst.dtype, f"{dst}[{idx}]")
+            v = round_to(s.dst.dtype, _combine(s.fn, s.dst.dtype.compute, old, v))
+        return f"{dst}[{idx}] = {store(s.dst.dtype, v)};"
+
+    ident = _identity(s.fn, acc_d)
+    if s.dim == 1:
+        body = [f"{t} {acc} = {ident};", f"for (int64_t q = 0; q < {cols}; ++q) {acc} = {_combine(s.fn, acc_d, acc, x)};",
+                finish("r", acc)]
+        return ["{"] + ["    " + y for y in _loops([("r", rows)], body)] + ["}"]
+    lines = [f"{t} {acc}[{cols}];", f"for (int64_t q = 0; q < {cols}; ++q) {acc}[q] = {ident};"]
+    lines += _loops([("r", rows)], [f"for (int64_t q = 0; q < {cols}; ++q) {acc}[q] = {_combine(s.fn, acc_d, f'{acc}[q]', x)};"])
+    lines.append(f"for (int64_t q = 0; q < {cols}; ++q) {finish('q', f'{acc}[q]')}")
+    return ["{"] + ["    " + y for y in lines] + ["}"]

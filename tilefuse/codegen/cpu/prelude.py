@@ -1,0 +1,106 @@
+"""The C helpers every generated kernel starts with.
+
+Each helper pins down one semantic detail of the reference (numpy / ONNX Runtime) that
+plain C gets wrong or leaves undefined: floor division and modulo on negative ints,
+division by zero and INT_MIN / -1 (numpy gives 0 and wraps; C traps), NaN-propagating
+max/min, numpy's float modulo, bfloat16 round-to-nearest-even, an overflow-safe
+sigmoid. Every helper is ``static inline`` and pure, so kernels keep no global state.
+"""
+
+PRELUDE = r"""
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* -- half floats: values live in float, rounded once per operation ------------------ */
+static inline float tf_round_f16(float x) { return (float)(_Float16)x; }
+static inline float tf_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f;
+}
+static inline uint16_t tf_f32_to_bf16(float f) {  /* round to nearest even, NaN stays NaN */
+    uint32_t u; memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline float tf_round_bf16(float x) { return tf_bf16_to_f32(tf_f32_to_bf16(x)); }
+
+/* -- integers: numpy semantics, no traps -------------------------------------------- */
+static inline int64_t tf_neg_i64(int64_t a) { return (int64_t)(0 - (uint64_t)a); }
+static inline int64_t tf_floordiv(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    if (b == -1) return tf_neg_i64(a);
+    int64_t q = a / b;
+    return q - ((a % b != 0) && ((a < 0) != (b < 0)));
+}
+static inline int64_t tf_floormod(int64_t a, int64_t b) {  /* sign of the divisor */
+    if (b == 0 || b == -1) return 0;
+    int64_t r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+static inline int64_t tf_div_i64(int64_t a, int64_t b) {  /* truncates toward zero */
+    if (b == 0) return 0;
+    return b == -1 ? tf_neg_i64(a) : a / b;
+}
+static inline uint64_t tf_div_u64(uint64_t a, uint64_t b) { return b ? a / b : 0; }
+static inline int64_t tf_fmod_i64(int64_t a, int64_t b) { return (b == 0 || b == -1) ? 0 : a % b; }
+static inline uint64_t tf_mod_u64(uint64_t a, uint64_t b) { return b ? a % b : 0; }
+static inline int64_t tf_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t tf_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline uint64_t tf_min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static inline uint64_t tf_max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+static inline int64_t tf_abs_i64(int64_t a) { return a < 0 ? tf_neg_i64(a) : a; }
+static inline int64_t tf_sign_i64(int64_t a) { return (a > 0) - (a < 0); }
+static inline uint64_t tf_shl_u64(uint64_t a, uint64_t b, unsigned bits) { return b < bits ? a << b : 0; }
+static inline int64_t tf_shr_i64(int64_t a, uint64_t b, unsigned bits) {
+    return b < bits ? a >> b : (a < 0 ? -1 : 0);
+}
+static inline uint64_t tf_shr_u64(uint64_t a, uint64_t b, unsigned bits) { return b < bits ? a >> b : 0; }
+static inline int64_t tf_pow_i64(int64_t a, int64_t b) {
+    if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
+    uint64_t r = 1, x = (uint64_t)a;
+    while (b) { if (b & 1) r *= x; x *= x; b >>= 1; }
+    return (int64_t)r;
+}
+
+/* -- floats: NaN-propagating max/min, numpy's modulo, sign, sigmoid ----------------- */
+static inline float tf_max_f32(float a, float b) { return (a > b || a != a) ? a : b; }
+static inline float tf_min_f32(float a, float b) { return (a < b || a != a) ? a : b; }
+static inline double tf_max_f64(double a, double b) { return (a > b || a != a) ? a : b; }
+static inline double tf_min_f64(double a, double b) { return (a < b || a != a) ? a : b; }
+static inline float tf_sign_f32(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : (x == 0 ? 0.0f : x)); }
+static inline double tf_sign_f64(double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : (x == 0 ? 0.0 : x)); }
+static inline float tf_mod_f32(float a, float b) {  /* sign of the divisor, like numpy */
+    float m = fmodf(a, b);
+    if (b == 0) return m;
+    if (m != 0) return ((b < 0) != (m < 0)) ? m + b : m;
+    return copysignf(0.0f, b);
+}
+static inline double tf_mod_f64(double a, double b) {
+    double m = fmod(a, b);
+    if (b == 0) return m;
+    if (m != 0) return ((b < 0) != (m < 0)) ? m + b : m;
+    return copysign(0.0, b);
+}
+static inline float tf_sigmoid_f32(float x) {  /* never overflows: exp of a non-positive */
+    if (x >= 0) return 1.0f / (1.0f + expf(-x));
+    float e = expf(x);
+    return e / (1.0f + e);
+}
+static inline double tf_sigmoid_f64(double x) {
+    if (x >= 0) return 1.0 / (1.0 + exp(-x));
+    double e = exp(x);
+    return e / (1.0 + e);
+}
+
+/* -- tile buffers too big for the stack: 64-byte aligned, zeroed --------------------- */
+static void *tf_alloc(size_t bytes) {
+    size_t n = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, n ? n : 64);
+    if (!p) { fputs("tilefuse kernel: out of memory for a tile buffer\n", stderr); abort(); }
+    memset(p, 0, n ? n : 64);
+    return p;
+}
+"""
