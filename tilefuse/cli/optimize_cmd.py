@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from tilefuse.cli.args import add_shape_arg, parse_shapes
-from tilefuse.errors import TilefuseError
+from tqdm import tqdm
+
 from tilefuse.frontend import import_onnx
 from tilefuse.frontend.loader import load_model
 from tilefuse.partition import partition_graph
@@ -29,10 +30,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     target = get_target(args.target)
-    proto = load_model(args.model)
-    onnx_nodes = len(proto.graph.node)
-    graph = import_onnx(proto, parse_shapes(args.shape))
-    partition = partition_graph(graph, target)
+    shapes = parse_shapes(args.shape)
+    if args.dry_run:
+        proto = load_model(args.model)
+        onnx_nodes = len(proto.graph.node)
+        graph = import_onnx(proto, shapes)
+        partition = partition_graph(graph, target)
+        compiled = None
+    else:
+        from tilefuse.compiler import compile_model
+
+        with tqdm(total=1, desc=f"compiling for {target.name}", unit="model", leave=False, disable=None) as bar:
+            compiled = compile_model(args.model, target, shapes)
+            bar.update(1)
+        partition, onnx_nodes = compiled.partition, compiled.onnx_nodes
     summary = summarize_partition(partition, onnx_nodes)
     print(format_summary(summary))
     if args.explain:
@@ -44,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
 
         Path(args.report).write_text(render_html(partition, summary))
         print(f"report: {args.report}")
-    if not args.dry_run:
-        raise TilefuseError("code generation and plans are not built yet (issue 4); use --dry-run")
+    if compiled is not None:
+        out = Path(args.output) if args.output else Path(Path(args.model).stem + ".tfplan")
+        compiled.plan.save(out)
+        kernels = sum(1 for s in compiled.plan.steps if getattr(s, "kernel", None))
+        print(f"plan: {out} ({kernels} kernel steps, {compiled.plan.memory_report()})")
     return 0

@@ -86,6 +86,7 @@ def load_plan(path: str | Path) -> Plan:
     plan = Plan(
         target=header["target"],  # type: ignore[arg-type]
         source_sha256=header["source_model_sha256"],  # type: ignore[arg-type]
+        source_path=header["source_model_path"],  # type: ignore[arg-type]
         tilefuse_version=header["tilefuse_version"],  # type: ignore[arg-type]
         buffers=buffers,
         inputs=dec.bindings("inputs", buffers),

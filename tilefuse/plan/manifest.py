@@ -30,6 +30,7 @@ def encode(plan: Plan, kernel_files: dict[str, str]) -> dict[str, object]:
         "format_version": FORMAT_VERSION,
         "tilefuse_version": plan.tilefuse_version,
         "source_model_sha256": plan.source_sha256,
+        "source_model_path": plan.source_path,
         "target": plan.target,
         "inputs": [_binding(plan, b) for b in plan.inputs],
         "outputs": [_binding(plan, b) for b in plan.outputs],
@@ -111,6 +112,7 @@ class Decoder:
             "format_version": self.get(d, "format_version", int, ""),
             "tilefuse_version": self.get(d, "tilefuse_version", str, ""),
             "source_model_sha256": self.get(d, "source_model_sha256", str, ""),
+            "source_model_path": d.get("source_model_path", "") if isinstance(d.get("source_model_path", ""), str) else "",
             "target": self.get(d, "target", str, ""),
             "arena_bytes": self.get(d, "arena_bytes", int, ""),
         }

@@ -128,6 +128,7 @@ class Plan:
     steps: tuple[Step, ...]
     arena_bytes: int
     weights: dict[str, np.ndarray] = field(repr=False)
+    source_path: str = ""  # the model compiled, as given (for `tilefuse run --check`)
 
     def input_types(self) -> list[tuple[str, TensorType]]:
         return [(b.name, self.buffers[b.buffer].type) for b in self.inputs]

@@ -30,7 +30,7 @@ from tilefuse.tile_ir.ir import Buffer, Copy, Fill, Gemm, Loop, LoopKind, Reduce
 
 STACK_BUFFER_BYTES = 64 * 1024  # a tile buffer above this lives on the heap
 STACK_TOTAL_BYTES = 256 * 1024  # and so do all buffers past this much stack per tile
-PARALLEL_MIN_WORK = 1 << 16  # ~ element operations that pay for an OpenMP region (~5 us)
+PARALLEL_MIN_WORK = 1 << 17  # ~ element operations that pay for an OpenMP region (a few us)
 COLLAPSE_MIN_ITERS = 8  # outer iterations that justify keeping the innermost loop for simd
 
 

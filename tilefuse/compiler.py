@@ -1,0 +1,66 @@
+"""The whole pipeline as one readable function: ONNX in, an executable Plan out."""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from tilefuse.errors import TilefuseError
+from tilefuse.frontend import import_onnx
+from tilefuse.frontend.importer import ModelLike
+from tilefuse.frontend.loader import load_model
+from tilefuse.frontend.shapes import ShapeSpec
+from tilefuse.ir.graph import Graph
+from tilefuse.partition import Partition, partition_graph
+from tilefuse.partition.kinds import FusionKind
+from tilefuse.plan import Plan, link
+from tilefuse.target import Target, get_target
+from tilefuse.tile_ir import Lowered, lower_group
+
+Progress = Callable[[Iterable], Iterable]
+
+
+@dataclass
+class Compiled:
+    """Everything one compilation produced, for the CLI and for tests."""
+
+    graph: Graph
+    partition: Partition
+    lowered: dict[int, Lowered]
+    plan: Plan
+    onnx_nodes: int
+    notes: list[str] = field(default_factory=list)
+
+
+def compile(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None, *,
+            progress: Progress | None = None) -> Plan:
+    """Compile ``model`` for ``target`` into an in-memory Plan (``plan.save(path)``)."""
+    return compile_model(model, target, shapes, progress=progress).plan
+
+
+def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None, *,
+                  progress: Progress | None = None) -> Compiled:
+    target = get_target(target) if isinstance(target, str) else target
+    proto = load_model(model)
+    source_sha = hashlib.sha256(proto.SerializeToString(deterministic=True)).hexdigest()
+    graph = import_onnx(proto, shapes)  # ONNX -> ir.Graph (verified)
+    partition = partition_graph(graph, target)  # -> fusion groups (verified)
+    kernel_groups = [g for g in partition.groups if g.kind is not FusionKind.OPAQUE]
+    lowered = {g.id: lower_group(g, target) for g in kernel_groups}  # one TileProgram each (verified)
+    artifacts = _build(target, [lowered[g.id] for g in kernel_groups], progress)
+    kernels = {g.id: a for g, a in zip(kernel_groups, artifacts)}
+    bindings = {gid: low.bindings for gid, low in lowered.items()}
+    plan = link(graph, partition, kernels, target.name, source_sha, bindings=bindings)
+    if isinstance(model, (str, os.PathLike)):
+        plan.source_path = str(Path(model).resolve())
+    return Compiled(graph, partition, lowered, plan, len(proto.graph.node))
+
+
+def _build(target: Target, lowered: list[Lowered], progress: Progress | None) -> list:
+    if target.name != "cpu":
+        raise TilefuseError(f"code generation for {target.name} is not built yet (issue 5); use --target cpu")
+    from tilefuse.codegen.cpu import build_all
+
+    return build_all([low.program for low in lowered])
