@@ -5,7 +5,8 @@ tile_ir -> codegen -> plan, runtime -> ort.
 """
 from tilefuse import errors
 from tilefuse.frontend import import_onnx
+from tilefuse.compiler import compile
 from tilefuse.runtime import InferenceSession
 
 __version__ = "0.1.0"
-__all__ = ["InferenceSession", "errors", "import_onnx", "__version__"]
+__all__ = ["InferenceSession", "compile", "errors", "import_onnx", "__version__"]

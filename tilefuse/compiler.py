@@ -5,7 +5,6 @@ import hashlib
 import os
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from tilefuse.errors import TilefuseError
 from tilefuse.frontend import import_onnx
@@ -18,8 +17,6 @@ from tilefuse.partition.kinds import FusionKind
 from tilefuse.plan import Plan, link
 from tilefuse.target import Target, get_target
 from tilefuse.tile_ir import Lowered, lower_group
-
-Progress = Callable[[Iterable], Iterable]
 
 
 @dataclass
@@ -34,31 +31,35 @@ class Compiled:
     notes: list[str] = field(default_factory=list)
 
 
-def compile(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None, *,
-            progress: Progress | None = None) -> Plan:
+def compile(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None) -> Plan:
     """Compile ``model`` for ``target`` into an in-memory Plan (``plan.save(path)``)."""
-    return compile_model(model, target, shapes, progress=progress).plan
+    return compile_model(model, target, shapes).plan
 
 
-def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None, *,
-                  progress: Progress | None = None) -> Compiled:
+def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None) -> Compiled:
     target = get_target(target) if isinstance(target, str) else target
     proto = load_model(model)
     source_sha = hashlib.sha256(proto.SerializeToString(deterministic=True)).hexdigest()
     graph = import_onnx(proto, shapes)  # ONNX -> ir.Graph (verified)
+    compiled = compile_graph(graph, target, source_sha, len(proto.graph.node))
+    if isinstance(model, (str, os.PathLike)):
+        compiled.plan.source_path = str(Path(model).resolve())
+    return compiled
+
+
+def compile_graph(graph: Graph, target: Target, source_sha: str = "", onnx_nodes: int = 0) -> Compiled:
+    """Partition, lower, generate code and link an imported graph."""
     partition = partition_graph(graph, target)  # -> fusion groups (verified)
     kernel_groups = [g for g in partition.groups if g.kind is not FusionKind.OPAQUE]
     lowered = {g.id: lower_group(g, target) for g in kernel_groups}  # one TileProgram each (verified)
-    artifacts = _build(target, [lowered[g.id] for g in kernel_groups], progress)
+    artifacts = _build(target, [lowered[g.id] for g in kernel_groups])
     kernels = {g.id: a for g, a in zip(kernel_groups, artifacts)}
     bindings = {gid: low.bindings for gid, low in lowered.items()}
     plan = link(graph, partition, kernels, target.name, source_sha, bindings=bindings)
-    if isinstance(model, (str, os.PathLike)):
-        plan.source_path = str(Path(model).resolve())
-    return Compiled(graph, partition, lowered, plan, len(proto.graph.node))
+    return Compiled(graph, partition, lowered, plan, onnx_nodes)
 
 
-def _build(target: Target, lowered: list[Lowered], progress: Progress | None) -> list:
+def _build(target: Target, lowered: list[Lowered]) -> list:
     if target.name != "cpu":
         raise TilefuseError(f"code generation for {target.name} is not built yet (issue 5); use --target cpu")
     from tilefuse.codegen.cpu import build_all

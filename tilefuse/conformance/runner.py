@@ -25,7 +25,18 @@ from tilefuse.reference import run_graph
 
 # A target runs an imported graph: (graph, feeds) -> outputs by name.
 Runner = Callable[[Graph, dict[str, np.ndarray]], dict[str, np.ndarray]]
-TARGETS: dict[str, Runner] = {"reference": run_graph}
+def _run_on_cpu(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The whole pipeline: partition, lower, C code, plan, runtime."""
+    from tilefuse.compiler import compile_graph
+    from tilefuse.runtime import InferenceSession
+    from tilefuse.target import CPU
+
+    session = InferenceSession(compile_graph(graph, CPU).plan)
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(None, feeds)))
+
+
+TARGETS: dict[str, Runner] = {"reference": run_graph, "cpu": _run_on_cpu}
 
 
 @dataclass

@@ -139,7 +139,7 @@ class _Emitter:
         if isinstance(s, Gemm):
             return emit_tiles.gemm(s, parallel=not in_parallel and _work(s) >= PARALLEL_MIN_WORK)
         if isinstance(s, ReduceTile):
-            return emit_tiles.reduce(s, self.names)
+            return emit_tiles.reduce(s)
         raise TypeError(f"{self.p.name}: unknown statement {s!r}")
 
     def exprs(self, levels: list[LoopLevel], roots: Sequence[object]) -> StmtExprs:

@@ -105,14 +105,20 @@ _C_RESERVED = {
     "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern",
     "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short", "signed",
     "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "args",
-}
+    # library functions generated code calls (a local of that name would shadow them)
+    "memset", "memcpy", "free", "aligned_alloc", "abort", "fputs", "stderr", "isnan", "isinf", "main",
+} | {f"{base}{sfx}" for base in ("sqrt", "exp", "log", "floor", "ceil", "rint", "erf", "tanh", "sin", "cos", "tan",
+                                  "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "fabs", "fmod",
+                                  "pow", "copysign") for sfx in ("", "f")}
 
 
 def cident(name: str) -> str:
-    """``name`` as a C identifier that cannot clash with the emitter's own names
-    (temps ``t<n>``, copy indices ``c<n>``, helpers ``tf_*``, C keywords)."""
+    """``name`` as a C identifier that cannot clash with the emitter's own names (temps
+    ``t<n>``, copy indices ``c<n>``, locals ``_x``, helpers ``tf_*``), C keywords, the
+    library functions kernels call, types (``*_t``) or macros (upper case)."""
     text = re.sub(r"[^A-Za-z0-9_]", "_", name) or "_"
-    if text[0].isdigit() or text in _C_RESERVED or re.fullmatch(r"[tc][0-9]+", text) or text.startswith(("tf_", "_")):
+    if (text[0].isdigit() or text in _C_RESERVED or re.fullmatch(r"[tc][0-9]+", text)
+            or text.startswith(("tf_", "_")) or text.endswith("_t") or text.isupper()):
         text = "v_" + text
     return text
 

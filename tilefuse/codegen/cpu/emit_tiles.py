@@ -32,7 +32,7 @@ def fill(s: Fill) -> list[str]:
     if value == 0 and not (b.dtype.is_float and math.copysign(1.0, value) < 0):
         return [f"memset({cident(b.name)}, 0, {n * b.dtype.itemsize});"]
     v = store(b.dtype, literal(s.value.value, b.dtype))
-    return [f"for (int64_t i = 0; i < {n}; ++i) {cident(b.name)}[i] = {v};"]
+    return [f"for (int64_t _i = 0; _i < {n}; ++_i) {cident(b.name)}[_i] = {v};"]
 
 
 def copy(s: Copy, se: StmtExprs, names: Names) -> list[str]:
@@ -89,7 +89,8 @@ def _source_positions(src_ext: Sequence[int], dst_ext: Sequence[int], so: Sequen
     out, stride = [], math.prod(src_ext)
     for o, e in zip(so, src_ext):
         stride //= e
-        out.append(_plus(o, f"(({flat}) / {stride} % {e})" if e != 1 else None))
+        pos = f"({flat})" if stride == 1 else f"({flat}) / {stride}"
+        out.append(_plus(o, f"({pos} % {e})" if e != 1 else None))
     return out
 
 
@@ -106,23 +107,24 @@ def gemm(s: Gemm, parallel: bool) -> list[str]:
         i = f"{col} * {shape[1]} + {r}" if trans else f"{r} * {shape[1]} + {col}"
         return convert(load(dtype, f"{buf}[{i}]"), dtype, wide)
 
-    a_ik = at(a, s.a.dtype, "i", "p", s.a.shape, s.trans_a)
-    b_kj = at(b, s.b.dtype, "p", "j", s.b.shape, s.trans_b)
-    c_ij = convert(load(s.c.dtype, f"{c}[i * {n} + j]"), s.c.dtype, wide)
-    put = store(s.c.dtype, convert("acc", wide, s.c.dtype))
+    a_ik = at(a, s.a.dtype, "_i", "_p", s.a.shape, s.trans_a)
+    b_kj = at(b, s.b.dtype, "_p", "_j", s.b.shape, s.trans_b)
+    c_ij = convert(load(s.c.dtype, f"{c}[_i * {n} + _j]"), s.c.dtype, wide)
+    put = store(s.c.dtype, convert("_acc", wide, s.c.dtype))
     if s.trans_b:
-        body = [f"{acc_t} acc = {c_ij};", f"for (int64_t p = 0; p < {k}; ++p) acc += {a_ik} * {b_kj};",
-                f"{c}[i * {n} + j] = {put};"]
-        rows = _loops([("j", n)], body)
+        body = [f"{acc_t} _acc = {c_ij};", f"for (int64_t _p = 0; _p < {k}; ++_p) _acc += {a_ik} * {b_kj};",
+                f"{c}[_i * {n} + _j] = {put};"]
+        rows = _loops([("_j", n)], body)
     elif s.c.dtype is wide:
-        rows = _loops([("p", k)], [f"const {acc_t} aik = {a_ik};", "#pragma omp simd",
-                                   f"for (int64_t j = 0; j < {n}; ++j) {c}[i * {n} + j] += aik * {b_kj};"])
+        rows = _loops([("_p", k)], [f"const {acc_t} _aik = {a_ik};", "#pragma omp simd",
+                                    f"for (int64_t _j = 0; _j < {n}; ++_j) {c}[_i * {n} + _j] += _aik * {b_kj};"])
     else:
-        rows = [f"{acc_t} row[{n}];", f"for (int64_t j = 0; j < {n}; ++j) row[j] = {c_ij};"]
-        rows += _loops([("p", k)], [f"const {acc_t} aik = {a_ik};", "#pragma omp simd",
-                                    f"for (int64_t j = 0; j < {n}; ++j) row[j] += aik * {b_kj};"])
-        rows += [f"for (int64_t j = 0; j < {n}; ++j) {{ const {acc_t} acc = row[j]; {c}[i * {n} + j] = {put}; }}"]
-    return ["{"] + ["    " + x for x in _loops([("i", m)], rows, "#pragma omp parallel for" if parallel else "")] + ["}"]
+        rows = [f"{acc_t} _row[{n}];", f"for (int64_t _j = 0; _j < {n}; ++_j) _row[_j] = {c_ij};"]
+        rows += _loops([("_p", k)], [f"const {acc_t} _aik = {a_ik};", "#pragma omp simd",
+                                     f"for (int64_t _j = 0; _j < {n}; ++_j) _row[_j] += _aik * {b_kj};"])
+        rows += [f"for (int64_t _j = 0; _j < {n}; ++_j) {{ const {acc_t} _acc = _row[_j]; {c}[_i * {n} + _j] = {put}; }}"]
+    pragma = "#pragma omp parallel for" if parallel else ""
+    return ["{"] + ["    " + x for x in _loops([("_i", m)], rows, pragma)] + ["}"]
 
 
 _COMBINE = {ReduceFn.SUM: "{a} + {b}", ReduceFn.PROD: "{a} * {b}"}
@@ -141,7 +143,7 @@ def _identity(fn: ReduceFn, dtype: DType) -> str:
     return literal(np.asarray(fn.identity(dtype.numpy)).item(), dtype)
 
 
-def reduce(s: ReduceTile, names: Names) -> list[str]:
+def reduce(s: ReduceTile) -> list[str]:
     """dst[r] (op)= reduce over one dim of the 2-D src, accumulated in the compute type
     (int64 for integers, like numpy's sum)."""
     rows, cols = s.src.shape
@@ -150,8 +152,8 @@ def reduce(s: ReduceTile, names: Names) -> list[str]:
         acc_d = DType.INT64
     t = compute(acc_d)
     src, dst = cident(s.src.name), cident(s.dst.name)
-    x = convert(load(s.src.dtype, f"{src}[r * {cols} + q]"), s.src.dtype, acc_d)
-    acc = names.temp("acc")
+    x = convert(load(s.src.dtype, f"{src}[_r * {cols} + _q]"), s.src.dtype, acc_d)
+    acc = "_acc"
 
     def finish(idx: str, value: str) -> str:
         v = convert(value, acc_d, s.dst.dtype)
@@ -162,10 +164,10 @@ def reduce(s: ReduceTile, names: Names) -> list[str]:
 
     ident = _identity(s.fn, acc_d)
     if s.dim == 1:
-        body = [f"{t} {acc} = {ident};", f"for (int64_t q = 0; q < {cols}; ++q) {acc} = {_combine(s.fn, acc_d, acc, x)};",
-                finish("r", acc)]
-        return ["{"] + ["    " + y for y in _loops([("r", rows)], body)] + ["}"]
-    lines = [f"{t} {acc}[{cols}];", f"for (int64_t q = 0; q < {cols}; ++q) {acc}[q] = {ident};"]
-    lines += _loops([("r", rows)], [f"for (int64_t q = 0; q < {cols}; ++q) {acc}[q] = {_combine(s.fn, acc_d, f'{acc}[q]', x)};"])
-    lines.append(f"for (int64_t q = 0; q < {cols}; ++q) {finish('q', f'{acc}[q]')}")
+        body = [f"{t} {acc} = {ident};",
+                f"for (int64_t _q = 0; _q < {cols}; ++_q) {acc} = {_combine(s.fn, acc_d, acc, x)};", finish("_r", acc)]
+        return ["{"] + ["    " + y for y in _loops([("_r", rows)], body)] + ["}"]
+    lines = [f"{t} {acc}[{cols}];", f"for (int64_t _q = 0; _q < {cols}; ++_q) {acc}[_q] = {ident};"]
+    lines += _loops([("_r", rows)], [f"for (int64_t _q = 0; _q < {cols}; ++_q) {acc}[_q] = {_combine(s.fn, acc_d, f'{acc}[_q]', x)};"])
+    lines.append(f"for (int64_t _q = 0; _q < {cols}; ++_q) {finish('_q', f'{acc}[_q]')}")
     return ["{"] + ["    " + y for y in lines] + ["}"]

@@ -1,0 +1,64 @@
+"""`tilefuse bench PLAN_OR_MODEL`: latency of a plan, optionally against onnxruntime."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from tilefuse.bench import measure
+from tilefuse.cli.args import add_shape_arg, parse_shapes
+from tilefuse.cli.run_cmd import random_feeds
+from tilefuse.errors import InputError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="time a plan (compiling a model first), optionally against onnxruntime")
+    p.add_argument("target", metavar="PLAN_OR_MODEL", help="a .tfplan directory or an .onnx file")
+    add_shape_arg(p)
+    p.add_argument("--target", dest="device", default="cpu", help="compile target when given a model (default cpu)")
+    p.add_argument("--against", choices=["onnxruntime"], help="also time onnxruntime on the source model")
+    p.add_argument("--model", metavar="MODEL.onnx", help="source model for --against (default: the plan's)")
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for both runtimes")
+    p.add_argument("--json", metavar="FILE", help="write the figures as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    from tilefuse.runtime import InferenceSession
+
+    if Path(args.target).is_dir():
+        session = InferenceSession(args.target)
+    else:
+        from tilefuse.compiler import compile
+
+        session = InferenceSession(compile(args.target, args.device, parse_shapes(args.shape)))
+    plan = session.plan
+    feeds = random_feeds(plan.input_types(), {}, seed=0)
+    result = {"plan_target": plan.target, "threads": args.threads}
+    t = measure(lambda: session.run(None, feeds), warmup=args.warmup, repeats=args.repeats)
+    result["tilefuse_ms"] = t.median_ms
+    result["tilefuse"] = vars(t)
+    print(f"tilefuse     {t}")
+    if args.against:
+        import onnxruntime as ort
+
+        model = args.model or plan.source_path or (args.target if not Path(args.target).is_dir() else "")
+        if not model or not Path(model).is_file():
+            raise InputError("--against needs the source model: pass --model")
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = args.threads
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        ref = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+        r = measure(lambda: ref.run(None, feeds), warmup=args.warmup, repeats=args.repeats)
+        result["onnxruntime_ms"] = r.median_ms
+        result["onnxruntime"] = vars(r)
+        result["ratio"] = t.median_ms / r.median_ms
+        print(f"onnxruntime  {r}")
+        print(f"tilefuse / onnxruntime = {result['ratio']:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
