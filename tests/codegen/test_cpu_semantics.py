@@ -139,7 +139,8 @@ def _copy_program():
     t = Var("t")
     body = [
         Loop(t, 2, LoopKind.SERIAL, (
-            Copy(Region(src, (iop(IOp.ADD, t, 2), const_index(4)), (4, 8)), Region(dst, (t, const_index(0), const_index(0), const_index(2)), (1, 1, 4, 8))),
+            Copy(Region(src, (iop(IOp.ADD, t, 2), const_index(4)), (4, 8)),
+                 Region(dst, (t, const_index(0), const_index(0), const_index(2)), (1, 1, 4, 8))),
         )),
         Copy(Region(src, (const_index(1), const_index(-1)), (1, 8)), Region(flat, (const_index(0), const_index(0)), (2, 4))),
     ]
@@ -193,8 +194,8 @@ def _grid_program():
     bx, by = Var("bx"), Var("by")
     body = [
         parallel((20000,), lambda i: [Store(big, i, Call(F.CAST, (iop(IOp.ADD, i[0], iop(IOp.MUL, bx, 7)),), DType.FLOAT32))]),
-        parallel((300,), lambda i: [Store(out, (bx, by, i[0]), Call(F.ADD, (load(big, (iop(IOp.MUL, i[0], 60),)),
-                                                                             Call(F.CAST, (by,), DType.FLOAT32)), DType.FLOAT32))], "j"),
+        parallel((300,), lambda i: [Store(out, (bx, by, i[0]), Call(F.ADD, (
+            load(big, (iop(IOp.MUL, i[0], 60),)), Call(F.CAST, (by,), DType.FLOAT32)), DType.FLOAT32))], "j"),
     ]
     tiles = program("grid", [], [out], body, allocs=[big], grid=(2, 3))
     a = param("a", DType.BFLOAT16, (256, 600))

@@ -1,14 +1,18 @@
 """What the CPU emitter writes: asserted on the generated C (no compiler needed)."""
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 from tests.codegen.cpu_programs import elementwise, load, param, parallel, program
 from tilefuse.codegen.cpu import emit_program
 from tilefuse.codegen.cpu.emit import kernel_stem
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ScalarFn
-from tilefuse.tile_ir.ir import Buffer, Call, Const, IOp, Load, Scope, Store, iop
+from tilefuse.tile_ir.ir import Buffer, Call, Const, IOp, Load, Scope, Store, Var, iop
 
 F32 = DType.FLOAT32
 
@@ -48,8 +52,6 @@ def test_big_parallel_nest_is_one_openmp_loop_small_one_is_not():
 
 def test_loops_inside_a_parallel_grid_are_never_parallel_regions():
     x, out = param("x", F32, (8, 512, 512)), param("out", F32, (8, 512, 512))
-    from tilefuse.tile_ir.ir import Var
-
     bx = Var("bx")
     body = [parallel((512, 512), lambda i: [Store(out, (bx, *i), load(x, (bx, *i)))])]
     fn = _function(emit_program(program("k1_grid", [x], [out], body, grid=(8,))).text)
@@ -100,7 +102,8 @@ def test_a_where_invariant_in_a_loop_is_hoisted_whole_with_its_guard():
     pick = lambda i: Call(ScalarFn.WHERE, (iop(IOp.LT, i[0], 1), Call(ScalarFn.LOG, (load(y, (iop(IOp.MUL, i[0], 1000),)),), F32),
                                          Const(0.0, F32)), F32)  # noqa: E731
     fn = _function(emit_program(program("k3_hoist", [y], [out], [elementwise(out, pick)])).text)
-    assert re.search(r"const float t\d+ = \(\(i0 < 1\) \? logf\(y\[\(i0 \* 1000\)\]\) : 0\.0f\);\n *(#pragma omp simd\n *)?for \(int64_t i1", fn)
+    hoisted = r"const float t\d+ = \(\(i0 < 1\) \? logf\(y\[\(i0 \* 1000\)\]\) : 0\.0f\);"
+    assert re.search(hoisted + r"\n *(#pragma omp simd\n *)?for \(int64_t i1", fn)
 
 
 def test_tile_buffers_zeroed_on_stack_or_heap_and_freed():
@@ -136,3 +139,22 @@ def test_kernel_stem_is_a_c_identifier_without_the_group_index():
     assert kernel_stem("k12_matmul_reduce_sum") == "matmul_reduce_sum"
     assert kernel_stem("weird name/with.dots") == "weird_name_with_dots"
     assert kernel_stem("0start") == "k_0start"
+
+
+def test_symbol_does_not_depend_on_the_process(tmp_path):
+    """Same program in fresh interpreters with different hash seeds: same symbol and text."""
+    script = (
+        "import sys\n"
+        "from tests.codegen.test_cpu_source import _axpy\n"
+        "from tilefuse.codegen.cpu import emit_program\n"
+        "from tilefuse.ir.dtypes import DType\n"
+        "s = emit_program(_axpy(512, 1024, 'k7_axpy', dtype=DType.FLOAT16))\n"
+        "open(sys.argv[1], 'w').write(s.symbol + '\\n' + s.text)\n"
+    )
+    texts = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"{seed}.c"
+        subprocess.run([sys.executable, "-c", script, str(out)], check=True, cwd=Path(__file__).resolve().parents[2],
+                       env={**os.environ, "PYTHONHASHSEED": seed})
+        texts.append(out.read_text())
+    assert texts[0] == texts[1]

@@ -4,11 +4,11 @@ This is the contract between ``codegen/`` (which builds kernels) and ``plan/`` (
 links them into an executable plan). It holds data only, so it imports nothing from
 the code generators and stays cheap to import.
 
-Calling convention (``params``): the kernel takes, in order, one pointer per input of its
-FusedGroup (``group.inputs``, constants included) and then one per output
+Calling convention (``params``): the kernel takes, in order, one pointer per param of its
+TileProgram: the values lowering bound to inputs (``Lowered.bindings``: the group's
+inputs, less the scalar constants folded into the code), then one per output
 (``group.outputs``). Every pointer is the base of a dense, contiguous, row-major tensor
-of exactly the declared dtype and shape. A kernel may ignore an argument (a scalar
-constant it inlined, say) but must still declare it, so that positions never shift.
+of exactly the declared dtype and shape; ``plan.link`` checks each against its value.
 
 CPU ABI: ``void SYMBOL(void **args)`` in a shared library; ``args[i]`` is param i. The
 runtime may call a kernel from several threads at once (each with its own buffers), so a

@@ -26,7 +26,8 @@ def build_kernel(program: TileProgram, cache_dir: Path | None = None) -> KernelA
     return build_all([program], jobs=1, cache_dir=cache_dir)[0]
 
 
-def build_all(programs: Sequence[TileProgram], jobs: int | None = None, cache_dir: Path | None = None) -> list[KernelArtifact]:
+def build_all(programs: Sequence[TileProgram], jobs: int | None = None,
+              cache_dir: Path | None = None) -> list[KernelArtifact]:
     """One artifact per program, in order. Identical kernels are compiled once; distinct
     ones on ``jobs`` threads (default: one per CPU), each running the C compiler."""
     compiler = find_compiler()

@@ -103,7 +103,7 @@ def round_to(d: DType, value: str) -> str:
 
 def convert(value: str, src: DType, dst: DType) -> str:
     """A compute-type value of ``src`` as a compute-type value of ``dst`` (ONNX Cast)."""
-    if src is dst:
+    if src is dst or (src in HALF_FLOATS and dst is DType.FLOAT32):  # already a float
         return value
     if dst is DType.BOOL:
         return f"({value} != 0)"
@@ -118,5 +118,11 @@ def convert(value: str, src: DType, dst: DType) -> str:
     return f"({compute(dst)})({value})"  # C truncates floats toward zero, wraps ints
 
 
-def zero(d: DType) -> str:
-    return literal(0, d)
+def store_as(value: str, src: DType, dst: DType) -> str:
+    """A compute-type value of ``src`` written into a ``dst`` element (numpy's astype:
+    one rounding straight to the element type)."""
+    if dst is DType.FLOAT16 and src in (DType.FLOAT32, DType.FLOAT64):
+        return f"(_Float16)({value})"
+    if dst is DType.BFLOAT16 and src is DType.FLOAT32:
+        return f"tf_f32_to_bf16({value})"
+    return store(dst, convert(value, src, dst))

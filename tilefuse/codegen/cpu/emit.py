@@ -23,7 +23,7 @@ from typing import Mapping, Sequence
 
 from tilefuse.codegen.artifact import ParamSpec
 from tilefuse.codegen.cpu import emit_tiles
-from tilefuse.codegen.cpu.c_types import convert, storage, store
+from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
 from tilefuse.codegen.cpu.prelude import PRELUDE
 from tilefuse.tile_ir.ir import Buffer, Copy, Fill, Gemm, Loop, LoopKind, ReduceTile, Stmt, Store, TileProgram
@@ -151,15 +151,15 @@ class _Emitter:
         idx = [se.root(k) for k in range(len(s.indices))]
         value = se.root(len(s.indices))
         vtype = self.table.nodes[se.roots[-1]].dtype
-        text = store(s.buffer.dtype, convert(value, vtype, s.buffer.dtype))
+        text = store_as(value, vtype, s.buffer.dtype)
         return se.lines + [f"{cident(s.buffer.name)}[{flat_index(idx, s.buffer.shape)}] = {text};"]
 
     def loop(self, s: Loop, levels: list[LoopLevel], in_parallel: bool) -> list[str]:
-        if s.extent <= 0:
-            return []
         nest = [s]
         while len(nest[-1].body) == 1 and isinstance(nest[-1].body[0], Loop) and nest[-1].body[0].kind is LoopKind.PARALLEL:
             nest.append(nest[-1].body[0])
+        if any(l.extent <= 0 for l in nest):
+            return []  # never runs: nothing may be hoisted out of it either
         if s.kind is LoopKind.PARALLEL and not in_parallel and _work(s) >= PARALLEL_MIN_WORK:
             keep_simd = len(nest) > 1 and _simd_ok(nest[-1]) and math.prod(l.extent for l in nest[:-1]) >= COLLAPSE_MIN_ITERS
             k = len(nest) - 1 if keep_simd else len(nest)

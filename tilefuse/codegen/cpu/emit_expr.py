@@ -80,7 +80,8 @@ class ExprTable:
         if isinstance(e, Const):
             return Node(Const, e.dtype, text=literal(e.value, e.dtype), op=e.value)
         if isinstance(e, IndexOp):
-            return Node(IndexOp, DType.BOOL if e.op in _BOOL_IOPS else DType.INT64, (self.intern(e.a), self.intern(e.b)), e.op)
+            dtype = DType.BOOL if e.op in _BOOL_IOPS else DType.INT64
+            return Node(IndexOp, dtype, (self.intern(e.a), self.intern(e.b)), e.op)
         if isinstance(e, Load):
             return Node(Load, e.buffer.dtype, tuple(self.intern(i) for i in e.indices), e.buffer)
         if isinstance(e, Call):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from tilefuse.codegen.cpu.c_types import compute, convert, literal, load, round_to, store
+from tilefuse.codegen.cpu.c_types import compute, convert, literal, load, round_to, store, store_as
 from tilefuse.codegen.cpu.emit_expr import Names, StmtExprs, cident, flat_index
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn
@@ -65,7 +65,7 @@ def copy(s: Copy, se: StmtExprs, names: Names) -> list[str]:
     if src_ok:
         value = f"({' && '.join(src_ok)} ? {value} : {literal(0, src.buffer.dtype)})"
     write = (f"{cident(dst.buffer.name)}[{flat_index(dst_at, dst.buffer.shape)}] = "
-             f"{store(dst.buffer.dtype, convert(value, src.buffer.dtype, dst.buffer.dtype))};")
+             f"{store_as(value, src.buffer.dtype, dst.buffer.dtype)};")
     body.append(f"if ({' && '.join(dst_ok)}) {write}" if dst_ok else write)
     return se.lines + _loops([lp for lp in loops if lp], body)
 
@@ -110,7 +110,7 @@ def gemm(s: Gemm, parallel: bool) -> list[str]:
     a_ik = at(a, s.a.dtype, "_i", "_p", s.a.shape, s.trans_a)
     b_kj = at(b, s.b.dtype, "_p", "_j", s.b.shape, s.trans_b)
     c_ij = convert(load(s.c.dtype, f"{c}[_i * {n} + _j]"), s.c.dtype, wide)
-    put = store(s.c.dtype, convert("_acc", wide, s.c.dtype))
+    put = store_as("_acc", wide, s.c.dtype)
     if s.trans_b:
         body = [f"{acc_t} _acc = {c_ij};", f"for (int64_t _p = 0; _p < {k}; ++_p) _acc += {a_ik} * {b_kj};",
                 f"{c}[_i * {n} + _j] = {put};"]
@@ -168,6 +168,7 @@ def reduce(s: ReduceTile) -> list[str]:
                 f"for (int64_t _q = 0; _q < {cols}; ++_q) {acc} = {_combine(s.fn, acc_d, acc, x)};", finish("_r", acc)]
         return ["{"] + ["    " + y for y in _loops([("_r", rows)], body)] + ["}"]
     lines = [f"{t} {acc}[{cols}];", f"for (int64_t _q = 0; _q < {cols}; ++_q) {acc}[_q] = {ident};"]
-    lines += _loops([("_r", rows)], [f"for (int64_t _q = 0; _q < {cols}; ++_q) {acc}[_q] = {_combine(s.fn, acc_d, f'{acc}[_q]', x)};"])
+    step = _combine(s.fn, acc_d, f"{acc}[_q]", x)
+    lines += _loops([("_r", rows)], [f"for (int64_t _q = 0; _q < {cols}; ++_q) {acc}[_q] = {step};"])
     lines.append(f"for (int64_t _q = 0; _q < {cols}; ++_q) {finish('_q', f'{acc}[_q]')}")
     return ["{"] + ["    " + y for y in lines] + ["}"]
