@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tilefuse.ir.dtypes import HALF_FLOATS, DType
 from tilefuse.ir.graph import Node, Value
@@ -83,10 +83,11 @@ def lower_staged(group: FusedGroup, name: str) -> TileProgram:
     params += outs
 
     accum: dict[int, Buffer] = {}  # staged value -> its (possibly wider) buffer
+    layouts: dict[int, Callable[[Index], Index]] = {}  # staged values stored in another layout
 
     def read(v: Value, idx: Index) -> Expr:
         buf = buffers[id(v)]
-        load: Expr = Load(buf, idx)
+        load: Expr = Load(buf, layouts[id(v)](idx) if id(v) in layouts else idx)
         return load if buf.dtype is v.type.dtype else Call(ScalarFn.CAST, (load,), v.type.dtype)
 
     elements = ElementBuilder(buffers, read)
@@ -98,7 +99,10 @@ def lower_staged(group: FusedGroup, name: str) -> TileProgram:
         outs_n = []
         for j, v in enumerate(node.outputs):
             dtype = accumulator_dtype(v.type.dtype) if not isinstance(node.op, (ArgReduce,)) else v.type.dtype
-            buf = Buffer(f"s{len(allocs)}", dtype, v.type.shape, Scope.SHARED)
+            shape = v.type.shape
+            if isinstance(node.op, Conv):  # implicit GEMM: rows are output positions
+                shape, layouts[id(v)] = _conv_layout(v.type.shape)
+            buf = Buffer(f"s{len(allocs)}", dtype, shape, Scope.SHARED)
             allocs.append(buf)
             outs_n.append(buf)
         body += _STAGE[type(node.op)](names, elements, node, outs_n, allocs)
@@ -211,97 +215,144 @@ def _window(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], a
     return list(_parallel(names, out_shape, body))
 
 
+TILE_M, TILE_N, TILE_K = 64, 64, 256
+
+
+def _tiled_gemm(
+    names: _Names,
+    allocs: list[Buffer],
+    dtype: DType,
+    m: int,
+    n: int,
+    k: int,
+    a_elem: Callable[[Expr, Expr], Expr],
+    b_elem: Callable[[Expr, Expr], Expr],
+    dst: Callable[[Expr, Expr, int, int], "Region"],
+) -> list[Stmt]:
+    """C[m, n] = sum_k A[m, k] B[k, n] by tiles: operand tiles are filled from element
+    expressions (prologues inline; tails read as zero), multiplied by Gemm statements
+    over K tiles, and the C tile is copied to ``dst(m0, n0, bm, bn)`` (tails clipped)."""
+    from tilefuse.tile_ir.ir import Copy, Fill, Gemm, Region
+
+    bm, bn, bk = min(m, TILE_M), min(n, TILE_N), min(k, TILE_K)
+    ta = Buffer(f"s{len(allocs)}", dtype, (bm, bk), Scope.SHARED)
+    tb = Buffer(f"s{len(allocs) + 1}", dtype, (bk, bn), Scope.SHARED)
+    tc = Buffer(f"s{len(allocs) + 2}", dtype, (bm, bn), Scope.FRAGMENT)
+    allocs += [ta, tb, tc]
+    mt, nt, kt = names.var("mt"), names.var("nt"), names.var("kt")
+    m0, n0, k0 = iop(IOp.MUL, mt, bm), iop(IOp.MUL, nt, bn), iop(IOp.MUL, kt, bk)
+
+    def fill_a(idx: Index) -> list[Stmt]:
+        row, col = iop(IOp.ADD, m0, idx[0]), iop(IOp.ADD, k0, idx[1])
+        val = a_elem(row, col)
+        conds = ([iop(IOp.LT, row, m)] if m % bm else []) + ([iop(IOp.LT, col, k)] if k % bk else [])
+        return [Store(ta, idx, _guard_all(conds, val, dtype))]
+
+    def fill_b(idx: Index) -> list[Stmt]:
+        row, col = iop(IOp.ADD, k0, idx[0]), iop(IOp.ADD, n0, idx[1])
+        val = b_elem(row, col)
+        conds = ([iop(IOp.LT, row, k)] if k % bk else []) + ([iop(IOp.LT, col, n)] if n % bn else [])
+        return [Store(tb, idx, _guard_all(conds, val, dtype))]
+
+    k_loop = Loop(kt, -(-k // bk), LoopKind.PIPELINED, (
+        *_parallel(names, (bm, bk), fill_a),
+        *_parallel(names, (bk, bn), fill_b),
+        Gemm(ta, tb, tc),
+    ), stages=2)
+    tile = (Fill(tc, Const(0, dtype)), k_loop, Copy(Region(tc, (const_index(0), const_index(0)), (bm, bn)), dst(m0, n0, bm, bn)))
+    return [Loop(mt, -(-m // bm), LoopKind.SERIAL, (Loop(nt, -(-n // bn), LoopKind.SERIAL, tile),))]
+
+
+def _guard_all(conds: list[Expr], val: Expr, dtype: DType) -> Expr:
+    if not conds:
+        return val
+    cond = conds[0]
+    for c in conds[1:]:
+        cond = iop(IOp.AND, cond, c)
+    return Call(ScalarFn.WHERE, (cond, val, Const(0, dtype)), dtype)
+
+
 def _matmul(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
-    """Batched product as a loop over (batch, M tile, N tile): operand tiles are filled
-    from their (inlined) element expressions, multiplied with one Gemm, and copied into
-    the staged result; tails are guarded by WHERE on load and clipped on copy."""
+    """Batched product: a tiled GEMM per batch index."""
+    from tilefuse.tile_ir.ir import Region
+
     a, b = node.inputs
     (acc,) = outs
     out_shape = node.outputs[0].type.shape
     batch, (m, n), kdim = out_shape[:-2], out_shape[-2:], a.type.shape[-1]
-    bm, bn = min(m, TILE_M), min(n, TILE_N)
-    ta = Buffer(f"s{len(allocs)}", acc.dtype, (bm, kdim), Scope.SHARED)
-    tb = Buffer(f"s{len(allocs) + 1}", acc.dtype, (kdim, bn), Scope.SHARED)
-    tc = Buffer(f"s{len(allocs) + 2}", acc.dtype, (bm, bn), Scope.FRAGMENT)
-    allocs += [ta, tb, tc]
-    mt, nt = names.var("mt"), names.var("nt")
-    m0, n0 = iop(IOp.MUL, mt, bm), iop(IOp.MUL, nt, bn)
 
     def per_batch(bidx: Index) -> list[Stmt]:
         a_batch = broadcast_index(bidx, a.type.shape[:-2], batch)
         b_batch = broadcast_index(bidx, b.type.shape[:-2], batch)
-
-        def fill_a(idx: Index) -> list[Stmt]:
-            row = iop(IOp.ADD, m0, idx[0])
-            val = _widen(el.at(a, a_batch + (row, idx[1])), acc.dtype)
-            return [Store(ta, idx, _guard(iop(IOp.LT, row, m), val, acc.dtype) if m % bm else val)]
-
-        def fill_b(idx: Index) -> list[Stmt]:
-            col = iop(IOp.ADD, n0, idx[1])
-            val = _widen(el.at(b, b_batch + (idx[0], col)), acc.dtype)
-            return [Store(tb, idx, _guard(iop(IOp.LT, col, n), val, acc.dtype) if n % bn else val)]
-
-        from tilefuse.tile_ir.ir import Copy, Fill, Gemm, Region
-
-        tile = [
-            *_parallel(names, (bm, kdim), fill_a),
-            *_parallel(names, (kdim, bn), fill_b),
-            Fill(tc, Const(0, acc.dtype)),
-            Gemm(ta, tb, tc),
-            Copy(Region(tc, (const_index(0), const_index(0)), (bm, bn)),
-                 Region(acc, bidx + (m0, n0), _tile_extents(len(batch), bm, bn))),
-        ]
-        inner = (Loop(nt, -(-n // bn), LoopKind.SERIAL, tuple(tile)),)
-        return [Loop(mt, -(-m // bm), LoopKind.SERIAL, inner)]
+        return _tiled_gemm(
+            names, allocs, acc.dtype, m, n, kdim,
+            lambda r, c: _widen(el.at(a, a_batch + (r, c)), acc.dtype),
+            lambda r, c: _widen(el.at(b, b_batch + (r, c)), acc.dtype),
+            lambda m0, n0, bm, bn: Region(acc, bidx + (m0, n0), (1,) * len(batch) + (bm, bn)),
+        )
 
     return list(_serial(names, batch, per_batch))
 
 
-TILE_M, TILE_N = 64, 64
+def _conv_layout(shape: Sequence[int]) -> tuple[tuple[int, ...], Callable[[Index], Index]]:
+    """A conv result [N, M, *S] is staged as [N * prod(S), M]: GEMM rows are positions."""
+    spatial = tuple(shape[2:])
+    positions = shape[0] * math.prod(spatial)
 
+    def index(idx: Index) -> Index:
+        from tilefuse.tile_ir.lower.elements import linearize
 
-def _tile_extents(batch_rank: int, bm: int, bn: int) -> tuple[int, ...]:
-    return (1,) * batch_rank + (bm, bn)
+        return (linearize((idx[0], *idx[2:]), (shape[0], *spatial)), idx[1])
 
-
-def _guard(cond: Expr, val: Expr, dtype: DType) -> Expr:
-    return Call(ScalarFn.WHERE, (cond, val, Const(0, dtype)), dtype)
-
-
-def _widen(e: Expr, dtype: DType) -> Expr:
-    return e if getattr(e, "dtype", dtype) is dtype else Call(ScalarFn.CAST, (e,), dtype)
+    return (positions, shape[1]), index
 
 
 def _conv(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
+    """Convolution as an implicit GEMM per group: rows are output positions (n, *o),
+    columns output channels, K runs over (input channel, *taps); the input tile is an
+    im2col expression with zero padding as a guard."""
+    from tilefuse.tile_ir.ir import Region
+    from tilefuse.tile_ir.lower.elements import delinearize
+
     op: Conv = node.op  # type: ignore[assignment]
     x, w = node.inputs
     (acc,) = outs
     out_shape = node.outputs[0].type.shape
     k = len(out_shape) - 2
-    cg = w.type.shape[1]
+    spatial = out_shape[2:]
+    cg, taps = w.type.shape[1], w.type.shape[2:]
     mg = w.type.shape[0] // op.groups
+    rows, kdim = out_shape[0] * math.prod(spatial), cg * math.prod(taps)
 
-    def body(oidx: Index) -> list[Stmt]:
-        n, m = oidx[0], oidx[1]
-        group = iop(IOp.FLOORDIV, m, mg)
+    def per_group(gidx: Index) -> list[Stmt]:
+        g = gidx[0] if gidx else const_index(0)
 
-        def inner(ridx: Index) -> list[Stmt]:
-            c, taps = ridx[0], ridx[1:]
-            cin = iop(IOp.ADD, iop(IOp.MUL, group, cg), c)
+        def a_elem(r: Expr, c: Expr) -> Expr:
+            n, *o = delinearize(r, (out_shape[0], *spatial))
+            ch, *t = delinearize(c, (cg, *taps))
             pos, cond = [], None
             for d in range(k):
-                p = iop(IOp.SUB, iop(IOp.ADD, iop(IOp.MUL, oidx[2 + d], op.strides[d]), iop(IOp.MUL, taps[d], op.dilations[d])), op.pads[d])
+                p = iop(IOp.SUB, iop(IOp.ADD, iop(IOp.MUL, o[d], op.strides[d]), iop(IOp.MUL, t[d], op.dilations[d])), op.pads[d])
                 pos.append(p)
                 ok = iop(IOp.AND, iop(IOp.GE, p, 0), iop(IOp.LT, p, x.type.shape[2 + d]))
                 cond = ok if cond is None else iop(IOp.AND, cond, ok)
-            xv = _widen(el.at(x, (n, cin, *pos)), acc.dtype)
-            xv = Call(ScalarFn.WHERE, (cond, xv, Const(0, acc.dtype)), acc.dtype)  # type: ignore[arg-type]
-            wv = _widen(el.at(w, (m, c, *taps)), acc.dtype)
-            return [Store(acc, oidx, Call(ScalarFn.ADD, (Load(acc, oidx), Call(ScalarFn.MUL, (xv, wv), acc.dtype)), acc.dtype))]
+            val = _widen(el.at(x, (n, iop(IOp.ADD, iop(IOp.MUL, g, cg), ch), *pos)), acc.dtype)
+            return Call(ScalarFn.WHERE, (cond, val, Const(0, acc.dtype)), acc.dtype)  # type: ignore[arg-type]
 
-        return [Store(acc, oidx, Const(0, acc.dtype)), *_serial(names, (cg, *w.type.shape[2:]), inner)]
+        def b_elem(c: Expr, col: Expr) -> Expr:
+            ch, *t = delinearize(c, (cg, *taps))
+            return _widen(el.at(w, (iop(IOp.ADD, iop(IOp.MUL, g, mg), col), ch, *t)), acc.dtype)
 
-    return list(_parallel(names, out_shape, body))
+        return _tiled_gemm(
+            names, allocs, acc.dtype, rows, mg, kdim, a_elem, b_elem,
+            lambda m0, n0, bm, bn: Region(acc, (m0, iop(IOp.ADD, iop(IOp.MUL, g, mg), n0)), (bm, bn)),
+        )
+
+    return list(_serial(names, (op.groups,), per_group)) if op.groups > 1 else per_group(())
+
+
+def _widen(e: Expr, dtype: DType) -> Expr:
+    return e if getattr(e, "dtype", dtype) is dtype else Call(ScalarFn.CAST, (e,), dtype)
 
 
 def _conv_transpose(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
