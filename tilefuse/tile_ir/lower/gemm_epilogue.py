@@ -1,0 +1,209 @@
+"""The tiled schedule for a contraction with its prologue and elementwise epilogue.
+
+One tile per (batch..., M/bm, N/bn) block of the product: operand tiles are filled from
+their element expressions (casts, scaling, transposes inlined: the prologue), a K loop
+of Gemm statements accumulates the tile, and every group output is computed from the
+tile while it is on chip (bias, activation, residual, reshape/transpose to heads: the
+epilogue). Tiles are independent, so the grid runs in parallel.
+
+It applies when the group holds one matrix product or ungrouped convolution, nothing
+that needs whole rows (no reduction, no scatter), and every output is reached from the
+product through Maps of the same shape, Reshapes and Transposes — so that each output
+element has exactly one product element behind it. Otherwise the staged schedule runs.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from tilefuse.ir.graph import Node, Value
+from tilefuse.ir.prims import Conv, Kind, Map, MatMul, Reshape, ScalarFn, Transpose
+from tilefuse.partition.model import FusedGroup
+from tilefuse.tile_ir.ir import (
+    Buffer, Call, Const, Expr, Fill, Gemm, IOp, Load, Loop, LoopKind, Scope, Stmt, Store, TileProgram, Var,
+    const_index, iop,
+)
+from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, broadcast_index, delinearize, linearize, reshape_index
+from tilefuse.tile_ir.lower.staged import TILE_K, _guard_all, _Names, _parallel, _widen, accumulator_dtype
+
+Forward = Callable[[Index], Index]
+
+
+def _divisor_tile(n: int, cap: int) -> int:
+    """The largest divisor of n not above cap (tiles without tails)."""
+    return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
+
+
+def _forward_maps(group: FusedGroup, c: Node) -> dict[int, Forward] | None:
+    """For every value downstream of the product: product index -> that value's index."""
+    members = {id(n) for n in group.nodes}
+    fwd: dict[int, Forward] = {id(c.outputs[0]): lambda g: g}
+    for node in group.nodes:
+        chain = [u for u in node.inputs if id(u) in fwd]
+        if not chain or node is c:
+            continue
+        out = node.outputs[0]
+        if isinstance(node.op, Map):
+            if any(u.type.shape != out.type.shape for u in chain):
+                return None  # the product would be broadcast: one element, many outputs
+            fwd[id(out)] = fwd[id(chain[0])]
+        elif isinstance(node.op, Reshape):
+            src, f = node.inputs[0], fwd[id(chain[0])]
+            fwd[id(out)] = lambda g, f=f, src=src, out=out: reshape_index(f(g), src.type.shape, out.type.shape)
+        elif isinstance(node.op, Transpose):
+            perm, f = node.op.perm, fwd[id(chain[0])]
+            fwd[id(out)] = lambda g, f=f, perm=perm: tuple(f(g)[p] for p in perm)
+        else:
+            return None
+    for node in group.nodes:  # nothing downstream may leave through another path
+        if node is not c and any(id(u) in fwd for u in node.inputs) and id(node.outputs[0]) not in fwd:
+            return None
+    if not all(id(v) in fwd for v in group.outputs):
+        return None
+    _ = members
+    return fwd
+
+
+def lower_gemm_epilogue(group: FusedGroup, name: str) -> TileProgram | None:
+    contractions = [n for n in group.nodes if n.op.kind is Kind.CONTRACT]
+    if len(contractions) != 1 or any(n.op.kind in (Kind.REDUCE, Kind.OPAQUE) for n in group.nodes):
+        return None
+    c = contractions[0]
+    if not isinstance(c.op, (MatMul, Conv)) or (isinstance(c.op, Conv) and c.op.groups != 1):
+        return None
+    fwd = _forward_maps(group, c)
+    if fwd is None:
+        return None
+    return _Builder(group, c, fwd, name).build()
+
+
+class _Builder:
+    def __init__(self, group: FusedGroup, c: Node, fwd: dict[int, Forward], name: str) -> None:
+        self.group, self.c, self.fwd, self.name = group, c, fwd, name
+        self.names = _Names()
+        out = c.outputs[0].type
+        self.acc_dtype = accumulator_dtype(out.dtype)
+        if isinstance(c.op, MatMul):
+            self.batch = out.shape[:-2]
+            self.m, self.n, self.k = out.shape[-2], out.shape[-1], c.inputs[0].type.shape[-1]
+        else:
+            self.batch = ()
+            self.m = out.shape[0] * math.prod(out.shape[2:])
+            self.n = out.shape[1]
+            self.k = math.prod(c.inputs[1].type.shape[1:])
+
+    def build(self) -> TileProgram | None:
+        bm, bn = _divisor_tile(self.m, 64), _divisor_tile(self.n, 64)
+        if (bm < 8 and self.m > 64) or (bn < 8 and self.n > 64):
+            return None  # awkward sizes: the staged schedule handles tails
+        bk = min(self.k, TILE_K)
+        params, buffers = self._params()
+        bvars = [Var(f"b{i}") for i in range(len(self.batch))]
+        mt, nt = Var("bm"), Var("bn")
+        m0, n0 = iop(IOp.MUL, mt, bm), iop(IOp.MUL, nt, bn)
+        ta = Buffer("a_tile", self.acc_dtype, (bm, bk), Scope.SHARED)
+        tb = Buffer("b_tile", self.acc_dtype, (bk, bn), Scope.SHARED)
+        tc = Buffer("c_tile", self.acc_dtype, (bm, bn), Scope.FRAGMENT)
+        out_v = self.c.outputs[0]
+
+        def read(v: Value, idx: Index) -> Expr:
+            if v is out_v:
+                r, col = self._rows_cols(idx)
+                load: Expr = Load(tc, (iop(IOp.SUB, r, m0), iop(IOp.SUB, col, n0)))
+                return load if tc.dtype is v.type.dtype else Call(ScalarFn.CAST, (load,), v.type.dtype)
+            return Load(buffers[id(v)], idx)
+
+        buffers[id(out_v)] = tc
+        el = ElementBuilder(buffers, read)
+        kt = self.names.var("kt")
+        k0 = iop(IOp.MUL, kt, bk)
+        a_elem, b_elem = self._operands(el, tuple(bvars))
+
+        def fill_a(idx: Index) -> list[Stmt]:
+            col = iop(IOp.ADD, k0, idx[1])
+            val = a_elem(iop(IOp.ADD, m0, idx[0]), col)
+            return [Store(ta, idx, _guard_all([iop(IOp.LT, col, self.k)] if self.k % bk else [], val, self.acc_dtype))]
+
+        def fill_b(idx: Index) -> list[Stmt]:
+            row = iop(IOp.ADD, k0, idx[0])
+            val = b_elem(row, iop(IOp.ADD, n0, idx[1]))
+            return [Store(tb, idx, _guard_all([iop(IOp.LT, row, self.k)] if self.k % bk else [], val, self.acc_dtype))]
+
+        body: list[Stmt] = [
+            Fill(tc, Const(0, self.acc_dtype)),
+            Loop(kt, -(-self.k // bk), LoopKind.PIPELINED, (
+                *_parallel(self.names, (bm, bk), fill_a),
+                *_parallel(self.names, (bk, bn), fill_b),
+                Gemm(ta, tb, tc),
+            ), stages=2),
+        ]
+        outs = params[len(params) - len(self.group.outputs):]
+        for v, ob in zip(self.group.outputs, outs):
+            def store(ij: Index, v: Value = v, ob: Buffer = ob) -> list[Stmt]:
+                g = self._product_index(tuple(bvars), iop(IOp.ADD, m0, ij[0]), iop(IOp.ADD, n0, ij[1]))
+                idx = self.fwd[id(v)](g)
+                return [Store(ob, idx, el.at(v, idx))]
+
+            body += _parallel(self.names, (bm, bn), store)
+        grid = tuple(self.batch) + (self.m // bm, self.n // bn)
+        notes = (f"gemm+epilogue: tiles {bm}x{bn}x{bk}, grid {grid}",)
+        n_in = len(params) - len(self.group.outputs)
+        return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), 128, (ta, tb, tc), tuple(body), notes)
+
+    def _params(self) -> tuple[list[Buffer], dict[int, Buffer]]:
+        params: list[Buffer] = []
+        buffers: dict[int, Buffer] = {}
+        for k, v in enumerate(self.group.inputs):
+            if v.is_constant and v.type.size == 1:
+                continue
+            buf = Buffer(f"in{k}", v.type.dtype, v.type.shape, Scope.GLOBAL)
+            params.append(buf)
+            buffers[id(v)] = buf
+        params += [Buffer(f"out{k}", v.type.dtype, v.type.shape, Scope.GLOBAL) for k, v in enumerate(self.group.outputs)]
+        return params, buffers
+
+    def _product_index(self, bidx: Index, row: Expr, col: Expr) -> Index:
+        """The product's own index for GEMM row/column (a conv's rows are positions)."""
+        if isinstance(self.c.op, MatMul):
+            return bidx + (row, col)
+        out = self.c.outputs[0].type.shape
+        n, *o = delinearize(row, (out[0], *out[2:]))
+        return (n, col, *o)
+
+    def _rows_cols(self, idx: Index) -> tuple[Expr, Expr]:
+        if isinstance(self.c.op, MatMul):
+            return idx[-2], idx[-1]
+        out = self.c.outputs[0].type.shape
+        return linearize((idx[0], *idx[2:]), (out[0], *out[2:])), idx[1]
+
+    def _operands(self, el: ElementBuilder, bidx: Index):
+        c, dt = self.c, self.acc_dtype
+        a, b = c.inputs
+        if isinstance(c.op, MatMul):
+            ab = broadcast_index(bidx, a.type.shape[:-2], self.batch)
+            bb = broadcast_index(bidx, b.type.shape[:-2], self.batch)
+            return (lambda r, k: _widen(el.at(a, ab + (r, k)), dt), lambda k, col: _widen(el.at(b, bb + (k, col)), dt))
+        op: Conv = c.op  # type: ignore[assignment]
+        out = c.outputs[0].type.shape
+        spatial, taps, cin = out[2:], b.type.shape[2:], b.type.shape[1]
+
+        def a_elem(r: Expr, k: Expr) -> Expr:
+            n, *o = delinearize(r, (out[0], *spatial))
+            ch, *t = delinearize(k, (cin, *taps))
+            pos, cond = [], None
+            for d in range(len(spatial)):
+                p = iop(IOp.SUB, iop(IOp.ADD, iop(IOp.MUL, o[d], op.strides[d]), iop(IOp.MUL, t[d], op.dilations[d])), op.pads[d])
+                pos.append(p)
+                ok = iop(IOp.AND, iop(IOp.GE, p, 0), iop(IOp.LT, p, a.type.shape[2 + d]))
+                cond = ok if cond is None else iop(IOp.AND, cond, ok)
+            val = _widen(el.at(a, (n, ch, *pos)), dt)
+            return val if cond is None else Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)
+
+        def b_elem(k: Expr, col: Expr) -> Expr:
+            ch, *t = delinearize(k, (cin, *taps))
+            return _widen(el.at(b, (col, ch, *t)), dt)
+
+        return a_elem, b_elem
+
+
+_ = (const_index,)
