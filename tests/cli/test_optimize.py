@@ -24,9 +24,17 @@ def test_dry_run_summary_json_and_explain(tmp_path, capsys):
     assert g["bound"] in ("memory", "compute")
 
 
-def test_without_dry_run_says_plans_are_not_built(capsys):
-    assert main(["optimize", str(EXAMPLE), "--shape", "batch=1", "--shape", "seq=8"]) == 2
-    assert "use --dry-run" in capsys.readouterr().err
+def test_without_dry_run_writes_a_plan(tmp_path, capsys):
+    plan = tmp_path / "b.tfplan"
+    assert main(["optimize", str(EXAMPLE), "--shape", "batch=1", "--shape", "seq=8", "-o", str(plan)]) == 0
+    assert (plan / "manifest.json").is_file() and (plan / "weights.safetensors").is_file()
+    assert f"plan: {plan}" in capsys.readouterr().out
+
+
+def test_cuda_plans_are_not_built_yet(tmp_path, capsys):
+    code = main(["optimize", str(EXAMPLE), "--shape", "batch=1", "--shape", "seq=8", "--target", "cuda:sm_90a",
+                 "-o", str(tmp_path / "c.tfplan")])
+    assert code == 2 and "not built yet" in capsys.readouterr().err
 
 
 def test_unknown_target(capsys):
