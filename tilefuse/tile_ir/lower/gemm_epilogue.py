@@ -17,7 +17,7 @@ import math
 from typing import Callable
 
 from tilefuse.ir.graph import Node, Value
-from tilefuse.ir.prims import Conv, Kind, Map, MatMul, Reshape, ScalarFn, Transpose
+from tilefuse.ir.prims import Conv, ConvTranspose, Kind, Map, MatMul, Reshape, ScalarFn, Transpose
 from tilefuse.partition.model import FusedGroup
 from tilefuse.tile_ir.ir import (
     Buffer, Call, Const, Expr, Fill, Gemm, IOp, Load, Loop, LoopKind, Scope, Stmt, Store, TileProgram, Var,
@@ -69,7 +69,7 @@ def lower_gemm_epilogue(group: FusedGroup, name: str) -> TileProgram | None:
     if len(contractions) != 1 or any(n.op.kind in (Kind.REDUCE, Kind.OPAQUE) for n in group.nodes):
         return None
     c = contractions[0]
-    if not isinstance(c.op, (MatMul, Conv)) or (isinstance(c.op, Conv) and c.op.groups != 1):
+    if not isinstance(c.op, (MatMul, Conv, ConvTranspose)) or (not isinstance(c.op, MatMul) and c.op.groups != 1):
         return None
     fwd = _forward_maps(group, c)
     if fwd is None:
@@ -86,11 +86,16 @@ class _Builder:
         if isinstance(c.op, MatMul):
             self.batch = out.shape[:-2]
             self.m, self.n, self.k = out.shape[-2], out.shape[-1], c.inputs[0].type.shape[-1]
-        else:
+        elif isinstance(c.op, Conv):
             self.batch = ()
             self.m = out.shape[0] * math.prod(out.shape[2:])
             self.n = out.shape[1]
             self.k = math.prod(c.inputs[1].type.shape[1:])
+        else:  # ConvTranspose: K runs over (input channel, *taps); w is [C, M, *taps]
+            self.batch = ()
+            self.m = out.shape[0] * math.prod(out.shape[2:])
+            self.n = out.shape[1]
+            self.k = c.inputs[1].type.shape[0] * math.prod(c.inputs[1].type.shape[2:])
 
     def build(self) -> TileProgram | None:
         bm, bn = _divisor_tile(self.m, 64), _divisor_tile(self.n, 64)
@@ -183,6 +188,8 @@ class _Builder:
             ab = broadcast_index(bidx, a.type.shape[:-2], self.batch)
             bb = broadcast_index(bidx, b.type.shape[:-2], self.batch)
             return (lambda r, k: _widen(el.at(a, ab + (r, k)), dt), lambda k, col: _widen(el.at(b, bb + (k, col)), dt))
+        if isinstance(c.op, ConvTranspose):
+            return self._transposed_operands(el)
         op: Conv = c.op  # type: ignore[assignment]
         out = c.outputs[0].type.shape
         spatial, taps, cin = out[2:], b.type.shape[2:], b.type.shape[1]
@@ -202,6 +209,36 @@ class _Builder:
         def b_elem(k: Expr, col: Expr) -> Expr:
             ch, *t = delinearize(k, (cin, *taps))
             return _widen(el.at(b, (col, ch, *t)), dt)
+
+        return a_elem, b_elem
+
+
+    def _transposed_operands(self, el: ElementBuilder):
+        """Transposed convolution in gather form: output position o takes input position
+        (o + pad - tap * dilation) / stride where that divides exactly and is in range."""
+        c, dt = self.c, self.acc_dtype
+        x, w = c.inputs
+        op: ConvTranspose = c.op  # type: ignore[assignment]
+        out = c.outputs[0].type.shape
+        spatial, taps, cin = out[2:], w.type.shape[2:], w.type.shape[0]
+
+        def a_elem(r: Expr, k: Expr) -> Expr:
+            n, *o = delinearize(r, (out[0], *spatial))
+            ch, *t = delinearize(k, (cin, *taps))
+            pos, cond = [], None
+            for d in range(len(spatial)):
+                num = iop(IOp.SUB, iop(IOp.ADD, o[d], op.pads[d]), iop(IOp.MUL, t[d], op.dilations[d]))
+                i = iop(IOp.FLOORDIV, num, op.strides[d])
+                ok = iop(IOp.AND, iop(IOp.AND, iop(IOp.GE, num, 0), iop(IOp.EQ, iop(IOp.MOD, num, op.strides[d]), 0)),
+                         iop(IOp.LT, i, x.type.shape[2 + d]))
+                pos.append(i)
+                cond = ok if cond is None else iop(IOp.AND, cond, ok)
+            val = _widen(el.at(x, (n, ch, *pos)), dt)
+            return Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)  # type: ignore[arg-type]
+
+        def b_elem(k: Expr, col: Expr) -> Expr:
+            ch, *t = delinearize(k, (cin, *taps))
+            return _widen(el.at(w, (ch, col, *t)), dt)
 
         return a_elem, b_elem
 
