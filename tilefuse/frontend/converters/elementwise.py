@@ -88,6 +88,8 @@ def pow_(ctx: NodeContext) -> Value:
             return b.broadcast(x, shape)
         if k == 2:
             return b.broadcast(b.map(F.MUL, x, x), shape)
+        if k == 3:  # GELU's tanh form: x * x * x, not powf
+            return b.broadcast(b.map(F.MUL, b.map(F.MUL, x, x), x), shape)
         if k == 0.5:
             return b.broadcast(b.map(F.SQRT, x), shape)
         if k == -1:

@@ -9,6 +9,7 @@ from tilefuse.target import Target
 from tilefuse.tile_ir.ir import TileProgram
 from tilefuse.tile_ir.lower.gemm_epilogue import lower_gemm_epilogue
 from tilefuse.tile_ir.lower.staged import lower_staged
+from tilefuse.tile_ir.simplify import simplify_program
 from tilefuse.tile_ir.verify import verify_program
 
 
@@ -26,6 +27,7 @@ def lower_group(group: FusedGroup, target: Target) -> Lowered:
     if str(group.kind) == "opaque":
         raise ValueError(f"group {group.id} is opaque: it runs as a host step")
     program = lower_gemm_epilogue(group, group.name) or lower_staged(group, group.name)
+    program = simplify_program(program)
     verify_program(program, target)
     inputs = tuple(v for v in group.inputs if not (v.is_constant and v.type.size == 1))
     bindings = inputs + tuple(group.outputs)
