@@ -19,6 +19,7 @@ from typing import Callable
 from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import Conv, ConvTranspose, Kind, Map, MatMul, Reshape, ScalarFn, Transpose
 from tilefuse.partition.model import FusedGroup
+from tilefuse.partition.rules import siblings
 from tilefuse.tile_ir.ir import (
     Buffer, Call, Const, Expr, Fill, Gemm, IOp, Load, Loop, LoopKind, Scope, Stmt, Store, TileProgram, Var,
     const_index, iop,
@@ -34,13 +35,14 @@ def _divisor_tile(n: int, cap: int) -> int:
     return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
 
 
-def _forward_maps(group: FusedGroup, c: Node) -> dict[int, Forward] | None:
-    """For every value downstream of the product: product index -> that value's index."""
+def _forward_maps(group: FusedGroup, cs: list[Node]) -> dict[int, Forward] | None:
+    """For every value downstream of the products: product index -> that value's index
+    (sibling products share one index space: the same tile position in each)."""
     members = {id(n) for n in group.nodes}
-    fwd: dict[int, Forward] = {id(c.outputs[0]): lambda g: g}
+    fwd: dict[int, Forward] = {id(c.outputs[0]): (lambda g: g) for c in cs}
     for node in group.nodes:
         chain = [u for u in node.inputs if id(u) in fwd]
-        if not chain or node is c:
+        if not chain or node in cs:
             continue
         out = node.outputs[0]
         if isinstance(node.op, Map):
@@ -56,7 +58,7 @@ def _forward_maps(group: FusedGroup, c: Node) -> dict[int, Forward] | None:
         else:
             return None
     for node in group.nodes:  # nothing downstream may leave through another path
-        if node is not c and any(id(u) in fwd for u in node.inputs) and id(node.outputs[0]) not in fwd:
+        if node not in cs and any(id(u) in fwd for u in node.inputs) and id(node.outputs[0]) not in fwd:
             return None
     if not all(id(v) in fwd for v in group.outputs):
         return None
@@ -66,20 +68,25 @@ def _forward_maps(group: FusedGroup, c: Node) -> dict[int, Forward] | None:
 
 def lower_gemm_epilogue(group: FusedGroup, name: str) -> TileProgram | None:
     contractions = [n for n in group.nodes if n.op.kind is Kind.CONTRACT]
-    if len(contractions) != 1 or any(n.op.kind in (Kind.REDUCE, Kind.OPAQUE) for n in group.nodes):
+    if not contractions or any(n.op.kind in (Kind.REDUCE, Kind.OPAQUE) for n in group.nodes):
         return None
     c = contractions[0]
+    if len(contractions) > 1:  # sibling products on one activation: share the A tile
+        same = all(x.outputs[0].type == c.outputs[0].type for x in contractions)
+        if not (siblings(contractions) and same):
+            return None
     if not isinstance(c.op, (MatMul, Conv, ConvTranspose)) or (not isinstance(c.op, MatMul) and c.op.groups != 1):
         return None
-    fwd = _forward_maps(group, c)
+    fwd = _forward_maps(group, contractions)
     if fwd is None:
         return None
-    return _Builder(group, c, fwd, name).build()
+    return _Builder(group, contractions, fwd, name).build()
 
 
 class _Builder:
-    def __init__(self, group: FusedGroup, c: Node, fwd: dict[int, Forward], name: str) -> None:
-        self.group, self.c, self.fwd, self.name = group, c, fwd, name
+    def __init__(self, group: FusedGroup, cs: list[Node], fwd: dict[int, Forward], name: str) -> None:
+        self.group, self.cs, self.fwd, self.name = group, cs, fwd, name
+        c = self.c = cs[0]
         self.names = _Names()
         out = c.outputs[0].type
         self.acc_dtype = accumulator_dtype(out.dtype)
@@ -107,40 +114,46 @@ class _Builder:
         mt, nt = Var("bm"), Var("bn")
         m0, n0 = iop(IOp.MUL, mt, bm), iop(IOp.MUL, nt, bn)
         ta = Buffer("a_tile", self.acc_dtype, (bm, bk), Scope.SHARED)
-        tb = Buffer("b_tile", self.acc_dtype, (bk, bn), Scope.SHARED)
-        tc = Buffer("c_tile", self.acc_dtype, (bm, bn), Scope.FRAGMENT)
-        out_v = self.c.outputs[0]
+        sfx = [f"{s}" if len(self.cs) > 1 else "" for s in range(len(self.cs))]
+        tbs = [Buffer(f"b_tile{x}", self.acc_dtype, (bk, bn), Scope.SHARED) for x in sfx]
+        tcs = [Buffer(f"c_tile{x}", self.acc_dtype, (bm, bn), Scope.FRAGMENT) for x in sfx]
+        tile_of = {id(c.outputs[0]): tc for c, tc in zip(self.cs, tcs)}
 
         def read(v: Value, idx: Index) -> Expr:
-            if v is out_v:
+            tc = tile_of.get(id(v))
+            if tc is not None:
                 r, col = self._rows_cols(idx)
                 load: Expr = Load(tc, (iop(IOp.SUB, r, m0), iop(IOp.SUB, col, n0)))
                 return load if tc.dtype is v.type.dtype else Call(ScalarFn.CAST, (load,), v.type.dtype)
             return Load(buffers[id(v)], idx)
 
-        buffers[id(out_v)] = tc
+        for c, tc in zip(self.cs, tcs):
+            buffers[id(c.outputs[0])] = tc
         el = ElementBuilder(buffers, read)
         kt = self.names.var("kt")
         k0 = iop(IOp.MUL, kt, bk)
-        a_elem, b_elem = self._operands(el, tuple(bvars))
+        operands = [self._operands(el, tuple(bvars), c) for c in self.cs]
+        a_elem = operands[0][0]
 
         def fill_a(idx: Index) -> list[Stmt]:
             col = iop(IOp.ADD, k0, idx[1])
             val = a_elem(iop(IOp.ADD, m0, idx[0]), col)
             return [Store(ta, idx, _guard_all([iop(IOp.LT, col, self.k)] if self.k % bk else [], val, self.acc_dtype))]
 
-        def fill_b(idx: Index) -> list[Stmt]:
-            row = iop(IOp.ADD, k0, idx[0])
-            val = b_elem(row, iop(IOp.ADD, n0, idx[1]))
-            return [Store(tb, idx, _guard_all([iop(IOp.LT, row, self.k)] if self.k % bk else [], val, self.acc_dtype))]
+        def fill_b(b_elem, tb: Buffer):
+            def fill(idx: Index) -> list[Stmt]:
+                row = iop(IOp.ADD, k0, idx[0])
+                val = b_elem(row, iop(IOp.ADD, n0, idx[1]))
+                return [Store(tb, idx, _guard_all([iop(IOp.LT, row, self.k)] if self.k % bk else [], val, self.acc_dtype))]
 
+            return fill
+
+        k_body: list[Stmt] = list(_parallel(self.names, (bm, bk), fill_a))
+        for (_, b_elem), tb, tc in zip(operands, tbs, tcs):
+            k_body += [*_parallel(self.names, (bk, bn), fill_b(b_elem, tb)), Gemm(ta, tb, tc)]
         body: list[Stmt] = [
-            Fill(tc, Const(0, self.acc_dtype)),
-            Loop(kt, -(-self.k // bk), LoopKind.PIPELINED, (
-                *_parallel(self.names, (bm, bk), fill_a),
-                *_parallel(self.names, (bk, bn), fill_b),
-                Gemm(ta, tb, tc),
-            ), stages=2),
+            *(Fill(tc, Const(0, self.acc_dtype)) for tc in tcs),
+            Loop(kt, -(-self.k // bk), LoopKind.PIPELINED, tuple(k_body), stages=2),
         ]
         outs = params[len(params) - len(self.group.outputs):]
         for v, ob in zip(self.group.outputs, outs):
@@ -151,9 +164,11 @@ class _Builder:
 
             body += _parallel(self.names, (bm, bn), store)
         grid = tuple(self.batch) + (self.m // bm, self.n // bn)
-        notes = (f"gemm+epilogue: tiles {bm}x{bn}x{bk}, grid {grid}",)
+        wide = f", {len(self.cs)} sibling products sharing the A tile" if len(self.cs) > 1 else ""
+        notes = (f"gemm+epilogue: tiles {bm}x{bn}x{bk}, grid {grid}{wide}",)
         n_in = len(params) - len(self.group.outputs)
-        return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), 128, (ta, tb, tc), tuple(body), notes)
+        allocs = (ta, *tbs, *tcs)
+        return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), 128, allocs, tuple(body), notes)
 
     def _params(self) -> tuple[list[Buffer], dict[int, Buffer]]:
         params: list[Buffer] = []
@@ -181,15 +196,15 @@ class _Builder:
         out = self.c.outputs[0].type.shape
         return linearize((idx[0], *idx[2:]), (out[0], *out[2:])), idx[1]
 
-    def _operands(self, el: ElementBuilder, bidx: Index):
-        c, dt = self.c, self.acc_dtype
+    def _operands(self, el: ElementBuilder, bidx: Index, c: Node):
+        dt = self.acc_dtype
         a, b = c.inputs
         if isinstance(c.op, MatMul):
             ab = broadcast_index(bidx, a.type.shape[:-2], self.batch)
             bb = broadcast_index(bidx, b.type.shape[:-2], self.batch)
             return (lambda r, k: _widen(el.at(a, ab + (r, k)), dt), lambda k, col: _widen(el.at(b, bb + (k, col)), dt))
         if isinstance(c.op, ConvTranspose):
-            return self._transposed_operands(el)
+            return self._transposed_operands(el, c)
         op: Conv = c.op  # type: ignore[assignment]
         out = c.outputs[0].type.shape
         spatial, taps, cin = out[2:], b.type.shape[2:], b.type.shape[1]
@@ -213,10 +228,10 @@ class _Builder:
         return a_elem, b_elem
 
 
-    def _transposed_operands(self, el: ElementBuilder):
+    def _transposed_operands(self, el: ElementBuilder, c: Node):
         """Transposed convolution in gather form: output position o takes input position
         (o + pad - tap * dilation) / stride where that divides exactly and is in range."""
-        c, dt = self.c, self.acc_dtype
+        dt = self.acc_dtype
         x, w = c.inputs
         op: ConvTranspose = c.op  # type: ignore[assignment]
         out = c.outputs[0].type.shape
