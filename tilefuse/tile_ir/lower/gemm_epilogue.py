@@ -17,7 +17,7 @@ import math
 from typing import Callable
 
 from tilefuse.ir.graph import Node, Value
-from tilefuse.ir.prims import Conv, ConvTranspose, Kind, Map, MatMul, Reshape, ScalarFn, Transpose
+from tilefuse.ir.prims import Conv, ConvTranspose, Kind, Map, MatMul, Reduce, Reshape, ScalarFn, Transpose
 from tilefuse.partition.model import FusedGroup
 from tilefuse.partition.rules import siblings
 from tilefuse.tile_ir.ir import (
@@ -25,7 +25,11 @@ from tilefuse.tile_ir.ir import (
     const_index, iop,
 )
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, broadcast_index, delinearize, linearize, reshape_index
-from tilefuse.tile_ir.lower.staged import TILE_K, _guard_all, _Names, _parallel, _widen, accumulator_dtype
+from tilefuse.tile_ir.lower.staged import (
+    _COMBINE, TILE_K, _guard_all, _identity, _Names, _parallel, _widen, accumulator_dtype,
+)
+
+ROW_TILE_ELEMS = 8192  # rows x N of a whole-row tile: 32 KB of fp32 accumulators
 
 Forward = Callable[[Index], Index]
 
@@ -35,20 +39,40 @@ def _divisor_tile(n: int, cap: int) -> int:
     return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
 
 
-def _forward_maps(group: FusedGroup, cs: list[Node]) -> dict[int, Forward] | None:
+def _row_reduction(node: Node, ident: set[int], cs: list[Node]) -> bool:
+    """A keepdims reduction of a product-shaped value over its columns (a norm's mean or
+    variance): computable on a tile that holds whole rows."""
+    op, x = node.op, node.inputs[0]
+    return (
+        isinstance(op, Reduce)
+        and isinstance(cs[0].op, MatMul)
+        and op.keepdims
+        and op.axes == (x.type.rank - 1,)
+        and id(x) in ident
+    )
+
+
+def _forward_maps(group: FusedGroup, cs: list[Node]) -> tuple[dict[int, Forward], list[Node]] | None:
     """For every value downstream of the products: product index -> that value's index
-    (sibling products share one index space: the same tile position in each)."""
-    members = {id(n) for n in group.nodes}
+    (sibling products share one index space: the same tile position in each); and the
+    row reductions, whose results are per-row values read where they broadcast."""
     fwd: dict[int, Forward] = {id(c.outputs[0]): (lambda g: g) for c in cs}
+    ident = set(fwd)  # values indexed exactly like the product
+    reductions: list[Node] = []
     for node in group.nodes:
         chain = [u for u in node.inputs if id(u) in fwd]
         if not chain or node in cs:
             continue
         out = node.outputs[0]
+        if _row_reduction(node, ident, cs):
+            reductions.append(node)
+            continue
         if isinstance(node.op, Map):
             if any(u.type.shape != out.type.shape for u in chain):
                 return None  # the product would be broadcast: one element, many outputs
             fwd[id(out)] = fwd[id(chain[0])]
+            if all(id(u) in ident for u in chain):
+                ident.add(id(out))
         elif isinstance(node.op, Reshape):
             src, f = node.inputs[0], fwd[id(chain[0])]
             fwd[id(out)] = lambda g, f=f, src=src, out=out: reshape_index(f(g), src.type.shape, out.type.shape)
@@ -58,17 +82,20 @@ def _forward_maps(group: FusedGroup, cs: list[Node]) -> dict[int, Forward] | Non
         else:
             return None
     for node in group.nodes:  # nothing downstream may leave through another path
-        if node not in cs and any(id(u) in fwd for u in node.inputs) and id(node.outputs[0]) not in fwd:
+        if node in cs or node in reductions:
+            continue
+        if any(id(u) in fwd for u in node.inputs) and id(node.outputs[0]) not in fwd:
             return None
     if not all(id(v) in fwd for v in group.outputs):
         return None
-    _ = members
-    return fwd
+    if any(n.op.kind is Kind.REDUCE and n not in reductions for n in group.nodes):
+        return None
+    return fwd, reductions
 
 
 def lower_gemm_epilogue(group: FusedGroup, name: str) -> TileProgram | None:
     contractions = [n for n in group.nodes if n.op.kind is Kind.CONTRACT]
-    if not contractions or any(n.op.kind in (Kind.REDUCE, Kind.OPAQUE) for n in group.nodes):
+    if not contractions or any(n.op.kind is Kind.OPAQUE for n in group.nodes):
         return None
     c = contractions[0]
     if len(contractions) > 1:  # sibling products on one activation: share the A tile
@@ -77,15 +104,19 @@ def lower_gemm_epilogue(group: FusedGroup, name: str) -> TileProgram | None:
             return None
     if not isinstance(c.op, (MatMul, Conv, ConvTranspose)) or (not isinstance(c.op, MatMul) and c.op.groups != 1):
         return None
-    fwd = _forward_maps(group, contractions)
-    if fwd is None:
+    maps = _forward_maps(group, contractions)
+    if maps is None:
         return None
-    return _Builder(group, contractions, fwd, name).build()
+    fwd, reductions = maps
+    if reductions and len(contractions) > 1:
+        return None
+    return _Builder(group, contractions, fwd, reductions, name).build()
 
 
 class _Builder:
-    def __init__(self, group: FusedGroup, cs: list[Node], fwd: dict[int, Forward], name: str) -> None:
-        self.group, self.cs, self.fwd, self.name = group, cs, fwd, name
+    def __init__(self, group: FusedGroup, cs: list[Node], fwd: dict[int, Forward], reductions: list[Node],
+                 name: str) -> None:
+        self.group, self.cs, self.fwd, self.reductions, self.name = group, cs, fwd, reductions, name
         c = self.c = cs[0]
         self.names = _Names()
         out = c.outputs[0].type
@@ -106,6 +137,8 @@ class _Builder:
 
     def build(self) -> TileProgram | None:
         bm, bn = _divisor_tile(self.m, 64), _divisor_tile(self.n, 64)
+        if self.reductions:  # whole rows on the tile: a few rows of all N columns
+            bm, bn = _divisor_tile(self.m, max(1, ROW_TILE_ELEMS // self.n)), self.n
         if (bm < 8 and self.m > 64) or (bn < 8 and self.n > 64):
             return None  # awkward sizes: the staged schedule handles tails
         bk = min(self.k, TILE_K)
@@ -118,8 +151,13 @@ class _Builder:
         tbs = [Buffer(f"b_tile{x}", self.acc_dtype, (bk, bn), Scope.SHARED) for x in sfx]
         tcs = [Buffer(f"c_tile{x}", self.acc_dtype, (bm, bn), Scope.FRAGMENT) for x in sfx]
         tile_of = {id(c.outputs[0]): tc for c, tc in zip(self.cs, tcs)}
+        rows = {id(r.outputs[0]): Buffer(f"row{k}", self.acc_dtype, (bm,), Scope.FRAGMENT) for k, r in enumerate(self.reductions)}
 
         def read(v: Value, idx: Index) -> Expr:
+            if id(v) in rows:  # a per-row result: [..., M, 1]
+                buf = rows[id(v)]
+                load_r: Expr = Load(buf, (iop(IOp.SUB, idx[-2], m0),))
+                return load_r if buf.dtype is v.type.dtype else Call(ScalarFn.CAST, (load_r,), v.type.dtype)
             tc = tile_of.get(id(v))
             if tc is not None:
                 r, col = self._rows_cols(idx)
@@ -129,6 +167,8 @@ class _Builder:
 
         for c, tc in zip(self.cs, tcs):
             buffers[id(c.outputs[0])] = tc
+        for r in self.reductions:
+            buffers[id(r.outputs[0])] = rows[id(r.outputs[0])]
         el = ElementBuilder(buffers, read)
         kt = self.names.var("kt")
         k0 = iop(IOp.MUL, kt, bk)
@@ -155,6 +195,8 @@ class _Builder:
             *(Fill(tc, Const(0, self.acc_dtype)) for tc in tcs),
             Loop(kt, -(-self.k // bk), LoopKind.PIPELINED, tuple(k_body), stages=2),
         ]
+        for r in self.reductions:  # in group order: a variance reads the mean before it
+            body += self._row_stage(r, rows[id(r.outputs[0])], el, tuple(bvars), m0, bm)
         outs = params[len(params) - len(self.group.outputs):]
         for v, ob in zip(self.group.outputs, outs):
             def store(ij: Index, v: Value = v, ob: Buffer = ob) -> list[Stmt]:
@@ -167,8 +209,22 @@ class _Builder:
         wide = f", {len(self.cs)} sibling products sharing the A tile" if len(self.cs) > 1 else ""
         notes = (f"gemm+epilogue: tiles {bm}x{bn}x{bk}, grid {grid}{wide}",)
         n_in = len(params) - len(self.group.outputs)
-        allocs = (ta, *tbs, *tcs)
+        allocs = (ta, *tbs, *tcs, *rows.values())
         return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), 128, allocs, tuple(body), notes)
+
+    def _row_stage(self, r: Node, buf: Buffer, el: ElementBuilder, bidx: Index, m0: Expr, bm: int) -> list[Stmt]:
+        """One reduction over the tile's whole rows into a per-row buffer."""
+        op: Reduce = r.op  # type: ignore[assignment]
+        x = r.inputs[0]
+        i, j = self.names.var("r"), self.names.var("c")
+        val = el.at(x, bidx + (iop(IOp.ADD, m0, i), j))
+        if x.type.dtype is not buf.dtype:
+            val = Call(ScalarFn.CAST, (val,), buf.dtype)
+        step = Store(buf, (i,), Call(_COMBINE[op.fn], (Load(buf, (i,)), val), buf.dtype))
+        return [Loop(i, bm, LoopKind.PARALLEL, (
+            Store(buf, (i,), _identity(op.fn, buf.dtype)),
+            Loop(j, self.n, LoopKind.SERIAL, (step,)),
+        ))]
 
     def _params(self) -> tuple[list[Buffer], dict[int, Buffer]]:
         params: list[Buffer] = []
