@@ -15,8 +15,9 @@ from tilefuse.tile_ir.verify import verify_program
 
 @dataclass(frozen=True)
 class Lowered:
-    """A group's kernel and the graph values bound to its params, in order (scalar
-    constants are folded into the program and bound to no param)."""
+    """A group's kernel and the values bound to its params, in order: the group's inputs
+    (less scalar constants, folded into the code; a constant may be bound in a repacked
+    copy, e.g. a conv weight as [K, M]), then the group's outputs."""
 
     program: TileProgram
     bindings: tuple[Value, ...]
@@ -26,10 +27,14 @@ def lower_group(group: FusedGroup, target: Target) -> Lowered:
     """The group as one kernel. Opaque groups are host steps, never lowered."""
     if str(group.kind) == "opaque":
         raise ValueError(f"group {group.id} is opaque: it runs as a host step")
-    program = lower_gemm_epilogue(group, group.name) or lower_staged(group, group.name)
+    tiled = lower_gemm_epilogue(group, group.name)
+    if tiled is not None:
+        program, bindings = tiled
+    else:
+        program = lower_staged(group, group.name)
+        inputs = tuple(v for v in group.inputs if not (v.is_constant and v.type.size == 1))
+        bindings = inputs + tuple(group.outputs)
     program = simplify_program(program)
     verify_program(program, target)
-    inputs = tuple(v for v in group.inputs if not (v.is_constant and v.type.size == 1))
-    bindings = inputs + tuple(group.outputs)
     assert len(bindings) == len(program.params), "lowering binds every param to a value"
     return Lowered(program, bindings)

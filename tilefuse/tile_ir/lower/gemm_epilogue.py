@@ -16,7 +16,10 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+import numpy as np
+
 from tilefuse.ir.graph import Node, Value
+from tilefuse.ir.types import TensorType
 from tilefuse.ir.prims import Conv, ConvTranspose, Kind, Map, MatMul, Reduce, Reshape, ScalarFn, Transpose
 from tilefuse.partition.model import FusedGroup
 from tilefuse.partition.rules import siblings
@@ -93,7 +96,8 @@ def _forward_maps(group: FusedGroup, cs: list[Node]) -> tuple[dict[int, Forward]
     return fwd, reductions
 
 
-def lower_gemm_epilogue(group: FusedGroup, name: str) -> TileProgram | None:
+def lower_gemm_epilogue(group: FusedGroup, name: str) -> tuple[TileProgram, tuple[Value, ...]] | None:
+    """The tiled program and the values bound to its params, or None if it does not apply."""
     contractions = [n for n in group.nodes if n.op.kind is Kind.CONTRACT]
     if not contractions or any(n.op.kind is Kind.OPAQUE for n in group.nodes):
         return None
@@ -110,7 +114,9 @@ def lower_gemm_epilogue(group: FusedGroup, name: str) -> TileProgram | None:
     fwd, reductions = maps
     if reductions and len(contractions) > 1:
         return None
-    return _Builder(group, contractions, fwd, reductions, name).build()
+    builder = _Builder(group, contractions, fwd, reductions, name)
+    program = builder.build()
+    return None if program is None else (program, tuple(builder.bindings))
 
 
 class _Builder:
@@ -142,6 +148,12 @@ class _Builder:
         if (bm < 8 and self.m > 64) or (bn < 8 and self.n > 64):
             return None  # awkward sizes: the staged schedule handles tails
         bk = min(self.k, TILE_K)
+        conv = isinstance(self.c.op, Conv)
+        if conv:  # K tiles hold whole channels, so im2col addressing needs no division
+            taps = math.prod(self.c.inputs[1].type.shape[2:])
+            cin = self.c.inputs[1].type.shape[1]
+            ch_per_tile = min(cin, max(1, TILE_K // taps))
+            bk = ch_per_tile * taps
         params, buffers = self._params()
         bvars = [Var(f"b{i}") for i in range(len(self.batch))]
         mt, nt = Var("bm"), Var("bn")
@@ -188,9 +200,13 @@ class _Builder:
 
             return fill
 
-        k_body: list[Stmt] = list(_parallel(self.names, (bm, bk), fill_a))
-        for (_, b_elem), tb, tc in zip(operands, tbs, tcs):
-            k_body += [*_parallel(self.names, (bk, bn), fill_b(b_elem, tb)), Gemm(ta, tb, tc)]
+        if conv:
+            k_body = self._conv_fills(el, ta, tbs[0], m0, n0, kt, ch_per_tile)
+            k_body.append(Gemm(ta, tbs[0], tcs[0]))
+        else:
+            k_body = list(_parallel(self.names, (bm, bk), fill_a))
+            for (_, b_elem), tb, tc in zip(operands, tbs, tcs):
+                k_body += [*_parallel(self.names, (bk, bn), fill_b(b_elem, tb)), Gemm(ta, tb, tc)]
         body: list[Stmt] = [
             *(Fill(tc, Const(0, self.acc_dtype)) for tc in tcs),
             Loop(kt, -(-self.k // bk), LoopKind.PIPELINED, tuple(k_body), stages=2),
@@ -212,6 +228,50 @@ class _Builder:
         allocs = (ta, *tbs, *tcs, *rows.values())
         return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), 128, allocs, tuple(body), notes)
 
+    def _conv_fills(self, el: ElementBuilder, ta: Buffer, tb: Buffer, m0: Expr, n0: Expr, kt: Var, chans: int) -> list[Stmt]:
+        """im2col and weight tiles as loop nests over (channel, *taps): the K index is
+        linearised from loop variables instead of divided back into them."""
+        c = self.c
+        op: Conv = c.op  # type: ignore[assignment]
+        x, w = c.inputs
+        out = c.outputs[0].type.shape
+        spatial, taps, cin = out[2:], w.type.shape[2:], w.type.shape[1]
+        dt = self.acc_dtype
+        bm, bn = ta.shape[0], tb.shape[1]
+        ch0 = iop(IOp.MUL, kt, chans)
+
+        def a_body(idx: Index) -> list[Stmt]:
+            i, cl, t = idx[0], idx[1], idx[2:]
+            n, *o = delinearize(iop(IOp.ADD, m0, i), (out[0], *spatial))
+            ch = iop(IOp.ADD, ch0, cl)
+            cond: Expr = iop(IOp.LT, ch, cin) if cin % chans else None  # type: ignore[assignment]
+            pos = []
+            for d in range(len(spatial)):
+                p = iop(IOp.SUB, iop(IOp.ADD, iop(IOp.MUL, o[d], op.strides[d]), iop(IOp.MUL, t[d], op.dilations[d])), op.pads[d])
+                pos.append(p)
+                if op.pads[d] or (out[2 + d] - 1) * op.strides[d] + (taps[d] - 1) * op.dilations[d] >= x.type.shape[2 + d]:
+                    ok = iop(IOp.AND, iop(IOp.GE, p, 0), iop(IOp.LT, p, x.type.shape[2 + d]))
+                    cond = ok if cond is None else iop(IOp.AND, cond, ok)
+            val = _widen(el.at(x, (n, ch, *pos)), dt)
+            if cond is not None:
+                val = Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)
+            k = linearize((cl, *t), (chans, *taps))
+            return [Store(ta, (i, k), val)]
+
+        def b_body(idx: Index) -> list[Stmt]:
+            cl, t, j = idx[0], idx[1:-1], idx[-1]
+            ch = iop(IOp.ADD, ch0, cl)
+            if self.packed is not None:
+                kg = iop(IOp.ADD, iop(IOp.MUL, ch, math.prod(taps)), linearize(tuple(t), tuple(taps)))
+                val = _widen(Load(self.packed, (kg, iop(IOp.ADD, n0, j))), dt)
+            else:
+                val = _widen(el.at(w, (iop(IOp.ADD, n0, j), ch, *t)), dt)
+            if cin % chans:
+                val = Call(ScalarFn.WHERE, (iop(IOp.LT, ch, cin), val, Const(0, dt)), dt)
+            return [Store(tb, (linearize((cl, *t), (chans, *taps)), j), val)]
+
+        return [*_parallel(self.names, (bm, chans, *taps), a_body), *_parallel(self.names, (chans, *taps, bn), b_body)]
+
     def _row_stage(self, r: Node, buf: Buffer, el: ElementBuilder, bidx: Index, m0: Expr, bm: int) -> list[Stmt]:
         """One reduction over the tile's whole rows into a per-row buffer."""
         op: Reduce = r.op  # type: ignore[assignment]
@@ -227,15 +287,30 @@ class _Builder:
         ))]
 
     def _params(self) -> tuple[list[Buffer], dict[int, Buffer]]:
+        """Kernel params and the values bound to them. A constant convolution weight is
+        bound in a packed [K, M] copy, so weight tiles are contiguous rows."""
         params: list[Buffer] = []
         buffers: dict[int, Buffer] = {}
+        self.bindings: list[Value] = []
+        self.packed: Buffer | None = None
+        w = self.c.inputs[1] if isinstance(self.c.op, Conv) else None
         for k, v in enumerate(self.group.inputs):
             if v.is_constant and v.type.size == 1:
+                continue
+            if v is w and v.is_constant and sum(x is v for n in self.group.nodes for x in n.inputs) == 1:
+                packed = np.ascontiguousarray(v.data.reshape(v.type.shape[0], -1).T)  # type: ignore[union-attr]
+                packed.setflags(write=False)
+                pv = Value(f"{v.name}.kxm", TensorType(v.type.dtype, packed.shape), data=packed)
+                self.packed = Buffer(f"in{k}_kxm", v.type.dtype, packed.shape, Scope.GLOBAL)
+                params.append(self.packed)
+                self.bindings.append(pv)
                 continue
             buf = Buffer(f"in{k}", v.type.dtype, v.type.shape, Scope.GLOBAL)
             params.append(buf)
             buffers[id(v)] = buf
+            self.bindings.append(v)
         params += [Buffer(f"out{k}", v.type.dtype, v.type.shape, Scope.GLOBAL) for k, v in enumerate(self.group.outputs)]
+        self.bindings += list(self.group.outputs)
         return params, buffers
 
     def _product_index(self, bidx: Index, row: Expr, col: Expr) -> Index:
