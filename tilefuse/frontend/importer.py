@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Mapping, Sequence
+from typing import Mapping
 
 import numpy as np
 import onnx

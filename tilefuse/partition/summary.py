@@ -64,7 +64,7 @@ def format_summary(s: dict[str, object], top: int = 10) -> str:
         + (f" ({s['opaque_kernels']} opaque)" if s["opaque_kernels"] else ""),
         f"memory traffic: {_human_bytes(s['unfused_bytes'])} unfused -> {_human_bytes(s['fused_bytes'])} fused ({ratio:.0%})",  # type: ignore[arg-type]
         f"estimated time: {s['unfused_estimated_seconds'] * 1e6:.1f} us unfused -> {s['fused_estimated_seconds'] * 1e6:.1f} us fused",  # type: ignore[operator]
-        f"top kernels by estimated time:",
+        "top kernels by estimated time:",
         f"  {'id':>4}  {'kernel':<36} {'prims':>5} {'time us':>9}  bound    bytes",
     ]
     for g in sorted(groups, key=lambda g: -g["estimated_seconds"])[:top]:

@@ -25,7 +25,7 @@ from tilefuse.partition.model import FusedGroup
 from tilefuse.partition.rules import siblings
 from tilefuse.tile_ir.ir import (
     Buffer, Call, Const, Expr, Fill, Gemm, IOp, Load, Loop, LoopKind, Scope, Stmt, Store, TileProgram, Var,
-    const_index, iop,
+    iop,
 )
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, broadcast_index, delinearize, linearize, reshape_index
 from tilefuse.tile_ir.lower.staged import (
@@ -388,5 +388,3 @@ class _Builder:
 
         return a_elem, b_elem
 
-
-_ = (const_index,)

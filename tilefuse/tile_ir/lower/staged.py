@@ -10,7 +10,6 @@ are chosen first where they apply.
 """
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Callable, Sequence
 
@@ -22,7 +21,8 @@ from tilefuse.ir.prims import (
 )
 from tilefuse.partition.model import FusedGroup
 from tilefuse.tile_ir.ir import (
-    Buffer, Call, Const, Expr, IOp, Load, Loop, LoopKind, Scope, Stmt, Store, TileProgram, Var, const_index, iop,
+    Buffer, Call, Const, Copy, Expr, Fill, Gemm, IOp, Load, Loop, LoopKind, Region, Scope, Stmt, Store, TileProgram,
+    Var, const_index, iop,
 )
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, broadcast_index
 
@@ -227,13 +227,11 @@ def _tiled_gemm(
     k: int,
     a_elem: Callable[[Expr, Expr], Expr],
     b_elem: Callable[[Expr, Expr], Expr],
-    dst: Callable[[Expr, Expr, int, int], "Region"],
+    dst: Callable[[Expr, Expr, int, int], Region],
 ) -> list[Stmt]:
     """C[m, n] = sum_k A[m, k] B[k, n] by tiles: operand tiles are filled from element
     expressions (prologues inline; tails read as zero), multiplied by Gemm statements
     over K tiles, and the C tile is copied to ``dst(m0, n0, bm, bn)`` (tails clipped)."""
-    from tilefuse.tile_ir.ir import Copy, Fill, Gemm, Region
-
     bm, bn, bk = min(m, TILE_M), min(n, TILE_N), min(k, TILE_K)
     ta = Buffer(f"s{len(allocs)}", dtype, (bm, bk), Scope.SHARED)
     tb = Buffer(f"s{len(allocs) + 1}", dtype, (bk, bn), Scope.SHARED)
@@ -274,8 +272,6 @@ def _guard_all(conds: list[Expr], val: Expr, dtype: DType) -> Expr:
 
 def _matmul(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
     """Batched product: a tiled GEMM per batch index."""
-    from tilefuse.tile_ir.ir import Region
-
     a, b = node.inputs
     (acc,) = outs
     out_shape = node.outputs[0].type.shape
@@ -311,7 +307,6 @@ def _conv(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], all
     """Convolution as an implicit GEMM per group: rows are output positions (n, *o),
     columns output channels, K runs over (input channel, *taps); the input tile is an
     im2col expression with zero padding as a guard."""
-    from tilefuse.tile_ir.ir import Region
     from tilefuse.tile_ir.lower.elements import delinearize
 
     op: Conv = node.op  # type: ignore[assignment]
@@ -453,5 +448,3 @@ _STAGE = {
     ScatterND: _scatter_nd,
     ScatterElements: _scatter_elements,
 }
-
-_ = itertools  # (kept for future schedules)
