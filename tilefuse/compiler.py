@@ -39,7 +39,7 @@ def compile(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | 
 def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None) -> Compiled:
     target = get_target(target) if isinstance(target, str) else target
     proto = load_model(model)
-    source_sha = hashlib.sha256(proto.SerializeToString(deterministic=True)).hexdigest()
+    source_sha = _sha256(model, proto)
     graph = import_onnx(proto, shapes)  # ONNX -> ir.Graph (verified)
     compiled = compile_graph(graph, target, source_sha, len(proto.graph.node))
     if isinstance(model, (str, os.PathLike)):
@@ -57,6 +57,18 @@ def compile_graph(graph: Graph, target: Target, source_sha: str = "", onnx_nodes
     bindings = {gid: low.bindings for gid, low in lowered.items()}
     plan = link(graph, partition, kernels, target.name, source_sha, bindings=bindings)
     return Compiled(graph, partition, lowered, plan, onnx_nodes)
+
+
+def _sha256(model: ModelLike, proto: object) -> str:
+    """The source model's hash: of the file when there is one (no re-serialisation)."""
+    if isinstance(model, (str, os.PathLike)):
+        h = hashlib.sha256()
+        with open(model, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 24), b""):
+                h.update(chunk)
+        return h.hexdigest()
+    data = model if isinstance(model, bytes) else proto.SerializeToString(deterministic=True)  # type: ignore[attr-defined]
+    return hashlib.sha256(data).hexdigest()
 
 
 def _build(target: Target, lowered: list[Lowered]) -> list:

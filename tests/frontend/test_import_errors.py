@@ -181,3 +181,16 @@ def test_opset11_hardmax_keeps_its_flattening_meaning():
     got = run_graph(import_onnx(m), {"x": x})["y"]
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, want)
+
+
+def test_corrupt_weight_data_is_a_clear_error():
+    w = numpy_helper.from_array(np.random.default_rng().standard_normal((80, 80)).astype(np.float32), "w")
+    w.raw_data = w.raw_data[:100]  # truncated tensor payload
+    m = _model(
+        [h.make_node("MatMul", ["x", "w"], ["y"])],
+        [h.make_tensor_value_info("x", T.FLOAT, [2, 80])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2, 80])],
+        inits=[w],
+    )
+    with pytest.raises(ModelLoadError, match="initializer 'w'|raw_data size"):
+        import_onnx(m)

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from tilefuse.errors import ConversionError, ShapeError, TilefuseError
+from tilefuse.errors import ConversionError, ModelLoadError, ShapeError, TilefuseError
 from tilefuse.frontend import registry
 from tilefuse.frontend.context import NodeContext, onnx_dtype
 from tilefuse.frontend.coverage import check_supported, opsets_of
@@ -42,7 +42,7 @@ def import_onnx(
     ConversionError.
     """
     proto = load_model(model)
-    check_model(proto)
+    check_model(_without_weights(proto, {}))  # structure; weight data is checked as it is read
     check_supported(proto, any_opset=True)  # first: the version converter trips on unknown ops
     proto = upgrade_opset(proto)
     check_supported(proto)
@@ -62,7 +62,11 @@ def convert_graph(
     b.graph.opset = onnx_opset(proto)
     env: dict[str, Value] = {}
     for init in proto.graph.initializer:
-        env[init.name] = b.const(_tensor_to_array(init), name=init.name)
+        try:
+            array = _tensor_to_array(init)
+        except (ValueError, TypeError) as e:
+            raise ModelLoadError(f"initializer {init.name!r} is corrupt: {e}") from None
+        env[init.name] = b.const(array, name=init.name)
     for vi in runtime_inputs(proto):
         t = input_types[vi.name]
         if vi.name in constants:
@@ -113,6 +117,37 @@ def _adopt_name(b: Builder, v: Value, name: str, label: str) -> None:
         v.name = b.unique(name)
 
 
+def _without_weights(proto: onnx.ModelProto, input_types: Mapping[str, object]) -> onnx.ModelProto:
+    """The model with bound input shapes and its large initializers turned into typed
+    inputs: shape inference needs their shapes, not their values, and serialising
+    hundreds of megabytes of weights for it would cost seconds."""
+    m = onnx.ModelProto()
+    m.ir_version = proto.ir_version
+    m.opset_import.extend(proto.opset_import)
+    g = m.graph
+    g.name = proto.graph.name
+    g.node.extend(proto.graph.node)
+    g.output.extend(proto.graph.output)
+    inits = {t.name for t in proto.graph.initializer}
+    for vi in proto.graph.input:
+        if vi.name in inits:
+            continue
+        t = input_types.get(vi.name)
+        new = g.input.add()
+        new.CopyFrom(vi)
+        if t is not None:
+            dims = new.type.tensor_type.shape.dim
+            del dims[:]
+            for d in t.shape:  # type: ignore[attr-defined]
+                dims.add().dim_value = d
+    for init in proto.graph.initializer:
+        if int(np.prod(init.dims)) <= 4096:  # shape-like constants: inference may need values
+            g.initializer.append(init)
+        else:
+            g.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+    return m
+
+
 def _tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
     onnx_dtype(t.data_type, f"initializer {t.name!r}")
     array = numpy_helper.to_array(t)
@@ -123,18 +158,7 @@ def _tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
 
 def _cross_check_outputs(proto: onnx.ModelProto, graph: Graph, input_types: Mapping[str, object]) -> None:
     """Compare our output shapes with onnx's shape inference where it knows them."""
-    if proto.ByteSize() > (1 << 30):
-        return
-    bound = onnx.ModelProto()
-    bound.CopyFrom(proto)
-    for vi in bound.graph.input:
-        t = input_types.get(vi.name)
-        if t is None:
-            continue
-        dims = vi.type.tensor_type.shape.dim
-        del dims[:]
-        for d in t.shape:  # type: ignore[attr-defined]
-            dims.add().dim_value = d
+    bound = _without_weights(proto, input_types)
     try:
         inferred = onnx.shape_inference.infer_shapes(bound, strict_mode=False, data_prop=True)
     except Exception:  # onnx's inference is a cross-check only; it fails on some valid models
