@@ -74,8 +74,11 @@ def test_bert_layer_is_five_kernels(name, zoo_cache):
             if check(g):
                 kinds[label] += 1
     assert kinds == {"qkv": LAYERS, "attention": LAYERS, "proj+norm": 2 * LAYERS, "ffn-up+gelu": LAYERS}
-    # Embeddings (gather + adds + LayerNorm) and the pooler are the only other kernels.
-    assert len(p.groups) == 5 * LAYERS + 2
+    # Embeddings (gather + adds + LayerNorm), the attention mask (computed once, read by
+    # every layer) and the pooler are the only other kernels.
+    assert len(p.groups) == 5 * LAYERS + 3
+    mask = [g for g in p.groups if not _matmuls(g) and not _ops(g)["reduce_sum"]]
+    assert len(mask) == 1
 
 
 @pytest.mark.parametrize("name", ["gpt2", "gpt2-legacy"])

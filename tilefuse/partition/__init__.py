@@ -65,8 +65,7 @@ def _refusals(grower: Grower, ordered: list) -> list[Refusal]:
     out = []
     for g in ordered:
         for c in grower.consumers(g):
-            reason = grower.why_not(g, c)
-            assert reason, "the final sweep merges every legal neighbour pair"
+            reason = grower.why_not(g, c) or "shared producer kept out of a contraction's kernel (read by several kernels)"
             edge = next(
                 (n, u) for n in g.nodes for v in n.outputs for u in v.users if grower.owner[id(u)] is c
             )

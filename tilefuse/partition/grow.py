@@ -337,7 +337,12 @@ def _leftovers(g: Grower) -> None:
 def _final_sweep(g: Grower) -> None:
     def step() -> bool:
         for grp in g.groups():
-            for c in g.consumers(grp):
+            consumers = g.consumers(grp)
+            for c in consumers:
+                # A shared producer stays out of a contraction's kernel (as in the prologue
+                # phase): inside, it would be one more output the tiled schedule must write.
+                if c.kind is FusionKind.CONTRACTION and grp.kind < FusionKind.CONTRACTION and len(consumers) > 1:
+                    continue
                 if g.try_merge(grp, c):
                     return True
         return False

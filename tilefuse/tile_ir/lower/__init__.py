@@ -7,6 +7,7 @@ from tilefuse.ir.graph import Value
 from tilefuse.partition.model import FusedGroup
 from tilefuse.target import Target
 from tilefuse.tile_ir.ir import TileProgram
+from tilefuse.tile_ir.lower.attention import lower_attention
 from tilefuse.tile_ir.lower.gemm_epilogue import lower_gemm_epilogue
 from tilefuse.tile_ir.lower.staged import lower_staged
 from tilefuse.tile_ir.simplify import simplify_program
@@ -27,7 +28,7 @@ def lower_group(group: FusedGroup, target: Target) -> Lowered:
     """The group as one kernel. Opaque groups are host steps, never lowered."""
     if str(group.kind) == "opaque":
         raise ValueError(f"group {group.id} is opaque: it runs as a host step")
-    tiled = lower_gemm_epilogue(group, group.name)
+    tiled = lower_attention(group, group.name) or lower_gemm_epilogue(group, group.name)
     if tiled is not None:
         program, bindings = tiled
     else:

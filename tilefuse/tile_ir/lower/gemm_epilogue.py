@@ -55,14 +55,17 @@ def _row_reduction(node: Node, ident: set[int], cs: list[Node]) -> bool:
     )
 
 
-def _forward_maps(group: FusedGroup, cs: list[Node]) -> tuple[dict[int, Forward], list[Node]] | None:
+def _forward_maps(
+    group: FusedGroup, cs: list[Node], nodes: list[Node] | None = None
+) -> tuple[dict[int, Forward], list[Node]] | None:
     """For every value downstream of the products: product index -> that value's index
     (sibling products share one index space: the same tile position in each); and the
     row reductions, whose results are per-row values read where they broadcast."""
+    nodes = list(group.nodes) if nodes is None else nodes
     fwd: dict[int, Forward] = {id(c.outputs[0]): (lambda g: g) for c in cs}
     ident = set(fwd)  # values indexed exactly like the product
     reductions: list[Node] = []
-    for node in group.nodes:
+    for node in nodes:
         chain = [u for u in node.inputs if id(u) in fwd]
         if not chain or node in cs:
             continue
@@ -84,14 +87,14 @@ def _forward_maps(group: FusedGroup, cs: list[Node]) -> tuple[dict[int, Forward]
             fwd[id(out)] = lambda g, f=f, perm=perm: tuple(f(g)[p] for p in perm)
         else:
             return None
-    for node in group.nodes:  # nothing downstream may leave through another path
+    for node in nodes:  # nothing downstream may leave through another path
         if node in cs or node in reductions:
             continue
         if any(id(u) in fwd for u in node.inputs) and id(node.outputs[0]) not in fwd:
             return None
     if not all(id(v) in fwd for v in group.outputs):
         return None
-    if any(n.op.kind is Kind.REDUCE and n not in reductions for n in group.nodes):
+    if any(n.op.kind is Kind.REDUCE and n not in reductions for n in nodes):
         return None
     return fwd, reductions
 

@@ -1,0 +1,200 @@
+"""Flash-style attention: QK^T, the row softmax and PV in one pass over key tiles.
+
+For each tile of query rows, key/value tiles stream through: scores for the tile are
+computed (with the group's scale and mask inlined), the running row max and row sum are
+updated (online softmax), and the output accumulator is rescaled and advanced by P @ V.
+The score matrix never exists beyond one tile. The softmax is recognised from the
+primitives between the two products — max, subtract, exp, sum, divide — not from names.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilefuse.ir.dtypes import DType
+from tilefuse.ir.graph import Node, Value
+from tilefuse.ir.prims import Kind, Map, MatMul, Reduce, ReduceFn, ScalarFn
+from tilefuse.partition.model import FusedGroup
+from tilefuse.tile_ir.ir import (
+    Buffer, Call, Const, Expr, Fill, Gemm, IOp, Load, Loop, LoopKind, ReduceTile, Scope, Stmt, Store, TileProgram,
+    Var, iop,
+)
+from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, broadcast_index
+from tilefuse.tile_ir.lower.gemm_epilogue import _divisor_tile, _forward_maps
+from tilefuse.tile_ir.lower.staged import _Names, _parallel
+
+F32 = DType.FLOAT32
+
+
+@dataclass
+class _Softmax:
+    scores: Value  # x: what the row softmax is taken of
+    probs: Value  # the value c2 reads as its left operand
+
+
+def _through_casts(v: Value, members: set[int]) -> Value:
+    while v.producer is not None and id(v.producer) in members and isinstance(v.producer.op, Map) \
+            and v.producer.op.fn is ScalarFn.CAST:
+        v = v.producer.inputs[0]
+    return v
+
+
+def _match_softmax(c2: Node, members: set[int]) -> _Softmax | None:
+    """probs = exp(x - max(x)) / sum(exp(x - max(x))) over the last axis, casts allowed."""
+    p = _through_casts(c2.inputs[0], members)
+    div = p.producer
+    if div is None or not isinstance(div.op, Map) or div.op.fn is not ScalarFn.DIV:
+        return None
+    e, s = (_through_casts(u, members) for u in div.inputs)
+    rsum = s.producer
+    if rsum is None or not isinstance(rsum.op, Reduce) or rsum.op.fn is not ReduceFn.SUM:
+        return None
+    if _through_casts(rsum.inputs[0], members) is not e:
+        return None
+    exp = e.producer
+    if exp is None or not isinstance(exp.op, Map) or exp.op.fn is not ScalarFn.EXP:
+        return None
+    sub = _through_casts(exp.inputs[0], members).producer
+    if sub is None or not isinstance(sub.op, Map) or sub.op.fn is not ScalarFn.SUB:
+        return None
+    x, m = sub.inputs
+    rmax = _through_casts(m, members).producer
+    if rmax is None or not isinstance(rmax.op, Reduce) or rmax.op.fn is not ReduceFn.MAX:
+        return None
+    if rmax.inputs[0] is not x:
+        return None
+    last = x.type.rank - 1
+    for r in (rsum, rmax):
+        if r.op.axes != (last,) or not r.op.keepdims:  # type: ignore[attr-defined]
+            return None
+    return _Softmax(x, c2.inputs[0])
+
+
+def lower_attention(group: FusedGroup, name: str) -> tuple[TileProgram, tuple[Value, ...]] | None:
+    contractions = [n for n in group.nodes if n.op.kind is Kind.CONTRACT]
+    if len(contractions) != 2 or not all(isinstance(c.op, MatMul) for c in contractions):
+        return None
+    c1, c2 = contractions
+    members = {id(n) for n in group.nodes}
+    sm = _match_softmax(c2, members)
+    if sm is None or sm.scores.type.shape != c1.outputs[0].type.shape:
+        return None
+    after = list(group.nodes)[list(group.nodes).index(c2) + 1 :]
+    maps = _forward_maps(group, [c2], after)
+    if maps is None or maps[1]:
+        return None
+    return _Flash(group, c1, c2, sm, maps[0], name).build()
+
+
+class _Flash:
+    def __init__(self, group: FusedGroup, c1: Node, c2: Node, sm: _Softmax, fwd, name: str) -> None:
+        self.group, self.c1, self.c2, self.sm, self.fwd, self.name = group, c1, c2, sm, fwd, name
+        self.names = _Names()
+
+    def build(self) -> tuple[TileProgram, tuple[Value, ...]] | None:
+        c1, c2 = self.c1, self.c2
+        s_shape = c1.outputs[0].type.shape
+        batch, (m, n) = s_shape[:-2], s_shape[-2:]
+        d = c1.inputs[0].type.shape[-1]
+        dv = c2.outputs[0].type.shape[-1]
+        if c2.outputs[0].type.shape[:-2] != batch:
+            return None
+        bm, bn = _divisor_tile(m, 64), _divisor_tile(n, 64)
+        params: list[Buffer] = []
+        buffers: dict[int, Buffer] = {}
+        bindings: list[Value] = []
+        for k, v in enumerate(self.group.inputs):
+            if v.is_constant and v.type.size == 1:
+                continue
+            buf = Buffer(f"in{k}", v.type.dtype, v.type.shape, Scope.GLOBAL)
+            params.append(buf)
+            buffers[id(v)] = buf
+            bindings.append(v)
+        outs = [Buffer(f"out{k}", v.type.dtype, v.type.shape, Scope.GLOBAL) for k, v in enumerate(self.group.outputs)]
+        params += outs
+        bindings += list(self.group.outputs)
+
+        q = Buffer("q_tile", F32, (bm, d), Scope.SHARED)
+        kt_ = Buffer("k_tile", F32, (d, bn), Scope.SHARED)
+        s = Buffer("s_tile", F32, (bm, bn), Scope.FRAGMENT)
+        p = Buffer("p_tile", F32, (bm, bn), Scope.FRAGMENT)
+        v_ = Buffer("v_tile", F32, (bn, dv), Scope.SHARED)
+        o = Buffer("o_tile", F32, (bm, dv), Scope.FRAGMENT)
+        mrow, lrow = Buffer("row_max", F32, (bm,), Scope.FRAGMENT), Buffer("row_sum", F32, (bm,), Scope.FRAGMENT)
+        tmax, tsum = Buffer("tile_max", F32, (bm,), Scope.FRAGMENT), Buffer("tile_sum", F32, (bm,), Scope.FRAGMENT)
+        alpha = Buffer("rescale", F32, (bm,), Scope.FRAGMENT)
+        bvars = tuple(Var(f"b{i}") for i in range(len(batch)))
+        mt, jt = Var("bm"), self.names.var("kv")
+        m0, n0 = iop(IOp.MUL, mt, bm), iop(IOp.MUL, jt, bn)
+        c1_out, c2_out = c1.outputs[0], c2.outputs[0]
+
+        def read(val: Value, idx: Index) -> Expr:
+            if val is c1_out:
+                return _cast(Load(s, (iop(IOp.SUB, idx[-2], m0), iop(IOp.SUB, idx[-1], n0))), val.type.dtype)
+            if val is c2_out:
+                r = iop(IOp.SUB, idx[-2], m0)
+                ratio = Call(ScalarFn.DIV, (Load(o, (r, idx[-1])), Load(lrow, (r,))), F32)
+                return _cast(ratio, val.type.dtype)
+            return Load(buffers[id(val)], idx)
+
+        buffers[id(c1_out)] = s
+        buffers[id(c2_out)] = o
+        el = ElementBuilder(buffers, read)
+        qa, kb = c1.inputs
+        pa, vb = c2.inputs
+        qb = broadcast_index(bvars, qa.type.shape[:-2], batch)
+        kbb = broadcast_index(bvars, kb.type.shape[:-2], batch)
+        vbb = broadcast_index(bvars, vb.type.shape[:-2], batch)
+        neg_inf = Const(float("-inf"), F32)
+
+        def f32(e: Expr, v: Value) -> Expr:
+            return _cast(e, F32) if v.type.dtype is not F32 else e
+
+        body: list[Stmt] = [
+            *_parallel(self.names, (bm, d), lambda ix: [Store(q, ix, f32(el.at(qa, qb + (iop(IOp.ADD, m0, ix[0]), ix[1])), qa))]),
+            Fill(o, Const(0.0, F32)), Fill(lrow, Const(0.0, F32)), Fill(mrow, neg_inf),
+        ]
+        x = self.sm.scores
+        xb = broadcast_index(bvars, x.type.shape[:-2], batch)
+        step: list[Stmt] = [
+            *_parallel(self.names, (d, bn), lambda ix: [Store(kt_, ix, f32(el.at(kb, kbb + (ix[0], iop(IOp.ADD, n0, ix[1]))), kb))]),
+            Fill(s, Const(0.0, F32)),
+            Gemm(q, kt_, s),
+            *_parallel(self.names, (bm, bn), lambda ix: [Store(p, ix, f32(el.at(x, xb + (iop(IOp.ADD, m0, ix[0]), iop(IOp.ADD, n0, ix[1]))), x))]),
+            ReduceTile(p, tmax, ReduceFn.MAX, 1),
+            *_parallel(self.names, (bm,), lambda ix: [
+                Store(tmax, ix, Call(ScalarFn.MAX, (Load(mrow, ix), Load(tmax, ix)), F32)),
+                Store(alpha, ix, Call(ScalarFn.EXP, (Call(ScalarFn.SUB, (Load(mrow, ix), Load(tmax, ix)), F32),), F32)),
+                Store(mrow, ix, Load(tmax, ix)),
+            ]),
+            *_parallel(self.names, (bm, bn), lambda ix: [
+                Store(p, ix, Call(ScalarFn.EXP, (Call(ScalarFn.SUB, (Load(p, ix), Load(mrow, (ix[0],))), F32),), F32)),
+            ]),
+            ReduceTile(p, tsum, ReduceFn.SUM, 1),
+            *_parallel(self.names, (bm,), lambda ix: [
+                Store(lrow, ix, Call(ScalarFn.ADD, (Call(ScalarFn.MUL, (Load(lrow, ix), Load(alpha, ix)), F32), Load(tsum, ix)), F32)),
+            ]),
+            *_parallel(self.names, (bm, dv), lambda ix: [
+                Store(o, ix, Call(ScalarFn.MUL, (Load(o, ix), Load(alpha, (ix[0],))), F32)),
+            ]),
+            *_parallel(self.names, (bn, dv), lambda ix: [Store(v_, ix, f32(el.at(vb, vbb + (iop(IOp.ADD, n0, ix[0]), ix[1])), vb))]),
+            Gemm(p, v_, o),
+        ]
+        body.append(Loop(jt, n // bn, LoopKind.PIPELINED, tuple(step), stages=2))
+        for val, ob in zip(self.group.outputs, outs):
+            def store(ix: Index, val: Value = val, ob: Buffer = ob) -> list[Stmt]:
+                g = bvars + (iop(IOp.ADD, m0, ix[0]), ix[1])
+                idx = self.fwd[id(val)](g)
+                return [Store(ob, idx, el.at(val, idx))]
+
+            body += _parallel(self.names, (bm, dv), store)
+        grid = tuple(batch) + (m // bm,)
+        notes = (f"flash attention: query tiles {bm}, key tiles {bn}, head dims {d}/{dv}, grid {grid}",)
+        allocs = (q, kt_, s, p, v_, o, mrow, lrow, tmax, tsum, alpha)
+        program = TileProgram(self.name, tuple(params), len(params) - len(outs), grid, (*bvars, mt), 128, allocs,
+                              tuple(body), notes)
+        _ = pa
+        return program, tuple(bindings)
+
+
+def _cast(e: Expr, dtype: DType) -> Expr:
+    return e if dtype is F32 else Call(ScalarFn.CAST, (e,), dtype)
