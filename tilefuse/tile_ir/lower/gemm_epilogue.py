@@ -155,7 +155,7 @@ class _Builder:
         if conv:  # K tiles hold whole channels, so im2col addressing needs no division
             taps = math.prod(self.c.inputs[1].type.shape[2:])
             cin = self.c.inputs[1].type.shape[1]
-            ch_per_tile = min(cin, max(1, TILE_K // taps))
+            ch_per_tile = _divisor_tile(cin, max(1, TILE_K // taps))  # no channel tail to guard
             bk = ch_per_tile * taps
         params, buffers = self._params()
         bvars = [Var(f"b{i}") for i in range(len(self.batch))]
