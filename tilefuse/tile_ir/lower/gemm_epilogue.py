@@ -63,7 +63,7 @@ def _forward_maps(
     row reductions, whose results are per-row values read where they broadcast."""
     nodes = list(group.nodes) if nodes is None else nodes
     fwd: dict[int, Forward] = {id(c.outputs[0]): (lambda g: g) for c in cs}
-    ident = set(fwd)  # values indexed exactly like the product
+    ident = set(fwd)  # values whose last axis is the product's columns, rows in row order
     reductions: list[Node] = []
     for node in nodes:
         chain = [u for u in node.inputs if id(u) in fwd]
@@ -82,6 +82,8 @@ def _forward_maps(
         elif isinstance(node.op, Reshape):
             src, f = node.inputs[0], fwd[id(chain[0])]
             fwd[id(out)] = lambda g, f=f, src=src, out=out: reshape_index(f(g), src.type.shape, out.type.shape)
+            if id(src) in ident and src.type.shape[-1:] == out.type.shape[-1:]:
+                ident.add(id(out))  # rows regrouped, columns untouched: still row-wise
         elif isinstance(node.op, Transpose):
             perm, f = node.op.perm, fwd[id(chain[0])]
             fwd[id(out)] = lambda g, f=f, perm=perm: tuple(f(g)[p] for p in perm)
@@ -169,9 +171,11 @@ class _Builder:
         rows = {id(r.outputs[0]): Buffer(f"row{k}", self.acc_dtype, (bm,), Scope.FRAGMENT) for k, r in enumerate(self.reductions)}
 
         def read(v: Value, idx: Index) -> Expr:
-            if id(v) in rows:  # a per-row result: [..., M, 1]
+            if id(v) in rows:  # a per-row result [..., 1]: its row in the tile
                 buf = rows[id(v)]
-                load_r: Expr = Load(buf, (iop(IOp.SUB, idx[-2], m0),))
+                first = iop(IOp.ADD, iop(IOp.MUL, linearize(tuple(bvars), tuple(self.batch)), self.m), m0)
+                row = iop(IOp.SUB, linearize(idx[:-1], v.type.shape[:-1]), first)
+                load_r: Expr = Load(buf, (row,))
                 return load_r if buf.dtype is v.type.dtype else Call(ScalarFn.CAST, (load_r,), v.type.dtype)
             tc = tile_of.get(id(v))
             if tc is not None:
@@ -280,7 +284,7 @@ class _Builder:
         op: Reduce = r.op  # type: ignore[assignment]
         x = r.inputs[0]
         i, j = self.names.var("r"), self.names.var("c")
-        val = el.at(x, bidx + (iop(IOp.ADD, m0, i), j))
+        val = el.at(x, self.fwd[id(x)](self._product_index(bidx, iop(IOp.ADD, m0, i), j)))
         if x.type.dtype is not buf.dtype:
             val = Call(ScalarFn.CAST, (val,), buf.dtype)
         step = Store(buf, (i,), Call(_COMBINE[op.fn], (Load(buf, (i,)), val), buf.dtype))
