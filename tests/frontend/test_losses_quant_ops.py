@@ -6,19 +6,17 @@ executor. SwiGLU has no onnxruntime kernel, so it is checked against onnx's refe
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper as h
-from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from tilefuse.frontend import import_onnx
 from tilefuse.ir.prims import Kind
 from tilefuse.reference import run_graph
+from tests.frontend.node_cases import Case, C, assert_matches, case_inputs, one_node_model, onnxruntime_outputs
 
 RNG = np.random.default_rng()
 F32, F16 = np.float32, np.float16
@@ -51,42 +49,11 @@ def scale(*shape: int, dtype: type = F32) -> np.ndarray:
     return (RNG.random(shape) * 0.05 + 0.01).astype(dtype)
 
 
-@dataclass
-class Case:
-    """One node: ``inputs`` in order (None = omitted); positions in ``consts`` are initializers."""
-
-    id: str
-    op: str
-    inputs: list[np.ndarray | None]
-    attrs: dict = field(default_factory=dict)
-    consts: tuple[int, ...] = ()
-    outputs: int = 1
-    opset: int = 17
-
-
-def C(id: str, op: str, inputs: list, consts: tuple[int, ...] = (), outputs: int = 1, opset: int = 17, **attrs) -> Case:
-    return Case(id, op, inputs, attrs, consts, outputs, opset)
-
-
 def build(case: Case) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    names, graph_inputs, inits, feeds = [], [], [], {}
-    for i, array in enumerate(case.inputs):
-        if array is None:
-            names.append("")
-            continue
-        name = f"in{i}"
-        names.append(name)
-        if i in case.consts:
-            inits.append(numpy_helper.from_array(array, name))
-        else:
-            elem = h.np_dtype_to_tensor_dtype(array.dtype)
-            graph_inputs.append(h.make_tensor_value_info(name, elem, array.shape))
-            feeds[name] = array
+    names, graph_inputs, inits, feeds = case_inputs(case)
     outs = [f"out{i}" for i in range(case.outputs)]
     node = h.make_node(case.op, names, outs, **case.attrs)
-    g = h.make_graph([node], "case", graph_inputs, [h.make_empty_tensor_value_info(o) for o in outs], initializer=inits)
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", case.opset)])
-    m.ir_version = 10
+    m = one_node_model(case, node, graph_inputs, inits, outs)
     inferred = onnx.shape_inference.infer_shapes(m)
     del m.graph.output[:]
     m.graph.output.extend(inferred.graph.output)
@@ -102,22 +69,13 @@ def expected(model: onnx.ModelProto, feeds: dict[str, np.ndarray], onnx_referenc
     names = [o.name for o in model.graph.output]
     if onnx_reference:
         return dict(zip(names, ReferenceEvaluator(model).run(None, feeds)))
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return dict(zip(names, sess.run(None, feeds)))
+    return onnxruntime_outputs(model, feeds)
 
 
 def check(model: onnx.ModelProto, feeds: dict[str, np.ndarray], onnx_reference: bool = False) -> None:
     graph = import_onnx(model, {k: v.shape for k, v in feeds.items()})
     got = run_graph(graph, feeds)
-    for name, w in expected(model, feeds, onnx_reference).items():
-        g = got[name]
-        assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, g.shape, w.dtype, w.shape)
-        if w.dtype.kind == "f":
-            tol = 1e-2 if w.dtype == np.float16 else 1e-5
-            scale_ = max(1.0, float(np.abs(w.astype(np.float64)).max(initial=0)))
-            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol * scale_)
-        else:
-            np.testing.assert_array_equal(g, w)
+    assert_matches(got, expected(model, feeds, onnx_reference))
 
 
 def nll(id: str, inputs: list, **attrs) -> Case:

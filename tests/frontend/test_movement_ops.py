@@ -6,11 +6,9 @@ reference executor and compared with onnxruntime.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
@@ -19,6 +17,7 @@ from onnx import numpy_helper
 from tilefuse.errors import ConversionError, UnsupportedOpError
 from tilefuse.frontend import import_onnx
 from tilefuse.reference import run_graph
+from tests.frontend.node_cases import Case, C, assert_matches, case_inputs, onnxruntime_outputs
 
 RNG = np.random.default_rng()
 F32, F16 = np.float32, np.float16
@@ -37,24 +36,6 @@ def i64(*values: int) -> np.ndarray:
 
 def f32(*values: float) -> np.ndarray:
     return np.array(values, dtype=np.float32)
-
-
-@dataclass
-class Case:
-    """One node: ``inputs`` are node inputs in order (None = omitted); names in
-    ``consts`` become initializers, the rest are graph inputs."""
-
-    id: str
-    op: str
-    inputs: list[np.ndarray | None]
-    attrs: dict = field(default_factory=dict)
-    consts: tuple[int, ...] = ()  # positions of inputs that are initializers
-    outputs: int = 1
-    opset: int = 17
-
-
-def C(id: str, op: str, inputs: list, consts: tuple[int, ...] = (), outputs: int = 1, opset: int = 17, **attrs) -> Case:
-    return Case(id, op, inputs, attrs, consts, outputs, opset)
 
 
 MOVEMENT = [
@@ -141,19 +122,7 @@ def _const_node(name: str, value: onnx.TensorProto | None = None, **attrs) -> on
 
 def build(case: Case) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """The case as a one-node model, and the feeds for its graph inputs."""
-    names, graph_inputs, inits, feeds = [], [], [], {}
-    for i, array in enumerate(case.inputs):
-        if array is None:
-            names.append("")
-            continue
-        name = f"in{i}"
-        names.append(name)
-        if i in case.consts:
-            inits.append(numpy_helper.from_array(array, name))
-        else:
-            elem = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
-            graph_inputs.append(h.make_tensor_value_info(name, elem, array.shape))
-            feeds[name] = array
+    names, graph_inputs, inits, feeds = case_inputs(case)
     outs = [f"out{i}" for i in range(case.outputs)]
     node = h.make_node(case.op, names, outs, **case.attrs)
     return _model([node], graph_inputs, outs, inits, case.opset), feeds
@@ -176,17 +145,7 @@ def check(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
     shapes = {k: v.shape for k, v in feeds.items()}
     graph = import_onnx(model, shapes)
     got = run_graph(graph, feeds)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
-    for name, w in want.items():
-        g = got[name]
-        assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, g.shape, w.dtype, w.shape)
-        if w.dtype.kind == "f":
-            tol = 1e-2 if w.dtype == np.float16 else 1e-5
-            scale = max(1.0, float(np.abs(w.astype(np.float64)).max(initial=0)))
-            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol * scale)
-        else:
-            np.testing.assert_array_equal(g, w)
+    assert_matches(got, onnxruntime_outputs(model, feeds))
 
 
 @pytest.mark.parametrize("case", MOVEMENT + GATHER_SCATTER + SHAPE_OPS, ids=lambda c: c.id)

@@ -6,7 +6,6 @@ stand for weights. The imported graph runs on the reference executor.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -22,6 +21,7 @@ from tilefuse.frontend.importer import convert_graph
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.types import TensorType
 from tilefuse.reference import run_graph
+from tests.frontend.node_cases import Case, C, assert_matches, case_inputs, one_node_model, onnxruntime_outputs
 
 RNG = np.random.default_rng()
 F32, F16 = np.float32, np.float16
@@ -42,44 +42,13 @@ def mask(*shape: int) -> np.ndarray:
     return m
 
 
-@dataclass
-class Case:
-    """One node: ``inputs`` in order (None = omitted); positions in ``consts`` are initializers."""
-
-    id: str
-    op: str
-    inputs: list[np.ndarray | None]
-    attrs: dict = field(default_factory=dict)
-    consts: tuple[int, ...] = ()
-    outputs: int | tuple[bool, ...] = 1  # a count, or which outputs to ask for
-    opset: int = 17
-
-
-def C(id: str, op: str, inputs: list, consts: tuple[int, ...] = (), outputs: int = 1, opset: int = 17, **attrs) -> Case:
-    return Case(id, op, inputs, attrs, consts, outputs, opset)
-
-
 def build(case: Case) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    names, graph_inputs, inits, feeds = [], [], [], {}
-    for i, array in enumerate(case.inputs):
-        if array is None:
-            names.append("")
-            continue
-        name = f"in{i}"
-        names.append(name)
-        if i in case.consts:
-            inits.append(numpy_helper.from_array(array, name))
-        else:
-            elem = h.np_dtype_to_tensor_dtype(array.dtype)
-            graph_inputs.append(h.make_tensor_value_info(name, elem, array.shape))
-            feeds[name] = array
+    names, graph_inputs, inits, feeds = case_inputs(case)
     wanted = (True,) * case.outputs if isinstance(case.outputs, int) else case.outputs
     outs = [f"out{i}" if w else "" for i, w in enumerate(wanted)]
     node = h.make_node(case.op, names, outs, **case.attrs)
     outs = [o for o in outs if o]
-    g = h.make_graph([node], "case", graph_inputs, [h.make_empty_tensor_value_info(o) for o in outs], initializer=inits)
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", case.opset)])
-    m.ir_version = 10
+    m = one_node_model(case, node, graph_inputs, inits, outs)
     # Output types come from onnx's shape inference; where it gives none (some function
     # ops, all shape-preserving here), the output has the first input's type.
     inferred = onnx.shape_inference.infer_shapes(m)
@@ -94,17 +63,7 @@ def build(case: Case) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 def check(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
     graph = import_onnx(model, {k: v.shape for k, v in feeds.items()})
     got = run_graph(graph, feeds)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
-    for name, w in want.items():
-        g = got[name]
-        assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, g.shape, w.dtype, w.shape)
-        if w.dtype.kind == "f":
-            tol = 1e-2 if w.dtype == np.float16 else 1e-5
-            scale = max(1.0, float(np.abs(w.astype(np.float64)).max(initial=0)))
-            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol * scale)
-        else:
-            np.testing.assert_array_equal(g, w)
+    assert_matches(got, onnxruntime_outputs(model, feeds))
 
 
 CONTRACT = [

@@ -5,20 +5,18 @@ must be compile-time constants (axes, K, the CumSum axis) are initializers.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper as h
-from onnx import numpy_helper
 
 from tilefuse.frontend import import_onnx
 from tilefuse.frontend.importer import convert_graph
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.types import TensorType
 from tilefuse.reference import run_graph
+from tests.frontend.node_cases import Case, C, assert_matches, case_inputs, one_node_model, onnxruntime_outputs
 
 RNG = np.random.default_rng()
 F32, F16 = np.float32, np.float16
@@ -41,68 +39,20 @@ def i64(*values: int) -> np.ndarray:
     return np.array(values, dtype=np.int64)
 
 
-@dataclass
-class Case:
-    """One node: ``inputs`` in order (None = omitted); positions in ``consts`` are initializers."""
-
-    id: str
-    op: str
-    inputs: list[np.ndarray | None]
-    attrs: dict = field(default_factory=dict)
-    consts: tuple[int, ...] = ()
-    outputs: int = 1
-    opset: int = 17
-
-
-def C(id: str, op: str, inputs: list, consts: tuple[int, ...] = (), outputs: int = 1, opset: int = 17, **attrs) -> Case:
-    return Case(id, op, inputs, attrs, consts, outputs, opset)
-
-
 def build(case: Case) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    names, graph_inputs, inits, feeds = [], [], [], {}
-    for i, array in enumerate(case.inputs):
-        if array is None:
-            names.append("")
-            continue
-        name = f"in{i}"
-        names.append(name)
-        if i in case.consts:
-            inits.append(numpy_helper.from_array(array, name))
-        else:
-            elem = h.np_dtype_to_tensor_dtype(array.dtype)
-            graph_inputs.append(h.make_tensor_value_info(name, elem, array.shape))
-            feeds[name] = array
+    names, graph_inputs, inits, feeds = case_inputs(case)
     outs = [f"out{i}" for i in range(case.outputs)]
     node = h.make_node(case.op, names, outs, **case.attrs)
-    g = h.make_graph([node], "case", graph_inputs, [h.make_empty_tensor_value_info(o) for o in outs], initializer=inits)
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", case.opset)])
-    m.ir_version = 10
+    m = one_node_model(case, node, graph_inputs, inits, outs)
     inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True)
     del m.graph.output[:]
     m.graph.output.extend(inferred.graph.output)
     return m, feeds
 
 
-def expected(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
-
-
-def assert_close(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
-    for name, w in want.items():
-        g = got[name]
-        assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, g.shape, w.dtype, w.shape)
-        if w.dtype.kind == "f":
-            tol = 1e-2 if w.dtype == np.float16 else 1e-5
-            scale = max(1.0, float(np.abs(w.astype(np.float64)).max(initial=0)))
-            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol * scale)
-        else:
-            np.testing.assert_array_equal(g, w)
-
-
 def check(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
     graph = import_onnx(model, {k: v.shape for k, v in feeds.items()})
-    assert_close(run_graph(graph, feeds), expected(model, feeds))
+    assert_matches(run_graph(graph, feeds), onnxruntime_outputs(model, feeds))
 
 
 REDUCE = [
@@ -179,7 +129,7 @@ def test_pre_13_flattening_semantics(op: str) -> None:
     x = feeds["in0"]
     graph = convert_graph(model, {"in0": TensorType(DType.FLOAT32, x.shape)}, {})
     got = run_graph(graph, feeds)
-    assert_close(got, expected(model, feeds))
+    assert_matches(got, onnxruntime_outputs(model, feeds))
 
 
 def test_reduce_mean_is_sum_times_reciprocal() -> None:
