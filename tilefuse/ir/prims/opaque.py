@@ -50,63 +50,58 @@ class TopK(_OpaquePrimitive):
         return np.take_along_axis(x, idx, axis=self.axis), idx.astype(np.int64)
 
 
-@dataclass(frozen=True, slots=True)
-class CumSum(_OpaquePrimitive):
-    axis: int
-    exclusive: bool = False
-    reverse: bool = False
+class _Scan(_OpaquePrimitive):
+    """A running reduction along ``axis`` (fields ``axis``, ``exclusive``, ``reverse``);
+    half floats accumulate in float32. Subclasses give the scan itself."""
+
     arity = 1
 
     def infer(self, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
         check_arity(self, inputs)
         (x,) = inputs
-        if not 0 <= self.axis < x.rank:
-            raise ValueError(f"cumsum: axis {self.axis} out of range for {x}")
+        if not 0 <= self.axis < x.rank:  # type: ignore[attr-defined]
+            raise ValueError(f"{self.name.lower()}: axis {self.axis} out of range for {x}")  # type: ignore[attr-defined]
         return (x,)
 
     def evaluate(self, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
         (x,) = inputs
         acc = x.astype(np.float32) if x.dtype in (np.float16, DType.BFLOAT16.numpy) else x
-        if self.reverse:
-            acc = np.flip(acc, self.axis)
-        y = np.cumsum(acc, axis=self.axis, dtype=acc.dtype)
-        if self.exclusive:
-            y = y - acc
-        if self.reverse:
-            y = np.flip(y, self.axis)
+        if self.reverse:  # type: ignore[attr-defined]
+            acc = np.flip(acc, self.axis)  # type: ignore[attr-defined]
+        y = self._scan(acc)
+        if self.reverse:  # type: ignore[attr-defined]
+            y = np.flip(y, self.axis)  # type: ignore[attr-defined]
         return (np.ascontiguousarray(y).astype(x.dtype, copy=False),)
 
+    def _scan(self, acc: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
 
 @dataclass(frozen=True, slots=True)
-class CumProd(_OpaquePrimitive):
+class CumSum(_Scan):
+    axis: int
+    exclusive: bool = False
+    reverse: bool = False
+
+    def _scan(self, acc: np.ndarray) -> np.ndarray:
+        y = np.cumsum(acc, axis=self.axis, dtype=acc.dtype)
+        return y - acc if self.exclusive else y
+
+
+@dataclass(frozen=True, slots=True)
+class CumProd(_Scan):
     """Running product along ``axis``; ``exclusive`` leaves each element out of its own
-    product (the first is 1), ``reverse`` runs from the end. Half floats multiply in
-    float32."""
+    product (the first is 1), ``reverse`` runs from the end."""
 
     axis: int
     exclusive: bool = False
     reverse: bool = False
-    arity = 1
 
-    def infer(self, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
-        check_arity(self, inputs)
-        (x,) = inputs
-        if not 0 <= self.axis < x.rank:
-            raise ValueError(f"cumprod: axis {self.axis} out of range for {x}")
-        return (x,)
-
-    def evaluate(self, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
-        (x,) = inputs
-        acc = x.astype(np.float32) if x.dtype in (np.float16, DType.BFLOAT16.numpy) else x
-        if self.reverse:
-            acc = np.flip(acc, self.axis)
+    def _scan(self, acc: np.ndarray) -> np.ndarray:
         if self.exclusive:
             # Shift by one along the axis, a 1 first (no division: zeros stay exact).
             n = acc.shape[self.axis]
             ones = np.ones_like(np.take(acc, [0], axis=self.axis))
             acc = np.concatenate([ones, np.take(acc, np.arange(max(n - 1, 0)), axis=self.axis)], axis=self.axis)
         with np.errstate(over="ignore"):
-            y = np.cumprod(acc, axis=self.axis, dtype=acc.dtype)
-        if self.reverse:
-            y = np.flip(y, self.axis)
-        return (np.ascontiguousarray(y).astype(x.dtype, copy=False),)
+            return np.cumprod(acc, axis=self.axis, dtype=acc.dtype)
