@@ -231,3 +231,45 @@ _RULES = {
     GatherElements: _gather_elements,
     GatherND: _gather_nd,
 }
+
+
+def window_source(
+    out_idx: Index, tap_idx: Index, strides: Sequence[int], dilations: Sequence[int], pads: Sequence[int],
+    in_sizes: Sequence[int], guard: Sequence[bool] | None = None,
+) -> tuple[list[Expr], Expr | None]:
+    """Input positions ``o * stride + t * dilation - pad`` of a sliding window (convolution,
+    pooling), and the condition that they are inside the input — for the dims ``guard``
+    marks (all by default); None when no dim needs one."""
+    pos: list[Expr] = []
+    cond: Expr | None = None
+    for d, (o, t) in enumerate(zip(out_idx, tap_idx)):
+        p = iop(IOp.SUB, iop(IOp.ADD, iop(IOp.MUL, o, strides[d]), iop(IOp.MUL, t, dilations[d])), pads[d])
+        pos.append(p)
+        if guard is None or guard[d]:
+            ok = iop(IOp.AND, iop(IOp.GE, p, 0), iop(IOp.LT, p, in_sizes[d]))
+            cond = ok if cond is None else iop(IOp.AND, cond, ok)
+    return pos, cond
+
+
+def window_needs_guard(out_size: int, taps: int, stride: int, dilation: int, pad: int, in_size: int) -> bool:
+    """Whether some window position of this dim falls outside the input."""
+    return pad > 0 or (out_size - 1) * stride + (taps - 1) * dilation - pad >= in_size
+
+
+def transposed_source(
+    out_idx: Index, tap_idx: Index, strides: Sequence[int], dilations: Sequence[int], pads: Sequence[int],
+    in_sizes: Sequence[int],
+) -> tuple[list[Expr], Expr]:
+    """A transposed convolution in gather form: output position o reads input position
+    ``(o + pad - t * dilation) / stride`` where that divides exactly and is in range."""
+    pos: list[Expr] = []
+    cond: Expr | None = None
+    for d, (o, t) in enumerate(zip(out_idx, tap_idx)):
+        num = iop(IOp.SUB, iop(IOp.ADD, o, pads[d]), iop(IOp.MUL, t, dilations[d]))
+        i = iop(IOp.FLOORDIV, num, strides[d])
+        ok = iop(IOp.AND, iop(IOp.AND, iop(IOp.GE, num, 0), iop(IOp.EQ, iop(IOp.MOD, num, strides[d]), 0)),
+                 iop(IOp.LT, i, in_sizes[d]))
+        pos.append(i)
+        cond = ok if cond is None else iop(IOp.AND, cond, ok)
+    assert cond is not None
+    return pos, cond

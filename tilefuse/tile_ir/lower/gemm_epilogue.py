@@ -27,7 +27,10 @@ from tilefuse.tile_ir.ir import (
     Buffer, Call, Const, Expr, Fill, Gemm, IOp, Load, Loop, LoopKind, Scope, Stmt, Store, TileProgram, Var,
     iop,
 )
-from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, broadcast_index, delinearize, linearize, reshape_index
+from tilefuse.tile_ir.lower.elements import (
+    ElementBuilder, Index, broadcast_index, delinearize, linearize, reshape_index, transposed_source,
+    window_needs_guard, window_source,
+)
 from tilefuse.tile_ir.lower.staged import (
     _COMBINE, TILE_K, _guard_all, _identity, _Names, _parallel, _widen, accumulator_dtype,
 )
@@ -246,19 +249,20 @@ class _Builder:
         dt = self.acc_dtype
         bm, bn = ta.shape[0], tb.shape[1]
         ch0 = iop(IOp.MUL, kt, chans)
+        guards = [
+            window_needs_guard(out[2 + d], taps[d], op.strides[d], op.dilations[d], op.pads[d], x.type.shape[2 + d])
+            for d in range(len(spatial))
+        ]
 
         def a_body(idx: Index) -> list[Stmt]:
             i, cl, t = idx[0], idx[1], idx[2:]
             n, *o = delinearize(iop(IOp.ADD, m0, i), (out[0], *spatial))
             ch = iop(IOp.ADD, ch0, cl)
-            cond: Expr = iop(IOp.LT, ch, cin) if cin % chans else None  # type: ignore[assignment]
-            pos = []
-            for d in range(len(spatial)):
-                p = iop(IOp.SUB, iop(IOp.ADD, iop(IOp.MUL, o[d], op.strides[d]), iop(IOp.MUL, t[d], op.dilations[d])), op.pads[d])
-                pos.append(p)
-                if op.pads[d] or (out[2 + d] - 1) * op.strides[d] + (taps[d] - 1) * op.dilations[d] >= x.type.shape[2 + d]:
-                    ok = iop(IOp.AND, iop(IOp.GE, p, 0), iop(IOp.LT, p, x.type.shape[2 + d]))
-                    cond = ok if cond is None else iop(IOp.AND, cond, ok)
+            pos, inside = window_source(o, t, op.strides, op.dilations, op.pads, x.type.shape[2:], guards)
+            conds = ([iop(IOp.LT, ch, cin)] if cin % chans else []) + ([inside] if inside is not None else [])
+            cond: Expr | None = None
+            for c_ in conds:
+                cond = c_ if cond is None else iop(IOp.AND, cond, c_)
             val = _widen(el.at(x, (n, ch, *pos)), dt)
             if cond is not None:
                 val = Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)
@@ -350,12 +354,7 @@ class _Builder:
         def a_elem(r: Expr, k: Expr) -> Expr:
             n, *o = delinearize(r, (out[0], *spatial))
             ch, *t = delinearize(k, (cin, *taps))
-            pos, cond = [], None
-            for d in range(len(spatial)):
-                p = iop(IOp.SUB, iop(IOp.ADD, iop(IOp.MUL, o[d], op.strides[d]), iop(IOp.MUL, t[d], op.dilations[d])), op.pads[d])
-                pos.append(p)
-                ok = iop(IOp.AND, iop(IOp.GE, p, 0), iop(IOp.LT, p, a.type.shape[2 + d]))
-                cond = ok if cond is None else iop(IOp.AND, cond, ok)
+            pos, cond = window_source(o, t, op.strides, op.dilations, op.pads, a.type.shape[2:])
             val = _widen(el.at(a, (n, ch, *pos)), dt)
             return val if cond is None else Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)
 
@@ -378,14 +377,7 @@ class _Builder:
         def a_elem(r: Expr, k: Expr) -> Expr:
             n, *o = delinearize(r, (out[0], *spatial))
             ch, *t = delinearize(k, (cin, *taps))
-            pos, cond = [], None
-            for d in range(len(spatial)):
-                num = iop(IOp.SUB, iop(IOp.ADD, o[d], op.pads[d]), iop(IOp.MUL, t[d], op.dilations[d]))
-                i = iop(IOp.FLOORDIV, num, op.strides[d])
-                ok = iop(IOp.AND, iop(IOp.AND, iop(IOp.GE, num, 0), iop(IOp.EQ, iop(IOp.MOD, num, op.strides[d]), 0)),
-                         iop(IOp.LT, i, x.type.shape[2 + d]))
-                pos.append(i)
-                cond = ok if cond is None else iop(IOp.AND, cond, ok)
+            pos, cond = transposed_source(o, t, op.strides, op.dilations, op.pads, x.type.shape[2:])
             val = _widen(el.at(x, (n, ch, *pos)), dt)
             return Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)  # type: ignore[arg-type]
 

@@ -24,7 +24,9 @@ from tilefuse.tile_ir.ir import (
     Buffer, Call, Const, Copy, Expr, Fill, Gemm, IOp, Load, Loop, LoopKind, Region, Scope, Stmt, Store, TileProgram,
     Var, const_index, iop,
 )
-from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, broadcast_index
+from tilefuse.tile_ir.lower.elements import (
+    ElementBuilder, Index, broadcast_index, transposed_source, window_source,
+)
 
 STAGED = (Reduce, ArgReduce, WindowReduce, MatMul, Conv, ConvTranspose, ScatterND, ScatterElements)
 
@@ -197,14 +199,8 @@ def _window(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], a
 
     def body(oidx: Index) -> list[Stmt]:
         def inner(widx: Index) -> list[Stmt]:
-            src = list(oidx[:lead])
-            cond: Expr | None = None
-            for d in range(k):
-                pos = iop(IOp.SUB, iop(IOp.ADD, iop(IOp.MUL, oidx[lead + d], op.strides[d]), iop(IOp.MUL, widx[d], op.dilations[d])), op.pads[d])
-                src.append(pos)
-                ok = iop(IOp.AND, iop(IOp.GE, pos, 0), iop(IOp.LT, pos, in_shape[lead + d]))
-                cond = ok if cond is None else iop(IOp.AND, cond, ok)
-            val = el.at(x, tuple(src))
+            pos, cond = window_source(oidx[lead:], widx, op.strides, op.dilations, op.pads, in_shape[lead:])
+            val = el.at(x, (*oidx[:lead], *pos))
             if x.type.dtype is not acc.dtype:
                 val = Call(ScalarFn.CAST, (val,), acc.dtype)
             val = Call(ScalarFn.WHERE, (cond, val, _identity(op.fn, acc.dtype)), acc.dtype)  # type: ignore[arg-type]
@@ -313,7 +309,6 @@ def _conv(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], all
     x, w = node.inputs
     (acc,) = outs
     out_shape = node.outputs[0].type.shape
-    k = len(out_shape) - 2
     spatial = out_shape[2:]
     cg, taps = w.type.shape[1], w.type.shape[2:]
     mg = w.type.shape[0] // op.groups
@@ -325,12 +320,7 @@ def _conv(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], all
         def a_elem(r: Expr, c: Expr) -> Expr:
             n, *o = delinearize(r, (out_shape[0], *spatial))
             ch, *t = delinearize(c, (cg, *taps))
-            pos, cond = [], None
-            for d in range(k):
-                p = iop(IOp.SUB, iop(IOp.ADD, iop(IOp.MUL, o[d], op.strides[d]), iop(IOp.MUL, t[d], op.dilations[d])), op.pads[d])
-                pos.append(p)
-                ok = iop(IOp.AND, iop(IOp.GE, p, 0), iop(IOp.LT, p, x.type.shape[2 + d]))
-                cond = ok if cond is None else iop(IOp.AND, cond, ok)
+            pos, cond = window_source(o, t, op.strides, op.dilations, op.pads, x.type.shape[2:])
             val = _widen(el.at(x, (n, iop(IOp.ADD, iop(IOp.MUL, g, cg), ch), *pos)), acc.dtype)
             return Call(ScalarFn.WHERE, (cond, val, Const(0, acc.dtype)), acc.dtype)  # type: ignore[arg-type]
 
@@ -356,7 +346,6 @@ def _conv_transpose(names: _Names, el: ElementBuilder, node: Node, outs: list[Bu
     x, w = node.inputs
     (acc,) = outs
     out_shape = node.outputs[0].type.shape
-    k = len(out_shape) - 2
     mg = w.type.shape[1]
     cg = x.type.shape[1] // op.groups
 
@@ -368,14 +357,7 @@ def _conv_transpose(names: _Names, el: ElementBuilder, node: Node, outs: list[Bu
         def inner(ridx: Index) -> list[Stmt]:
             c, taps = ridx[0], ridx[1:]
             cin = iop(IOp.ADD, iop(IOp.MUL, group, cg), c)
-            pos, cond = [], None
-            for d in range(k):
-                num = iop(IOp.SUB, iop(IOp.ADD, oidx[2 + d], op.pads[d]), iop(IOp.MUL, taps[d], op.dilations[d]))
-                i = iop(IOp.FLOORDIV, num, op.strides[d])
-                ok = iop(IOp.AND, iop(IOp.AND, iop(IOp.GE, num, 0), iop(IOp.EQ, iop(IOp.MOD, num, op.strides[d]), 0)),
-                         iop(IOp.LT, i, x.type.shape[2 + d]))
-                pos.append(i)
-                cond = ok if cond is None else iop(IOp.AND, cond, ok)
+            pos, cond = transposed_source(oidx[2:], taps, op.strides, op.dilations, op.pads, x.type.shape[2:])
             xv = Call(ScalarFn.WHERE, (cond, _widen(el.at(x, (n, cin, *pos)), acc.dtype), Const(0, acc.dtype)), acc.dtype)  # type: ignore[arg-type]
             wv = _widen(el.at(w, (cin, mm, *taps)), acc.dtype)
             return [Store(acc, oidx, Call(ScalarFn.ADD, (Load(acc, oidx), Call(ScalarFn.MUL, (xv, wv), acc.dtype)), acc.dtype))]
