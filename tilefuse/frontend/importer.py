@@ -13,7 +13,7 @@ from tilefuse.errors import ConversionError, ModelLoadError, ShapeError, Tilefus
 from tilefuse.frontend import registry
 from tilefuse.frontend.context import NodeContext, onnx_dtype
 from tilefuse.frontend.coverage import check_supported, opsets_of
-from tilefuse.frontend.loader import check_model, load_model, onnx_opset, upgrade_opset
+from tilefuse.frontend.loader import check_model, load_model, onnx_opset, upgrade_opset, without_weights
 from tilefuse.frontend.shapes import ShapeSpec, bind_input_types, runtime_inputs
 from tilefuse.ir.builder import Builder
 from tilefuse.ir.dtypes import DType
@@ -42,7 +42,7 @@ def import_onnx(
     ConversionError.
     """
     proto = load_model(model)
-    check_model(_without_weights(proto, {}))  # structure; weight data is checked as it is read
+    check_model(proto)
     check_supported(proto, any_opset=True)  # first: the version converter trips on unknown ops
     proto = upgrade_opset(proto)
     check_supported(proto)
@@ -117,37 +117,6 @@ def _adopt_name(b: Builder, v: Value, name: str, label: str) -> None:
         v.name = b.unique(name)
 
 
-def _without_weights(proto: onnx.ModelProto, input_types: Mapping[str, object]) -> onnx.ModelProto:
-    """The model with bound input shapes and its large initializers turned into typed
-    inputs: shape inference needs their shapes, not their values, and serialising
-    hundreds of megabytes of weights for it would cost seconds."""
-    m = onnx.ModelProto()
-    m.ir_version = proto.ir_version
-    m.opset_import.extend(proto.opset_import)
-    g = m.graph
-    g.name = proto.graph.name
-    g.node.extend(proto.graph.node)
-    g.output.extend(proto.graph.output)
-    inits = {t.name for t in proto.graph.initializer}
-    for vi in proto.graph.input:
-        if vi.name in inits:
-            continue
-        t = input_types.get(vi.name)
-        new = g.input.add()
-        new.CopyFrom(vi)
-        if t is not None:
-            dims = new.type.tensor_type.shape.dim
-            del dims[:]
-            for d in t.shape:  # type: ignore[attr-defined]
-                dims.add().dim_value = d
-    for init in proto.graph.initializer:
-        if int(np.prod(init.dims)) <= 4096:  # shape-like constants: inference may need values
-            g.initializer.append(init)
-        else:
-            g.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
-    return m
-
-
 def _tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
     onnx_dtype(t.data_type, f"initializer {t.name!r}")
     array = numpy_helper.to_array(t)
@@ -158,7 +127,7 @@ def _tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
 
 def _cross_check_outputs(proto: onnx.ModelProto, graph: Graph, input_types: Mapping[str, object]) -> None:
     """Compare our output shapes with onnx's shape inference where it knows them."""
-    bound = _without_weights(proto, input_types)
+    bound = without_weights(proto, input_types)
     try:
         inferred = onnx.shape_inference.infer_shapes(bound, strict_mode=False, data_prop=True)
     except Exception:  # onnx's inference is a cross-check only; it fails on some valid models

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Mapping
 
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import external_data_helper, version_converter
@@ -65,8 +67,10 @@ def onnx_opset(model: onnx.ModelProto) -> int:
 
 
 def check_model(model: onnx.ModelProto) -> None:
+    """The onnx checker on the model's structure. Large weights are left out (their data
+    is checked as it is read), so checking does not serialise hundreds of megabytes."""
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(without_weights(model))
     except onnx.checker.ValidationError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else "invalid"
         raise ModelLoadError(f"model {model.graph.name!r} is not valid ONNX: {first}") from None
@@ -128,3 +132,34 @@ def _pin_old_hardmax(model: onnx.ModelProto) -> onnx.ModelProto:
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     return out
+
+
+def without_weights(proto: onnx.ModelProto, input_types: Mapping[str, object] | None = None) -> onnx.ModelProto:
+    """The model with bound input shapes and its large initializers turned into typed
+    inputs: shape inference needs their shapes, not their values, and serialising
+    hundreds of megabytes of weights for it would cost seconds."""
+    m = onnx.ModelProto()
+    m.ir_version = proto.ir_version
+    m.opset_import.extend(proto.opset_import)
+    g = m.graph
+    g.name = proto.graph.name
+    g.node.extend(proto.graph.node)
+    g.output.extend(proto.graph.output)
+    inits = {t.name for t in proto.graph.initializer}
+    for vi in proto.graph.input:
+        if vi.name in inits:
+            continue
+        t = (input_types or {}).get(vi.name)
+        new = g.input.add()
+        new.CopyFrom(vi)
+        if t is not None:
+            dims = new.type.tensor_type.shape.dim
+            del dims[:]
+            for d in t.shape:  # type: ignore[attr-defined]
+                dims.add().dim_value = d
+    for init in proto.graph.initializer:
+        if int(np.prod(init.dims)) <= 4096:  # shape-like constants: inference may need values
+            g.initializer.append(init)
+        else:
+            g.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+    return m
