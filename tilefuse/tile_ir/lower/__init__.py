@@ -28,13 +28,9 @@ def lower_group(group: FusedGroup, target: Target) -> Lowered:
     """The group as one kernel. Opaque groups are host steps, never lowered."""
     if str(group.kind) == "opaque":
         raise ValueError(f"group {group.id} is opaque: it runs as a host step")
-    tiled = lower_attention(group, group.name) or lower_gemm_epilogue(group, group.name)
-    if tiled is not None:
-        program, bindings = tiled
-    else:
-        program = lower_staged(group, group.name)
-        inputs = tuple(v for v in group.inputs if not (v.is_constant and v.type.size == 1))
-        bindings = inputs + tuple(group.outputs)
+    program, bindings = (
+        lower_attention(group, group.name) or lower_gemm_epilogue(group, group.name) or lower_staged(group, group.name)
+    )
     program = simplify_program(program)
     verify_program(program, target)
     assert len(bindings) == len(program.params), "lowering binds every param to a value"

@@ -15,11 +15,27 @@ from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import Kind, Map, MatMul, Reduce, ReduceFn, ScalarFn
 from tilefuse.partition.model import FusedGroup
 from tilefuse.tile_ir.ir import (
-    Buffer, Call, Const, Expr, Fill, Gemm, IOp, Load, Loop, LoopKind, ReduceTile, Scope, Stmt, Store, TileProgram,
-    Var, iop,
+    Buffer,
+    Call,
+    Const,
+    Expr,
+    Fill,
+    Gemm,
+    IOp,
+    Load,
+    Loop,
+    LoopKind,
+    ReduceTile,
+    Scope,
+    Stmt,
+    Store,
+    TileProgram,
+    Var,
+    iop,
 )
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, broadcast_index
 from tilefuse.tile_ir.lower.gemm_epilogue import _divisor_tile, _forward_maps
+from tilefuse.tile_ir.lower.params import kernel_params
 from tilefuse.tile_ir.lower.staged import _Names, _parallel
 
 F32 = DType.FLOAT32
@@ -99,19 +115,8 @@ class _Flash:
         if c2.outputs[0].type.shape[:-2] != batch:
             return None
         bm, bn = _divisor_tile(m, 64), _divisor_tile(n, 64)
-        params: list[Buffer] = []
-        buffers: dict[int, Buffer] = {}
-        bindings: list[Value] = []
-        for k, v in enumerate(self.group.inputs):
-            if v.is_constant and v.type.size == 1:
-                continue
-            buf = Buffer(f"in{k}", v.type.dtype, v.type.shape, Scope.GLOBAL)
-            params.append(buf)
-            buffers[id(v)] = buf
-            bindings.append(v)
-        outs = [Buffer(f"out{k}", v.type.dtype, v.type.shape, Scope.GLOBAL) for k, v in enumerate(self.group.outputs)]
-        params += outs
-        bindings += list(self.group.outputs)
+        kp = kernel_params(self.group)
+        params, buffers, bindings, outs = kp.params, kp.buffers, kp.bindings, kp.outputs
 
         q = Buffer("q_tile", F32, (bm, d), Scope.SHARED)
         kt_ = Buffer("k_tile", F32, (d, bn), Scope.SHARED)

@@ -13,7 +13,18 @@ from typing import Callable, Sequence
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import (
-    Broadcast, Concat, Gather, GatherElements, GatherND, Map, Pad, PadMode, Reshape, ScalarFn, Slice, Transpose,
+    Broadcast,
+    Concat,
+    Gather,
+    GatherElements,
+    GatherND,
+    Map,
+    Pad,
+    PadMode,
+    Reshape,
+    ScalarFn,
+    Slice,
+    Transpose,
 )
 from tilefuse.tile_ir.ir import Buffer, Call, Const, Expr, IOp, Load, const_index, iop
 

@@ -19,20 +19,59 @@ from typing import Callable
 import numpy as np
 
 from tilefuse.ir.graph import Node, Value
+from tilefuse.ir.prims import (
+    Conv,
+    ConvTranspose,
+    Kind,
+    Map,
+    MatMul,
+    Reduce,
+    Reshape,
+    ScalarFn,
+    Transpose,
+)
 from tilefuse.ir.types import TensorType
-from tilefuse.ir.prims import Conv, ConvTranspose, Kind, Map, MatMul, Reduce, Reshape, ScalarFn, Transpose
 from tilefuse.partition.model import FusedGroup
 from tilefuse.partition.rules import siblings
 from tilefuse.tile_ir.ir import (
-    Buffer, Call, Const, Expr, Fill, Gemm, IOp, Load, Loop, LoopKind, Scope, Stmt, Store, TileProgram, Var,
+    Buffer,
+    Call,
+    Const,
+    Expr,
+    Fill,
+    Gemm,
+    IOp,
+    Load,
+    Loop,
+    LoopKind,
+    Scope,
+    Stmt,
+    Store,
+    TileProgram,
+    Var,
     iop,
 )
 from tilefuse.tile_ir.lower.elements import (
-    ElementBuilder, Index, broadcast_index, delinearize, linearize, reshape_index, transposed_source,
-    window_needs_guard, window_source,
+    ElementBuilder,
+    Index,
+    broadcast_index,
+    delinearize,
+    linearize,
+    reshape_index,
+    transposed_source,
+    window_needs_guard,
+    window_source,
 )
+from tilefuse.tile_ir.lower.params import kernel_params
 from tilefuse.tile_ir.lower.staged import (
-    _COMBINE, TILE_K, _guard_all, _identity, _Names, _parallel, _widen, accumulator_dtype,
+    _COMBINE,
+    TILE_K,
+    _guard_all,
+    _identity,
+    _Names,
+    _parallel,
+    _widen,
+    accumulator_dtype,
 )
 
 ROW_TILE_ELEMS = 8192  # rows x N of a whole-row tile: 32 KB of fp32 accumulators
@@ -300,29 +339,20 @@ class _Builder:
     def _params(self) -> tuple[list[Buffer], dict[int, Buffer]]:
         """Kernel params and the values bound to them. A constant convolution weight is
         bound in a packed [K, M] copy, so weight tiles are contiguous rows."""
-        params: list[Buffer] = []
-        buffers: dict[int, Buffer] = {}
-        self.bindings: list[Value] = []
         self.packed: Buffer | None = None
         w = self.c.inputs[1] if isinstance(self.c.op, Conv) else None
-        for k, v in enumerate(self.group.inputs):
-            if v.is_constant and v.type.size == 1:
-                continue
-            if v is w and v.is_constant and sum(x is v for n in self.group.nodes for x in n.inputs) == 1:
-                packed = np.ascontiguousarray(v.data.reshape(v.type.shape[0], -1).T)  # type: ignore[union-attr]
-                packed.setflags(write=False)
-                pv = Value(f"{v.name}.kxm", TensorType(v.type.dtype, packed.shape), data=packed)
-                self.packed = Buffer(f"in{k}_kxm", v.type.dtype, packed.shape, Scope.GLOBAL)
-                params.append(self.packed)
-                self.bindings.append(pv)
-                continue
-            buf = Buffer(f"in{k}", v.type.dtype, v.type.shape, Scope.GLOBAL)
-            params.append(buf)
-            buffers[id(v)] = buf
-            self.bindings.append(v)
-        params += [Buffer(f"out{k}", v.type.dtype, v.type.shape, Scope.GLOBAL) for k, v in enumerate(self.group.outputs)]
-        self.bindings += list(self.group.outputs)
-        return params, buffers
+
+        def pack(k: int, v: Value) -> tuple[Value, Buffer] | None:
+            if v is not w or not v.is_constant or sum(x is v for n in self.group.nodes for x in n.inputs) != 1:
+                return None
+            packed = np.ascontiguousarray(v.data.reshape(v.type.shape[0], -1).T)  # type: ignore[union-attr]
+            packed.setflags(write=False)
+            self.packed = Buffer(f"in{k}_kxm", v.type.dtype, packed.shape, Scope.GLOBAL)
+            return Value(f"{v.name}.kxm", TensorType(v.type.dtype, packed.shape), data=packed), self.packed
+
+        kp = kernel_params(self.group, pack)
+        self.bindings = kp.bindings
+        return kp.params, kp.buffers
 
     def _product_index(self, bidx: Index, row: Expr, col: Expr) -> Index:
         """The product's own index for GEMM row/column (a conv's rows are positions)."""

@@ -16,17 +16,48 @@ from typing import Callable, Sequence
 from tilefuse.ir.dtypes import HALF_FLOATS, DType
 from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import (
-    ArgReduce, Conv, ConvTranspose, MatMul, Reduce, ReduceFn, ScalarFn, ScatterElements, ScatterND,
-    ScatterReduction, WindowReduce,
+    ArgReduce,
+    Conv,
+    ConvTranspose,
+    MatMul,
+    Reduce,
+    ReduceFn,
+    ScalarFn,
+    ScatterElements,
+    ScatterND,
+    ScatterReduction,
+    WindowReduce,
 )
 from tilefuse.partition.model import FusedGroup
 from tilefuse.tile_ir.ir import (
-    Buffer, Call, Const, Copy, Expr, Fill, Gemm, IOp, Load, Loop, LoopKind, Region, Scope, Stmt, Store, TileProgram,
-    Var, const_index, iop,
+    Buffer,
+    Call,
+    Const,
+    Copy,
+    Expr,
+    Fill,
+    Gemm,
+    IOp,
+    Load,
+    Loop,
+    LoopKind,
+    Region,
+    Scope,
+    Stmt,
+    Store,
+    TileProgram,
+    Var,
+    const_index,
+    iop,
 )
 from tilefuse.tile_ir.lower.elements import (
-    ElementBuilder, Index, broadcast_index, transposed_source, window_source,
+    ElementBuilder,
+    Index,
+    broadcast_index,
+    transposed_source,
+    window_source,
 )
+from tilefuse.tile_ir.lower.params import kernel_params
 
 STAGED = (Reduce, ArgReduce, WindowReduce, MatMul, Conv, ConvTranspose, ScatterND, ScatterElements)
 
@@ -70,19 +101,11 @@ def _identity(fn: ReduceFn, dtype: DType) -> Const:
     return Const(np.asarray(fn.identity(dtype.numpy)).astype(dtype.numpy).item(), dtype)
 
 
-def lower_staged(group: FusedGroup, name: str) -> TileProgram:
+def lower_staged(group: FusedGroup, name: str) -> tuple[TileProgram, tuple[Value, ...]]:
+    """The staged program and the values bound to its params."""
     names = _Names()
-    params: list[Buffer] = []
-    buffers: dict[int, Buffer] = {}
-    for k, v in enumerate(group.inputs):
-        if v.is_constant and v.type.size == 1:
-            continue  # scalars are inlined as constants
-        buf = Buffer(f"in{k}", v.type.dtype, v.type.shape, Scope.GLOBAL)
-        params.append(buf)
-        buffers[id(v)] = buf
-    num_inputs = len(params)
-    outs = [Buffer(f"out{k}", v.type.dtype, v.type.shape, Scope.GLOBAL) for k, v in enumerate(group.outputs)]
-    params += outs
+    kp = kernel_params(group)
+    params, buffers, num_inputs, outs = kp.params, kp.buffers, kp.num_inputs, kp.outputs
 
     accum: dict[int, Buffer] = {}  # staged value -> its (possibly wider) buffer
     layouts: dict[int, Callable[[Index], Index]] = {}  # staged values stored in another layout
@@ -115,7 +138,8 @@ def lower_staged(group: FusedGroup, name: str) -> TileProgram:
     for v, out in zip(group.outputs, outs):
         body += _parallel(names, v.type.shape, lambda idx, v=v, out=out: [Store(out, idx, elements.at(v, idx))])
     notes = (f"staged: {len(allocs)} on-chip buffers, {sum(b.dtype.itemsize * math.prod(b.shape) for b in allocs)} bytes",)
-    return TileProgram(name, tuple(params), num_inputs, (1,), (Var("bx"),), 1, tuple(allocs), tuple(body), notes)
+    program = TileProgram(name, tuple(params), num_inputs, (1,), (Var("bx"),), 1, tuple(allocs), tuple(body), notes)
+    return program, tuple(kp.bindings)
 
 
 # -- stages ---------------------------------------------------------------------------
