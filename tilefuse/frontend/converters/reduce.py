@@ -172,16 +172,20 @@ _register_arg("ArgMin", ReduceFn.MIN)
 
 
 # -- CumSum, TopK (Opaque) ----------------------------------------------------------------
-@converter("CumSum", since=11)
-def cumsum(ctx: NodeContext) -> Value:
-    """Cumulative sum along a compile-time ``axis`` input; exclusive and reverse variants."""
+def running(ctx: NodeContext, scan: type) -> Value:
+    """A running reduction (CumSum, CumProd) along a compile-time ``axis`` input, with its
+    exclusive and reverse variants."""
     x = ctx.input(0)
     axis_arr = ctx.const_input(1).reshape(-1)
     if axis_arr.size != 1:
         raise ctx.error(f"axis must hold one value, got {axis_arr.tolist()}")
     axis = normalize_axis(ctx, int(axis_arr[0]), x.type.rank)
-    op = CumSum(axis, bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0)))
-    return ctx.b.emit1(op, x)
+    return ctx.b.emit1(scan(axis, bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0))), x)
+
+
+@converter("CumSum", since=11)
+def cumsum(ctx: NodeContext) -> Value:
+    return running(ctx, CumSum)
 
 
 @converter("TopK")
