@@ -56,6 +56,10 @@ class GraphError(TilefuseError):
     """The graph IR broke an invariant: a bug in tilefuse, never the user's fault."""
 
 
+class ExecutionError(TilefuseError):
+    """A step failed while running (for example an index out of range in a gather)."""
+
+
 class CompileError(TilefuseError):
     """A kernel failed to compile: kernel name, source path and compiler output."""
 

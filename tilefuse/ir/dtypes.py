@@ -84,3 +84,8 @@ _TO_NUMPY: dict[DType, np.dtype] = {
     DType.BOOL: np.dtype(np.bool_),
 }
 _FROM_NUMPY = {v: k for k, v in _TO_NUMPY.items()}
+
+
+def widen_half(x: np.ndarray) -> np.ndarray:
+    """Half floats as float32 (where onnxruntime computes them); other arrays unchanged."""
+    return x.astype(np.float32) if x.dtype in (np.float16, _TO_NUMPY[DType.BFLOAT16]) else x

@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from tilefuse.ir.dtypes import DType
 
 Shape = tuple[int, ...]
@@ -50,3 +52,8 @@ def broadcast_shapes(*shapes: Shape) -> Shape:
             raise ValueError(f"shapes {list(shapes)} do not broadcast")
         out.append(dims.pop() if dims else 1)
     return tuple(out)
+
+
+def type_of(array: np.ndarray) -> TensorType:
+    """The TensorType of a numpy array (for primitives' numpy references)."""
+    return TensorType(DType.from_numpy(array.dtype), tuple(int(d) for d in array.shape))

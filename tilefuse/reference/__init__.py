@@ -9,13 +9,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from tilefuse.errors import TilefuseError
+from tilefuse.errors import ExecutionError
 from tilefuse.feeds import check_feeds
 from tilefuse.ir.graph import Graph
 
-
-class ExecutionError(TilefuseError):
-    """A primitive failed while running (for example an index out of range)."""
+__all__ = ["ExecutionError", "evaluate_all", "run_graph"]
 
 
 def run_graph(

@@ -24,9 +24,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from tilefuse.errors import PlanError
+from tilefuse.errors import ExecutionError, PlanError
 from tilefuse.plan.model import BufferKind, HostStep, Kernel, KernelStep, Plan
-from tilefuse.reference import ExecutionError
 from tilefuse.runtime.pool import ArenaPool, aligned_empty
 
 KernelFn = Callable[[ctypes.Array], None]

@@ -12,15 +12,11 @@ from typing import Sequence
 
 import numpy as np
 
-from tilefuse.ir.dtypes import DType
+from tilefuse.ir.dtypes import widen_half
 from tilefuse.ir.prims.base import Kind, Primitive, check_arity
 from tilefuse.ir.prims.reduce import sliding_windows
-from tilefuse.ir.types import TensorType, broadcast_shapes
+from tilefuse.ir.types import TensorType, broadcast_shapes, type_of
 
-
-def _widen(x: np.ndarray) -> np.ndarray:
-    """Half floats multiply in float32 and accumulate there, as ONNX Runtime does."""
-    return x.astype(np.float32) if x.dtype in (np.float16, DType.BFLOAT16.numpy) else x
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +40,7 @@ class MatMul(Primitive):
 
     def evaluate(self, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
         a, b = inputs
-        return (np.matmul(_widen(a), _widen(b)).astype(a.dtype, copy=False),)
+        return (np.matmul(widen_half(a), widen_half(b)).astype(a.dtype, copy=False),)
 
     def flops(self, inputs: Sequence[TensorType], outputs: Sequence[TensorType]) -> int:
         return 2 * outputs[0].size * inputs[0].shape[-1]
@@ -88,18 +84,18 @@ class Conv(Primitive):
     def evaluate(self, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
         x, w = inputs
         k = x.ndim - 2
-        (out_t,) = self.infer([_t(x), _t(w)])
+        (out_t,) = self.infer([type_of(x), type_of(w)])
         n, c = x.shape[:2]
         m, cg = w.shape[:2]
         g = self.groups
         pad = [(0, 0), (0, 0)] + [(self.pads[i], self.pads[i + k]) for i in range(k)]
-        xp = np.pad(_widen(x), pad)
+        xp = np.pad(widen_half(x), pad)
         win = sliding_windows(xp, w.shape[2:], self.strides, self.dilations)  # N,C,*out,*K
         out_sp = win.shape[2 : 2 + k]
         positions, taps = math.prod(out_sp), math.prod(w.shape[2:])
         win = win.reshape(n, g, cg, positions, taps)
         cols = win.transpose(0, 1, 3, 2, 4).reshape(n, g, positions, cg * taps)
-        wm = _widen(w).reshape(g, m // g, cg * taps)
+        wm = widen_half(w).reshape(g, m // g, cg * taps)
         y = np.matmul(cols, wm.transpose(0, 2, 1))  # N, g, P, M/g
         y = y.transpose(0, 1, 3, 2).reshape(out_t.shape)
         return (y.astype(x.dtype, copy=False),)
@@ -156,9 +152,9 @@ class ConvTranspose(Primitive):
         k = x.ndim - 2
         n, c = x.shape[:2]
         g, mg = self.groups, w.shape[1]
-        full = self._full(_t(x), _t(w))
-        xg = _widen(x).reshape(n, g, c // g, *x.shape[2:])
-        wg = _widen(w).reshape(g, c // g, mg, *w.shape[2:])
+        full = self._full(type_of(x), type_of(w))
+        xg = widen_half(x).reshape(n, g, c // g, *x.shape[2:])
+        wg = widen_half(w).reshape(g, c // g, mg, *w.shape[2:])
         y = np.zeros((n, g, mg, *full), dtype=xg.dtype)
         for tap in itertools.product(*(range(d) for d in w.shape[2:])):
             part = np.einsum("ngc...,gcm->ngm...", xg, wg[(slice(None),) * 3 + tap])
@@ -175,6 +171,3 @@ class ConvTranspose(Primitive):
         x, w = inputs
         return 2 * x.size * math.prod(w.shape[1:])
 
-
-def _t(x: np.ndarray) -> TensorType:
-    return TensorType(DType.from_numpy(x.dtype), tuple(int(d) for d in x.shape))

@@ -15,7 +15,7 @@ import numpy as np
 
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims.base import Kind, Primitive, check_arity
-from tilefuse.ir.types import Shape, TensorType, broadcast_shapes
+from tilefuse.ir.types import Shape, TensorType, broadcast_shapes, type_of
 
 
 class _IndexPrimitive(Primitive):
@@ -231,7 +231,7 @@ class GatherND(_IndexPrimitive):
     def evaluate(self, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
         data, idx = inputs
         b = self.batch_dims
-        (out_t,) = self.infer([_t(data), _t(idx)])
+        (out_t,) = self.infer([type_of(data), type_of(idx)])
         batch = math.prod(data.shape[:b])
         d = data.reshape((batch,) + data.shape[b:])
         ix = idx.reshape((batch, -1, idx.shape[-1]))
@@ -315,6 +315,3 @@ class ScatterElements(_IndexPrimitive):
             _UFUNC[self.reduction].at(out, where, upd)
         return (out,)
 
-
-def _t(x: np.ndarray) -> TensorType:
-    return TensorType(DType.from_numpy(x.dtype), tuple(int(d) for d in x.shape))

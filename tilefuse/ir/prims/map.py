@@ -13,9 +13,9 @@ from typing import Callable, Sequence
 import numpy as np
 import scipy.special
 
-from tilefuse.ir.dtypes import DType
+from tilefuse.ir.dtypes import DType, widen_half
 from tilefuse.ir.prims.base import Kind, Primitive
-from tilefuse.ir.types import TensorType, broadcast_shapes
+from tilefuse.ir.types import TensorType, broadcast_shapes, type_of
 
 
 class Result(enum.Enum):
@@ -169,8 +169,8 @@ class Map(Primitive):
     def evaluate(self, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
         if self.fn is ScalarFn.CAST:
             return (cast_array(inputs[0], self.to),)  # type: ignore[arg-type]
-        out_dtype = self.infer([_type_of(x) for x in inputs])[0].dtype
-        args = [_widen(x) for x in inputs]
+        out_dtype = self.infer([type_of(x) for x in inputs])[0].dtype
+        args = [widen_half(x) for x in inputs]
         with np.errstate(all="ignore"):
             y = np.asarray(self.fn.value.impl(*args))
         return (y.astype(out_dtype.numpy, copy=False),)
@@ -179,15 +179,6 @@ class Map(Primitive):
         return self.fn.value.flops * outputs[0].size
 
 
-def _type_of(x: np.ndarray) -> TensorType:
-    return TensorType(DType.from_numpy(x.dtype), tuple(int(d) for d in x.shape))
-
-
-def _widen(x: np.ndarray) -> np.ndarray:
-    """Half floats are computed in float32 and rounded once, as ONNX Runtime's CPU does."""
-    if x.dtype in (np.float16, DType.BFLOAT16.numpy):
-        return x.astype(np.float32)
-    return x
 
 
 def cast_array(x: np.ndarray, to: DType) -> np.ndarray:

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tilefuse.ir.dtypes import DType
+from tilefuse.ir.dtypes import DType, widen_half
 from tilefuse.ir.prims.base import Kind, Primitive, check_arity
 from tilefuse.ir.types import TensorType
 
@@ -65,7 +65,7 @@ class _Scan(_OpaquePrimitive):
 
     def evaluate(self, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
         (x,) = inputs
-        acc = x.astype(np.float32) if x.dtype in (np.float16, DType.BFLOAT16.numpy) else x
+        acc = widen_half(x)
         if self.reverse:  # type: ignore[attr-defined]
             acc = np.flip(acc, self.axis)  # type: ignore[attr-defined]
         y = self._scan(acc)

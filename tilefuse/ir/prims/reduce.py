@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tilefuse.ir.dtypes import DType
+from tilefuse.ir.dtypes import DType, widen_half
 from tilefuse.ir.prims.base import Kind, Primitive, check_arity
 from tilefuse.ir.types import TensorType
 
@@ -38,9 +38,7 @@ _NUMPY = {ReduceFn.SUM: np.sum, ReduceFn.PROD: np.prod, ReduceFn.MAX: np.max, Re
 
 def _accumulate(x: np.ndarray, fn: ReduceFn) -> np.ndarray:
     """Sums and products of half floats accumulate in float32."""
-    if fn in (ReduceFn.SUM, ReduceFn.PROD) and x.dtype in (np.float16, DType.BFLOAT16.numpy):
-        return x.astype(np.float32)
-    return x
+    return widen_half(x) if fn in (ReduceFn.SUM, ReduceFn.PROD) else x
 
 
 @dataclass(frozen=True, slots=True)
