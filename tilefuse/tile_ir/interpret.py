@@ -14,7 +14,21 @@ import numpy as np
 
 from tilefuse.ir.prims import Map, ReduceFn, ScalarFn
 from tilefuse.tile_ir.ir import (
-    Call, Const, Copy, Expr, Fill, Gemm, IndexOp, IOp, Load, Loop, LoopKind, ReduceTile, Store, TileProgram, Var,
+    Call,
+    Const,
+    Copy,
+    Expr,
+    Fill,
+    Gemm,
+    IndexOp,
+    IOp,
+    Load,
+    Loop,
+    LoopKind,
+    ReduceTile,
+    Store,
+    TileProgram,
+    Var,
 )
 
 _IOPS = {

@@ -2,7 +2,21 @@
 from __future__ import annotations
 
 from tilefuse.tile_ir.ir import (
-    Call, Const, Copy, Expr, Fill, Gemm, IndexOp, Load, Loop, LoopKind, ReduceTile, Region, Store, TileProgram, Var,
+    Call,
+    Const,
+    Copy,
+    Expr,
+    Fill,
+    Gemm,
+    IndexOp,
+    Load,
+    Loop,
+    LoopKind,
+    ReduceTile,
+    Region,
+    Store,
+    TileProgram,
+    Var,
 )
 
 

@@ -13,7 +13,21 @@ from typing import Mapping
 
 from tilefuse.ir.dtypes import DType
 from tilefuse.tile_ir.ir import (
-    Call, Const, Copy, Expr, IndexOp, IOp, Load, Loop, Region, Stmt, Store, TileProgram, Var, const_index, iop,
+    Call,
+    Const,
+    Copy,
+    Expr,
+    IndexOp,
+    IOp,
+    Load,
+    Loop,
+    Region,
+    Stmt,
+    Store,
+    TileProgram,
+    Var,
+    const_index,
+    iop,
 )
 
 Bounds = tuple[int, int]  # inclusive

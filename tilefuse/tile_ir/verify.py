@@ -6,7 +6,21 @@ import math
 from tilefuse.errors import GraphError
 from tilefuse.target import Target
 from tilefuse.tile_ir.ir import (
-    Buffer, Call, Const, Copy, Expr, Fill, Gemm, IndexOp, Load, Loop, ReduceTile, Scope, Store, TileProgram, Var,
+    Buffer,
+    Call,
+    Const,
+    Copy,
+    Expr,
+    Fill,
+    Gemm,
+    IndexOp,
+    Load,
+    Loop,
+    ReduceTile,
+    Scope,
+    Store,
+    TileProgram,
+    Var,
 )
 
 

@@ -33,10 +33,10 @@ from tilefuse.tile_ir.ir import (
     Var,
     iop,
 )
+from tilefuse.tile_ir.lower.common import Names, divisor_tile, parallel
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, broadcast_index
-from tilefuse.tile_ir.lower.gemm_epilogue import _divisor_tile, _forward_maps
+from tilefuse.tile_ir.lower.gemm_epilogue import forward_maps
 from tilefuse.tile_ir.lower.params import kernel_params
-from tilefuse.tile_ir.lower.staged import _Names, _parallel
 
 F32 = DType.FLOAT32
 
@@ -95,7 +95,7 @@ def lower_attention(group: FusedGroup, name: str) -> tuple[TileProgram, tuple[Va
     if sm is None or sm.scores.type.shape != c1.outputs[0].type.shape:
         return None
     after = list(group.nodes)[list(group.nodes).index(c2) + 1 :]
-    maps = _forward_maps(group, [c2], after)
+    maps = forward_maps(group, [c2], after)
     if maps is None or maps[1]:
         return None
     return _Flash(group, c1, c2, sm, maps[0], name).build()
@@ -104,7 +104,7 @@ def lower_attention(group: FusedGroup, name: str) -> tuple[TileProgram, tuple[Va
 class _Flash:
     def __init__(self, group: FusedGroup, c1: Node, c2: Node, sm: _Softmax, fwd, name: str) -> None:
         self.group, self.c1, self.c2, self.sm, self.fwd, self.name = group, c1, c2, sm, fwd, name
-        self.names = _Names()
+        self.names = Names()
 
     def build(self) -> tuple[TileProgram, tuple[Value, ...]] | None:
         c1, c2 = self.c1, self.c2
@@ -114,7 +114,7 @@ class _Flash:
         dv = c2.outputs[0].type.shape[-1]
         if c2.outputs[0].type.shape[:-2] != batch:
             return None
-        bm, bn = _divisor_tile(m, 64), _divisor_tile(n, 64)
+        bm, bn = divisor_tile(m, 64), divisor_tile(n, 64)
         kp = kernel_params(self.group)
         params, buffers, bindings, outs = kp.params, kp.buffers, kp.bindings, kp.outputs
 
@@ -155,33 +155,33 @@ class _Flash:
             return _cast(e, F32) if v.type.dtype is not F32 else e
 
         body: list[Stmt] = [
-            *_parallel(self.names, (bm, d), lambda ix: [Store(q, ix, f32(el.at(qa, qb + (iop(IOp.ADD, m0, ix[0]), ix[1])), qa))]),
+            *parallel(self.names, (bm, d), lambda ix: [Store(q, ix, f32(el.at(qa, qb + (iop(IOp.ADD, m0, ix[0]), ix[1])), qa))]),
             Fill(o, Const(0.0, F32)), Fill(lrow, Const(0.0, F32)), Fill(mrow, neg_inf),
         ]
         x = self.sm.scores
         xb = broadcast_index(bvars, x.type.shape[:-2], batch)
         step: list[Stmt] = [
-            *_parallel(self.names, (d, bn), lambda ix: [Store(kt_, ix, f32(el.at(kb, kbb + (ix[0], iop(IOp.ADD, n0, ix[1]))), kb))]),
+            *parallel(self.names, (d, bn), lambda ix: [Store(kt_, ix, f32(el.at(kb, kbb + (ix[0], iop(IOp.ADD, n0, ix[1]))), kb))]),
             Fill(s, Const(0.0, F32)),
             Gemm(q, kt_, s),
-            *_parallel(self.names, (bm, bn), lambda ix: [Store(p, ix, f32(el.at(x, xb + (iop(IOp.ADD, m0, ix[0]), iop(IOp.ADD, n0, ix[1]))), x))]),
+            *parallel(self.names, (bm, bn), lambda ix: [Store(p, ix, f32(el.at(x, xb + (iop(IOp.ADD, m0, ix[0]), iop(IOp.ADD, n0, ix[1]))), x))]),
             ReduceTile(p, tmax, ReduceFn.MAX, 1),
-            *_parallel(self.names, (bm,), lambda ix: [
+            *parallel(self.names, (bm,), lambda ix: [
                 Store(tmax, ix, Call(ScalarFn.MAX, (Load(mrow, ix), Load(tmax, ix)), F32)),
                 Store(alpha, ix, Call(ScalarFn.EXP, (Call(ScalarFn.SUB, (Load(mrow, ix), Load(tmax, ix)), F32),), F32)),
                 Store(mrow, ix, Load(tmax, ix)),
             ]),
-            *_parallel(self.names, (bm, bn), lambda ix: [
+            *parallel(self.names, (bm, bn), lambda ix: [
                 Store(p, ix, Call(ScalarFn.EXP, (Call(ScalarFn.SUB, (Load(p, ix), Load(mrow, (ix[0],))), F32),), F32)),
             ]),
             ReduceTile(p, tsum, ReduceFn.SUM, 1),
-            *_parallel(self.names, (bm,), lambda ix: [
+            *parallel(self.names, (bm,), lambda ix: [
                 Store(lrow, ix, Call(ScalarFn.ADD, (Call(ScalarFn.MUL, (Load(lrow, ix), Load(alpha, ix)), F32), Load(tsum, ix)), F32)),
             ]),
-            *_parallel(self.names, (bm, dv), lambda ix: [
+            *parallel(self.names, (bm, dv), lambda ix: [
                 Store(o, ix, Call(ScalarFn.MUL, (Load(o, ix), Load(alpha, (ix[0],))), F32)),
             ]),
-            *_parallel(self.names, (bn, dv), lambda ix: [Store(v_, ix, f32(el.at(vb, vbb + (iop(IOp.ADD, n0, ix[0]), ix[1])), vb))]),
+            *parallel(self.names, (bn, dv), lambda ix: [Store(v_, ix, f32(el.at(vb, vbb + (iop(IOp.ADD, n0, ix[0]), ix[1])), vb))]),
             Gemm(p, v_, o),
         ]
         body.append(Loop(jt, n // bn, LoopKind.PIPELINED, tuple(step), stages=2))
@@ -191,7 +191,7 @@ class _Flash:
                 idx = self.fwd[id(val)](g)
                 return [Store(ob, idx, el.at(val, idx))]
 
-            body += _parallel(self.names, (bm, dv), store)
+            body += parallel(self.names, (bm, dv), store)
         grid = tuple(batch) + (m // bm,)
         notes = (f"flash attention: query tiles {bm}, key tiles {bn}, head dims {d}/{dv}, grid {grid}",)
         allocs = (q, kt_, s, p, v_, o, mrow, lrow, tmax, tsum, alpha)

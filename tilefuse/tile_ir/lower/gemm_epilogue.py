@@ -51,6 +51,17 @@ from tilefuse.tile_ir.ir import (
     Var,
     iop,
 )
+from tilefuse.tile_ir.lower.common import (
+    COMBINE,
+    TILE_K,
+    Names,
+    accumulator_dtype,
+    divisor_tile,
+    guard_all,
+    identity,
+    parallel,
+    widen,
+)
 from tilefuse.tile_ir.lower.elements import (
     ElementBuilder,
     Index,
@@ -63,25 +74,10 @@ from tilefuse.tile_ir.lower.elements import (
     window_source,
 )
 from tilefuse.tile_ir.lower.params import kernel_params
-from tilefuse.tile_ir.lower.staged import (
-    _COMBINE,
-    TILE_K,
-    _guard_all,
-    _identity,
-    _Names,
-    _parallel,
-    _widen,
-    accumulator_dtype,
-)
 
 ROW_TILE_ELEMS = 8192  # rows x N of a whole-row tile: 32 KB of fp32 accumulators
 
 Forward = Callable[[Index], Index]
-
-
-def _divisor_tile(n: int, cap: int) -> int:
-    """The largest divisor of n not above cap (tiles without tails)."""
-    return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
 
 
 def _row_reduction(node: Node, ident: set[int], cs: list[Node]) -> bool:
@@ -97,7 +93,7 @@ def _row_reduction(node: Node, ident: set[int], cs: list[Node]) -> bool:
     )
 
 
-def _forward_maps(
+def forward_maps(
     group: FusedGroup, cs: list[Node], nodes: list[Node] | None = None
 ) -> tuple[dict[int, Forward], list[Node]] | None:
     """For every value downstream of the products: product index -> that value's index
@@ -155,7 +151,7 @@ def lower_gemm_epilogue(group: FusedGroup, name: str) -> tuple[TileProgram, tupl
             return None
     if not isinstance(c.op, (MatMul, Conv, ConvTranspose)) or (not isinstance(c.op, MatMul) and c.op.groups != 1):
         return None
-    maps = _forward_maps(group, contractions)
+    maps = forward_maps(group, contractions)
     if maps is None:
         return None
     fwd, reductions = maps
@@ -171,7 +167,7 @@ class _Builder:
                  name: str) -> None:
         self.group, self.cs, self.fwd, self.reductions, self.name = group, cs, fwd, reductions, name
         c = self.c = cs[0]
-        self.names = _Names()
+        self.names = Names()
         out = c.outputs[0].type
         self.acc_dtype = accumulator_dtype(out.dtype)
         if isinstance(c.op, MatMul):
@@ -189,9 +185,9 @@ class _Builder:
             self.k = c.inputs[1].type.shape[0] * math.prod(c.inputs[1].type.shape[2:])
 
     def build(self) -> TileProgram | None:
-        bm, bn = _divisor_tile(self.m, 64), _divisor_tile(self.n, 64)
+        bm, bn = divisor_tile(self.m, 64), divisor_tile(self.n, 64)
         if self.reductions:  # whole rows on the tile: a few rows of all N columns
-            bm, bn = _divisor_tile(self.m, max(1, ROW_TILE_ELEMS // self.n)), self.n
+            bm, bn = divisor_tile(self.m, max(1, ROW_TILE_ELEMS // self.n)), self.n
         if (bm < 8 and self.m > 64) or (bn < 8 and self.n > 64):
             return None  # awkward sizes: the staged schedule handles tails
         bk = min(self.k, TILE_K)
@@ -199,7 +195,7 @@ class _Builder:
         if conv:  # K tiles hold whole channels, so im2col addressing needs no division
             taps = math.prod(self.c.inputs[1].type.shape[2:])
             cin = self.c.inputs[1].type.shape[1]
-            ch_per_tile = _divisor_tile(cin, max(1, TILE_K // taps))  # no channel tail to guard
+            ch_per_tile = divisor_tile(cin, max(1, TILE_K // taps))  # no channel tail to guard
             bk = ch_per_tile * taps
         params, buffers = self._params()
         bvars = [Var(f"b{i}") for i in range(len(self.batch))]
@@ -239,13 +235,13 @@ class _Builder:
         def fill_a(idx: Index) -> list[Stmt]:
             col = iop(IOp.ADD, k0, idx[1])
             val = a_elem(iop(IOp.ADD, m0, idx[0]), col)
-            return [Store(ta, idx, _guard_all([iop(IOp.LT, col, self.k)] if self.k % bk else [], val, self.acc_dtype))]
+            return [Store(ta, idx, guard_all([iop(IOp.LT, col, self.k)] if self.k % bk else [], val, self.acc_dtype))]
 
         def fill_b(b_elem, tb: Buffer):
             def fill(idx: Index) -> list[Stmt]:
                 row = iop(IOp.ADD, k0, idx[0])
                 val = b_elem(row, iop(IOp.ADD, n0, idx[1]))
-                return [Store(tb, idx, _guard_all([iop(IOp.LT, row, self.k)] if self.k % bk else [], val, self.acc_dtype))]
+                return [Store(tb, idx, guard_all([iop(IOp.LT, row, self.k)] if self.k % bk else [], val, self.acc_dtype))]
 
             return fill
 
@@ -253,9 +249,9 @@ class _Builder:
             k_body = self._conv_fills(el, ta, tbs[0], m0, n0, kt, ch_per_tile)
             k_body.append(Gemm(ta, tbs[0], tcs[0]))
         else:
-            k_body = list(_parallel(self.names, (bm, bk), fill_a))
+            k_body = list(parallel(self.names, (bm, bk), fill_a))
             for (_, b_elem), tb, tc in zip(operands, tbs, tcs):
-                k_body += [*_parallel(self.names, (bk, bn), fill_b(b_elem, tb)), Gemm(ta, tb, tc)]
+                k_body += [*parallel(self.names, (bk, bn), fill_b(b_elem, tb)), Gemm(ta, tb, tc)]
         body: list[Stmt] = [
             *(Fill(tc, Const(0, self.acc_dtype)) for tc in tcs),
             Loop(kt, -(-self.k // bk), LoopKind.PIPELINED, tuple(k_body), stages=2),
@@ -269,7 +265,7 @@ class _Builder:
                 idx = self.fwd[id(v)](g)
                 return [Store(ob, idx, el.at(v, idx))]
 
-            body += _parallel(self.names, (bm, bn), store)
+            body += parallel(self.names, (bm, bn), store)
         grid = tuple(self.batch) + (self.m // bm, self.n // bn)
         wide = f", {len(self.cs)} sibling products sharing the A tile" if len(self.cs) > 1 else ""
         notes = (f"gemm+epilogue: tiles {bm}x{bn}x{bk}, grid {grid}{wide}",)
@@ -302,7 +298,7 @@ class _Builder:
             cond: Expr | None = None
             for c_ in conds:
                 cond = c_ if cond is None else iop(IOp.AND, cond, c_)
-            val = _widen(el.at(x, (n, ch, *pos)), dt)
+            val = widen(el.at(x, (n, ch, *pos)), dt)
             if cond is not None:
                 val = Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)
             k = linearize((cl, *t), (chans, *taps))
@@ -313,14 +309,14 @@ class _Builder:
             ch = iop(IOp.ADD, ch0, cl)
             if self.packed is not None:
                 kg = iop(IOp.ADD, iop(IOp.MUL, ch, math.prod(taps)), linearize(tuple(t), tuple(taps)))
-                val = _widen(Load(self.packed, (kg, iop(IOp.ADD, n0, j))), dt)
+                val = widen(Load(self.packed, (kg, iop(IOp.ADD, n0, j))), dt)
             else:
-                val = _widen(el.at(w, (iop(IOp.ADD, n0, j), ch, *t)), dt)
+                val = widen(el.at(w, (iop(IOp.ADD, n0, j), ch, *t)), dt)
             if cin % chans:
                 val = Call(ScalarFn.WHERE, (iop(IOp.LT, ch, cin), val, Const(0, dt)), dt)
             return [Store(tb, (linearize((cl, *t), (chans, *taps)), j), val)]
 
-        return [*_parallel(self.names, (bm, chans, *taps), a_body), *_parallel(self.names, (chans, *taps, bn), b_body)]
+        return [*parallel(self.names, (bm, chans, *taps), a_body), *parallel(self.names, (chans, *taps, bn), b_body)]
 
     def _row_stage(self, r: Node, buf: Buffer, el: ElementBuilder, bidx: Index, m0: Expr, bm: int) -> list[Stmt]:
         """One reduction over the tile's whole rows into a per-row buffer."""
@@ -330,9 +326,9 @@ class _Builder:
         val = el.at(x, self.fwd[id(x)](self._product_index(bidx, iop(IOp.ADD, m0, i), j)))
         if x.type.dtype is not buf.dtype:
             val = Call(ScalarFn.CAST, (val,), buf.dtype)
-        step = Store(buf, (i,), Call(_COMBINE[op.fn], (Load(buf, (i,)), val), buf.dtype))
+        step = Store(buf, (i,), Call(COMBINE[op.fn], (Load(buf, (i,)), val), buf.dtype))
         return [Loop(i, bm, LoopKind.PARALLEL, (
-            Store(buf, (i,), _identity(op.fn, buf.dtype)),
+            Store(buf, (i,), identity(op.fn, buf.dtype)),
             Loop(j, self.n, LoopKind.SERIAL, (step,)),
         ))]
 
@@ -374,7 +370,7 @@ class _Builder:
         if isinstance(c.op, MatMul):
             ab = broadcast_index(bidx, a.type.shape[:-2], self.batch)
             bb = broadcast_index(bidx, b.type.shape[:-2], self.batch)
-            return (lambda r, k: _widen(el.at(a, ab + (r, k)), dt), lambda k, col: _widen(el.at(b, bb + (k, col)), dt))
+            return (lambda r, k: widen(el.at(a, ab + (r, k)), dt), lambda k, col: widen(el.at(b, bb + (k, col)), dt))
         if isinstance(c.op, ConvTranspose):
             return self._transposed_operands(el, c)
         op: Conv = c.op  # type: ignore[assignment]
@@ -385,12 +381,12 @@ class _Builder:
             n, *o = delinearize(r, (out[0], *spatial))
             ch, *t = delinearize(k, (cin, *taps))
             pos, cond = window_source(o, t, op.strides, op.dilations, op.pads, a.type.shape[2:])
-            val = _widen(el.at(a, (n, ch, *pos)), dt)
+            val = widen(el.at(a, (n, ch, *pos)), dt)
             return val if cond is None else Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)
 
         def b_elem(k: Expr, col: Expr) -> Expr:
             ch, *t = delinearize(k, (cin, *taps))
-            return _widen(el.at(b, (col, ch, *t)), dt)
+            return widen(el.at(b, (col, ch, *t)), dt)
 
         return a_elem, b_elem
 
@@ -408,12 +404,12 @@ class _Builder:
             n, *o = delinearize(r, (out[0], *spatial))
             ch, *t = delinearize(k, (cin, *taps))
             pos, cond = transposed_source(o, t, op.strides, op.dilations, op.pads, x.type.shape[2:])
-            val = _widen(el.at(x, (n, ch, *pos)), dt)
+            val = widen(el.at(x, (n, ch, *pos)), dt)
             return Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)  # type: ignore[arg-type]
 
         def b_elem(k: Expr, col: Expr) -> Expr:
             ch, *t = delinearize(k, (cin, *taps))
-            return _widen(el.at(w, (ch, col, *t)), dt)
+            return widen(el.at(w, (ch, col, *t)), dt)
 
         return a_elem, b_elem
 

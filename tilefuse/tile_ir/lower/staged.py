@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-from tilefuse.ir.dtypes import HALF_FLOATS, DType
+from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import (
     ArgReduce,
@@ -50,6 +50,19 @@ from tilefuse.tile_ir.ir import (
     const_index,
     iop,
 )
+from tilefuse.tile_ir.lower.common import (
+    COMBINE,
+    TILE_K,
+    TILE_M,
+    TILE_N,
+    Names,
+    accumulator_dtype,
+    guard_all,
+    identity,
+    parallel,
+    serial,
+    widen,
+)
 from tilefuse.tile_ir.lower.elements import (
     ElementBuilder,
     Index,
@@ -62,48 +75,9 @@ from tilefuse.tile_ir.lower.params import kernel_params
 STAGED = (Reduce, ArgReduce, WindowReduce, MatMul, Conv, ConvTranspose, ScatterND, ScatterElements)
 
 
-class _Names:
-    def __init__(self) -> None:
-        self.n = 0
-
-    def var(self, hint: str) -> Var:
-        self.n += 1
-        return Var(f"{hint}{self.n}")
-
-
-def accumulator_dtype(dtype: DType) -> DType:
-    return DType.FLOAT32 if dtype in HALF_FLOATS else dtype
-
-
-def _parallel(names: _Names, shape: Sequence[int], body_of) -> tuple[Stmt, ...]:
-    """A nest of parallel loops over ``shape``; ``body_of(index)`` gives the body."""
-    vars_ = [names.var("i") for _ in shape]
-    body: tuple[Stmt, ...] = tuple(body_of(tuple(vars_)))
-    for v, d in reversed(list(zip(vars_, shape))):
-        body = (Loop(v, d, LoopKind.PARALLEL, body),)
-    return body
-
-
-def _serial(names: _Names, shape: Sequence[int], body_of) -> tuple[Stmt, ...]:
-    vars_ = [names.var("k") for _ in shape]
-    body: tuple[Stmt, ...] = tuple(body_of(tuple(vars_)))
-    for v, d in reversed(list(zip(vars_, shape))):
-        body = (Loop(v, d, LoopKind.SERIAL, body),)
-    return body
-
-
-_COMBINE = {ReduceFn.SUM: ScalarFn.ADD, ReduceFn.PROD: ScalarFn.MUL, ReduceFn.MAX: ScalarFn.MAX, ReduceFn.MIN: ScalarFn.MIN}
-
-
-def _identity(fn: ReduceFn, dtype: DType) -> Const:
-    import numpy as np
-
-    return Const(np.asarray(fn.identity(dtype.numpy)).astype(dtype.numpy).item(), dtype)
-
-
 def lower_staged(group: FusedGroup, name: str) -> tuple[TileProgram, tuple[Value, ...]]:
     """The staged program and the values bound to its params."""
-    names = _Names()
+    names = Names()
     kp = kernel_params(group)
     params, buffers, num_inputs, outs = kp.params, kp.buffers, kp.num_inputs, kp.outputs
 
@@ -136,14 +110,14 @@ def lower_staged(group: FusedGroup, name: str) -> tuple[TileProgram, tuple[Value
             accum[id(v)] = buf
         elements.memo.clear()
     for v, out in zip(group.outputs, outs):
-        body += _parallel(names, v.type.shape, lambda idx, v=v, out=out: [Store(out, idx, elements.at(v, idx))])
+        body += parallel(names, v.type.shape, lambda idx, v=v, out=out: [Store(out, idx, elements.at(v, idx))])
     notes = (f"staged: {len(allocs)} on-chip buffers, {sum(b.dtype.itemsize * math.prod(b.shape) for b in allocs)} bytes",)
     program = TileProgram(name, tuple(params), num_inputs, (1,), (Var("bx"),), 1, tuple(allocs), tuple(body), notes)
     return program, tuple(kp.bindings)
 
 
 # -- stages ---------------------------------------------------------------------------
-def _reduce(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
+def _reduce(names: Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
     op: Reduce = node.op  # type: ignore[assignment]
     (x,), (acc,) = node.inputs, outs
     shape = x.type.shape
@@ -155,7 +129,7 @@ def _reduce(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], a
         )
 
     def body(kidx: Index) -> list[Stmt]:
-        init = Store(acc, _out_idx(kidx, op, shape), _identity(op.fn, acc.dtype))
+        init = Store(acc, _out_idx(kidx, op, shape), identity(op.fn, acc.dtype))
 
         def inner(ridx: Index) -> list[Stmt]:
             full = _merge(kidx, ridx, kept, op.axes, len(shape))
@@ -163,11 +137,11 @@ def _reduce(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], a
             if x.type.dtype is not acc.dtype:
                 val = Call(ScalarFn.CAST, (val,), acc.dtype)
             o = out_index(full)
-            return [Store(acc, o, Call(_COMBINE[op.fn], (Load(acc, o), val), acc.dtype))]
+            return [Store(acc, o, Call(COMBINE[op.fn], (Load(acc, o), val), acc.dtype))]
 
-        return [init, *_serial(names, [shape[a] for a in op.axes], inner)]
+        return [init, *serial(names, [shape[a] for a in op.axes], inner)]
 
-    return list(_parallel(names, [shape[a] for a in kept], body))
+    return list(parallel(names, [shape[a] for a in kept], body))
 
 
 def _out_idx(kidx: Index, op: Reduce, shape: Sequence[int]) -> Index:
@@ -186,7 +160,7 @@ def _merge(kidx: Index, ridx: Index, kept: Sequence[int], axes: Sequence[int], r
     return tuple(full)
 
 
-def _arg_reduce(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
+def _arg_reduce(names: Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
     op: ArgReduce = node.op  # type: ignore[assignment]
     (x,), (res,) = node.inputs, outs
     shape = x.type.shape
@@ -209,12 +183,12 @@ def _arg_reduce(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer
                 Store(best, o, Call(ScalarFn.WHERE, (better, val, Load(best, o)), x.type.dtype)),
             ]
 
-        return list(_serial(names, [shape[op.axis]], inner))
+        return list(serial(names, [shape[op.axis]], inner))
 
-    return list(_parallel(names, [shape[a] for a in kept], body))
+    return list(parallel(names, [shape[a] for a in kept], body))
 
 
-def _window(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
+def _window(names: Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
     op: WindowReduce = node.op  # type: ignore[assignment]
     (x,), (acc,) = node.inputs, outs
     k = len(op.kernel)
@@ -227,19 +201,16 @@ def _window(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], a
             val = el.at(x, (*oidx[:lead], *pos))
             if x.type.dtype is not acc.dtype:
                 val = Call(ScalarFn.CAST, (val,), acc.dtype)
-            val = Call(ScalarFn.WHERE, (cond, val, _identity(op.fn, acc.dtype)), acc.dtype)  # type: ignore[arg-type]
-            return [Store(acc, oidx, Call(_COMBINE[op.fn], (Load(acc, oidx), val), acc.dtype))]
+            val = Call(ScalarFn.WHERE, (cond, val, identity(op.fn, acc.dtype)), acc.dtype)  # type: ignore[arg-type]
+            return [Store(acc, oidx, Call(COMBINE[op.fn], (Load(acc, oidx), val), acc.dtype))]
 
-        return [Store(acc, oidx, _identity(op.fn, acc.dtype)), *_serial(names, op.kernel, inner)]
+        return [Store(acc, oidx, identity(op.fn, acc.dtype)), *serial(names, op.kernel, inner)]
 
-    return list(_parallel(names, out_shape, body))
-
-
-TILE_M, TILE_N, TILE_K = 64, 64, 256
+    return list(parallel(names, out_shape, body))
 
 
 def _tiled_gemm(
-    names: _Names,
+    names: Names,
     allocs: list[Buffer],
     dtype: DType,
     m: int,
@@ -264,33 +235,24 @@ def _tiled_gemm(
         row, col = iop(IOp.ADD, m0, idx[0]), iop(IOp.ADD, k0, idx[1])
         val = a_elem(row, col)
         conds = ([iop(IOp.LT, row, m)] if m % bm else []) + ([iop(IOp.LT, col, k)] if k % bk else [])
-        return [Store(ta, idx, _guard_all(conds, val, dtype))]
+        return [Store(ta, idx, guard_all(conds, val, dtype))]
 
     def fill_b(idx: Index) -> list[Stmt]:
         row, col = iop(IOp.ADD, k0, idx[0]), iop(IOp.ADD, n0, idx[1])
         val = b_elem(row, col)
         conds = ([iop(IOp.LT, row, k)] if k % bk else []) + ([iop(IOp.LT, col, n)] if n % bn else [])
-        return [Store(tb, idx, _guard_all(conds, val, dtype))]
+        return [Store(tb, idx, guard_all(conds, val, dtype))]
 
     k_loop = Loop(kt, -(-k // bk), LoopKind.PIPELINED, (
-        *_parallel(names, (bm, bk), fill_a),
-        *_parallel(names, (bk, bn), fill_b),
+        *parallel(names, (bm, bk), fill_a),
+        *parallel(names, (bk, bn), fill_b),
         Gemm(ta, tb, tc),
     ), stages=2)
     tile = (Fill(tc, Const(0, dtype)), k_loop, Copy(Region(tc, (const_index(0), const_index(0)), (bm, bn)), dst(m0, n0, bm, bn)))
     return [Loop(mt, -(-m // bm), LoopKind.SERIAL, (Loop(nt, -(-n // bn), LoopKind.SERIAL, tile),))]
 
 
-def _guard_all(conds: list[Expr], val: Expr, dtype: DType) -> Expr:
-    if not conds:
-        return val
-    cond = conds[0]
-    for c in conds[1:]:
-        cond = iop(IOp.AND, cond, c)
-    return Call(ScalarFn.WHERE, (cond, val, Const(0, dtype)), dtype)
-
-
-def _matmul(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
+def _matmul(names: Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
     """Batched product: a tiled GEMM per batch index."""
     a, b = node.inputs
     (acc,) = outs
@@ -302,12 +264,12 @@ def _matmul(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], a
         b_batch = broadcast_index(bidx, b.type.shape[:-2], batch)
         return _tiled_gemm(
             names, allocs, acc.dtype, m, n, kdim,
-            lambda r, c: _widen(el.at(a, a_batch + (r, c)), acc.dtype),
-            lambda r, c: _widen(el.at(b, b_batch + (r, c)), acc.dtype),
+            lambda r, c: widen(el.at(a, a_batch + (r, c)), acc.dtype),
+            lambda r, c: widen(el.at(b, b_batch + (r, c)), acc.dtype),
             lambda m0, n0, bm, bn: Region(acc, bidx + (m0, n0), (1,) * len(batch) + (bm, bn)),
         )
 
-    return list(_serial(names, batch, per_batch))
+    return list(serial(names, batch, per_batch))
 
 
 def _conv_layout(shape: Sequence[int]) -> tuple[tuple[int, ...], Callable[[Index], Index]]:
@@ -323,7 +285,7 @@ def _conv_layout(shape: Sequence[int]) -> tuple[tuple[int, ...], Callable[[Index
     return (positions, shape[1]), index
 
 
-def _conv(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
+def _conv(names: Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
     """Convolution as an implicit GEMM per group: rows are output positions (n, *o),
     columns output channels, K runs over (input channel, *taps); the input tile is an
     im2col expression with zero padding as a guard."""
@@ -345,26 +307,22 @@ def _conv(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], all
             n, *o = delinearize(r, (out_shape[0], *spatial))
             ch, *t = delinearize(c, (cg, *taps))
             pos, cond = window_source(o, t, op.strides, op.dilations, op.pads, x.type.shape[2:])
-            val = _widen(el.at(x, (n, iop(IOp.ADD, iop(IOp.MUL, g, cg), ch), *pos)), acc.dtype)
+            val = widen(el.at(x, (n, iop(IOp.ADD, iop(IOp.MUL, g, cg), ch), *pos)), acc.dtype)
             return Call(ScalarFn.WHERE, (cond, val, Const(0, acc.dtype)), acc.dtype)  # type: ignore[arg-type]
 
         def b_elem(c: Expr, col: Expr) -> Expr:
             ch, *t = delinearize(c, (cg, *taps))
-            return _widen(el.at(w, (iop(IOp.ADD, iop(IOp.MUL, g, mg), col), ch, *t)), acc.dtype)
+            return widen(el.at(w, (iop(IOp.ADD, iop(IOp.MUL, g, mg), col), ch, *t)), acc.dtype)
 
         return _tiled_gemm(
             names, allocs, acc.dtype, rows, mg, kdim, a_elem, b_elem,
             lambda m0, n0, bm, bn: Region(acc, (m0, iop(IOp.ADD, iop(IOp.MUL, g, mg), n0)), (bm, bn)),
         )
 
-    return list(_serial(names, (op.groups,), per_group)) if op.groups > 1 else per_group(())
+    return list(serial(names, (op.groups,), per_group)) if op.groups > 1 else per_group(())
 
 
-def _widen(e: Expr, dtype: DType) -> Expr:
-    return e if getattr(e, "dtype", dtype) is dtype else Call(ScalarFn.CAST, (e,), dtype)
-
-
-def _conv_transpose(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
+def _conv_transpose(names: Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
     """Gather form: out[n, m, o] = sum over (c, tap) with o + pad - tap*dil = i*stride."""
     op: ConvTranspose = node.op  # type: ignore[assignment]
     x, w = node.inputs
@@ -382,20 +340,20 @@ def _conv_transpose(names: _Names, el: ElementBuilder, node: Node, outs: list[Bu
             c, taps = ridx[0], ridx[1:]
             cin = iop(IOp.ADD, iop(IOp.MUL, group, cg), c)
             pos, cond = transposed_source(oidx[2:], taps, op.strides, op.dilations, op.pads, x.type.shape[2:])
-            xv = Call(ScalarFn.WHERE, (cond, _widen(el.at(x, (n, cin, *pos)), acc.dtype), Const(0, acc.dtype)), acc.dtype)  # type: ignore[arg-type]
-            wv = _widen(el.at(w, (cin, mm, *taps)), acc.dtype)
+            xv = Call(ScalarFn.WHERE, (cond, widen(el.at(x, (n, cin, *pos)), acc.dtype), Const(0, acc.dtype)), acc.dtype)  # type: ignore[arg-type]
+            wv = widen(el.at(w, (cin, mm, *taps)), acc.dtype)
             return [Store(acc, oidx, Call(ScalarFn.ADD, (Load(acc, oidx), Call(ScalarFn.MUL, (xv, wv), acc.dtype)), acc.dtype))]
 
-        return [Store(acc, oidx, Const(0, acc.dtype)), *_serial(names, (cg, *w.type.shape[2:]), inner)]
+        return [Store(acc, oidx, Const(0, acc.dtype)), *serial(names, (cg, *w.type.shape[2:]), inner)]
 
-    return list(_parallel(names, out_shape, body))
+    return list(parallel(names, out_shape, body))
 
 
-def _scatter_nd(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
+def _scatter_nd(names: Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
     op: ScatterND = node.op  # type: ignore[assignment]
     data, ind, upd = node.inputs
     (res,) = outs
-    stmts = list(_parallel(names, data.type.shape, lambda idx: [Store(res, idx, _widen(el.at(data, idx), res.dtype))]))
+    stmts = list(parallel(names, data.type.shape, lambda idx: [Store(res, idx, widen(el.at(data, idx), res.dtype))]))
     last = ind.type.shape[-1]
     upd_lead = ind.type.shape[:-1]
 
@@ -405,31 +363,31 @@ def _scatter_nd(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer
                 _wrap(_cast(el.at(ind, uidx + (const_index(j),)), ind.type.dtype), data.type.shape[j]) for j in range(last)
             )
             where = coords + tail
-            val = _widen(el.at(upd, uidx + tail), res.dtype)
+            val = widen(el.at(upd, uidx + tail), res.dtype)
             if op.reduction is not ScatterReduction.NONE:
                 val = Call(_SCATTER[op.reduction], (Load(res, where), val), res.dtype)
             return [Store(res, where, val)]
 
-        return list(_serial(names, data.type.shape[last:], inner))
+        return list(serial(names, data.type.shape[last:], inner))
 
-    return stmts + list(_serial(names, upd_lead, body))
+    return stmts + list(serial(names, upd_lead, body))
 
 
-def _scatter_elements(names: _Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
+def _scatter_elements(names: Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
     op: ScatterElements = node.op  # type: ignore[assignment]
     data, ind, upd = node.inputs
     (res,) = outs
-    stmts = list(_parallel(names, data.type.shape, lambda idx: [Store(res, idx, _widen(el.at(data, idx), res.dtype))]))
+    stmts = list(parallel(names, data.type.shape, lambda idx: [Store(res, idx, widen(el.at(data, idx), res.dtype))]))
 
     def body(uidx: Index) -> list[Stmt]:
         where = list(uidx)
         where[op.axis] = _wrap(_cast(el.at(ind, uidx), ind.type.dtype), data.type.shape[op.axis])
-        val = _widen(el.at(upd, uidx), res.dtype)
+        val = widen(el.at(upd, uidx), res.dtype)
         if op.reduction is not ScatterReduction.NONE:
             val = Call(_SCATTER[op.reduction], (Load(res, tuple(where)), val), res.dtype)
         return [Store(res, tuple(where), val)]
 
-    return stmts + list(_serial(names, ind.type.shape, body))
+    return stmts + list(serial(names, ind.type.shape, body))
 
 
 _SCATTER = {ScatterReduction.ADD: ScalarFn.ADD, ScatterReduction.MUL: ScalarFn.MUL,

@@ -1,0 +1,70 @@
+"""Pieces every schedule uses: loop nests, reductions' combine and identity, casts,
+tile sizes."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from tilefuse.ir.dtypes import HALF_FLOATS, DType
+from tilefuse.ir.prims import ReduceFn, ScalarFn
+from tilefuse.tile_ir.ir import Call, Const, Expr, IOp, Loop, LoopKind, Stmt, Var, iop
+
+
+class Names:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def var(self, hint: str) -> Var:
+        self.n += 1
+        return Var(f"{hint}{self.n}")
+
+
+def accumulator_dtype(dtype: DType) -> DType:
+    return DType.FLOAT32 if dtype in HALF_FLOATS else dtype
+
+
+def parallel(names: Names, shape: Sequence[int], body_of) -> tuple[Stmt, ...]:
+    """A nest of parallel loops over ``shape``; ``body_of(index)`` gives the body."""
+    vars_ = [names.var("i") for _ in shape]
+    body: tuple[Stmt, ...] = tuple(body_of(tuple(vars_)))
+    for v, d in reversed(list(zip(vars_, shape))):
+        body = (Loop(v, d, LoopKind.PARALLEL, body),)
+    return body
+
+
+def serial(names: Names, shape: Sequence[int], body_of) -> tuple[Stmt, ...]:
+    vars_ = [names.var("k") for _ in shape]
+    body: tuple[Stmt, ...] = tuple(body_of(tuple(vars_)))
+    for v, d in reversed(list(zip(vars_, shape))):
+        body = (Loop(v, d, LoopKind.SERIAL, body),)
+    return body
+
+
+COMBINE = {ReduceFn.SUM: ScalarFn.ADD, ReduceFn.PROD: ScalarFn.MUL, ReduceFn.MAX: ScalarFn.MAX, ReduceFn.MIN: ScalarFn.MIN}
+
+
+def identity(fn: ReduceFn, dtype: DType) -> Const:
+
+    return Const(np.asarray(fn.identity(dtype.numpy)).astype(dtype.numpy).item(), dtype)
+
+
+TILE_M, TILE_N, TILE_K = 64, 64, 256
+
+
+def guard_all(conds: list[Expr], val: Expr, dtype: DType) -> Expr:
+    if not conds:
+        return val
+    cond = conds[0]
+    for c in conds[1:]:
+        cond = iop(IOp.AND, cond, c)
+    return Call(ScalarFn.WHERE, (cond, val, Const(0, dtype)), dtype)
+
+
+def widen(e: Expr, dtype: DType) -> Expr:
+    return e if getattr(e, "dtype", dtype) is dtype else Call(ScalarFn.CAST, (e,), dtype)
+
+
+def divisor_tile(n: int, cap: int) -> int:
+    """The largest divisor of n not above cap (tiles without tails)."""
+    return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
