@@ -145,7 +145,7 @@ class _Flash:
         buffers[id(c2_out)] = o
         el = ElementBuilder(buffers, read)
         qa, kb = c1.inputs
-        pa, vb = c2.inputs
+        vb = c2.inputs[1]
         qb = broadcast_index(bvars, qa.type.shape[:-2], batch)
         kbb = broadcast_index(bvars, kb.type.shape[:-2], batch)
         vbb = broadcast_index(bvars, vb.type.shape[:-2], batch)
@@ -197,7 +197,6 @@ class _Flash:
         allocs = (q, kt_, s, p, v_, o, mrow, lrow, tmax, tsum, alpha)
         program = TileProgram(self.name, tuple(params), len(params) - len(outs), grid, (*bvars, mt), 128, allocs,
                               tuple(body), notes)
-        _ = pa
         return program, tuple(bindings)
 
 

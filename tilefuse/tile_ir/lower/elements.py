@@ -85,11 +85,12 @@ def reshape_index(idx: Index, out_shape: Sequence[int], in_shape: Sequence[int])
     return tuple(result)
 
 
-def _cast_index(e: Expr, dtype: DType) -> Expr:
+def index_of(e: Expr, dtype: DType) -> Expr:
+    """An index value of an integer dtype, as the int64 that addressing uses."""
     return e if dtype is DType.INT64 else Call(ScalarFn.CAST, (e,), DType.INT64)
 
 
-def _wrap_negative(i: Expr, n: int) -> Expr:
+def wrap_negative(i: Expr, n: int) -> Expr:
     """ONNX indices may be negative: i < 0 ? i + n : i."""
     return Call(ScalarFn.WHERE, (iop(IOp.LT, i, 0), iop(IOp.ADD, i, n), i), DType.INT64)
 
@@ -204,17 +205,17 @@ def _gather(b: ElementBuilder, n: Node, v: Value, idx: Index) -> Expr:
     axis = n.op.axis  # type: ignore[attr-defined]
     data, ind = n.inputs
     r = ind.type.rank
-    i = _cast_index(b.at(ind, idx[axis : axis + r]), ind.type.dtype)
-    src = idx[:axis] + (_wrap_negative(i, data.type.shape[axis]),) + idx[axis + r :]
+    i = index_of(b.at(ind, idx[axis : axis + r]), ind.type.dtype)
+    src = idx[:axis] + (wrap_negative(i, data.type.shape[axis]),) + idx[axis + r :]
     return b.at(data, src)
 
 
 def _gather_elements(b: ElementBuilder, n: Node, v: Value, idx: Index) -> Expr:
     axis = n.op.axis  # type: ignore[attr-defined]
     data, ind = n.inputs
-    i = _cast_index(b.at(ind, idx), ind.type.dtype)
+    i = index_of(b.at(ind, idx), ind.type.dtype)
     src = list(idx)
-    src[axis] = _wrap_negative(i, data.type.shape[axis])
+    src[axis] = wrap_negative(i, data.type.shape[axis])
     return b.at(data, tuple(src))
 
 
@@ -224,7 +225,7 @@ def _gather_nd(b: ElementBuilder, n: Node, v: Value, idx: Index) -> Expr:
     last = ind.type.shape[-1]
     prefix = idx[: ind.type.rank - 1]
     coords = [
-        _wrap_negative(_cast_index(b.at(ind, prefix + (const_index(j),)), ind.type.dtype), data.type.shape[bd + j])
+        wrap_negative(index_of(b.at(ind, prefix + (const_index(j),)), ind.type.dtype), data.type.shape[bd + j])
         for j in range(last)
     ]
     return b.at(data, idx[:bd] + tuple(coords) + idx[ind.type.rank - 1 :])

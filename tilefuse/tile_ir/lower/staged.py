@@ -67,8 +67,10 @@ from tilefuse.tile_ir.lower.elements import (
     ElementBuilder,
     Index,
     broadcast_index,
+    index_of,
     transposed_source,
     window_source,
+    wrap_negative,
 )
 from tilefuse.tile_ir.lower.params import kernel_params
 
@@ -360,7 +362,7 @@ def _scatter_nd(names: Names, el: ElementBuilder, node: Node, outs: list[Buffer]
     def body(uidx: Index) -> list[Stmt]:
         def inner(tail: Index) -> list[Stmt]:
             coords = tuple(
-                _wrap(_cast(el.at(ind, uidx + (const_index(j),)), ind.type.dtype), data.type.shape[j]) for j in range(last)
+                wrap_negative(index_of(el.at(ind, uidx + (const_index(j),)), ind.type.dtype), data.type.shape[j]) for j in range(last)
             )
             where = coords + tail
             val = widen(el.at(upd, uidx + tail), res.dtype)
@@ -381,7 +383,7 @@ def _scatter_elements(names: Names, el: ElementBuilder, node: Node, outs: list[B
 
     def body(uidx: Index) -> list[Stmt]:
         where = list(uidx)
-        where[op.axis] = _wrap(_cast(el.at(ind, uidx), ind.type.dtype), data.type.shape[op.axis])
+        where[op.axis] = wrap_negative(index_of(el.at(ind, uidx), ind.type.dtype), data.type.shape[op.axis])
         val = widen(el.at(upd, uidx), res.dtype)
         if op.reduction is not ScatterReduction.NONE:
             val = Call(_SCATTER[op.reduction], (Load(res, tuple(where)), val), res.dtype)
@@ -394,12 +396,6 @@ _SCATTER = {ScatterReduction.ADD: ScalarFn.ADD, ScatterReduction.MUL: ScalarFn.M
             ScatterReduction.MAX: ScalarFn.MAX, ScatterReduction.MIN: ScalarFn.MIN}
 
 
-def _cast(e: Expr, dtype: DType) -> Expr:
-    return e if dtype is DType.INT64 else Call(ScalarFn.CAST, (e,), DType.INT64)
-
-
-def _wrap(i: Expr, n: int) -> Expr:
-    return Call(ScalarFn.WHERE, (iop(IOp.LT, i, 0), iop(IOp.ADD, i, n), i), DType.INT64)
 
 
 _STAGE = {
