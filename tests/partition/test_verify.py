@@ -16,7 +16,8 @@ def _mlp_graph():
     x = b.input("x", TensorType(DType.FLOAT32, (4, 8)))
     h = b.matmul(x, b.const(rng.standard_normal((8, 8)).astype(np.float32)))
     h = b.map(ScalarFn.MAX, b.map(ScalarFn.ADD, h, b.const(rng.standard_normal(8).astype(np.float32))), b.const(np.float32(0)))
-    y = b.matmul(h, b.const(rng.standard_normal((8, 8)).astype(np.float32)))
+    # The second product's right operand is an input: not a weight chain, so two kernels.
+    y = b.matmul(h, b.input("w", TensorType(DType.FLOAT32, (8, 8))))
     s = b.reduce(ReduceFn.SUM, y, [1], keepdims=True)
     b.output("y", b.map(ScalarFn.DIV, y, s))
     return b.graph

@@ -99,7 +99,7 @@ def test_shared_kernel_appears_once(tmp_path):
         w = b.const(rng.standard_normal((8, 8)).astype(np.float32), name=f"w{i}")
         bias = b.const(rng.standard_normal(8).astype(np.float32), name=f"b{i}")
         h = b.map(ScalarFn.MAX, b.map(ScalarFn.ADD, b.matmul(h, w), bias), b.const(np.float32(0)))
-    b.output("y", h)
+        b.output(f"y{i}", h)  # each layer's output is read: two kernels, not one weight chain
     partition = partition_graph(b.graph, CPU)
     artifact = compile_kernel(tmp_path, partition.groups[0], MATMUL_BIAS_RELU, M=4, K=8, N=8)
     plan = link(b.graph, partition, {0: artifact, 1: artifact}, "cpu", "")

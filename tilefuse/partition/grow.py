@@ -43,7 +43,7 @@ class Grower:
         self.owner: dict[int, _Group] = {}
         for i, n in enumerate(graph.nodes):
             self.owner[id(n)] = _Group(i, n, i)
-        self.graph_outputs = {id(v) for v in graph.outputs.values()}
+        self.graph_outputs = frozenset(id(v) for v in graph.outputs.values())
 
     # -- the group DAG ---------------------------------------------------------------
     def groups(self) -> list[_Group]:
@@ -132,7 +132,7 @@ class Grower:
         if self._path_via_other(a, b) or self._path_via_other(b, a):
             return "would create a cycle"
         merged = sorted(a.nodes + b.nodes, key=lambda n: self.pos[id(n)])
-        problem = structure_problem(merged, self.target)
+        problem = structure_problem(merged, self.target, self.graph_outputs)
         if problem:
             return problem
         t = self.target
@@ -178,7 +178,7 @@ class Grower:
         groups = list({id(self.owner[id(n)]): self.owner[id(n)] for n in nodes}.values())
         members = [n for g in groups for n in g.nodes]
         if len(members) > self.target.max_group_nodes or structure_problem(
-            sorted(members, key=lambda n: self.pos[id(n)]), self.target
+            sorted(members, key=lambda n: self.pos[id(n)]), self.target, self.graph_outputs
         ):
             return False
         if not self.convex(members):
@@ -294,6 +294,19 @@ def _expands(grp: _Group) -> bool:
     )
 
 
+def _moves_written_data(g: Grower, grp: _Group) -> bool:
+    """Pure data movement (a token select, a slice) of a value that is written anyway: as
+    the consumer's prologue it is addressing into that value; as an epilogue it would be
+    one more output of a different shape for the producer's tiles to write."""
+    if grp.kind is not FusionKind.INJECTIVE:
+        return False
+    members = {id(n) for n in grp.nodes}
+    sources = [v for n in grp.nodes for v in n.inputs if v.producer is not None and id(v.producer) not in members]
+    return bool(sources) and all(
+        id(v) in g.graph_outputs or any(id(u) not in members for u in v.users) for v in sources
+    )
+
+
 def _epilogues(g: Grower) -> None:
     def step() -> bool:
         changed = False
@@ -301,7 +314,8 @@ def _epilogues(g: Grower) -> None:
             if grp.kind is not FusionKind.CONTRACTION:
                 continue
             for c in g.consumers(grp):
-                if c.kind < FusionKind.CONTRACTION and not _expands(c) and g.owner[id(c.nodes[0])] is c:
+                if (c.kind < FusionKind.CONTRACTION and not _expands(c) and not _moves_written_data(g, c)
+                        and g.owner[id(c.nodes[0])] is c):
                     if g.try_merge(g.owner[id(grp.nodes[0])], c):
                         changed = True
         return changed

@@ -9,8 +9,11 @@ or returns None. The rules follow from how kernels are tiled, not from op names:
 - a contraction's epilogue may hold a row reduction when a tile can hold whole output
   rows on chip (a norm after a projection);
 - two contractions fit together when they are siblings reading one activation with
-  constant weights (one wider GEMM), or an attention chain: the first's output reaches
+  constant weights (one wider GEMM); or an attention chain: the first's output reaches
   the second only through row-wise ops along its columns (online softmax, flash-style);
+  or a weight chain (an MLP): the first's output reaches the second's left operand only
+  through elementwise ops, so a tile of rows computes the intermediate a column chunk at
+  a time and never writes it - when whole output rows and input rows fit on chip;
 - pooling is tiled by windows and joins only elementwise neighbours; opaque primitives
   are always alone.
 """
@@ -20,7 +23,7 @@ import math
 from typing import Sequence
 
 from tilefuse.ir.graph import Node
-from tilefuse.ir.prims import ArgReduce, MatMul, Reduce
+from tilefuse.ir.prims import ArgReduce, MatMul, Reduce, Reshape
 from tilefuse.partition.kinds import FusionKind, fusion_kind, is_window
 from tilefuse.target import Target
 
@@ -60,7 +63,9 @@ def depends_within(later: Node, earlier: Node, members: set[int]) -> bool:
     return False
 
 
-def structure_problem(nodes: Sequence[Node], target: Target) -> str | None:
+def structure_problem(nodes: Sequence[Node], target: Target, written: frozenset[int] = frozenset()) -> str | None:
+    """Why ``nodes`` cannot be one kernel, or None. ``written``: ids of values that must be
+    written whatever their readers (graph outputs)."""
     kinds = [fusion_kind(n) for n in nodes]
     if FusionKind.OPAQUE in kinds and len(nodes) > 1:
         return "opaque op runs alone"
@@ -77,6 +82,8 @@ def structure_problem(nodes: Sequence[Node], target: Target) -> str | None:
     if len(contractions) > 1:
         if siblings(contractions):
             return "sibling contractions cannot share a reduction epilogue" if reductions else None
+        if all(c.inputs[1].is_constant for c in contractions):
+            return chain_problem(contractions, reductions, members, target, written)
         return attention_problem(contractions, reductions, members, target)
     if contractions and reductions:
         return row_epilogue_problem(contractions[0], reductions, members, target)
@@ -141,3 +148,60 @@ def attention_problem(
     if head > target.max_attention_head_dim:
         return f"head dim {head} > {target.max_attention_head_dim} kept on chip"
     return None
+
+
+def chain_problem(
+    contractions: Sequence[Node], reductions: Sequence[Node], members: set[int], target: Target,
+    written: frozenset[int] = frozenset(),
+) -> str | None:
+    """Two weight products back to back (an MLP: up-projection, activation, down-projection)."""
+    chain = weight_chain(contractions, members, written)
+    if isinstance(chain, str):
+        return chain
+    c1, c2 = chain
+    for r in reductions:
+        if not depends_within(r, c2, members) or row_signature(r) != contraction_rows(c2):
+            return "a chain of products takes row reductions only after the second product"
+    k1, n2 = c1.inputs[0].type.shape[-1], c2.outputs[0].type.shape[-1]
+    need = target.row_epilogue_bytes(n2) + target.row_epilogue_bytes(k1)
+    if need > target.onchip_bytes:
+        return (f"a chain of products needs {need // 1024} KB on chip for whole rows "
+                f"({k1} in, {n2} out) > {target.onchip_bytes // 1024} KB")
+    return None
+
+
+def weight_chain(
+    contractions: Sequence[Node], members: set[int], written: frozenset[int] = frozenset()
+) -> tuple[Node, Node] | str:
+    """(first, second) product of a weight chain inside ``members``, or why it is not one:
+    the first's output reaches the second's left operand only through elementwise ops and
+    reshapes that regroup rows, and nothing else reads the intermediate (it stays on chip)."""
+    if len(contractions) != 2 or not all(
+        isinstance(c.op, MatMul) and c.inputs[1].is_constant and c.inputs[1].type.rank == 2 for c in contractions
+    ):
+        return "more than two weight products, or not plain matrix products"
+    c1, c2 = contractions
+    if not depends_within(c2, c1, members):
+        c1, c2 = c2, c1
+    if not depends_within(c2, c1, members):
+        return "two independent contractions on different inputs"
+    a = c2.inputs[0]
+    if a.producer is None or id(a.producer) not in members:
+        return "the second product's left operand does not come from the first"
+    mid = c1.outputs[0].type
+    stack, between = [a.producer], []
+    while stack:
+        n = stack.pop()
+        if n is c1 or n in between:
+            continue
+        out = n.outputs[0].type
+        rows_kept = out.size == mid.size and out.shape[-1:] == mid.shape[-1:]
+        if not rows_kept or not (fusion_kind(n) is FusionKind.ELEMENTWISE or isinstance(n.op, Reshape)):
+            return "a chain of weight products fuses only through elementwise ops and row regroupings"
+        between.append(n)
+        stack += [v.producer for v in n.inputs if v.producer is not None and id(v.producer) in members]
+    inner = {id(c1)} | {id(n) for n in between}
+    for n in [c1, *between]:
+        if id(n.outputs[0]) in written or any(id(u) not in inner and u is not c2 for u in n.outputs[0].users):
+            return "the intermediate of a chain of products is read outside the chain"
+    return c1, c2

@@ -32,7 +32,7 @@ from tilefuse.ir.prims import (
 )
 from tilefuse.ir.types import TensorType
 from tilefuse.partition.model import FusedGroup
-from tilefuse.partition.rules import siblings
+from tilefuse.partition.rules import siblings, weight_chain
 from tilefuse.tile_ir.ir import (
     Buffer,
     Call,
@@ -76,6 +76,8 @@ from tilefuse.tile_ir.lower.elements import (
 from tilefuse.tile_ir.lower.params import kernel_params
 
 ROW_TILE_ELEMS = 8192  # rows x N of a whole-row tile: 32 KB of fp32 accumulators
+# A chain's tile rereads both weight matrices, so it takes more rows: 128 KB of fp32.
+CHAIN_TILE_ELEMS = 32768
 
 Forward = Callable[[Index], Index]
 
@@ -145,7 +147,15 @@ def lower_gemm_epilogue(group: FusedGroup, name: str) -> tuple[TileProgram, tupl
     if not contractions or any(n.op.kind is Kind.OPAQUE for n in group.nodes):
         return None
     c = contractions[0]
-    if len(contractions) > 1:  # sibling products on one activation: share the A tile
+    first: Node | None = None
+    members, written = {id(n) for n in group.nodes}, frozenset(id(v) for v in group.outputs)
+    chain = weight_chain(contractions, members, written) if len(contractions) == 2 else None
+    if isinstance(chain, tuple):  # a weight chain: the first product is the second's prologue
+        first, c = chain
+        contractions = [c]
+        if first.inputs[0].type.size != math.prod(c.outputs[0].type.shape[:-1]) * first.inputs[0].type.shape[-1]:
+            return None  # the first product's rows are broadcast: not one row per output row
+    elif len(contractions) > 1:  # sibling products on one activation: share the A tile
         same = all(x.outputs[0].type == c.outputs[0].type for x in contractions)
         if not (siblings(contractions) and same):
             return None
@@ -157,15 +167,16 @@ def lower_gemm_epilogue(group: FusedGroup, name: str) -> tuple[TileProgram, tupl
     fwd, reductions = maps
     if reductions and len(contractions) > 1:
         return None
-    builder = _Builder(group, contractions, fwd, reductions, name)
+    builder = _Builder(group, contractions, fwd, reductions, name, first)
     program = builder.build()
     return None if program is None else (program, tuple(builder.bindings))
 
 
 class _Builder:
     def __init__(self, group: FusedGroup, cs: list[Node], fwd: dict[int, Forward], reductions: list[Node],
-                 name: str) -> None:
+                 name: str, first: Node | None = None) -> None:
         self.group, self.cs, self.fwd, self.reductions, self.name = group, cs, fwd, reductions, name
+        self.first = first  # a weight chain's first product, computed a K chunk at a time
         c = self.c = cs[0]
         self.names = Names()
         out = c.outputs[0].type
@@ -186,8 +197,9 @@ class _Builder:
 
     def build(self) -> TileProgram | None:
         bm, bn = divisor_tile(self.m, 64), divisor_tile(self.n, 64)
-        if self.reductions:  # whole rows on the tile: a few rows of all N columns
-            bm, bn = divisor_tile(self.m, max(1, ROW_TILE_ELEMS // self.n)), self.n
+        if self.reductions or self.first is not None:  # whole rows on the tile: rows of all N columns
+            elems = CHAIN_TILE_ELEMS if self.first is not None else ROW_TILE_ELEMS
+            bm, bn = divisor_tile(self.m, max(1, elems // self.n)), self.n
         if (bm < 8 and self.m > 64) or (bn < 8 and self.n > 64):
             return None  # awkward sizes: the staged schedule handles tails
         bk = min(self.k, TILE_K)
@@ -215,6 +227,9 @@ class _Builder:
                 row = iop(IOp.SUB, linearize(idx[:-1], v.type.shape[:-1]), first)
                 load_r: Expr = Load(buf, (row,))
                 return load_r if buf.dtype is v.type.dtype else Call(ScalarFn.CAST, (load_r,), v.type.dtype)
+            if self.first is not None and v is self.first.outputs[0]:
+                row = iop(IOp.SUB, linearize(idx[:-1], v.type.shape[:-1]), first_row)
+                return Load(th, (row, iop(IOp.SUB, idx[-1], k0)))
             tc = tile_of.get(id(v))
             if tc is not None:
                 r, col = self._rows_cols(idx)
@@ -222,8 +237,13 @@ class _Builder:
                 return load if tc.dtype is v.type.dtype else Call(ScalarFn.CAST, (load,), v.type.dtype)
             return Load(buffers[id(v)], idx)
 
+        first_row = iop(IOp.ADD, iop(IOp.MUL, linearize(tuple(bvars), tuple(self.batch)), self.m), m0)
+        th = Buffer("h_tile", self.acc_dtype, (bm, bk), Scope.FRAGMENT)
+        chain_allocs: tuple[Buffer, ...] = ()
         for c, tc in zip(self.cs, tcs):
             buffers[id(c.outputs[0])] = tc
+        if self.first is not None:
+            buffers[id(self.first.outputs[0])] = th
         for r in self.reductions:
             buffers[id(r.outputs[0])] = rows[id(r.outputs[0])]
         el = ElementBuilder(buffers, read)
@@ -249,7 +269,11 @@ class _Builder:
             k_body = self._conv_fills(el, ta, tbs[0], m0, n0, kt, ch_per_tile)
             k_body.append(Gemm(ta, tbs[0], tcs[0]))
         else:
-            k_body = list(parallel(self.names, (bm, bk), fill_a))
+            k_body = []
+            if self.first is not None:  # this K chunk of the intermediate, on chip
+                chain_allocs, h_body = self._chain_chunk(el, th, first_row, k0)
+                k_body += h_body
+            k_body += parallel(self.names, (bm, bk), fill_a)
             for (_, b_elem), tb, tc in zip(operands, tbs, tcs):
                 k_body += [*parallel(self.names, (bk, bn), fill_b(b_elem, tb)), Gemm(ta, tb, tc)]
         body: list[Stmt] = [
@@ -268,10 +292,42 @@ class _Builder:
             body += parallel(self.names, (bm, bn), store)
         grid = tuple(self.batch) + (self.m // bm, self.n // bn)
         wide = f", {len(self.cs)} sibling products sharing the A tile" if len(self.cs) > 1 else ""
+        if self.first is not None:
+            wide = f", the first product of a chain computed {bk} columns at a time on chip"
         notes = (f"gemm+epilogue: tiles {bm}x{bn}x{bk}, grid {grid}{wide}",)
         n_in = len(params) - len(self.group.outputs)
-        allocs = (ta, *tbs, *tcs, *rows.values())
+        allocs = (ta, *tbs, *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()))
         return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), 128, allocs, tuple(body), notes)
+
+    def _chain_chunk(self, el: ElementBuilder, th: Buffer, first_row: Expr, k0: Expr) -> tuple[tuple[Buffer, ...], list[Stmt]]:
+        """The first product of a chain for this tile's rows and the columns [k0, k0 + bk)
+        of the intermediate: its own K loop of Gemms into the h tile."""
+        c1 = self.first
+        assert c1 is not None
+        x, w = c1.inputs
+        dt = self.acc_dtype
+        bm, bk = th.shape
+        k1 = x.type.shape[-1]
+        bk1 = min(k1, TILE_K)
+        tx = Buffer("x_tile", dt, (bm, bk1), Scope.SHARED)
+        tw = Buffer("w1_tile", dt, (bk1, bk), Scope.SHARED)
+        jt = self.names.var("jt")
+        j0 = iop(IOp.MUL, jt, bk1)
+        tail = k1 % bk1 != 0
+
+        def fill_x(idx: Index) -> list[Stmt]:
+            col = iop(IOp.ADD, j0, idx[1])
+            row = delinearize(iop(IOp.ADD, first_row, idx[0]), x.type.shape[:-1])
+            val = widen(el.at(x, (*row, col)), dt)
+            return [Store(tx, idx, guard_all([iop(IOp.LT, col, k1)] if tail else [], val, dt))]
+
+        def fill_w(idx: Index) -> list[Stmt]:
+            row = iop(IOp.ADD, j0, idx[0])
+            val = widen(el.at(w, (row, iop(IOp.ADD, k0, idx[1]))), dt)
+            return [Store(tw, idx, guard_all([iop(IOp.LT, row, k1)] if tail else [], val, dt))]
+
+        body = (*parallel(self.names, (bm, bk1), fill_x), *parallel(self.names, (bk1, bk), fill_w), Gemm(tx, tw, th))
+        return (tx, tw), [Fill(th, Const(0, dt)), Loop(jt, -(-k1 // bk1), LoopKind.PIPELINED, body, stages=2)]
 
     def _conv_fills(self, el: ElementBuilder, ta: Buffer, tb: Buffer, m0: Expr, n0: Expr, kt: Var, chans: int) -> list[Stmt]:
         """im2col and weight tiles as loop nests over (channel, *taps): the K index is

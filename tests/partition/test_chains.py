@@ -1,0 +1,42 @@
+"""Weight chains (an MLP: up-projection, activation, down-projection) are one kernel
+when a tile can hold whole input and output rows on chip, and two otherwise."""
+import numpy as np
+
+from tilefuse.ir import Builder, DType, TensorType
+from tilefuse.ir.prims import ReduceFn, ScalarFn
+from tilefuse.partition import partition_graph
+from tilefuse.target import CPU, CUDA_SM90A
+
+
+def _mlp(k1: int, n1: int, n2: int, *, leak: bool = False):
+    rng = np.random.default_rng(0)
+    b = Builder("mlp")
+    x = b.input("x", TensorType(DType.FLOAT32, (2, 16, k1)))
+    h = b.matmul(x, b.const(rng.standard_normal((k1, n1)).astype(np.float32)))
+    h = b.map(ScalarFn.MAX, h, b.const(np.float32(0)))
+    y = b.matmul(h, b.const(rng.standard_normal((n1, n2)).astype(np.float32)))
+    s = b.reduce(ReduceFn.SUM, y, [2], keepdims=True)
+    b.output("y", b.map(ScalarFn.DIV, y, s))
+    if leak:
+        b.output("h", h)
+    return b.graph
+
+
+def test_chain_is_one_kernel_with_its_row_epilogue():
+    p = partition_graph(_mlp(64, 256, 64), CUDA_SM90A)
+    assert len(p.groups) == 1
+    assert [n.op.name for n in p.groups[0].nodes].count("MatMul") == 2
+
+
+def test_chain_respects_on_chip_capacity_per_target():
+    graph = _mlp(1024, 256, 512)
+    assert len(partition_graph(graph, CPU).groups) == 1  # 16 rows x (1024 + 512) fp32: 96 KB
+    p = partition_graph(graph, CUDA_SM90A)  # 64 rows: 384 KB > 227 KB
+    assert len(p.groups) == 2
+    assert any("chain of products needs 384 KB on chip" in r.reason for r in p.refusals), [r.reason for r in p.refusals]
+
+
+def test_intermediate_read_elsewhere_is_not_chained():
+    p = partition_graph(_mlp(64, 256, 64, leak=True), CPU)
+    assert len(p.groups) == 2
+    assert any("read outside the chain" in r.reason for r in p.refusals), [r.reason for r in p.refusals]
