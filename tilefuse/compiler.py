@@ -72,8 +72,13 @@ def _sha256(model: ModelLike, proto: object) -> str:
 
 
 def _build(target: Target, lowered: list[Lowered]) -> list:
-    if target.name != "cpu":
-        raise TilefuseError(f"code generation for {target.name} is not built yet (issue 5); use --target cpu")
-    from tilefuse.codegen.cpu import build_all
+    programs = [low.program for low in lowered]
+    if target.name == "cpu":
+        from tilefuse.codegen.cpu import build_all
 
-    return build_all([low.program for low in lowered])
+        return build_all(programs)
+    if target.name.startswith("cuda:"):
+        from tilefuse.codegen.cuda import build_all as build_cuda
+
+        return build_cuda(programs, arch=target.name.split(":", 1)[1])
+    raise TilefuseError(f"no code generator for target {target.name}")

@@ -23,6 +23,7 @@ class Target:
     launch_seconds: float  # cost of one kernel launch
     row_tile: int  # rows of a contraction tile when an epilogue needs whole rows
     max_attention_head_dim: int  # largest head dim a flash-style tile keeps on chip
+    tile_k: int = 256  # K depth of a contraction tile (operand tiles are rows x tile_k, tile_k x cols)
     max_group_nodes: int = 512  # cap that keeps pathological graphs tractable
 
     def row_epilogue_bytes(self, row_elems: int) -> int:
@@ -46,6 +47,7 @@ CUDA_SM90A = Target(
     launch_seconds=3e-6,
     row_tile=64,
     max_attention_head_dim=256,
+    tile_k=64,  # operand tiles, accumulators and a chain's intermediate share 227 KB
 )
 
 # A conservative x86-64 server core set (the 2-core development box and CI): AVX2 FMA at

@@ -1,1 +1,1 @@
-"""codegen stage: not built yet (see DESIGN.md and the open issues)."""
+"""codegen stage: TileProgram -> kernels (``cpu``: C and shared libraries; ``cuda``: TileLang and cubins)."""

@@ -19,9 +19,10 @@ from tilefuse.ir.dtypes import DType
 from tilefuse.ir.types import TensorType
 from tilefuse.plan import Plan, load_plan
 from tilefuse.runtime.cpu import CpuExecutor
+from tilefuse.runtime.cuda import CudaExecutor
 
 # target family (the part of a target name before ":") -> executor class
-EXECUTORS = {"cpu": CpuExecutor}
+EXECUTORS = {"cpu": CpuExecutor, "cuda": CudaExecutor}
 
 # ONNX's names for tensor element types, as onnxruntime's NodeArg.type spells them.
 _ONNX_TYPE = {

@@ -29,7 +29,9 @@ def lower_group(group: FusedGroup, target: Target) -> Lowered:
     if str(group.kind) == "opaque":
         raise ValueError(f"group {group.id} is opaque: it runs as a host step")
     program, bindings = (
-        lower_attention(group, group.name) or lower_gemm_epilogue(group, group.name) or lower_staged(group, group.name)
+        lower_attention(group, group.name)
+        or lower_gemm_epilogue(group, group.name, target.tile_k)
+        or lower_staged(group, group.name)
     )
     program = simplify_program(program)
     verify_program(program, target)

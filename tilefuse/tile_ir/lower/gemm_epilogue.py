@@ -141,7 +141,7 @@ def forward_maps(
     return fwd, reductions
 
 
-def lower_gemm_epilogue(group: FusedGroup, name: str) -> tuple[TileProgram, tuple[Value, ...]] | None:
+def lower_gemm_epilogue(group: FusedGroup, name: str, tile_k: int = TILE_K) -> tuple[TileProgram, tuple[Value, ...]] | None:
     """The tiled program and the values bound to its params, or None if it does not apply."""
     contractions = [n for n in group.nodes if n.op.kind is Kind.CONTRACT]
     if not contractions or any(n.op.kind is Kind.OPAQUE for n in group.nodes):
@@ -168,6 +168,7 @@ def lower_gemm_epilogue(group: FusedGroup, name: str) -> tuple[TileProgram, tupl
     if reductions and len(contractions) > 1:
         return None
     builder = _Builder(group, contractions, fwd, reductions, name, first)
+    builder.tile_k = tile_k
     program = builder.build()
     return None if program is None else (program, tuple(builder.bindings))
 
@@ -176,6 +177,7 @@ class _Builder:
     def __init__(self, group: FusedGroup, cs: list[Node], fwd: dict[int, Forward], reductions: list[Node],
                  name: str, first: Node | None = None) -> None:
         self.group, self.cs, self.fwd, self.reductions, self.name = group, cs, fwd, reductions, name
+        self.tile_k = TILE_K
         self.first = first  # a weight chain's first product, computed a K chunk at a time
         c = self.c = cs[0]
         self.names = Names()
@@ -202,12 +204,12 @@ class _Builder:
             bm, bn = divisor_tile(self.m, max(1, elems // self.n)), self.n
         if (bm < 8 and self.m > 64) or (bn < 8 and self.n > 64):
             return None  # awkward sizes: the staged schedule handles tails
-        bk = min(self.k, TILE_K)
+        bk = min(self.k, self.tile_k)
         conv = isinstance(self.c.op, Conv)
         if conv:  # K tiles hold whole channels, so im2col addressing needs no division
             taps = math.prod(self.c.inputs[1].type.shape[2:])
             cin = self.c.inputs[1].type.shape[1]
-            ch_per_tile = divisor_tile(cin, max(1, TILE_K // taps))  # no channel tail to guard
+            ch_per_tile = divisor_tile(cin, max(1, self.tile_k // taps))  # no channel tail to guard
             bk = ch_per_tile * taps
         params, buffers = self._params()
         bvars = [Var(f"b{i}") for i in range(len(self.batch))]
@@ -308,7 +310,7 @@ class _Builder:
         dt = self.acc_dtype
         bm, bk = th.shape
         k1 = x.type.shape[-1]
-        bk1 = min(k1, TILE_K)
+        bk1 = min(k1, self.tile_k)
         tx = Buffer("x_tile", dt, (bm, bk1), Scope.SHARED)
         tw = Buffer("w1_tile", dt, (bk1, bk), Scope.SHARED)
         jt = self.names.var("jt")

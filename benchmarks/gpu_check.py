@@ -1,0 +1,116 @@
+"""CUDA plans of the tiny zoo, built here and checked on a GPU machine.
+
+    python benchmarks/gpu_check.py build [--models ...] [--dtypes float32 float16]   # any machine with nvcc + tilelang
+    PYTHONPATH=. python benchmarks/gpu_check.py run [--out DIR]                       # the GPU machine
+
+``build`` compiles each model for cuda:sm_90a into build/gpu/NAME-DTYPE.tfplan and saves,
+beside it, fresh random inputs and onnxruntime's outputs for them (NAME-DTYPE.npz), so the
+GPU machine needs neither the zoo nor tilelang: only numpy, cuda-bindings and this repo.
+``run`` loads every plan with tilefuse.InferenceSession, compares each output with
+onnxruntime's (the tolerances of tilefuse.compare, per dtype), times the plan's launches
+with CUDA events, and writes results.json (to --out, default $OUT or build/gpu).
+Exit status 1 if any model fails to build (build) or to match (run).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent / "build" / "gpu"
+
+
+def build(args) -> int:
+    import onnxruntime as ort
+
+    import models
+    from tilefuse.compiler import compile
+
+    ROOT.mkdir(parents=True, exist_ok=True)
+    names = args.models or [n for n, s in models.ZOO.items() if s.runs_in_ort]
+    failed = 0
+    for name in names:
+        for dtype in args.dtypes:
+            tag = f"{name}-{dtype}"
+            t0 = time.perf_counter()
+            try:
+                shapes = models.ZOO[name].shapes("tiny")
+                path = models.build(name, "tiny", dtype)
+                plan = compile(path, "cuda:sm_90a", shapes)
+                plan.save(ROOT / f"{tag}.tfplan")
+                feeds = models.random_inputs(path, shapes, seed=random.randrange(2**31))
+                sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+                names_out = [o.name for o in sess.get_outputs()]
+                expected = dict(zip(names_out, sess.run(names_out, feeds)))
+                np.savez(ROOT / f"{tag}.npz", **{f"in:{k}": v for k, v in feeds.items()},
+                         **{f"out:{k}": v for k, v in expected.items()})
+                print(f"{tag:32s} built: {len(plan.kernels)} kernels, {len(plan.steps)} steps, "
+                      f"{time.perf_counter() - t0:.1f} s", flush=True)
+            except Exception as e:  # report every model, then fail
+                failed += 1
+                print(f"{tag:32s} FAILED to build: {type(e).__name__}: {str(e)[:2000]}", flush=True)
+    return 1 if failed else 0
+
+
+def run(args) -> int:
+    from tilefuse.compare import compare_output
+    from tilefuse.runtime import InferenceSession
+
+    out_dir = Path(args.out or os.environ.get("OUT") or ROOT)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results, failed = [], 0
+    for plan_dir in sorted(ROOT.glob("*.tfplan")):
+        tag = plan_dir.name.removesuffix(".tfplan")
+        row: dict = {"model": tag}
+        try:
+            data = np.load(ROOT / f"{tag}.npz")
+            feeds = {k[3:]: data[k] for k in data.files if k.startswith("in:")}
+            expected = {k[4:]: data[k] for k in data.files if k.startswith("out:")}
+            sess = InferenceSession(plan_dir)
+            names = list(expected)
+            got = sess.run(names, feeds)
+            checks = [compare_output(n, g, expected[n]) for n, g in zip(names, got)]
+            row["outputs"] = {c.name: {"ok": c.ok, "max_abs_err": c.max_abs_error, "problem": c.problem} for c in checks}
+            row["ok"] = all(c.ok for c in checks)
+            times = sess._executor.timed(args.repeats)
+            row["ms_median"] = statistics.median(times)
+            row["ms_min"] = min(times)
+        except Exception as e:
+            row["ok"] = False
+            row["error"] = f"{type(e).__name__}: {e}"
+            row["trace"] = traceback.format_exc()[-3000:]
+        failed += not row["ok"]
+        results.append(row)
+        status = "ok" if row["ok"] else "MISMATCH" if "outputs" in row else "ERROR"
+        detail = row.get("error", "") or " ".join(f"{k}:{v['max_abs_err']:.2e}" for k, v in row["outputs"].items())
+        print(f"{tag:32s} {status:8s} {row.get('ms_median', float('nan')):8.3f} ms  {detail[:300]}", flush=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    print(f"{len(results) - failed}/{len(results)} plans match onnxruntime")
+    return 1 if failed else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--models", nargs="+")
+    b.add_argument("--dtypes", nargs="+", default=["float32"])
+    r = sub.add_parser("run")
+    r.add_argument("--out")
+    r.add_argument("--repeats", type=int, default=50)
+    args = ap.parse_args()
+    return build(args) if args.cmd == "build" else run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

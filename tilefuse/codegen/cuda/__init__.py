@@ -1,0 +1,56 @@
+"""The CUDA code generator: TileProgram -> TileLang module -> CUDA C++ -> cubin.
+
+    artifacts = build_all(programs, arch="sm_90a")   # KernelArtifact per program
+
+``emit`` writes the TileLang module (pure), ``tilelang_lower`` lowers it on the host (no
+GPU needed) and reads the launch metadata, ``build`` runs nvcc and keeps the cache. The
+artifact's ``launch`` holds what the CUDA runtime needs, as JSON data: entry, grid, block,
+dynamic shared memory and the kernel's params (device pointers and TMA descriptors, each
+naming the TileProgram param it covers).
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import Sequence
+
+from tilefuse.codegen.artifact import KernelArtifact
+from tilefuse.codegen.cpu.build import default_cache_dir
+from tilefuse.codegen.cuda.build import compile_cubin, lower_cached
+from tilefuse.codegen.cuda.emit import TileLangSource, emit_tilelang
+from tilefuse.tile_ir.ir import TileProgram
+
+__all__ = ["TileLangSource", "build_all", "emit_tilelang"]
+
+
+def build_all(programs: Sequence[TileProgram], arch: str = "sm_90a", jobs: int | None = None,
+              cache_dir: Path | None = None, progress=None) -> list[KernelArtifact]:
+    """One artifact per program, in order. Identical kernels build once; TileLang lowers
+    one at a time, nvcc runs on ``jobs`` threads. Raises CompileError."""
+    where = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "cuda"
+    where.mkdir(parents=True, exist_ok=True)
+    sources = [emit_tilelang(p) for p in programs]
+    lowered: dict[str, tuple] = {}
+    with ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:
+        cubins = {}
+        for src in sources:
+            if src.func in lowered:
+                continue
+            stem, low = lower_cached(src, arch, where)
+            lowered[src.func] = (stem, low)
+            cubins[src.func] = pool.submit(compile_cubin, stem, arch, src.func)
+            if progress is not None:
+                progress()
+        paths = {k: f.result() for k, f in cubins.items()}
+    out = []
+    for src in sources:
+        stem, low = lowered[src.func]
+        launch = {
+            "entry": low.entry, "grid": list(low.grid), "block": list(low.block),
+            "dynamic_smem": low.dynamic_smem, "arch": arch,
+            "args": [asdict(p) for p in low.params],
+        }
+        out.append(KernelArtifact(src.func, low.entry, paths[src.func], src.params, launch, stem.with_suffix(".cu")))
+    return out

@@ -1,0 +1,129 @@
+"""nvcc and the CUDA kernel cache.
+
+A kernel is built once per (TileLang module text, TileLang version, nvcc version, flags,
+arch): ``$TILEFUSE_CACHE/kernels/cuda`` holds ``FUNC-KEY.py`` (the TileLang module),
+``.cu`` (what TileLang generated), ``.cubin`` and ``.json`` (launch metadata). Files are
+written under temporary names and renamed into place, as for the CPU cache.
+
+nvcc is ``$NVCC`` if set, else ``nvcc`` on PATH, else ``/usr/local/cuda/bin/nvcc``.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+from tilefuse.codegen.cuda.emit import TileLangSource
+from tilefuse.codegen.cuda.tilelang_lower import KernelParam, Lowered, lower_module, tilelang_version
+from tilefuse.errors import CompileError
+
+NVCC_FLAGS = ("--cubin", "-O3", "-lineinfo", "-std=c++20", "-w")
+COMPILE_TIMEOUT_S = 900
+MAX_SHARED = {"sm_90a": 227 * 1024, "sm_90": 227 * 1024}  # opt-in shared memory per block
+ERROR_LINES = 40
+
+
+@functools.lru_cache(maxsize=1)
+def find_nvcc() -> tuple[str, str]:
+    """(path, version text) of nvcc; CompileError if there is none."""
+    spec = os.environ.get("NVCC", "").strip()
+    path = spec or shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else "")
+    if not path or not (os.path.exists(path) or shutil.which(path)):
+        raise CompileError("the CUDA target needs nvcc: none on PATH or in /usr/local/cuda/bin; install the CUDA "
+                           "toolkit (or the nvidia-cuda-nvcc wheel) or set $NVCC")
+    done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise CompileError(f"nvcc ({path}) does not run: {done.stderr.strip()[:500]}")
+    return path, done.stdout.strip()
+
+
+def include_dirs() -> list[str]:
+    from tilelang.env import CUTLASS_INCLUDE_DIR, TILELANG_TEMPLATE_PATH  # the headers kernels include
+
+    return [TILELANG_TEMPLATE_PATH, CUTLASS_INCLUDE_DIR]
+
+
+def arch_flags(arch: str) -> list[str]:
+    num = arch.removeprefix("sm_")
+    return [f"-gencode=arch=compute_{num},code=sm_{num}"]
+
+
+def cache_key(source: TileLangSource, arch: str) -> str:
+    _, nvcc_version = find_nvcc()
+    h = hashlib.sha256()
+    for part in (source.text, tilelang_version(), nvcc_version, " ".join(NVCC_FLAGS), arch):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def lower_cached(source: TileLangSource, arch: str, cache_dir: Path) -> tuple[Path, Lowered]:
+    """TileLang lowering (serial: TileLang is not thread-safe); returns the stem of the
+    cache files and the lowered kernel, reading the cache when it has it."""
+    stem = cache_dir / f"{source.func}-{cache_key(source, arch)[:16]}"
+    meta = stem.with_suffix(".json")
+    if meta.exists() and stem.with_suffix(".cu").exists():
+        return stem, _read_meta(meta, stem.with_suffix(".cu").read_text())
+    module = stem.with_suffix(".py")
+    _write_atomic(module, source.text.encode())
+    lowered = lower_module(module, source.func, arch, source.func)
+    limit = MAX_SHARED.get(arch)
+    if limit is not None and lowered.dynamic_smem > limit:
+        raise CompileError(f"kernel {source.func}: needs {lowered.dynamic_smem} bytes of shared memory per block, "
+                           f"{arch} allows {limit}; its TileLang module is {module}")
+    _write_atomic(stem.with_suffix(".cu"), lowered.source.encode())
+    data = asdict(lowered)
+    data.pop("source")
+    _write_atomic(meta, json.dumps(data, indent=1).encode())
+    return stem, lowered
+
+
+def compile_cubin(stem: Path, arch: str, kernel: str) -> Path:
+    cubin = stem.with_suffix(".cubin")
+    if cubin.exists():
+        return cubin
+    nvcc, _ = find_nvcc()
+    cu = stem.with_suffix(".cu")
+    fd, tmp = tempfile.mkstemp(prefix=f".{stem.name}.", suffix=".cubin.tmp", dir=stem.parent)
+    os.close(fd)
+    try:
+        cmd = [nvcc, *NVCC_FLAGS, *arch_flags(arch), *(f"-I{d}" for d in include_dirs()), "-o", tmp, str(cu)]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise CompileError(f"kernel {kernel}: nvcc took over {COMPILE_TIMEOUT_S} s on {cu}") from None
+        if done.returncode != 0:
+            lines = (done.stderr or done.stdout).strip().splitlines()
+            more = f"\n... ({len(lines) - ERROR_LINES} more lines)" if len(lines) > ERROR_LINES else ""
+            raise CompileError(f"kernel {kernel}: nvcc failed (exit {done.returncode}) on {cu}:\n"
+                               + "\n".join(lines[:ERROR_LINES]) + more)
+        os.replace(tmp, cubin)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return cubin
+
+
+def _read_meta(path: Path, source: str) -> Lowered:
+    d = json.loads(path.read_text())
+    params = tuple(KernelParam(**p) for p in d["params"])
+    return Lowered(source, d["entry"], tuple(d["grid"]), tuple(d["block"]), d["dynamic_smem"], params)  # type: ignore[arg-type]
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,434 @@
+"""TileProgram -> a TileLang module (Python source text).
+
+TileLang parses the source of its kernels, so the CUDA code generator writes each
+TileProgram as a small Python module holding one ``@T.prim_func``; ``lower`` imports it
+and hands it to TileLang. The mapping is close to one-to-one, as the tile IR was made for:
+
+    grid / block_vars        -> ``with T.Kernel(*grid, threads=...) as (...)``
+    global params            -> ``T.Tensor(shape, dtype)`` arguments, in param order
+    shared / fragment allocs -> ``T.alloc_shared`` / ``T.alloc_fragment`` (fragments only
+                                where TileLang needs registers: tensor-core accumulators and
+                                tile reductions; other fragments live in shared memory)
+    Fill, Copy, ReduceTile   -> ``T.fill``, ``T.copy`` (regions), ``T.reduce_*``
+    Gemm                     -> ``T.gemm`` on half floats (tensor cores, fp32 accumulate);
+                                float32 products as FMA loops, so fp32 stays fp32 (no TF32)
+    loops                    -> ``T.Parallel`` (directly nested parallel loops merge into
+                                one), ``T.serial``, ``T.Pipelined(num_stages=...)``
+
+More than three grid dimensions fold into the first CUDA one. Index arithmetic is int32
+(tensors here stay below 2^31 elements; ``emit_tilelang`` checks). Subexpressions a
+statement uses twice become ``let`` bindings, except under a WHERE branch, whose loads may
+be out of range when the branch is not taken.
+
+Emission is pure: no tilelang import, so the text (and the cache key made from it) can be
+produced anywhere.
+"""
+from __future__ import annotations
+
+import hashlib
+import keyword
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from tilefuse.codegen.artifact import ParamSpec
+from tilefuse.codegen.cpu.emit import kernel_stem
+from tilefuse.errors import CompileError
+from tilefuse.ir.dtypes import DType
+from tilefuse.ir.prims import ReduceFn, ScalarFn
+from tilefuse.tile_ir.ir import (
+    Buffer,
+    Call,
+    Const,
+    Copy,
+    Expr,
+    Fill,
+    Gemm,
+    IndexOp,
+    IOp,
+    Load,
+    Loop,
+    LoopKind,
+    ReduceTile,
+    Region,
+    Scope,
+    Stmt,
+    Store,
+    TileProgram,
+    Var,
+)
+
+HALF = {DType.FLOAT16, DType.BFLOAT16}
+MAX_ELEMENTS = 2**31 - 1
+MAX_THREADS = 1024
+
+
+@dataclass(frozen=True)
+class TileLangSource:
+    """One emitted kernel module: its text, the prim_func's name (TileLang names the CUDA
+    entry ``<func>_kernel``) and the kernel's params in TileProgram order."""
+
+    text: str
+    func: str
+    params: tuple[ParamSpec, ...]
+
+    @property
+    def entry(self) -> str:
+        return f"{self.func}_kernel"
+
+
+def emit_tilelang(program: TileProgram) -> TileLangSource:
+    for b in program.params:
+        if math.prod(b.shape) > MAX_ELEMENTS:
+            raise CompileError(f"kernel {program.name}: param {b.name} has {math.prod(b.shape)} elements (> 2^31)")
+    emitter = _Emitter(program)
+    body = emitter.kernel()
+    stem = kernel_stem(program.name)
+    digest = hashlib.sha256("\n".join([stem, *emitter.header, *body]).encode()).hexdigest()[:10]
+    func = f"{stem}_{digest}"
+    args = ", ".join(f"{emitter.name(b)}: T.Tensor({_shape(b.shape)}, {_dt(b.dtype)})" for b in program.params)
+    lines = [
+        f'"""tilefuse cuda kernel {func} (TileProgram {program.name}); generated, do not edit.',
+        *(f"{n}" for n in program.notes),
+        '"""',
+        "import tilelang.language as T",
+        "",
+        *emitter.header,
+        "",
+        "",
+        "@T.prim_func",
+        f"def {func}({args}):",
+        *body,
+        "",
+    ]
+    params = tuple(
+        ParamSpec(b.name, b.dtype.value, b.shape, "input" if k < program.num_inputs else "output")
+        for k, b in enumerate(program.params)
+    )
+    return TileLangSource("\n".join(lines), func, params)
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _dt(dtype: DType) -> str:
+    return f'"{dtype.value}"'
+
+
+_BOOL_IOPS = {IOp.LT, IOp.LE, IOp.GE, IOp.EQ, IOp.AND, IOp.OR}
+_INFIX_IOP = {IOp.ADD: "+", IOp.SUB: "-", IOp.MUL: "*", IOp.FLOORDIV: "//", IOp.MOD: "%",
+              IOp.LT: "<", IOp.LE: "<=", IOp.GE: ">=", IOp.EQ: "=="}
+_UNARY = {
+    ScalarFn.ABS: "T.abs", ScalarFn.SQRT: "T.sqrt", ScalarFn.EXP: "T.exp", ScalarFn.LOG: "T.log",
+    ScalarFn.FLOOR: "T.floor", ScalarFn.CEIL: "T.ceil", ScalarFn.ROUND: "T.nearbyint", ScalarFn.ERF: "T.erf",
+    ScalarFn.TANH: "T.tanh", ScalarFn.SIGMOID: "T.sigmoid", ScalarFn.SIN: "T.sin", ScalarFn.COS: "T.cos",
+    ScalarFn.TAN: "T.tan", ScalarFn.ASIN: "T.asin", ScalarFn.ACOS: "T.acos", ScalarFn.ATAN: "T.atan",
+    ScalarFn.SINH: "T.sinh", ScalarFn.COSH: "T.cosh", ScalarFn.ASINH: "T.asinh", ScalarFn.ACOSH: "T.acosh",
+    ScalarFn.ATANH: "T.atanh", ScalarFn.ISNAN: "T.isnan", ScalarFn.ISINF: "T.isinf",
+    ScalarFn.BITNOT: "T.bitwise_not", ScalarFn.NOT: "T.Not",
+}
+_INFIX = {ScalarFn.ADD: "+", ScalarFn.SUB: "-", ScalarFn.MUL: "*", ScalarFn.EQ: "==", ScalarFn.LT: "<",
+          ScalarFn.LE: "<=", ScalarFn.GT: ">", ScalarFn.GE: ">="}
+_BINARY = {ScalarFn.MAX: "T.max", ScalarFn.MIN: "T.min", ScalarFn.POW: "T.pow", ScalarFn.BITAND: "T.bitwise_and",
+           ScalarFn.BITOR: "T.bitwise_or", ScalarFn.BITXOR: "T.bitwise_xor", ScalarFn.SHL: "T.shift_left",
+           ScalarFn.SHR: "T.shift_right", ScalarFn.AND: "T.And", ScalarFn.OR: "T.Or"}
+_REDUCE = {ReduceFn.SUM: "T.reduce_sum", ReduceFn.MAX: "T.reduce_max", ReduceFn.MIN: "T.reduce_min"}
+
+
+class _Emitter:
+    def __init__(self, program: TileProgram) -> None:
+        self.p = program
+        self.header: list[str] = []  # module-level constants
+        self._consts: dict[tuple[str, str], str] = {}
+        self._names: dict[str, str] = {}
+        self._taken = {"T"}
+        self._temps = 0
+
+    # -- names -------------------------------------------------------------------------
+    def name(self, b: Buffer | Var) -> str:
+        key = b.name
+        if key not in self._names:
+            text = re.sub(r"[^A-Za-z0-9_]", "_", key) or "_"
+            if text[0].isdigit() or keyword.iskeyword(text) or text.startswith("_"):
+                text = "v_" + text.lstrip("_")
+            while text in self._taken:
+                text += "_"
+            self._taken.add(text)
+            self._names[key] = text
+        return self._names[key]
+
+    def temp(self) -> str:
+        self._temps += 1
+        return f"_t{self._temps}"
+
+    def const(self, value: float | int | bool, dtype: DType) -> str:
+        """A typed scalar constant, defined once at module level."""
+        if dtype is DType.BOOL:
+            text = f"T.bool({bool(value)})"
+        elif dtype.is_float:
+            v = float(value)
+            text = f"T.{dtype.value}({v!r})" if math.isfinite(v) else f'T.{dtype.value}(float("{v}"))'
+        else:
+            text = f"T.{dtype.value}({int(value)})"
+        key = (text, dtype.value)
+        if key not in self._consts:
+            self._consts[key] = f"_c{len(self._consts)}"
+            self.header.append(f"{self._consts[key]} = {text}")
+        return self._consts[key]
+
+    # -- the kernel --------------------------------------------------------------------
+    def kernel(self) -> list[str]:
+        p = self.p
+        if p.threads > MAX_THREADS:
+            raise CompileError(f"kernel {p.name}: {p.threads} threads per block > {MAX_THREADS}")
+        grid, bvars = list(p.grid), [self.name(v) for v in p.block_vars]
+        threads = _threads(p.threads, _parallel_totals(p.body))
+        lines: list[str] = []
+        if len(grid) <= 3:
+            names = ", ".join(bvars)
+            target = f"({names})" if len(bvars) > 1 else names
+            lines.append(f"    with T.Kernel({', '.join(map(str, grid))}, threads={threads}) as {target}:")
+            unfold: list[str] = []
+        else:  # fold the leading dims into blockIdx.x
+            lead = math.prod(grid[:-2])
+            lines.append(f"    with T.Kernel({lead}, {grid[-2]}, {grid[-1]}, threads={threads}) as (_bx, {bvars[-2]}, {bvars[-1]}):")
+            unfold, stride = [], lead
+            for v, g in zip(bvars[:-2], grid[:-2]):
+                stride //= g
+                unfold.append(f"{v} = (_bx // {stride}) % {g}")
+        ind = " " * 8
+        lines += [ind + x for x in unfold]
+        register = _register_buffers(p.body)
+        for b in p.allocs:
+            alloc = "T.alloc_fragment" if b.scope is Scope.FRAGMENT and b.name in register else "T.alloc_shared"
+            lines.append(f"{ind}{self.name(b)} = {alloc}({_shape(b.shape)}, {_dt(b.dtype)})")
+        body = self.block(p.body, 2)
+        return lines + body
+
+    def block(self, stmts: tuple[Stmt, ...], depth: int) -> list[str]:
+        out: list[str] = []
+        for s in stmts:
+            out += self.stmt(s, depth)
+        return out or [" " * 4 * depth + "T.evaluate(0)"]
+
+    def stmt(self, s: Stmt, depth: int) -> list[str]:
+        ind = " " * 4 * depth
+        if isinstance(s, Loop):
+            return self.loop(s, depth)
+        if isinstance(s, Store):
+            lets, (value, *idx) = self.render([s.value, *s.indices], [False] + [True] * len(s.indices))
+            return [ind + x for x in lets] + [f"{ind}{self.name(s.buffer)}[{', '.join(idx)}] = {value}"]
+        if isinstance(s, Fill):
+            return [f"{ind}T.fill({self.name(s.buffer)}, {self.const(s.value.value, s.buffer.dtype)})"]
+        if isinstance(s, Copy):
+            return [f"{ind}T.copy({self.region(s.src)}, {self.region(s.dst)})"]
+        if isinstance(s, Gemm):
+            return self.gemm(s, depth)
+        if isinstance(s, ReduceTile):
+            fn = _REDUCE.get(s.fn)
+            if fn is None:
+                raise CompileError(f"kernel {self.p.name}: no TileLang reduction for {s.fn.value}")
+            return [f"{ind}{fn}({self.name(s.src)}, {self.name(s.dst)}, dim={s.dim}, clear={s.clear})"]
+        raise CompileError(f"kernel {self.p.name}: no TileLang form for {type(s).__name__}")
+
+    def loop(self, s: Loop, depth: int) -> list[str]:
+        ind = " " * 4 * depth
+        if s.kind is LoopKind.PARALLEL:
+            loops = [s]
+            while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], Loop) and loops[-1].body[0].kind is LoopKind.PARALLEL:
+                loops.append(loops[-1].body[0])  # type: ignore[arg-type]
+            head = f"for {', '.join(self.name(l.var) for l in loops)} in T.Parallel({', '.join(str(l.extent) for l in loops)}):"
+            return [ind + head] + self.block(loops[-1].body, depth + 1)
+        if s.kind is LoopKind.PIPELINED and s.stages > 1:
+            head = f"for {self.name(s.var)} in T.Pipelined({s.extent}, num_stages={s.stages}):"
+        else:
+            head = f"for {self.name(s.var)} in T.serial({s.extent}):"
+        return [ind + head] + self.block(s.body, depth + 1)
+
+    def region(self, r: Region) -> str:
+        parts = []
+        for off, ext in zip(r.offsets, r.extents):
+            o = self.index(off)
+            parts.append(f"{o}:{o} + {ext}" if o != "0" else f"0:{ext}")
+        return f"{self.name(r.buffer)}[{', '.join(parts)}]"
+
+    def gemm(self, s: Gemm, depth: int) -> list[str]:
+        ind = " " * 4 * depth
+        a, b, c = (self.name(x) for x in (s.a, s.b, s.c))
+        if s.a.dtype in HALF and s.b.dtype is s.a.dtype:
+            return [f"{ind}T.gemm({a}, {b}, {c}, transpose_A={s.trans_a}, transpose_B={s.trans_b})"]
+        # float32 (and anything else): exact FMA loops over the tile
+        m, n = s.c.shape
+        k = s.a.shape[0] if s.trans_a else s.a.shape[1]
+        i, j, kk = self.temp(), self.temp(), self.temp()
+        av = f"{a}[{kk}, {i}]" if s.trans_a else f"{a}[{i}, {kk}]"
+        bv = f"{b}[{j}, {kk}]" if s.trans_b else f"{b}[{kk}, {j}]"
+        cast = (lambda x: x) if s.a.dtype is s.c.dtype else (lambda x: f'T.Cast("{s.c.dtype.value}", {x})')
+        return [
+            f"{ind}for {i}, {j} in T.Parallel({m}, {n}):",
+            f"{ind}    for {kk} in T.serial({k}):",
+            f"{ind}        {c}[{i}, {j}] = {c}[{i}, {j}] + {cast(av)} * {cast(bv)}",
+        ]
+
+    # -- expressions -------------------------------------------------------------------
+    def index(self, e: Expr) -> str:
+        lets, (text,) = self.render([e], [True])
+        if lets:
+            raise CompileError(f"kernel {self.p.name}: region offset too complex for TileLang: {text}")
+        return text
+
+    def render(self, roots: list[Expr], is_index: list[bool]) -> tuple[list[str], list[str]]:
+        """Text of each root, with ``let`` lines for subexpressions used more than once
+        (outside WHERE branches)."""
+        counts: Counter = Counter()
+        seen: set[int] = set()
+
+        def count(e: Expr, guarded: bool) -> None:
+            if isinstance(e, (Var, Const)) or guarded:
+                return
+            counts[e] += 1
+            if id(e) in seen:
+                return
+            seen.add(id(e))
+            if isinstance(e, IndexOp):
+                count(e.a, False), count(e.b, False)
+            elif isinstance(e, Load):
+                for x in e.indices:
+                    count(x, False)
+            elif isinstance(e, Call):
+                for k, x in enumerate(e.args):
+                    count(x, e.fn is ScalarFn.WHERE and k > 0)
+
+        for r in roots:
+            count(r, False)
+        lets: list[str] = []
+        bound: dict[Expr, str] = {}
+        memo: dict[int, str] = {}
+
+        def text(e: Expr, guarded: bool) -> str:
+            if not guarded and e in bound:
+                return bound[e]
+            key = id(e)
+            if not guarded and key in memo:
+                return memo[key]
+            t = self._expr(e, lambda x, g=False: text(x, guarded or g))
+            if not guarded and counts[e] > 1 and not isinstance(e, (Var, Const)):
+                name = self.temp()
+                lets.append(f"{name} = {t}")
+                bound[e] = name
+                t = name
+            if not guarded:
+                memo[key] = t
+            return t
+
+        return lets, [text(r, False) for r in roots]
+
+    def _expr(self, e: Expr, sub) -> str:
+        if isinstance(e, Var):
+            return self.name(e)
+        if isinstance(e, Const):
+            if e.dtype is DType.INT64 and isinstance(e.value, int) and not isinstance(e.value, bool):
+                return str(int(e.value))  # index arithmetic: int32
+            return self.const(e.value, e.dtype)
+        if isinstance(e, IndexOp):
+            a, b = sub(e.a), sub(e.b)
+            if e.op in _INFIX_IOP:
+                return f"({a} {_INFIX_IOP[e.op]} {b})"
+            return {IOp.MIN: f"T.min({a}, {b})", IOp.MAX: f"T.max({a}, {b})",
+                    IOp.AND: f"T.And({a}, {b})", IOp.OR: f"T.Or({a}, {b})"}[e.op]
+        if isinstance(e, Load):
+            return f"{self.name(e.buffer)}[{', '.join(sub(i) for i in e.indices)}]"
+        if isinstance(e, Call):
+            return self._call(e, sub)
+        raise CompileError(f"kernel {self.p.name}: unknown expression {e!r}")
+
+    def _call(self, e: Call, sub) -> str:
+        fn, dt = e.fn, e.dtype
+        if fn is ScalarFn.WHERE:
+            c = sub(e.args[0])
+            return f"T.if_then_else({c}, {sub(e.args[1], True)}, {sub(e.args[2], True)})"
+        args = [sub(a) for a in e.args]
+        src = _dtype_of(e.args[0])
+        is_float = dt.is_float
+        if fn is ScalarFn.CAST:
+            if dt is DType.BOOL:
+                return f"({args[0]} != {self.const(0, src)})" if src is not DType.BOOL else args[0]
+            return f'T.Cast("{dt.value}", {args[0]})'
+        if fn in _UNARY:
+            return f"{_UNARY[fn]}({args[0]})"
+        if fn is ScalarFn.NEG:
+            return f"(-{args[0]})"
+        if fn is ScalarFn.RECIPROCAL:
+            return f"({self.const(1, dt)} / {args[0]})"
+        if fn is ScalarFn.SIGN:
+            one, zero = self.const(1, dt), self.const(0, dt)
+            return f"T.if_then_else({args[0]} > {zero}, {one}, T.if_then_else({args[0]} < {zero}, -{one}, {zero}))"
+        if fn in _INFIX:
+            return f"({args[0]} {_INFIX[fn]} {args[1]})"
+        if fn in _BINARY:
+            return f"{_BINARY[fn]}({args[0]}, {args[1]})"
+        if fn is ScalarFn.XOR:
+            return f"({args[0]} != {args[1]})"
+        if fn is ScalarFn.DIV:
+            return f"({args[0]} / {args[1]})" if is_float else f"T.truncdiv({args[0]}, {args[1]})"
+        if fn is ScalarFn.MOD:  # sign of the divisor
+            if is_float:
+                return f"({args[0]} - T.floor({args[0]} / {args[1]}) * {args[1]})"
+            return f"T.floormod({args[0]}, {args[1]})"
+        if fn is ScalarFn.FMOD:  # sign of the dividend
+            return f"T.fmod({args[0]}, {args[1]})" if is_float else f"T.truncmod({args[0]}, {args[1]})"
+        raise CompileError(f"kernel {self.p.name}: no TileLang form for {fn.name}")
+
+
+def _parallel_totals(stmts: tuple[Stmt, ...]) -> list[int]:
+    """Iterations of each T.Parallel nest (directly nested parallel loops merge)."""
+    out: list[int] = []
+    for s in stmts:
+        if isinstance(s, Loop) and s.kind is LoopKind.PARALLEL:
+            total, inner = s.extent, s
+            while len(inner.body) == 1 and isinstance(inner.body[0], Loop) and inner.body[0].kind is LoopKind.PARALLEL:
+                inner = inner.body[0]  # type: ignore[assignment]
+                total *= inner.extent
+            out.append(total)
+            out += _parallel_totals(inner.body)
+        elif isinstance(s, Loop):
+            out += _parallel_totals(s.body)
+    return out
+
+
+def _threads(wanted: int, totals: list[int]) -> int:
+    """TileLang splits a parallel nest evenly over the threads: the most threads (up to
+    ``wanted``, halving) that divide every nest at least as large as the block."""
+    t = wanted
+    while t > 1 and any(n >= t and n % t for n in totals):
+        t //= 2
+    return t
+
+
+def _register_buffers(stmts: tuple[Stmt, ...]) -> set[str]:
+    """Fragments TileLang must own: tensor-core accumulators and tile reductions. Other
+    fragment buffers become shared memory, where any thread may read any element (the
+    elementwise code indexes them freely, which register layouts cannot always serve)."""
+    out: set[str] = set()
+    for s in stmts:
+        if isinstance(s, Loop):
+            out |= _register_buffers(s.body)
+        elif isinstance(s, Gemm) and s.a.dtype in HALF and s.b.dtype is s.a.dtype:
+            out.add(s.c.name)
+        elif isinstance(s, ReduceTile):
+            out |= {s.src.name, s.dst.name}
+    return out
+
+
+def _dtype_of(e: Expr) -> DType:
+    if isinstance(e, (Var,)):
+        return DType.INT64
+    if isinstance(e, IndexOp):
+        return DType.BOOL if e.op in _BOOL_IOPS else DType.INT64
+    if isinstance(e, Const):
+        return e.dtype
+    if isinstance(e, Load):
+        return e.buffer.dtype
+    return e.dtype  # type: ignore[attr-defined]

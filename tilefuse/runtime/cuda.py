@@ -1,0 +1,185 @@
+"""Running a plan on an NVIDIA GPU with the CUDA driver API (cuda-python's cuda-bindings).
+
+Only numpy and ``cuda.bindings.driver`` are needed: no torch, no tilelang. At load, each
+cubin becomes a module (``cuModuleLoadData``), its entry gets the dynamic shared memory it
+asks for, the weights are uploaded once, and one device arena holds every intermediate
+and output (offsets from the plan's liveness planning). Input buffers are device
+allocations of their own. The kernel arguments of every step are fixed then: device
+pointers, and TMA descriptors encoded once per buffer address (``cuTensorMapEncodeTiled``
+with the arguments TileLang recorded at compile time).
+
+A run copies the feeds in, launches the steps in order on one stream, and copies the
+requested outputs back. Host steps (opaque primitives) run their reference on copies.
+One arena per session: runs are serialised by a lock.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from tilefuse.errors import ExecutionError, PlanError
+from tilefuse.plan.model import BufferKind, HostStep, KernelStep, Plan
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError as e:
+        raise PlanError(f"running a CUDA plan needs cuda-python (pip install cuda-bindings): {e}") from None
+    return driver
+
+
+class CudaExecutor:
+    def __init__(self, plan: Plan, device: int = 0) -> None:
+        self.plan = plan
+        self.cu = cu = _driver()
+        self._check(cu.cuInit(0), "cuInit")
+        dev = self._check(cu.cuDeviceGet(device), "cuDeviceGet")
+        self.ctx = self._check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+        self._check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+        self.stream = self._check(cu.cuStreamCreate(0), "cuStreamCreate")
+        self._lock = threading.Lock()
+        self._allocs: list[int] = []
+        self._functions = {name: self._load(k) for name, k in plan.kernels.items()}
+        arena = self._alloc(plan.arena_bytes)
+        self.ptr: dict[int, int] = {}
+        for buf in plan.buffers:
+            if buf.kind.in_arena:
+                self.ptr[buf.id] = arena + int(buf.offset or 0)
+            elif buf.kind is BufferKind.CONSTANT:
+                w = np.ascontiguousarray(plan.weights[buf.name])
+                self.ptr[buf.id] = self._alloc(w.nbytes)
+                self._h2d(self.ptr[buf.id], w)
+            else:
+                self.ptr[buf.id] = self._alloc(buf.nbytes)
+        self._inputs = {b.name: b.buffer for b in plan.inputs}
+        self._outputs = {b.name: b.buffer for b in plan.outputs}
+        self._launches = [self._launch_args(s) if isinstance(s, KernelStep) else None for s in plan.steps]
+
+    # -- driver helpers ------------------------------------------------------------------
+    def _check(self, result, what: str):
+        err, *rest = result if isinstance(result, tuple) else (result,)
+        if err != self.cu.CUresult.CUDA_SUCCESS:
+            _, name = self.cu.cuGetErrorName(err)
+            raise ExecutionError(f"CUDA {what} failed: {name.decode() if isinstance(name, bytes) else name}")
+        return rest[0] if len(rest) == 1 else (rest or None)
+
+    def _alloc(self, nbytes: int) -> int:
+        ptr = int(self._check(self.cu.cuMemAlloc(max(nbytes, 256)), "cuMemAlloc"))
+        self._allocs.append(ptr)
+        return ptr
+
+    def _h2d(self, ptr: int, a: np.ndarray) -> None:
+        if a.nbytes:
+            self._check(self.cu.cuMemcpyHtoDAsync(ptr, a.ctypes.data, a.nbytes, self.stream), "cuMemcpyHtoD")
+
+    def _d2h(self, a: np.ndarray, ptr: int) -> None:
+        if a.nbytes:
+            self._check(self.cu.cuMemcpyDtoHAsync(a.ctypes.data, ptr, a.nbytes, self.stream), "cuMemcpyDtoH")
+
+    def _load(self, kernel):
+        cu = self.cu
+        try:
+            image = kernel.path.read_bytes()
+        except OSError as e:
+            raise PlanError(f"{kernel.path}: cannot read kernel {kernel.name}: {e}") from None
+        module = self._check(cu.cuModuleLoadData(image), f"cuModuleLoadData({kernel.path.name})")
+        fn = self._check(cu.cuModuleGetFunction(module, kernel.symbol.encode()), f"cuModuleGetFunction({kernel.symbol})")
+        smem = int(kernel.launch.get("dynamic_smem", 0))
+        if smem:
+            attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            self._check(cu.cuFuncSetAttribute(fn, attr, smem), f"cuFuncSetAttribute({kernel.symbol}, {smem} B)")
+        return fn
+
+    def _launch_args(self, step: KernelStep):
+        cu = self.cu
+        kernel = self.plan.kernels[step.kernel]
+        buffers = step.inputs + step.outputs
+        values, types, keep = [], [], []
+        for arg in kernel.launch["args"]:  # type: ignore[index]
+            ptr = self.ptr[buffers[arg["param"]]]
+            if arg["kind"] == "pointer":
+                values.append(ptr)
+                types.append(ctypes.c_void_p)
+            elif arg["kind"] == "tensormap":
+                t = arg["tma"]
+                if ptr % 16:
+                    raise ExecutionError(f"{kernel.name}: TMA needs 16-byte aligned buffers ({arg['name']})")
+                tmap = self._check(cu.cuTensorMapEncodeTiled(
+                    cu.CUtensorMapDataType(t["dtype"]), t["rank"], ptr,
+                    [cu.cuuint64_t(x) for x in t["dims"]], [cu.cuuint64_t(x) for x in t["strides"]],
+                    [cu.cuuint32_t(x) for x in t["box"]], [cu.cuuint32_t(x) for x in t["element_strides"]],
+                    cu.CUtensorMapInterleave(t["interleave"]), cu.CUtensorMapSwizzle(t["swizzle"]),
+                    cu.CUtensorMapL2promotion(t["l2_promotion"]), cu.CUtensorMapFloatOOBfill(t["oob_fill"]),
+                ), f"cuTensorMapEncodeTiled({kernel.name}.{arg['name']})")
+                keep.append(tmap)
+                values.append(tmap)
+                types.append(None)
+            else:
+                raise PlanError(f"kernel {kernel.name}: unknown argument kind {arg['kind']!r}")
+        launch = kernel.launch
+        return (self._functions[step.kernel], tuple(launch["grid"]), tuple(launch["block"]),  # type: ignore[arg-type]
+                int(launch.get("dynamic_smem", 0)), (tuple(values), tuple(types)), keep)
+
+    # -- running -------------------------------------------------------------------------
+    def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str]) -> list[np.ndarray]:
+        with self._lock:
+            self._check(self.cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+            held = []
+            for name, a in feeds.items():
+                a = np.ascontiguousarray(a)
+                held.append(a)
+                self._h2d(self.ptr[self._inputs[name]], a)
+            self.launch_all()
+            results = []
+            for name in outputs:
+                buf = self.plan.buffers[self._outputs[name]]
+                out = np.empty(buf.type.shape, buf.type.dtype.numpy)
+                self._d2h(out, self.ptr[buf.id])
+                results.append(out)
+            self._check(self.cu.cuStreamSynchronize(self.stream), "running the plan")
+            return results
+
+    def launch_all(self) -> None:
+        """Every step, in order, on the session's stream (asynchronous except host steps)."""
+        cu = self.cu
+        for step, launch in zip(self.plan.steps, self._launches):
+            if launch is None:
+                self._host(step)  # type: ignore[arg-type]
+                continue
+            fn, grid, block, smem, args, _ = launch
+            self._check(cu.cuLaunchKernel(fn, *grid, *block, smem, self.stream, args, 0), f"launching {step.kernel}")
+
+    def _host(self, step: HostStep) -> None:
+        args = []
+        for b in step.inputs:
+            buf = self.plan.buffers[b]
+            a = np.empty(buf.type.shape, buf.type.dtype.numpy)
+            self._d2h(a, self.ptr[b])
+            args.append(a)
+        self._check(self.cu.cuStreamSynchronize(self.stream), f"before host step {step.label}")
+        results = step.primitive.evaluate(args)
+        for b, r in zip(step.outputs, results, strict=True):
+            buf = self.plan.buffers[b]
+            r = np.ascontiguousarray(r, dtype=buf.type.dtype.numpy).reshape(buf.type.shape)
+            self._h2d(self.ptr[b], r)
+            self._check(self.cu.cuStreamSynchronize(self.stream), f"after host step {step.label}")
+
+    def timed(self, repeats: int) -> list[float]:
+        """Device time of ``repeats`` launches of every step (ms each), from CUDA events;
+        the inputs are whatever was copied in last."""
+        cu = self.cu
+        with self._lock:
+            start = self._check(cu.cuEventCreate(0), "cuEventCreate")
+            stop = self._check(cu.cuEventCreate(0), "cuEventCreate")
+            times = []
+            for _ in range(repeats):
+                self._check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
+                self.launch_all()
+                self._check(cu.cuEventRecord(stop, self.stream), "cuEventRecord")
+                self._check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
+                times.append(float(self._check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")))
+            return times
