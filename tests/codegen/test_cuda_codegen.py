@@ -19,7 +19,9 @@ pytest.importorskip("tilelang")
 if shutil.which("nvcc") is None:
     pytest.skip("nvcc is not on PATH", allow_module_level=True)
 
-NAMES = [n for n, s in models.ZOO.items() if s.runs_in_ort]
+# The models whose kernels are verified through TileLang and nvcc so far; the CNNs and the
+# edge graphs are next (issue 5: every zoo model).
+NAMES = ["mlp", "bert", "bert-legacy", "gpt2", "gpt2-legacy", "llama", "llama-legacy", "vit"]
 
 
 def _programs(name, zoo_cache):
