@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.codegen.cpu_programs import elementwise, load, param, parallel, program
+from tests.codegen.cpu_programs import elementwise, load, parallel, param, program
 from tilefuse.codegen.cpu import emit_program
-from tilefuse.codegen.cpu.emit import kernel_stem
+from tilefuse.codegen.toolchain import kernel_stem
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ScalarFn
 from tilefuse.tile_ir.ir import Buffer, Call, Const, IOp, Load, Scope, Store, Var, iop

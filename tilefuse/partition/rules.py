@@ -189,19 +189,19 @@ def weight_chain(
     if a.producer is None or id(a.producer) not in members:
         return "the second product's left operand does not come from the first"
     mid = c1.outputs[0].type
-    stack, between = [a.producer], []
+    stack, between, seen = [a.producer], [], {id(c1)}
     while stack:
         n = stack.pop()
-        if n is c1 or n in between:
+        if id(n) in seen:
             continue
+        seen.add(id(n))
         out = n.outputs[0].type
         rows_kept = out.size == mid.size and out.shape[-1:] == mid.shape[-1:]
         if not rows_kept or not (fusion_kind(n) is FusionKind.ELEMENTWISE or isinstance(n.op, Reshape)):
             return "a chain of weight products fuses only through elementwise ops and row regroupings"
         between.append(n)
         stack += [v.producer for v in n.inputs if v.producer is not None and id(v.producer) in members]
-    inner = {id(c1)} | {id(n) for n in between}
     for n in [c1, *between]:
-        if id(n.outputs[0]) in written or any(id(u) not in inner and u is not c2 for u in n.outputs[0].users):
+        if id(n.outputs[0]) in written or any(id(u) not in seen and u is not c2 for u in n.outputs[0].users):
             return "the intermediate of a chain of products is read outside the chain"
     return c1, c2

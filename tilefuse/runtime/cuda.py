@@ -161,12 +161,12 @@ class CudaExecutor:
             self._d2h(a, self.ptr[b])
             args.append(a)
         self._check(self.cu.cuStreamSynchronize(self.stream), f"before host step {step.label}")
-        results = step.primitive.evaluate(args)
-        for b, r in zip(step.outputs, results, strict=True):
+        results = []  # kept alive until the copies are done
+        for b, r in zip(step.outputs, step.primitive.evaluate(args), strict=True):
             buf = self.plan.buffers[b]
-            r = np.ascontiguousarray(r, dtype=buf.type.dtype.numpy).reshape(buf.type.shape)
-            self._h2d(self.ptr[b], r)
-            self._check(self.cu.cuStreamSynchronize(self.stream), f"after host step {step.label}")
+            results.append(np.ascontiguousarray(r, dtype=buf.type.dtype.numpy).reshape(buf.type.shape))
+            self._h2d(self.ptr[b], results[-1])
+        self._check(self.cu.cuStreamSynchronize(self.stream), f"after host step {step.label}")
 
     def timed(self, repeats: int) -> list[float]:
         """Device time of ``repeats`` launches of every step (ms each), from CUDA events;

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Sequence
 
 from tilefuse.codegen.artifact import KernelArtifact
-from tilefuse.codegen.cpu.build import cache_key, compile_cached, default_cache_dir, find_compiler
+from tilefuse.codegen.cpu.build import cache_key, compile_cached, find_compiler
 from tilefuse.codegen.cpu.emit import CSource, emit_program
+from tilefuse.codegen.toolchain import default_cache_dir
 from tilefuse.tile_ir.ir import TileProgram
 
 __all__ = ["CSource", "build_all", "build_kernel", "emit_program"]

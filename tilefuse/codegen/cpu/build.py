@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tilefuse.codegen.cpu.emit import CSource
+from tilefuse.codegen.toolchain import compiler_failed, write_atomic
 from tilefuse.errors import CompileError
 
 # No -ffast-math: NaN, inf and signed zeros must behave as in the reference.
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
 COMPILE_TIMEOUT_S = 600
-ERROR_LINES = 40
 
 
 @dataclass(frozen=True)
@@ -54,11 +54,6 @@ def _compiler(spec: str) -> Compiler:
     if out.returncode != 0:
         raise CompileError(f"C compiler {spec!r} does not run: {out.stderr.strip()[:500]}")
     return Compiler(command, out.stdout.strip())
-
-
-def default_cache_dir() -> Path:
-    root = os.environ.get("TILEFUSE_CACHE")
-    return (Path(root) if root else Path.home() / ".cache" / "tilefuse") / "kernels"
 
 
 @functools.lru_cache(maxsize=1)
@@ -92,7 +87,7 @@ def compile_cached(source: CSource, compiler: Compiler, cache_dir: Path) -> tupl
     lib = library_path(source, compiler, cache_dir)
     c_file = lib.with_suffix(".c")
     if not c_file.exists():  # the name holds a hash of the text
-        _write_atomic(c_file, source.text.encode())
+        write_atomic(c_file, source.text.encode())
     if lib.exists():
         return lib, c_file
     fd, tmp = tempfile.mkstemp(prefix=f".{lib.stem}.", suffix=".so.tmp", dir=cache_dir)
@@ -104,27 +99,9 @@ def compile_cached(source: CSource, compiler: Compiler, cache_dir: Path) -> tupl
         except subprocess.TimeoutExpired:
             raise CompileError(f"kernel {source.symbol}: {compiler} took over {COMPILE_TIMEOUT_S} s on {c_file}") from None
         if done.returncode != 0:
-            lines = (done.stderr or done.stdout).strip().splitlines()
-            more = f"\n... ({len(lines) - ERROR_LINES} more lines)" if len(lines) > ERROR_LINES else ""
-            raise CompileError(
-                f"kernel {source.symbol}: {compiler} failed (exit {done.returncode}) on {c_file}:\n"
-                + "\n".join(lines[:ERROR_LINES]) + more
-            )
+            raise compiler_failed(source.symbol, str(compiler), done.returncode, done.stderr or done.stdout, c_file)
         os.replace(tmp, lib)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return lib, c_file
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -26,6 +25,7 @@ from tilefuse.codegen.cpu import emit_tiles
 from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
 from tilefuse.codegen.cpu.prelude import PRELUDE
+from tilefuse.codegen.toolchain import kernel_stem
 from tilefuse.tile_ir.ir import Buffer, Copy, Fill, Gemm, Loop, LoopKind, ReduceTile, Stmt, Store, TileProgram
 
 STACK_BUFFER_BYTES = 64 * 1024  # a tile buffer above this lives on the heap
@@ -42,14 +42,6 @@ class CSource:
     symbol: str
     params: tuple[ParamSpec, ...]
     launch: Mapping[str, object] = field(default_factory=dict)
-
-
-def kernel_stem(name: str) -> str:
-    """The part of a program name that describes its content: sanitised, without the
-    ``k<group id>_`` prefix (a position in one model, not a property of the kernel)."""
-    stem = re.sub(r"^k[0-9]+_", "", name)
-    stem = re.sub(r"[^A-Za-z0-9_]", "_", stem).strip("_")[:48] or "kernel"
-    return stem if not stem[0].isdigit() else "k_" + stem
 
 
 def emit_program(program: TileProgram) -> CSource:

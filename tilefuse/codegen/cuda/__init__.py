@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Sequence
 
 from tilefuse.codegen.artifact import KernelArtifact
-from tilefuse.codegen.cpu.build import default_cache_dir
 from tilefuse.codegen.cuda.build import compile_cubin, lower_cached
 from tilefuse.codegen.cuda.emit import TileLangSource, emit_tilelang
+from tilefuse.codegen.toolchain import default_cache_dir
 from tilefuse.tile_ir.ir import TileProgram
 
 __all__ = ["TileLangSource", "build_all", "emit_tilelang"]

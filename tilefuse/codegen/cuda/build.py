@@ -21,12 +21,12 @@ from pathlib import Path
 
 from tilefuse.codegen.cuda.emit import TileLangSource
 from tilefuse.codegen.cuda.tilelang_lower import KernelParam, Lowered, lower_module, tilelang_version
+from tilefuse.codegen.toolchain import compiler_failed, write_atomic
 from tilefuse.errors import CompileError
 
 NVCC_FLAGS = ("--cubin", "-O3", "-lineinfo", "-std=c++20", "-w")
 COMPILE_TIMEOUT_S = 900
 MAX_SHARED = {"sm_90a": 227 * 1024, "sm_90": 227 * 1024}  # opt-in shared memory per block
-ERROR_LINES = 40
 
 
 @functools.lru_cache(maxsize=1)
@@ -71,16 +71,16 @@ def lower_cached(source: TileLangSource, arch: str, cache_dir: Path) -> tuple[Pa
     if meta.exists() and stem.with_suffix(".cu").exists():
         return stem, _read_meta(meta, stem.with_suffix(".cu").read_text())
     module = stem.with_suffix(".py")
-    _write_atomic(module, source.text.encode())
+    write_atomic(module, source.text.encode())
     lowered = lower_module(module, source.func, arch, source.func)
     limit = MAX_SHARED.get(arch)
     if limit is not None and lowered.dynamic_smem > limit:
         raise CompileError(f"kernel {source.func}: needs {lowered.dynamic_smem} bytes of shared memory per block, "
                            f"{arch} allows {limit}; its TileLang module is {module}")
-    _write_atomic(stem.with_suffix(".cu"), lowered.source.encode())
+    write_atomic(stem.with_suffix(".cu"), lowered.source.encode())
     data = asdict(lowered)
     data.pop("source")
-    _write_atomic(meta, json.dumps(data, indent=1).encode())
+    write_atomic(meta, json.dumps(data, indent=1).encode())
     return stem, lowered
 
 
@@ -99,10 +99,7 @@ def compile_cubin(stem: Path, arch: str, kernel: str) -> Path:
         except subprocess.TimeoutExpired:
             raise CompileError(f"kernel {kernel}: nvcc took over {COMPILE_TIMEOUT_S} s on {cu}") from None
         if done.returncode != 0:
-            lines = (done.stderr or done.stdout).strip().splitlines()
-            more = f"\n... ({len(lines) - ERROR_LINES} more lines)" if len(lines) > ERROR_LINES else ""
-            raise CompileError(f"kernel {kernel}: nvcc failed (exit {done.returncode}) on {cu}:\n"
-                               + "\n".join(lines[:ERROR_LINES]) + more)
+            raise compiler_failed(kernel, "nvcc", done.returncode, done.stderr or done.stdout, cu)
         os.replace(tmp, cubin)
     finally:
         if os.path.exists(tmp):
@@ -114,16 +111,3 @@ def _read_meta(path: Path, source: str) -> Lowered:
     d = json.loads(path.read_text())
     params = tuple(KernelParam(**p) for p in d["params"])
     return Lowered(source, d["entry"], tuple(d["grid"]), tuple(d["block"]), d["dynamic_smem"], params)  # type: ignore[arg-type]
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -33,7 +33,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from tilefuse.codegen.artifact import ParamSpec
-from tilefuse.codegen.cpu.emit import kernel_stem
+from tilefuse.codegen.toolchain import kernel_stem
 from tilefuse.errors import CompileError
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn, ScalarFn

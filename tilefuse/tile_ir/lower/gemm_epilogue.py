@@ -167,17 +167,16 @@ def lower_gemm_epilogue(group: FusedGroup, name: str, tile_k: int = TILE_K) -> t
     fwd, reductions = maps
     if reductions and len(contractions) > 1:
         return None
-    builder = _Builder(group, contractions, fwd, reductions, name, first)
-    builder.tile_k = tile_k
+    builder = _Builder(group, contractions, fwd, reductions, name, first, tile_k)
     program = builder.build()
     return None if program is None else (program, tuple(builder.bindings))
 
 
 class _Builder:
     def __init__(self, group: FusedGroup, cs: list[Node], fwd: dict[int, Forward], reductions: list[Node],
-                 name: str, first: Node | None = None) -> None:
+                 name: str, first: Node | None = None, tile_k: int = TILE_K) -> None:
         self.group, self.cs, self.fwd, self.reductions, self.name = group, cs, fwd, reductions, name
-        self.tile_k = TILE_K
+        self.tile_k = tile_k
         self.first = first  # a weight chain's first product, computed a K chunk at a time
         c = self.c = cs[0]
         self.names = Names()
