@@ -82,9 +82,13 @@ def run(args) -> int:
             checks = [compare_output(n, g, expected[n]) for n, g in zip(names, got)]
             row["outputs"] = {c.name: {"ok": c.ok, "max_abs_err": c.max_abs_error, "problem": c.problem} for c in checks}
             row["ok"] = all(c.ok for c in checks)
-            times = sess._executor.timed(args.repeats)
+            executor = sess._executor
+            executor.timed(5)  # warm-up
+            times = executor.timed(args.repeats)
             row["ms_median"] = statistics.median(times)
             row["ms_min"] = min(times)
+            row["cuda_graph"] = executor._graph is not None
+            row["ms_median_launches"] = statistics.median(executor.timed(args.repeats, graph=False))
         except Exception as e:
             row["ok"] = False
             row["error"] = f"{type(e).__name__}: {e}"
@@ -93,7 +97,8 @@ def run(args) -> int:
         results.append(row)
         status = "ok" if row["ok"] else "MISMATCH" if "outputs" in row else "ERROR"
         detail = row.get("error", "") or " ".join(f"{k}:{v['max_abs_err']:.2e}" for k, v in row["outputs"].items())
-        print(f"{tag:32s} {status:8s} {row.get('ms_median', float('nan')):8.3f} ms  {detail[:300]}", flush=True)
+        print(f"{tag:32s} {status:8s} {row.get('ms_median', float('nan')):8.3f} ms "
+              f"({row.get('ms_median_launches', float('nan')):.3f} step by step)  {detail[:300]}", flush=True)
     (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"{len(results) - failed}/{len(results)} plans match onnxruntime")
     return 1 if failed else 0

@@ -10,7 +10,7 @@ from tilefuse.compare import compare_output
 from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
 from tilefuse.reference import evaluate_all
-from tilefuse.target import CPU
+from tilefuse.target import CPU, CUDA_SM90A
 from tilefuse.tile_ir.interpret import run_program
 from tilefuse.tile_ir.lower import lower_group
 
@@ -19,15 +19,25 @@ NAMES = [n for n, s in models.ZOO.items() if s.runs_in_ort]
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_group_lowers_and_interprets_like_the_reference(name, zoo_cache):
+    _check(name, "float32", CPU, zoo_cache)
+
+
+@pytest.mark.parametrize("name", ["mlp", "bert", "gpt2", "llama", "vit", "resnet"])
+def test_half_float_tiles_for_tensor_cores_interpret_like_the_reference(name, zoo_cache):
+    """The CUDA target keeps float16 operands float16 in their tiles (fp32 accumulators)."""
+    _check(name, "float16", CUDA_SM90A, zoo_cache)
+
+
+def _check(name, dtype, target, zoo_cache):
     shapes = models.ZOO[name].shapes("tiny")
-    path = models.build(name, "tiny", "float32", cache_dir=zoo_cache)
+    path = models.build(name, "tiny", dtype, cache_dir=zoo_cache)
     graph = import_onnx(path, shapes)
     seed = random.randrange(2**31)
     values = evaluate_all(graph, models.random_inputs(path, shapes, seed=seed))
-    for group in partition_graph(graph, CPU).groups:
+    for group in partition_graph(graph, target).groups:
         if str(group.kind) == "opaque":
             continue
-        lowered = lower_group(group, CPU)
+        lowered = lower_group(group, target)
         n_in = lowered.program.num_inputs
         args = [v.data if v.is_constant else values[id(v)] for v in lowered.bindings[:n_in]]
         outs = [np.zeros(v.type.shape, v.type.dtype.numpy) for v in lowered.bindings[n_in:]]

@@ -8,9 +8,10 @@ allocations of their own. The kernel arguments of every step are fixed then: dev
 pointers, and TMA descriptors encoded once per buffer address (``cuTensorMapEncodeTiled``
 with the arguments TileLang recorded at compile time).
 
-A run copies the feeds in, launches the steps in order on one stream, and copies the
-requested outputs back. Host steps (opaque primitives) run their reference on copies.
-One arena per session: runs are serialised by a lock.
+A run copies the feeds in, replays the plan's steps, and copies the requested outputs
+back. A plan of kernels only is captured once as a CUDA graph (every address is fixed at
+load) and replayed as one launch; a plan with host steps (opaque primitives, run by their
+reference on copies) launches step by step. One arena per session: runs are serialised.
 """
 from __future__ import annotations
 
@@ -58,6 +59,17 @@ class CudaExecutor:
         self._inputs = {b.name: b.buffer for b in plan.inputs}
         self._outputs = {b.name: b.buffer for b in plan.outputs}
         self._launches = [self._launch_args(s) if isinstance(s, KernelStep) else None for s in plan.steps]
+        self._graph = self._capture() if all(isinstance(s, KernelStep) for s in plan.steps) else None
+
+    def _capture(self):
+        cu = self.cu
+        mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        self._check(cu.cuStreamBeginCapture(self.stream, mode), "cuStreamBeginCapture")
+        try:
+            self.launch_steps()
+        finally:
+            graph = self._check(cu.cuStreamEndCapture(self.stream), "cuStreamEndCapture")
+        return self._check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
 
     # -- driver helpers ------------------------------------------------------------------
     def _check(self, result, what: str):
@@ -144,6 +156,13 @@ class CudaExecutor:
             return results
 
     def launch_all(self) -> None:
+        """The whole plan on the session's stream: one graph launch where there is a graph."""
+        if self._graph is not None:
+            self._check(self.cu.cuGraphLaunch(self._graph, self.stream), "cuGraphLaunch")
+        else:
+            self.launch_steps()
+
+    def launch_steps(self) -> None:
         """Every step, in order, on the session's stream (asynchronous except host steps)."""
         cu = self.cu
         for step, launch in zip(self.plan.steps, self._launches):
@@ -168,9 +187,9 @@ class CudaExecutor:
             self._h2d(self.ptr[b], results[-1])
         self._check(self.cu.cuStreamSynchronize(self.stream), f"after host step {step.label}")
 
-    def timed(self, repeats: int) -> list[float]:
-        """Device time of ``repeats`` launches of every step (ms each), from CUDA events;
-        the inputs are whatever was copied in last."""
+    def timed(self, repeats: int, graph: bool = True) -> list[float]:
+        """Device time of ``repeats`` runs of the plan (ms each, CUDA events), as one graph
+        launch or step by step; the inputs are whatever was copied in last."""
         cu = self.cu
         with self._lock:
             start = self._check(cu.cuEventCreate(0), "cuEventCreate")
@@ -178,7 +197,7 @@ class CudaExecutor:
             times = []
             for _ in range(repeats):
                 self._check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
-                self.launch_all()
+                self.launch_all() if graph else self.launch_steps()
                 self._check(cu.cuEventRecord(stop, self.stream), "cuEventRecord")
                 self._check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
                 times.append(float(self._check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")))

@@ -237,3 +237,17 @@ _FOLD = {
     IOp.MIN: min,
     IOp.MAX: max,
 }
+
+
+_BOOL_IOPS = frozenset({IOp.LT, IOp.LE, IOp.GE, IOp.EQ, IOp.AND, IOp.OR})
+
+
+def dtype_of(e: Expr) -> DType:
+    """The scalar type of an expression: index arithmetic is int64 (comparisons bool)."""
+    if isinstance(e, (Const, Call)):
+        return e.dtype
+    if isinstance(e, Load):
+        return e.buffer.dtype
+    if isinstance(e, IndexOp):
+        return DType.BOOL if e.op in _BOOL_IOPS else DType.INT64
+    return DType.INT64  # Var

@@ -10,8 +10,9 @@ and hands it to TileLang. The mapping is close to one-to-one, as the tile IR was
                                 where TileLang needs registers: tensor-core accumulators and
                                 tile reductions; other fragments live in shared memory)
     Fill, Copy, ReduceTile   -> ``T.fill``, ``T.copy`` (regions), ``T.reduce_*``
-    Gemm                     -> ``T.gemm`` on half floats (tensor cores, fp32 accumulate);
-                                float32 products as FMA loops, so fp32 stays fp32 (no TF32)
+    Gemm                     -> ``T.gemm`` on half-float tiles of MMA shapes (tensor cores,
+                                fp32 accumulate); anything else, float32 included, as exact
+                                FMA loops, so fp32 stays fp32 (no TF32)
     loops                    -> ``T.Parallel`` (directly nested parallel loops merge into
                                 one), ``T.serial``, ``T.Pipelined(num_stages=...)``
 
@@ -57,6 +58,7 @@ from tilefuse.tile_ir.ir import (
     Store,
     TileProgram,
     Var,
+    dtype_of,
 )
 
 HALF = {DType.FLOAT16, DType.BFLOAT16}
@@ -117,7 +119,6 @@ def _dt(dtype: DType) -> str:
     return f'"{dtype.value}"'
 
 
-_BOOL_IOPS = {IOp.LT, IOp.LE, IOp.GE, IOp.EQ, IOp.AND, IOp.OR}
 _INFIX_IOP = {IOp.ADD: "+", IOp.SUB: "-", IOp.MUL: "*", IOp.FLOORDIV: "//", IOp.MOD: "%",
               IOp.LT: "<", IOp.LE: "<=", IOp.GE: ">=", IOp.EQ: "=="}
 _UNARY = {
@@ -145,6 +146,8 @@ class _Emitter:
         self._names: dict[str, str] = {}
         self._taken = {"T"}
         self._temps = 0
+        self.threads = program.threads
+        self.alias: dict[str, str] = {}  # buffer name -> the name loads of it use
 
     # -- names -------------------------------------------------------------------------
     def name(self, b: Buffer | Var) -> str:
@@ -184,7 +187,7 @@ class _Emitter:
         if p.threads > MAX_THREADS:
             raise CompileError(f"kernel {p.name}: {p.threads} threads per block > {MAX_THREADS}")
         grid, bvars = list(p.grid), [self.name(v) for v in p.block_vars]
-        threads = _threads(p.threads, _parallel_totals(p.body))
+        threads = self.threads = _threads(p.threads, _parallel_totals(p.body))
         lines: list[str] = []
         if len(grid) <= 3:
             names = ", ".join(bvars)
@@ -200,11 +203,26 @@ class _Emitter:
                 unfold.append(f"{v} = (_bx // {stride}) % {g}")
         ind = " " * 8
         lines += [ind + x for x in unfold]
-        register = _register_buffers(p.body)
+        register = _register_buffers(p.body, threads)
+        reduced = _reduce_buffers(p.body)
+        mirrors: dict[str, Buffer] = {}  # tensor-core accumulator -> its shared copy
         for b in p.allocs:
             alloc = "T.alloc_fragment" if b.scope is Scope.FRAGMENT and b.name in register else "T.alloc_shared"
             lines.append(f"{ind}{self.name(b)} = {alloc}({_shape(b.shape)}, {_dt(b.dtype)})")
-        body = self.block(p.body, 2)
+            if b.name in register and b.name not in reduced:
+                mirrors[b.name] = Buffer(f"{b.name}_s", b.dtype, b.shape, Scope.SHARED)
+                lines.append(f"{ind}{self.name(mirrors[b.name])} = T.alloc_shared({_shape(b.shape)}, {_dt(b.dtype)})")
+        # An accumulator's epilogue reads it elementwise, often across threads (whole-row
+        # norms): once its last product is done it is copied to shared memory, and the
+        # statements after read the copy.
+        last = {name: max(i for i, st in enumerate(p.body) if name in _gemm_targets((st,))) for name in mirrors}
+        body: list[str] = []
+        for i, st in enumerate(p.body):
+            body += self.stmt(st, 2)
+            for name, at in last.items():
+                if at == i:
+                    body.append(f"{ind}T.copy({self._names[name]}, {self.name(mirrors[name])})")
+                    self.alias[name] = self.name(mirrors[name])
         return lines + body
 
     def block(self, stmts: tuple[Stmt, ...], depth: int) -> list[str]:
@@ -257,7 +275,7 @@ class _Emitter:
     def gemm(self, s: Gemm, depth: int) -> list[str]:
         ind = " " * 4 * depth
         a, b, c = (self.name(x) for x in (s.a, s.b, s.c))
-        if s.a.dtype in HALF and s.b.dtype is s.a.dtype:
+        if _tensor_core(s, self.threads):
             return [f"{ind}T.gemm({a}, {b}, {c}, transpose_A={s.trans_a}, transpose_B={s.trans_b})"]
         # float32 (and anything else): exact FMA loops over the tile
         m, n = s.c.shape
@@ -339,7 +357,8 @@ class _Emitter:
             return {IOp.MIN: f"T.min({a}, {b})", IOp.MAX: f"T.max({a}, {b})",
                     IOp.AND: f"T.And({a}, {b})", IOp.OR: f"T.Or({a}, {b})"}[e.op]
         if isinstance(e, Load):
-            return f"{self.name(e.buffer)}[{', '.join(sub(i) for i in e.indices)}]"
+            name = self.alias.get(e.buffer.name) or self.name(e.buffer)
+            return f"{name}[{', '.join(sub(i) for i in e.indices)}]"
         if isinstance(e, Call):
             return self._call(e, sub)
         raise CompileError(f"kernel {self.p.name}: unknown expression {e!r}")
@@ -350,7 +369,7 @@ class _Emitter:
             c = sub(e.args[0])
             return f"T.if_then_else({c}, {sub(e.args[1], True)}, {sub(e.args[2], True)})"
         args = [sub(a) for a in e.args]
-        src = _dtype_of(e.args[0])
+        src = dtype_of(e.args[0])
         is_float = dt.is_float
         if fn is ScalarFn.CAST:
             if dt is DType.BOOL:
@@ -407,28 +426,46 @@ def _threads(wanted: int, totals: list[int]) -> int:
     return t
 
 
-def _register_buffers(stmts: tuple[Stmt, ...]) -> set[str]:
+def _tensor_core(g: Gemm, threads: int) -> bool:
+    """Half-float tiles in the shapes the MMA instructions take (m16 n8 k16), split evenly
+    over the block's warps; anything else is an exact FMA loop."""
+    m, n = g.c.shape
+    k = g.a.shape[0] if g.trans_a else g.a.shape[1]
+    warps = max(1, threads // 32)
+    split = any(m % (16 * wm) == 0 and n % (8 * (warps // wm)) == 0 for wm in range(1, warps + 1) if warps % wm == 0)
+    return g.a.dtype in HALF and g.b.dtype is g.a.dtype and k % 16 == 0 and threads % 32 == 0 and split
+
+
+def _gemm_targets(stmts: tuple[Stmt, ...]) -> set[str]:
+    out: set[str] = set()
+    for s in stmts:
+        if isinstance(s, Loop):
+            out |= _gemm_targets(s.body)
+        elif isinstance(s, Gemm):
+            out.add(s.c.name)
+    return out
+
+
+def _reduce_buffers(stmts: tuple[Stmt, ...]) -> set[str]:
+    out: set[str] = set()
+    for s in stmts:
+        if isinstance(s, Loop):
+            out |= _reduce_buffers(s.body)
+        elif isinstance(s, ReduceTile):
+            out |= {s.src.name, s.dst.name}
+    return out
+
+
+def _register_buffers(stmts: tuple[Stmt, ...], threads: int) -> set[str]:
     """Fragments TileLang must own: tensor-core accumulators and tile reductions. Other
     fragment buffers become shared memory, where any thread may read any element (the
     elementwise code indexes them freely, which register layouts cannot always serve)."""
     out: set[str] = set()
     for s in stmts:
         if isinstance(s, Loop):
-            out |= _register_buffers(s.body)
-        elif isinstance(s, Gemm) and s.a.dtype in HALF and s.b.dtype is s.a.dtype:
+            out |= _register_buffers(s.body, threads)
+        elif isinstance(s, Gemm) and _tensor_core(s, threads):
             out.add(s.c.name)
         elif isinstance(s, ReduceTile):
             out |= {s.src.name, s.dst.name}
     return out
-
-
-def _dtype_of(e: Expr) -> DType:
-    if isinstance(e, (Var,)):
-        return DType.INT64
-    if isinstance(e, IndexOp):
-        return DType.BOOL if e.op in _BOOL_IOPS else DType.INT64
-    if isinstance(e, Const):
-        return e.dtype
-    if isinstance(e, Load):
-        return e.buffer.dtype
-    return e.dtype  # type: ignore[attr-defined]

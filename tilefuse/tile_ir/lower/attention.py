@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tilefuse.ir.dtypes import DType
+from tilefuse.ir.dtypes import HALF_FLOATS, DType
 from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import Kind, Map, MatMul, Reduce, ReduceFn, ScalarFn
 from tilefuse.partition.model import FusedGroup
@@ -85,7 +85,9 @@ def _match_softmax(c2: Node, members: set[int]) -> _Softmax | None:
     return _Softmax(x, c2.inputs[0])
 
 
-def lower_attention(group: FusedGroup, name: str) -> tuple[TileProgram, tuple[Value, ...]] | None:
+def lower_attention(group: FusedGroup, name: str, half_tiles: bool = False) -> tuple[TileProgram, tuple[Value, ...]] | None:
+    """``half_tiles``: Q, K, V and the probabilities feeding P.V stay half-float in their
+    tiles (tensor cores take them so; scores, softmax state and the output stay fp32)."""
     contractions = [n for n in group.nodes if n.op.kind is Kind.CONTRACT]
     if len(contractions) != 2 or not all(isinstance(c.op, MatMul) for c in contractions):
         return None
@@ -98,12 +100,15 @@ def lower_attention(group: FusedGroup, name: str) -> tuple[TileProgram, tuple[Va
     maps = forward_maps(group, [c2], after)
     if maps is None or maps[1]:
         return None
-    return _Flash(group, c1, c2, sm, maps[0], name).build()
+    return _Flash(group, c1, c2, sm, maps[0], name, half_tiles).build()
 
 
 class _Flash:
-    def __init__(self, group: FusedGroup, c1: Node, c2: Node, sm: _Softmax, fwd, name: str) -> None:
+    def __init__(self, group: FusedGroup, c1: Node, c2: Node, sm: _Softmax, fwd, name: str, half_tiles: bool) -> None:
         self.group, self.c1, self.c2, self.sm, self.fwd, self.name = group, c1, c2, sm, fwd, name
+        dtypes = {v.type.dtype for v in (*c1.inputs, c2.inputs[1])}
+        (only,) = dtypes if len(dtypes) == 1 else (None,)
+        self.op = only if half_tiles and only in HALF_FLOATS else F32  # Q, K, V tiles
         self.names = Names()
 
     def build(self) -> tuple[TileProgram, tuple[Value, ...]] | None:
@@ -118,11 +123,13 @@ class _Flash:
         kp = kernel_params(self.group)
         params, buffers, bindings, outs = kp.params, kp.buffers, kp.bindings, kp.outputs
 
-        q = Buffer("q_tile", F32, (bm, d), Scope.SHARED)
-        kt_ = Buffer("k_tile", F32, (d, bn), Scope.SHARED)
+        op = self.op
+        q = Buffer("q_tile", op, (bm, d), Scope.SHARED)
+        kt_ = Buffer("k_tile", op, (d, bn), Scope.SHARED)
         s = Buffer("s_tile", F32, (bm, bn), Scope.FRAGMENT)
         p = Buffer("p_tile", F32, (bm, bn), Scope.FRAGMENT)
-        v_ = Buffer("v_tile", F32, (bn, dv), Scope.SHARED)
+        v_ = Buffer("v_tile", op, (bn, dv), Scope.SHARED)
+        ph = Buffer("p_half", op, (bm, bn), Scope.SHARED) if op is not F32 else p  # P as P.V reads it
         o = Buffer("o_tile", F32, (bm, dv), Scope.FRAGMENT)
         mrow, lrow = Buffer("row_max", F32, (bm,), Scope.FRAGMENT), Buffer("row_sum", F32, (bm,), Scope.FRAGMENT)
         tmax, tsum = Buffer("tile_max", F32, (bm,), Scope.FRAGMENT), Buffer("tile_sum", F32, (bm,), Scope.FRAGMENT)
@@ -154,14 +161,17 @@ class _Flash:
         def f32(e: Expr, v: Value) -> Expr:
             return _cast(e, F32) if v.type.dtype is not F32 else e
 
+        def tile(e: Expr, v: Value) -> Expr:  # an operand element as its tile holds it
+            return e if v.type.dtype is op else f32(e, v)
+
         body: list[Stmt] = [
-            *parallel(self.names, (bm, d), lambda ix: [Store(q, ix, f32(el.at(qa, qb + (iop(IOp.ADD, m0, ix[0]), ix[1])), qa))]),
+            *parallel(self.names, (bm, d), lambda ix: [Store(q, ix, tile(el.at(qa, qb + (iop(IOp.ADD, m0, ix[0]), ix[1])), qa))]),
             Fill(o, Const(0.0, F32)), Fill(lrow, Const(0.0, F32)), Fill(mrow, neg_inf),
         ]
         x = self.sm.scores
         xb = broadcast_index(bvars, x.type.shape[:-2], batch)
         step: list[Stmt] = [
-            *parallel(self.names, (d, bn), lambda ix: [Store(kt_, ix, f32(el.at(kb, kbb + (ix[0], iop(IOp.ADD, n0, ix[1]))), kb))]),
+            *parallel(self.names, (d, bn), lambda ix: [Store(kt_, ix, tile(el.at(kb, kbb + (ix[0], iop(IOp.ADD, n0, ix[1]))), kb))]),
             Fill(s, Const(0.0, F32)),
             Gemm(q, kt_, s),
             *parallel(self.names, (bm, bn), lambda ix: [Store(p, ix, f32(el.at(x, xb + (iop(IOp.ADD, m0, ix[0]), iop(IOp.ADD, n0, ix[1]))), x))]),
@@ -173,6 +183,7 @@ class _Flash:
             ]),
             *parallel(self.names, (bm, bn), lambda ix: [
                 Store(p, ix, Call(ScalarFn.EXP, (Call(ScalarFn.SUB, (Load(p, ix), Load(mrow, (ix[0],))), F32),), F32)),
+                *([Store(ph, ix, _cast(Load(p, ix), op))] if ph is not p else []),
             ]),
             ReduceTile(p, tsum, ReduceFn.SUM, 1),
             *parallel(self.names, (bm,), lambda ix: [
@@ -181,8 +192,8 @@ class _Flash:
             *parallel(self.names, (bm, dv), lambda ix: [
                 Store(o, ix, Call(ScalarFn.MUL, (Load(o, ix), Load(alpha, (ix[0],))), F32)),
             ]),
-            *parallel(self.names, (bn, dv), lambda ix: [Store(v_, ix, f32(el.at(vb, vbb + (iop(IOp.ADD, n0, ix[0]), ix[1])), vb))]),
-            Gemm(p, v_, o),
+            *parallel(self.names, (bn, dv), lambda ix: [Store(v_, ix, tile(el.at(vb, vbb + (iop(IOp.ADD, n0, ix[0]), ix[1])), vb))]),
+            Gemm(ph, v_, o),
         ]
         body.append(Loop(jt, n // bn, LoopKind.PIPELINED, tuple(step), stages=2))
         for val, ob in zip(self.group.outputs, outs):
@@ -194,7 +205,7 @@ class _Flash:
             body += parallel(self.names, (bm, dv), store)
         grid = tuple(batch) + (m // bm,)
         notes = (f"flash attention: query tiles {bm}, key tiles {bn}, head dims {d}/{dv}, grid {grid}",)
-        allocs = (q, kt_, s, p, v_, o, mrow, lrow, tmax, tsum, alpha)
+        allocs = (q, kt_, s, p, v_, o, mrow, lrow, tmax, tsum, alpha, *([ph] if ph is not p else []))
         program = TileProgram(self.name, tuple(params), len(params) - len(outs), grid, (*bvars, mt), 128, allocs,
                               tuple(body), notes)
         return program, tuple(bindings)

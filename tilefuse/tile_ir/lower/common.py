@@ -8,7 +8,7 @@ import numpy as np
 
 from tilefuse.ir.dtypes import HALF_FLOATS, DType
 from tilefuse.ir.prims import ReduceFn, ScalarFn
-from tilefuse.tile_ir.ir import Call, Const, Expr, IOp, Loop, LoopKind, Stmt, Var, iop
+from tilefuse.tile_ir.ir import Call, Const, Expr, IOp, Loop, LoopKind, Stmt, Var, dtype_of, iop
 
 
 class Names:
@@ -62,7 +62,17 @@ def guard_all(conds: list[Expr], val: Expr, dtype: DType) -> Expr:
 
 
 def widen(e: Expr, dtype: DType) -> Expr:
-    return e if getattr(e, "dtype", dtype) is dtype else Call(ScalarFn.CAST, (e,), dtype)
+    return e if dtype_of(e) is dtype else Call(ScalarFn.CAST, (e,), dtype)
+
+
+def narrow(e: Expr, dtype: DType) -> Expr:
+    """``e`` as ``dtype`` for a tile of that type: undoes a widening cast instead of
+    stacking a second one on it."""
+    if dtype_of(e) is dtype:
+        return e
+    if isinstance(e, Call) and e.fn is ScalarFn.CAST and dtype_of(e.args[0]) is dtype:
+        return e.args[0]
+    return Call(ScalarFn.CAST, (e,), dtype)
 
 
 def divisor_tile(n: int, cap: int) -> int:

@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from tilefuse.ir.dtypes import HALF_FLOATS
 from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import (
     Conv,
@@ -59,6 +60,7 @@ from tilefuse.tile_ir.lower.common import (
     divisor_tile,
     guard_all,
     identity,
+    narrow,
     parallel,
     widen,
 )
@@ -141,7 +143,11 @@ def forward_maps(
     return fwd, reductions
 
 
-def lower_gemm_epilogue(group: FusedGroup, name: str, tile_k: int = TILE_K) -> tuple[TileProgram, tuple[Value, ...]] | None:
+def lower_gemm_epilogue(
+    group: FusedGroup, name: str, tile_k: int = TILE_K, half_tiles: bool = False
+) -> tuple[TileProgram, tuple[Value, ...]] | None:
+    """``half_tiles``: keep half-float operands half in their tiles (tensor cores take them
+    so); otherwise operand tiles hold the accumulator type, widened once on fill."""
     """The tiled program and the values bound to its params, or None if it does not apply."""
     contractions = [n for n in group.nodes if n.op.kind is Kind.CONTRACT]
     if not contractions or any(n.op.kind is Kind.OPAQUE for n in group.nodes):
@@ -167,16 +173,20 @@ def lower_gemm_epilogue(group: FusedGroup, name: str, tile_k: int = TILE_K) -> t
     fwd, reductions = maps
     if reductions and len(contractions) > 1:
         return None
-    builder = _Builder(group, contractions, fwd, reductions, name, first, tile_k)
+    builder = _Builder(group, contractions, fwd, reductions, name, first, tile_k, half_tiles)
     program = builder.build()
     return None if program is None else (program, tuple(builder.bindings))
 
 
 class _Builder:
     def __init__(self, group: FusedGroup, cs: list[Node], fwd: dict[int, Forward], reductions: list[Node],
-                 name: str, first: Node | None = None, tile_k: int = TILE_K) -> None:
+                 name: str, first: Node | None = None, tile_k: int = TILE_K, half_tiles: bool = False) -> None:
         self.group, self.cs, self.fwd, self.reductions, self.name = group, cs, fwd, reductions, name
         self.tile_k = tile_k
+        operands = {v.type.dtype for x in (*cs, *([first] if first else [])) for v in x.inputs[:2]}
+        (only,) = operands if len(operands) == 1 else (None,)
+        # operand tiles: the operands' half type for tensor cores, else the accumulator type
+        self.op_dtype = only if half_tiles and only in HALF_FLOATS else accumulator_dtype(cs[0].outputs[0].type.dtype)
         self.first = first  # a weight chain's first product, computed a K chunk at a time
         c = self.c = cs[0]
         self.names = Names()
@@ -214,9 +224,9 @@ class _Builder:
         bvars = [Var(f"b{i}") for i in range(len(self.batch))]
         mt, nt = Var("bm"), Var("bn")
         m0, n0 = iop(IOp.MUL, mt, bm), iop(IOp.MUL, nt, bn)
-        ta = Buffer("a_tile", self.acc_dtype, (bm, bk), Scope.SHARED)
+        ta = Buffer("a_tile", self.op_dtype, (bm, bk), Scope.SHARED)
         sfx = [f"{s}" if len(self.cs) > 1 else "" for s in range(len(self.cs))]
-        tbs = [Buffer(f"b_tile{x}", self.acc_dtype, (bk, bn), Scope.SHARED) for x in sfx]
+        tbs = [Buffer(f"b_tile{x}", self.op_dtype, (bk, bn), Scope.SHARED) for x in sfx]
         tcs = [Buffer(f"c_tile{x}", self.acc_dtype, (bm, bn), Scope.FRAGMENT) for x in sfx]
         tile_of = {id(c.outputs[0]): tc for c, tc in zip(self.cs, tcs)}
         rows = {id(r.outputs[0]): Buffer(f"row{k}", self.acc_dtype, (bm,), Scope.FRAGMENT) for k, r in enumerate(self.reductions)}
@@ -230,7 +240,8 @@ class _Builder:
                 return load_r if buf.dtype is v.type.dtype else Call(ScalarFn.CAST, (load_r,), v.type.dtype)
             if self.first is not None and v is self.first.outputs[0]:
                 row = iop(IOp.SUB, linearize(idx[:-1], v.type.shape[:-1]), first_row)
-                return Load(th, (row, iop(IOp.SUB, idx[-1], k0)))
+                h: Expr = Load(th, (row, iop(IOp.SUB, idx[-1], k0)))
+                return h if th.dtype is v.type.dtype else Call(ScalarFn.CAST, (h,), v.type.dtype)
             tc = tile_of.get(id(v))
             if tc is not None:
                 r, col = self._rows_cols(idx)
@@ -256,13 +267,13 @@ class _Builder:
         def fill_a(idx: Index) -> list[Stmt]:
             col = iop(IOp.ADD, k0, idx[1])
             val = a_elem(iop(IOp.ADD, m0, idx[0]), col)
-            return [Store(ta, idx, guard_all([iop(IOp.LT, col, self.k)] if self.k % bk else [], val, self.acc_dtype))]
+            return [Store(ta, idx, narrow(guard_all([iop(IOp.LT, col, self.k)] if self.k % bk else [], val, self.acc_dtype), ta.dtype))]
 
         def fill_b(b_elem, tb: Buffer):
             def fill(idx: Index) -> list[Stmt]:
                 row = iop(IOp.ADD, k0, idx[0])
                 val = b_elem(row, iop(IOp.ADD, n0, idx[1]))
-                return [Store(tb, idx, guard_all([iop(IOp.LT, row, self.k)] if self.k % bk else [], val, self.acc_dtype))]
+                return [Store(tb, idx, narrow(guard_all([iop(IOp.LT, row, self.k)] if self.k % bk else [], val, self.acc_dtype), tb.dtype))]
 
             return fill
 
@@ -310,8 +321,8 @@ class _Builder:
         bm, bk = th.shape
         k1 = x.type.shape[-1]
         bk1 = min(k1, self.tile_k)
-        tx = Buffer("x_tile", dt, (bm, bk1), Scope.SHARED)
-        tw = Buffer("w1_tile", dt, (bk1, bk), Scope.SHARED)
+        tx = Buffer("x_tile", self.op_dtype, (bm, bk1), Scope.SHARED)
+        tw = Buffer("w1_tile", self.op_dtype, (bk1, bk), Scope.SHARED)
         jt = self.names.var("jt")
         j0 = iop(IOp.MUL, jt, bk1)
         tail = k1 % bk1 != 0
@@ -320,12 +331,12 @@ class _Builder:
             col = iop(IOp.ADD, j0, idx[1])
             row = delinearize(iop(IOp.ADD, first_row, idx[0]), x.type.shape[:-1])
             val = widen(el.at(x, (*row, col)), dt)
-            return [Store(tx, idx, guard_all([iop(IOp.LT, col, k1)] if tail else [], val, dt))]
+            return [Store(tx, idx, narrow(guard_all([iop(IOp.LT, col, k1)] if tail else [], val, dt), tx.dtype))]
 
         def fill_w(idx: Index) -> list[Stmt]:
             row = iop(IOp.ADD, j0, idx[0])
             val = widen(el.at(w, (row, iop(IOp.ADD, k0, idx[1]))), dt)
-            return [Store(tw, idx, guard_all([iop(IOp.LT, row, k1)] if tail else [], val, dt))]
+            return [Store(tw, idx, narrow(guard_all([iop(IOp.LT, row, k1)] if tail else [], val, dt), tw.dtype))]
 
         body = (*parallel(self.names, (bm, bk1), fill_x), *parallel(self.names, (bk1, bk), fill_w), Gemm(tx, tw, th))
         return (tx, tw), [Fill(th, Const(0, dt)), Loop(jt, -(-k1 // bk1), LoopKind.PIPELINED, body, stages=2)]
@@ -359,7 +370,7 @@ class _Builder:
             if cond is not None:
                 val = Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)
             k = linearize((cl, *t), (chans, *taps))
-            return [Store(ta, (i, k), val)]
+            return [Store(ta, (i, k), narrow(val, ta.dtype))]
 
         def b_body(idx: Index) -> list[Stmt]:
             cl, t, j = idx[0], idx[1:-1], idx[-1]
@@ -371,7 +382,7 @@ class _Builder:
                 val = widen(el.at(w, (iop(IOp.ADD, n0, j), ch, *t)), dt)
             if cin % chans:
                 val = Call(ScalarFn.WHERE, (iop(IOp.LT, ch, cin), val, Const(0, dt)), dt)
-            return [Store(tb, (linearize((cl, *t), (chans, *taps)), j), val)]
+            return [Store(tb, (linearize((cl, *t), (chans, *taps)), j), narrow(val, tb.dtype))]
 
         return [*parallel(self.names, (bm, chans, *taps), a_body), *parallel(self.names, (chans, *taps, bn), b_body)]
 

@@ -1,0 +1,125 @@
+"""Real-size models on the GPU machine: tilefuse CUDA plans timed there.
+
+    python benchmarks/gpu_peers.py pack [--models bert gpt2] [--batches 1 32] [--dtype float16]   # here
+    PYTHONPATH=. python benchmarks/gpu_peers.py run [--out DIR]                                  # on the H200
+
+Real-size weights do not fit what travels to the GPU machine (64 MiB), so ``pack``
+compiles each model here for cuda:sm_90a and keeps the plan without weights.safetensors
+(build/gpu_real/MODEL-DTYPE-bN.tfplan); ``run`` synthesises the weights there from the
+manifest's constant buffers (seeded normal(0, 0.02) for floats, zeros for integers: index
+constants stay in range) and times the plan: CUDA events around N replays of its CUDA
+graph, after warm-up; median, 10th and 90th percentiles. Values do not change the time
+of these kernels (no data-dependent control flow). Correctness is checked on the tiny
+configs by gpu_check.py, on real inputs and weights.
+
+Besides each row, the roofline floor of the model at that shape: max(FLOPs / 790 TFLOP/s,
+bytes / 4.3 TB/s), from the partition's cost model (tilefuse/target.py).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent / "build" / "gpu_real"
+SEQ = 128
+
+
+def pack(args) -> int:
+    import models
+    from tilefuse.compiler import compile_model
+
+    ROOT.mkdir(parents=True, exist_ok=True)
+    for name in args.models:
+        for batch in args.batches:
+            tag = f"{name}-{args.dtype}-b{batch}"
+            t0 = time.perf_counter()
+            path = models.build(name, "real", args.dtype)
+            shapes = {"batch": batch, "seq": SEQ} if models.ZOO[name].family != "cnn" else {
+                k: (batch, *v[1:]) for k, v in models.ZOO[name].shapes("real").items()}
+            compiled = compile_model(path, "cuda:sm_90a", shapes)
+            out = ROOT / f"{tag}.tfplan"
+            compiled.plan.save(out)
+            (out / "weights.safetensors").unlink()
+            floor = _roofline(compiled)
+            (out / "roofline.json").write_text(json.dumps(floor))
+            print(f"{tag:28s} {len(compiled.plan.kernels)} kernels, {len(compiled.plan.steps)} steps, "
+                  f"roofline {floor['floor_ms']:.3f} ms, packed in {time.perf_counter() - t0:.0f} s", flush=True)
+    return 0
+
+
+def _roofline(compiled) -> dict:
+    from tilefuse.target import CUDA_SM90A as T
+
+    flops = sum(g.cost.flops for g in compiled.partition.groups)
+    nbytes = sum(g.cost.bytes for g in compiled.partition.groups)
+    return {"flops": flops, "bytes": nbytes,
+            "floor_ms": 1e3 * max(flops / T.matrix_flops, nbytes / T.dram_bandwidth)}
+
+
+def run(args) -> int:
+    from safetensors.numpy import save_file
+
+    from tilefuse.runtime import InferenceSession
+
+    out_dir = Path(args.out or os.environ.get("OUT") or ROOT)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for plan_dir in sorted(ROOT.glob("*.tfplan")):
+        tag = plan_dir.name.removesuffix(".tfplan")
+        manifest = json.loads((plan_dir / "manifest.json").read_text())
+        rng = np.random.default_rng(0)
+        weights = {}
+        for b in manifest["buffers"]:
+            if b["kind"] == "constant":
+                dt = np.dtype(b["dtype"]) if b["dtype"] != "bfloat16" else np.float32
+                w = rng.standard_normal(b["shape"], dtype=np.float32) * 0.02 if dt.kind == "f" else np.zeros(b["shape"])
+                weights[b["name"]] = np.ascontiguousarray(w.astype(dt))
+        save_file(weights, str(plan_dir / "weights.safetensors"))
+        sess = InferenceSession(plan_dir)
+        feeds = {}
+        for i in sess.get_inputs():
+            dtype = {"tensor(int64)": np.int64, "tensor(float16)": np.float16, "tensor(float)": np.float32}[i.type]
+            feeds[i.name] = (np.ones(i.shape, dtype) if "mask" in i.name else
+                             rng.integers(0, 100, i.shape).astype(dtype) if dtype is np.int64 else
+                             rng.standard_normal(i.shape).astype(dtype))
+        outs = sess.run(None, feeds)
+        finite = all(np.isfinite(o.astype(np.float32)).all() for o in outs)
+        ex = sess._executor
+        ex.timed(20)
+        times = sorted(ex.timed(args.repeats))
+        row = {"model": tag, "ms_median": statistics.median(times), "ms_p10": times[len(times) // 10],
+               "ms_p90": times[(9 * len(times)) // 10], "cuda_graph": ex._graph is not None,
+               "kernels": len(manifest["kernels"]), "steps": len(manifest["steps"]), "finite_outputs": finite,
+               **json.loads((plan_dir / "roofline.json").read_text())}
+        rows.append(row)
+        print(f"{tag:28s} {row['ms_median']:8.3f} ms (p10 {row['ms_p10']:.3f}, p90 {row['ms_p90']:.3f}); "
+              f"roofline {row['floor_ms']:.3f} ms; {row['steps']} launches in one graph: {row['cuda_graph']}", flush=True)
+    (out_dir / "gpu_peers.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pack")
+    p.add_argument("--models", nargs="+", default=["bert"])
+    p.add_argument("--batches", nargs="+", type=int, default=[1, 32])
+    p.add_argument("--dtype", default="float16")
+    r = sub.add_parser("run")
+    r.add_argument("--out")
+    r.add_argument("--repeats", type=int, default=100)
+    args = ap.parse_args()
+    return pack(args) if args.cmd == "pack" else run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
