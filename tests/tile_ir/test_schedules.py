@@ -58,6 +58,21 @@ def test_mlp_chain_keeps_the_intermediate_on_chip(zoo_cache):
             assert math.prod(h.shape) <= inner.size and h.shape[-1] <= 256  # one K chunk of the intermediate
 
 
+def test_norms_and_elementwise_chains_run_as_row_tiles(zoo_cache):
+    """Embeddings + LayerNorm (BERT, ViT), RMSNorm (LLaMA) and the mask computation: tiles
+    of whole rows, each row reduced on its tile; no single tile holds the whole tensor."""
+    from tilefuse.tile_ir.ir import ReduceTile
+
+    for name in ("bert", "vit", "llama"):
+        lows = [(g, low) for g, low in _lowered(name, zoo_cache) if not any(n.op.kind is Kind.CONTRACT for n in g.nodes)]
+        norms = [low for g, low in lows if any(n.op.kind is Kind.REDUCE for n in g.nodes)]
+        assert norms, name
+        for low in norms:
+            assert low.program.notes[0].startswith("rows:"), (name, low.program.notes)
+            assert any(isinstance(st, ReduceTile) for st in low.program.body)
+            assert all(math.prod(b.shape) <= 8192 for b in low.program.allocs)  # rows x E per tile
+
+
 def test_convolutions_run_as_parallel_tiles_with_packed_weights(zoo_cache):
     convs = [(g, low) for g, low in _lowered("resnet", zoo_cache) if any(n.op.name == "Conv" for n in g.nodes)]
     assert convs

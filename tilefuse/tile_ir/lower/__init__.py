@@ -9,6 +9,7 @@ from tilefuse.target import Target
 from tilefuse.tile_ir.ir import TileProgram
 from tilefuse.tile_ir.lower.attention import lower_attention
 from tilefuse.tile_ir.lower.gemm_epilogue import lower_gemm_epilogue
+from tilefuse.tile_ir.lower.rows import lower_rows
 from tilefuse.tile_ir.lower.staged import lower_staged
 from tilefuse.tile_ir.simplify import simplify_program
 from tilefuse.tile_ir.verify import verify_program
@@ -31,6 +32,7 @@ def lower_group(group: FusedGroup, target: Target) -> Lowered:
     program, bindings = (
         lower_attention(group, group.name, target.half_operand_tiles)
         or lower_gemm_epilogue(group, group.name, target.tile_k, target.half_operand_tiles)
+        or lower_rows(group, group.name)
         or lower_staged(group, group.name)
     )
     program = simplify_program(program)

@@ -1,0 +1,140 @@
+"""The row schedule: norms, softmax and elementwise chains, tiled over rows.
+
+A group without contractions whose reductions all reduce the last axis of one shape
+``[..., E]`` (keeping dims) is computed as tiles of ``br`` whole rows: per tile, each
+reduction's input is gathered into a ``br x E`` tile and reduced (ReduceTile) into a
+per-row buffer, in group order (a variance reads its mean), then every output is written
+from its element expression, reading the per-row results where they broadcast. A group
+with no reduction at all is the same with no reduction stage: tiles of rows of its output
+shape. Inputs reach the tiles through their element expressions (gathers, reshapes,
+casts: the prologue), so an embedding lookup + add + LayerNorm is one pass.
+
+It applies when everything downstream of a reduction is elementwise, of the row shape or
+the per-row shape, and every output has one of those shapes: then each output element
+depends only on its own row. Otherwise the staged schedule runs.
+"""
+from __future__ import annotations
+
+import math
+
+from tilefuse.ir.graph import Node, Value
+from tilefuse.ir.prims import Kind, Map, Reduce, ScalarFn
+from tilefuse.partition.model import FusedGroup
+from tilefuse.tile_ir.ir import Buffer, Call, Expr, IOp, Load, ReduceTile, Scope, Stmt, Store, TileProgram, Var, iop
+from tilefuse.tile_ir.lower.common import Names, accumulator_dtype, divisor_tile, parallel
+from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, delinearize, linearize
+from tilefuse.tile_ir.lower.params import kernel_params
+from tilefuse.tile_ir.lower.staged import STAGED
+
+ROW_TILE_ELEMS = 8192  # br x E of one reduction tile: 32 KB of fp32
+MAX_ROW = 16384  # longer rows: the staged schedule
+
+
+def lower_rows(group: FusedGroup, name: str) -> tuple[TileProgram, tuple[Value, ...]] | None:
+    nodes = list(group.nodes)
+    # contractions, scatters, windowed and arg reductions need the staged schedule
+    if any(n.op.kind in (Kind.CONTRACT, Kind.OPAQUE) or (isinstance(n.op, STAGED) and not isinstance(n.op, Reduce))
+           for n in nodes):
+        return None
+    if any(v.type.size == 0 for n in nodes for v in (*n.inputs, *n.outputs)):
+        return None  # empty tensors: nothing to tile
+    reductions = [n for n in nodes if n.op.kind is Kind.REDUCE]
+    if reductions:
+        shape = reductions[0].inputs[0].type.shape
+        if not all(_row_reduction(r, shape) for r in reductions):
+            return None
+    else:
+        shape = group.outputs[0].type.shape
+    if not shape or shape[-1] > MAX_ROW:
+        return None
+    row_shape = shape[:-1] + (1,)
+    if not _rowwise(nodes, reductions, shape, row_shape):
+        return None
+    if any(v.type.shape not in (shape, row_shape) for v in group.outputs):
+        return None
+    return _Rows(group, reductions, shape, name).build()
+
+
+def _row_reduction(r: Node, shape: tuple[int, ...]) -> bool:
+    op = r.op
+    return (isinstance(op, Reduce) and op.keepdims and op.axes == (len(shape) - 1,)
+            and r.inputs[0].type.shape == shape)
+
+
+def _rowwise(nodes: list[Node], reductions: list[Node], shape, row_shape) -> bool:
+    """Everything that reads a reduction's result, directly or not, is elementwise (or the
+    next reduction) on row-aligned shapes: each element stays in its row."""
+    downstream: set[int] = {id(r.outputs[0]) for r in reductions}
+    for n in nodes:
+        if not any(id(v) in downstream for v in n.inputs):
+            continue
+        if n in reductions:
+            continue
+        if not isinstance(n.op, Map) or n.outputs[0].type.shape not in (shape, row_shape):
+            return False
+        if any(v.type.shape not in (shape, row_shape) and not v.is_constant and v.type.size != 1
+               and id(v) in downstream for v in n.inputs):
+            return False
+        downstream.add(id(n.outputs[0]))
+    return True
+
+
+class _Rows:
+    def __init__(self, group: FusedGroup, reductions: list[Node], shape: tuple[int, ...], name: str) -> None:
+        self.group, self.reductions, self.shape, self.name = group, reductions, shape, name
+        self.names = Names()
+
+    def build(self) -> tuple[TileProgram, tuple[Value, ...]] | None:
+        rows, e = math.prod(self.shape[:-1]), self.shape[-1]
+        br = divisor_tile(rows, max(1, ROW_TILE_ELEMS // e))
+        kp = kernel_params(self.group)
+        params, buffers = kp.params, kp.buffers
+        rt = Var("br")
+        r0 = iop(IOp.MUL, rt, br)
+        row_of = {id(r.outputs[0]): Buffer(f"row{k}", accumulator_dtype(r.outputs[0].type.dtype), (br,), Scope.FRAGMENT)
+                  for k, r in enumerate(self.reductions)}
+
+        def read(v: Value, idx: Index) -> Expr:
+            buf = row_of.get(id(v))
+            if buf is None:
+                return Load(buffers[id(v)], idx)
+            load: Expr = Load(buf, (iop(IOp.SUB, linearize(idx[:-1], v.type.shape[:-1]), r0),))
+            return load if buf.dtype is v.type.dtype else Call(ScalarFn.CAST, (load,), v.type.dtype)
+
+        for key, buf in row_of.items():
+            buffers[key] = buf
+        el = ElementBuilder(buffers, read)
+
+        def index(i: Expr, j: Expr) -> Index:  # element (i, j) of the tile, in the row shape
+            return (*delinearize(iop(IOp.ADD, r0, i), self.shape[:-1]), j)
+
+        body: list[Stmt] = []
+        tiles: list[Buffer] = []
+        for k, r in enumerate(self.reductions):  # in group order: a variance reads its mean
+            x = r.inputs[0]
+            tile = Buffer(f"x_tile{k}", row_of[id(r.outputs[0])].dtype, (br, e), Scope.FRAGMENT)
+            tiles.append(tile)
+
+            def fill(ij: Index, x: Value = x, tile: Buffer = tile) -> list[Stmt]:
+                val = el.at(x, index(ij[0], ij[1]))
+                if x.type.dtype is not tile.dtype:
+                    val = Call(ScalarFn.CAST, (val,), tile.dtype)
+                return [Store(tile, ij, val)]
+
+            body += parallel(self.names, (br, e), fill)
+            body.append(ReduceTile(tile, row_of[id(r.outputs[0])], r.op.fn, 1))  # type: ignore[attr-defined]
+            el.memo.clear()
+        for v, out in zip(self.group.outputs, kp.outputs):
+            width = v.type.shape[-1]
+
+            def store(ij: Index, v: Value = v, out: Buffer = out) -> list[Stmt]:
+                idx = index(ij[0], ij[1])  # a per-row output has width 1: j is 0
+                return [Store(out, idx, el.at(v, idx))]
+
+            body += parallel(self.names, (br, width), store)
+        grid = (rows // br,)
+        what = f"{len(self.reductions)} row reductions" if self.reductions else "elementwise"
+        notes = (f"rows: {what}, tiles of {br} rows x {e}, grid {grid}",)
+        allocs = (*row_of.values(), *tiles)
+        program = TileProgram(self.name, tuple(params), kp.num_inputs, grid, (rt,), 128, allocs, tuple(body), notes)
+        return program, tuple(kp.bindings)
