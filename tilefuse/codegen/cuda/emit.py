@@ -148,6 +148,8 @@ class _Emitter:
         self._temps = 0
         self.threads = program.threads
         self.alias: dict[str, str] = {}  # buffer name -> the name loads of it use
+        self.locals: dict[DType, str] = {}  # per-thread accumulators, one per dtype
+        self.replaced: dict[tuple[str, tuple[Expr, ...]], str] = {}  # a Load read from a local
 
     # -- names -------------------------------------------------------------------------
     def name(self, b: Buffer | Var) -> str:
@@ -223,6 +225,7 @@ class _Emitter:
                 if at == i:
                     body.append(f"{ind}T.copy({self._names[name]}, {self.name(mirrors[name])})")
                     self.alias[name] = self.name(mirrors[name])
+        lines += [f"{ind}{name} = T.alloc_local((1,), {_dt(dt)})" for dt, name in self.locals.items()]
         return lines + body
 
     def block(self, stmts: tuple[Stmt, ...], depth: int) -> list[str]:
@@ -246,9 +249,9 @@ class _Emitter:
             return self.gemm(s, depth)
         if isinstance(s, ReduceTile):
             fn = _REDUCE.get(s.fn)
-            if fn is None:
-                raise CompileError(f"kernel {self.p.name}: no TileLang reduction for {s.fn.value}")
-            return [f"{ind}{fn}({self.name(s.src)}, {self.name(s.dst)}, dim={s.dim}, clear={s.clear})"]
+            if fn is not None and _fragment_reduce(s, self.threads):
+                return [f"{ind}{fn}({self.name(s.src)}, {self.name(s.dst)}, dim={s.dim}, clear={s.clear})"]
+            return self.reduce_loops(s, depth)
         raise CompileError(f"kernel {self.p.name}: no TileLang form for {type(s).__name__}")
 
     def loop(self, s: Loop, depth: int) -> list[str]:
@@ -258,6 +261,9 @@ class _Emitter:
             while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], Loop) and loops[-1].body[0].kind is LoopKind.PARALLEL:
                 loops.append(loops[-1].body[0])  # type: ignore[arg-type]
             head = f"for {', '.join(self.name(l.var) for l in loops)} in T.Parallel({', '.join(str(l.extent) for l in loops)}):"
+            acc = _accumulation(loops[-1].body)
+            if acc is not None:
+                return [ind + head] + self.accumulate(*acc, depth + 1)
             return [ind + head] + self.block(loops[-1].body, depth + 1)
         if s.kind is LoopKind.PIPELINED and s.stages > 1:
             head = f"for {self.name(s.var)} in T.Pipelined({s.extent}, num_stages={s.stages}):"
@@ -265,12 +271,57 @@ class _Emitter:
             head = f"for {self.name(s.var)} in T.serial({s.extent}):"
         return [ind + head] + self.block(s.body, depth + 1)
 
+    def local(self, dtype: DType) -> str:
+        if dtype not in self.locals:
+            self.locals[dtype] = f"_acc_{dtype.value}"
+        return self.locals[dtype]
+
+    def accumulate(self, init: Store, inner: Loop, update: Store, depth: int) -> list[str]:
+        """``b[i] = init; for j: b[i] = f(b[i], ...)`` inside a parallel loop, accumulated in
+        a per-thread register: shared memory is written once, after the loop (a barrier
+        inside a branch that not every thread takes cannot be placed)."""
+        ind = " " * 4 * depth
+        acc = f"{self.local(init.buffer.dtype)}[0]"
+        lets, (value,) = self.render([init.value], [False])
+        out = [ind + x for x in lets] + [f"{ind}{acc} = {value}"]
+        key = (init.buffer.name, init.indices)
+        self.replaced[key] = acc
+        out.append(f"{ind}for {self.name(inner.var)} in T.serial({inner.extent}):")
+        lets, (value,) = self.render([update.value], [False])
+        out += [ind + "    " + x for x in lets] + [f"{ind}    {acc} = {value}"]
+        del self.replaced[key]
+        lets, idx = self.render(list(init.indices), [True] * len(init.indices))
+        return out + [ind + x for x in lets] + [f"{ind}{self.name(init.buffer)}[{', '.join(idx)}] = {acc}"]
+
     def region(self, r: Region) -> str:
         parts = []
         for off, ext in zip(r.offsets, r.extents):
             o = self.index(off)
             parts.append(f"{o}:{o} + {ext}" if o != "0" else f"0:{ext}")
         return f"{self.name(r.buffer)}[{', '.join(parts)}]"
+
+    def reduce_loops(self, s: ReduceTile, depth: int) -> list[str]:
+        """A tile reduction in shared memory: one thread per kept index, serial over the
+        reduced one (shapes TileLang's register layouts do not cover)."""
+        ind = " " * 4 * depth
+        src, dst = self.name(s.src), self.name(s.dst)
+        kept, red = s.src.shape[1 - s.dim], s.src.shape[s.dim]
+        i, j = self.temp(), self.temp()
+        at = f"{src}[{i}, {j}]" if s.dim == 1 else f"{src}[{j}, {i}]"
+        dt = s.dst.dtype
+        combine = {ReduceFn.SUM: "{a} + {b}", ReduceFn.PROD: "{a} * {b}", ReduceFn.MAX: "T.max({a}, {b})",
+                   ReduceFn.MIN: "T.min({a}, {b})"}[s.fn]
+        value = at if s.src.dtype is dt else f'T.Cast("{dt.value}", {at})'
+        identity = {ReduceFn.SUM: 0, ReduceFn.PROD: 1, ReduceFn.MAX: float("-inf"), ReduceFn.MIN: float("inf")}[s.fn]
+        if not dt.is_float and s.fn in (ReduceFn.MAX, ReduceFn.MIN):
+            raise CompileError(f"kernel {self.p.name}: integer tile {s.fn.value} is not supported on CUDA")
+        acc = f"{self.local(dt)}[0]"
+        start = self.const(identity, dt) if s.clear else f"{dst}[{i}]"
+        return [f"{ind}for {i} in T.Parallel({kept}):",
+                f"{ind}    {acc} = {start}",
+                f"{ind}    for {j} in T.serial({red}):",
+                f"{ind}        {acc} = {combine.format(a=acc, b=value)}",
+                f"{ind}    {dst}[{i}] = {acc}"]
 
     def gemm(self, s: Gemm, depth: int) -> list[str]:
         ind = " " * 4 * depth
@@ -357,6 +408,9 @@ class _Emitter:
             return {IOp.MIN: f"T.min({a}, {b})", IOp.MAX: f"T.max({a}, {b})",
                     IOp.AND: f"T.And({a}, {b})", IOp.OR: f"T.Or({a}, {b})"}[e.op]
         if isinstance(e, Load):
+            local = self.replaced.get((e.buffer.name, e.indices))
+            if local is not None:
+                return local
             name = self.alias.get(e.buffer.name) or self.name(e.buffer)
             return f"{name}[{', '.join(sub(i) for i in e.indices)}]"
         if isinstance(e, Call):
@@ -436,6 +490,28 @@ def _tensor_core(g: Gemm, threads: int) -> bool:
     return g.a.dtype in HALF and g.b.dtype is g.a.dtype and k % 16 == 0 and threads % 32 == 0 and split
 
 
+def _accumulation(body: tuple[Stmt, ...]) -> tuple[Store, Loop, Store] | None:
+    """``[b[i] = init, for j (serial): b[i] = f(b[i], ...)]``: a running reduction per
+    parallel index (the row stage of whole-row epilogues)."""
+    if len(body) != 2 or not isinstance(body[0], Store) or not isinstance(body[1], Loop):
+        return None
+    init, inner = body
+    if inner.kind is LoopKind.PARALLEL or len(inner.body) != 1 or not isinstance(inner.body[0], Store):
+        return None
+    update = inner.body[0]
+    if update.buffer != init.buffer or update.indices != init.indices:
+        return None
+    return init, inner, update
+
+
+def _fragment_reduce(r: ReduceTile, threads: int) -> bool:
+    """TileLang's register reductions lay a tile out over the threads evenly only for
+    power-of-two tiles (seen: an 8 x 768 tile on 128 threads has no layout)."""
+    rows, cols = r.src.shape
+    pow2 = all(x & (x - 1) == 0 for x in (rows, cols))
+    return r.fn in _REDUCE and pow2 and (rows * cols) % threads == 0
+
+
 def _gemm_targets(stmts: tuple[Stmt, ...]) -> set[str]:
     out: set[str] = set()
     for s in stmts:
@@ -466,6 +542,6 @@ def _register_buffers(stmts: tuple[Stmt, ...], threads: int) -> set[str]:
             out |= _register_buffers(s.body, threads)
         elif isinstance(s, Gemm) and _tensor_core(s, threads):
             out.add(s.c.name)
-        elif isinstance(s, ReduceTile):
+        elif isinstance(s, ReduceTile) and _fragment_reduce(s, threads):
             out |= {s.src.name, s.dst.name}
     return out
