@@ -46,7 +46,7 @@ CUDA_SM90A = Target(
     matrix_flops=790e12,
     vector_flops=60e12,
     launch_seconds=3e-6,
-    row_tile=64,
+    row_tile=16,  # the MMA's m; whole rows of 768 fp32 (48 KB) leave room for operand tiles
     max_attention_head_dim=256,
     half_operand_tiles=True,
     tile_k=64,  # operand tiles, accumulators and a chain's intermediate share 227 KB
@@ -65,7 +65,7 @@ CPU = Target(
     matrix_flops=200e9,
     vector_flops=200e9,
     launch_seconds=5e-6,
-    row_tile=16,
+    row_tile=32,  # a chain tile rereads both weight matrices: more rows, fewer rereads
     max_attention_head_dim=512,
 )
 

@@ -29,11 +29,12 @@ def test_chain_is_one_kernel_with_its_row_epilogue():
 
 
 def test_chain_respects_on_chip_capacity_per_target():
-    graph = _mlp(1024, 256, 512)
-    assert len(partition_graph(graph, CPU).groups) == 1  # 16 rows x (1024 + 512) fp32: 96 KB
-    p = partition_graph(graph, CUDA_SM90A)  # 64 rows: 384 KB > 227 KB
+    graph = _mlp(4096, 256, 1024)
+    # cpu: 32 rows x (4096 in + 1024 out) fp32 = 640 KB of 1 MB
+    assert len(partition_graph(graph, CPU).groups) == 1
+    p = partition_graph(graph, CUDA_SM90A)  # 16 rows x 5120 fp32 = 320 KB > 227 KB
     assert len(p.groups) == 2
-    assert any("chain of products needs 384 KB on chip" in r.reason for r in p.refusals), [r.reason for r in p.refusals]
+    assert any("chain of products needs 320 KB on chip" in r.reason for r in p.refusals), [r.reason for r in p.refusals]
 
 
 def test_intermediate_read_elsewhere_is_not_chained():

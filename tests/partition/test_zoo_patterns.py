@@ -105,11 +105,11 @@ def test_bert_layer_is_four_kernels_when_the_mlp_fits_on_chip(name, zoo_cache):
 
 @pytest.mark.parametrize("name", ["bert", "bert-legacy"])
 def test_bert_layer_is_five_kernels_when_only_rows_of_the_output_fit(name, zoo_cache):
-    """Tiny BERT: hidden 64, FFN 128. 64 rows of 64 fp32 (16 KB) fit the norm epilogue;
-    the chain also needs the rows it reads (16 KB more) and does not fit 24 KB."""
+    """Tiny BERT: hidden 64, FFN 128. 16 rows of 64 fp32 (4 KB) fit the norm epilogue;
+    the chain also needs the rows it reads (4 KB more) and does not fit 6 KB."""
     from dataclasses import replace
 
-    p = _partition(name, zoo_cache, replace(CUDA_SM90A, onchip_bytes=24 * 1024))
+    p = _partition(name, zoo_cache, replace(CUDA_SM90A, onchip_bytes=6 * 1024))
     assert _bert_kernels(p) == {"qkv": LAYERS, "attention": LAYERS, "proj+norm": 2 * LAYERS, "ffn-up+gelu": LAYERS}
     assert len(p.groups) == 5 * LAYERS + 3
     assert any("chain of products needs" in r.reason for r in p.refusals)

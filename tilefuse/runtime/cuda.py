@@ -187,6 +187,27 @@ class CudaExecutor:
             self._h2d(self.ptr[b], results[-1])
         self._check(self.cu.cuStreamSynchronize(self.stream), f"after host step {step.label}")
 
+    def timed_steps(self, repeats: int) -> list[tuple[str, float]]:
+        """(kernel, median ms) of every kernel step, each timed alone with CUDA events."""
+        cu = self.cu
+        out = []
+        with self._lock:
+            start = self._check(cu.cuEventCreate(0), "cuEventCreate")
+            stop = self._check(cu.cuEventCreate(0), "cuEventCreate")
+            for step, launch in zip(self.plan.steps, self._launches):
+                if launch is None:
+                    continue
+                fn, grid, block, smem, args, _ = launch
+                times = []
+                for _ in range(repeats):
+                    self._check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
+                    self._check(cu.cuLaunchKernel(fn, *grid, *block, smem, self.stream, args, 0), f"launching {step.kernel}")
+                    self._check(cu.cuEventRecord(stop, self.stream), "cuEventRecord")
+                    self._check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
+                    times.append(float(self._check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")))
+                out.append((step.kernel, sorted(times)[len(times) // 2]))
+        return out
+
     def timed(self, repeats: int, graph: bool = True) -> list[float]:
         """Device time of ``repeats`` runs of the plan (ms each, CUDA events), as one graph
         launch or step by step; the inputs are whatever was copied in last."""

@@ -30,8 +30,8 @@ def lower_group(group: FusedGroup, target: Target) -> Lowered:
     if str(group.kind) == "opaque":
         raise ValueError(f"group {group.id} is opaque: it runs as a host step")
     program, bindings = (
-        lower_attention(group, group.name, target.half_operand_tiles)
-        or lower_gemm_epilogue(group, group.name, target.tile_k, target.half_operand_tiles)
+        lower_attention(group, group.name, target)
+        or lower_gemm_epilogue(group, group.name, target)
         or lower_rows(group, group.name)
         or lower_staged(group, group.name)
     )

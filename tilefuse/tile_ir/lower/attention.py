@@ -37,6 +37,7 @@ from tilefuse.tile_ir.lower.common import Names, divisor_tile, parallel
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, broadcast_index
 from tilefuse.tile_ir.lower.gemm_epilogue import forward_maps
 from tilefuse.tile_ir.lower.params import kernel_params
+from tilefuse.target import CPU, Target
 
 F32 = DType.FLOAT32
 
@@ -85,9 +86,9 @@ def _match_softmax(c2: Node, members: set[int]) -> _Softmax | None:
     return _Softmax(x, c2.inputs[0])
 
 
-def lower_attention(group: FusedGroup, name: str, half_tiles: bool = False) -> tuple[TileProgram, tuple[Value, ...]] | None:
-    """``half_tiles``: Q, K, V and the probabilities feeding P.V stay half-float in their
-    tiles (tensor cores take them so; scores, softmax state and the output stay fp32)."""
+def lower_attention(group: FusedGroup, name: str, target: Target = CPU) -> tuple[TileProgram, tuple[Value, ...]] | None:
+    """With ``target.half_operand_tiles``, Q, K, V and the probabilities feeding P.V stay
+    half-float in their tiles (scores, softmax state and the output stay fp32)."""
     contractions = [n for n in group.nodes if n.op.kind is Kind.CONTRACT]
     if len(contractions) != 2 or not all(isinstance(c.op, MatMul) for c in contractions):
         return None
@@ -100,7 +101,7 @@ def lower_attention(group: FusedGroup, name: str, half_tiles: bool = False) -> t
     maps = forward_maps(group, [c2], after)
     if maps is None or maps[1]:
         return None
-    return _Flash(group, c1, c2, sm, maps[0], name, half_tiles).build()
+    return _Flash(group, c1, c2, sm, maps[0], name, target.half_operand_tiles).build()
 
 
 class _Flash:

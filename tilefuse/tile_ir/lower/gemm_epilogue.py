@@ -34,6 +34,7 @@ from tilefuse.ir.prims import (
 from tilefuse.ir.types import TensorType
 from tilefuse.partition.model import FusedGroup
 from tilefuse.partition.rules import siblings, weight_chain
+from tilefuse.target import CPU, Target
 from tilefuse.tile_ir.ir import (
     Buffer,
     Call,
@@ -54,7 +55,6 @@ from tilefuse.tile_ir.ir import (
 )
 from tilefuse.tile_ir.lower.common import (
     COMBINE,
-    TILE_K,
     Names,
     accumulator_dtype,
     divisor_tile,
@@ -76,10 +76,6 @@ from tilefuse.tile_ir.lower.elements import (
     window_source,
 )
 from tilefuse.tile_ir.lower.params import kernel_params
-
-ROW_TILE_ELEMS = 8192  # rows x N of a whole-row tile: 32 KB of fp32 accumulators
-# A chain's tile rereads both weight matrices, so it takes more rows: 128 KB of fp32.
-CHAIN_TILE_ELEMS = 32768
 
 Forward = Callable[[Index], Index]
 
@@ -143,12 +139,10 @@ def forward_maps(
     return fwd, reductions
 
 
-def lower_gemm_epilogue(
-    group: FusedGroup, name: str, tile_k: int = TILE_K, half_tiles: bool = False
-) -> tuple[TileProgram, tuple[Value, ...]] | None:
-    """``half_tiles``: keep half-float operands half in their tiles (tensor cores take them
-    so); otherwise operand tiles hold the accumulator type, widened once on fill."""
-    """The tiled program and the values bound to its params, or None if it does not apply."""
+def lower_gemm_epilogue(group: FusedGroup, name: str, target: Target = CPU) -> tuple[TileProgram, tuple[Value, ...]] | None:
+    """The tiled program and the values bound to its params, or None if it does not apply.
+    From ``target``: the K depth of tiles, the rows of a whole-row tile, and whether
+    half-float operands stay half in their tiles (tensor cores take them so)."""
     contractions = [n for n in group.nodes if n.op.kind is Kind.CONTRACT]
     if not contractions or any(n.op.kind is Kind.OPAQUE for n in group.nodes):
         return None
@@ -173,20 +167,20 @@ def lower_gemm_epilogue(
     fwd, reductions = maps
     if reductions and len(contractions) > 1:
         return None
-    builder = _Builder(group, contractions, fwd, reductions, name, first, tile_k, half_tiles)
+    builder = _Builder(group, contractions, fwd, reductions, name, first, target)
     program = builder.build()
     return None if program is None else (program, tuple(builder.bindings))
 
 
 class _Builder:
     def __init__(self, group: FusedGroup, cs: list[Node], fwd: dict[int, Forward], reductions: list[Node],
-                 name: str, first: Node | None = None, tile_k: int = TILE_K, half_tiles: bool = False) -> None:
+                 name: str, first: Node | None, target: Target) -> None:
         self.group, self.cs, self.fwd, self.reductions, self.name = group, cs, fwd, reductions, name
-        self.tile_k = tile_k
+        self.tile_k, self.row_tile = target.tile_k, target.row_tile
         operands = {v.type.dtype for x in (*cs, *([first] if first else [])) for v in x.inputs[:2]}
         (only,) = operands if len(operands) == 1 else (None,)
         # operand tiles: the operands' half type for tensor cores, else the accumulator type
-        self.op_dtype = only if half_tiles and only in HALF_FLOATS else accumulator_dtype(cs[0].outputs[0].type.dtype)
+        self.op_dtype = only if target.half_operand_tiles and only in HALF_FLOATS else accumulator_dtype(cs[0].outputs[0].type.dtype)
         self.first = first  # a weight chain's first product, computed a K chunk at a time
         c = self.c = cs[0]
         self.names = Names()
@@ -209,8 +203,7 @@ class _Builder:
     def build(self) -> TileProgram | None:
         bm, bn = divisor_tile(self.m, 64), divisor_tile(self.n, 64)
         if self.reductions or self.first is not None:  # whole rows on the tile: rows of all N columns
-            elems = CHAIN_TILE_ELEMS if self.first is not None else ROW_TILE_ELEMS
-            bm, bn = divisor_tile(self.m, max(1, elems // self.n)), self.n
+            bm, bn = divisor_tile(self.m, self.row_tile), self.n
         if (bm < 8 and self.m > 64) or (bn < 8 and self.n > 64):
             return None  # awkward sizes: the staged schedule handles tails
         bk = min(self.k, self.tile_k)
