@@ -244,7 +244,10 @@ class _Emitter:
         if isinstance(s, Fill):
             return [f"{ind}T.fill({self.name(s.buffer)}, {self.const(s.value.value, s.buffer.dtype)})"]
         if isinstance(s, Copy):
-            return [f"{ind}T.copy({self.region(s.src)}, {self.region(s.dst)})"]
+            if self.threads < self.p.threads:  # odd tile shapes elsewhere: TileLang's copy layouts clash
+                return self.copy_loop(s, depth)
+            squeeze = len(s.src.extents) - len(s.dst.extents)  # unit dims the tile does not have
+            return [f"{ind}T.copy({self.region(s.src, squeeze)}, {self.region(s.dst, -squeeze)})"]
         if isinstance(s, Gemm):
             return self.gemm(s, depth)
         if isinstance(s, ReduceTile):
@@ -293,10 +296,31 @@ class _Emitter:
         lets, idx = self.render(list(init.indices), [True] * len(init.indices))
         return out + [ind + x for x in lets] + [f"{ind}{self.name(init.buffer)}[{', '.join(idx)}] = {acc}"]
 
-    def region(self, r: Region) -> str:
+    def copy_loop(self, s: Copy, depth: int) -> list[str]:
+        """A Copy as element stores over the destination region."""
+        ind = " " * 4 * depth
+        ext = s.dst.extents
+        vs = [self.temp() for _ in ext]
+        flat = " + ".join(f"{v} * {math.prod(ext[k + 1:])}" for k, v in enumerate(vs)) or "0"
+        src_idx, rest = [], flat
+        for k, e in enumerate(s.src.extents):  # delinearise the flat position over the source extents
+            stride = math.prod(s.src.extents[k + 1:])
+            src_idx.append(f"{self.index(s.src.offsets[k])} + (({rest}) // {stride}) % {e}")
+        dst_idx = [f"{self.index(o)} + {v}" for o, v in zip(s.dst.offsets, vs)]
+        value = f"{self.name(s.src.buffer)}[{', '.join(src_idx)}]"
+        if s.src.buffer.dtype is not s.dst.buffer.dtype:
+            value = f'T.Cast("{s.dst.buffer.dtype.value}", {value})'
+        return [f"{ind}for {', '.join(vs)} in T.Parallel({', '.join(map(str, ext))}):",
+                f"{ind}    {self.name(s.dst.buffer)}[{', '.join(dst_idx)}] = {value}"]
+
+    def region(self, r: Region, squeeze: int = 0) -> str:
+        """``buf[o:o + e, ...]``; the first ``squeeze`` dims (of extent 1) as plain indices."""
         parts = []
-        for off, ext in zip(r.offsets, r.extents):
+        for d, (off, ext) in enumerate(zip(r.offsets, r.extents)):
             o = self.index(off)
+            if d < squeeze and ext == 1:
+                parts.append(o)
+                continue
             parts.append(f"{o}:{o} + {ext}" if o != "0" else f"0:{ext}")
         return f"{self.name(r.buffer)}[{', '.join(parts)}]"
 
