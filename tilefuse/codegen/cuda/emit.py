@@ -62,6 +62,7 @@ from tilefuse.tile_ir.ir import (
 )
 
 HALF = {DType.FLOAT16, DType.BFLOAT16}
+T_COPY = False  # bulk tile loads through T.copy (TMA on Hopper); see Copy in _Emitter.stmt
 MAX_ELEMENTS = 2**31 - 1
 MAX_THREADS = 1024
 
@@ -244,7 +245,10 @@ class _Emitter:
         if isinstance(s, Fill):
             return [f"{ind}T.fill({self.name(s.buffer)}, {self.const(s.value.value, s.buffer.dtype)})"]
         if isinstance(s, Copy):
-            if self.threads < self.p.threads:  # odd tile shapes elsewhere: TileLang's copy layouts clash
+            # Element loops for now: with T.copy, TileLang warp-specialises the pipelined
+            # loop with TMA, and a bert-base fp16 plan at batch 32 did not finish on the
+            # H200 (benchmarks/NOTES.md). T.copy returns once that is understood.
+            if not T_COPY or self.threads < self.p.threads:
                 return self.copy_loop(s, depth)
             squeeze = len(s.src.extents) - len(s.dst.extents)  # unit dims the tile does not have
             return [f"{ind}T.copy({self.region(s.src, squeeze)}, {self.region(s.dst, -squeeze)})"]

@@ -178,7 +178,7 @@ class _Builder:
     def __init__(self, group: FusedGroup, cs: list[Node], fwd: dict[int, Forward], reductions: list[Node],
                  name: str, first: Node | None, target: Target) -> None:
         self.group, self.cs, self.fwd, self.reductions, self.name = group, cs, fwd, reductions, name
-        self.tile_k, self.row_tile = target.tile_k, target.row_tile
+        self.tile_k, self.row_tile, self.onchip = target.tile_k, target.row_tile, target.onchip_bytes
         operands = {v.type.dtype for x in (*cs, *([first] if first else [])) for v in x.inputs[:2]}
         (only,) = operands if len(operands) == 1 else (None,)
         # operand tiles: the operands' half type for tensor cores, else the accumulator type
@@ -209,6 +209,10 @@ class _Builder:
         if (bm < 8 and self.m > 64) or (bn < 8 and self.n > 64):
             return None  # awkward sizes: the staged schedule handles tails
         bk = min(self.k, self.tile_k)
+        # A whole-row B tile is bk x N: keep it (double-buffered when pipelined) within a
+        # quarter of the on-chip budget, next to the accumulator rows.
+        while bn == self.n and bk > 16 and bk % 2 == 0 and bk * bn * self.op_dtype.itemsize > self.onchip // 4:
+            bk //= 2
         conv = isinstance(self.c.op, Conv)
         if conv:  # K tiles hold whole channels, so im2col addressing needs no division
             taps = math.prod(self.c.inputs[1].type.shape[2:])
