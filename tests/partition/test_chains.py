@@ -8,10 +8,10 @@ from tilefuse.partition import partition_graph
 from tilefuse.target import CPU, CUDA_SM90A
 
 
-def _mlp(k1: int, n1: int, n2: int, *, leak: bool = False):
+def _mlp(k1: int, n1: int, n2: int, *, leak: bool = False, rows: int = 128):
     rng = np.random.default_rng(0)
     b = Builder("mlp")
-    x = b.input("x", TensorType(DType.FLOAT32, (2, 16, k1)))
+    x = b.input("x", TensorType(DType.FLOAT32, (rows // 16, 16, k1)))
     h = b.matmul(x, b.const(rng.standard_normal((k1, n1)).astype(np.float32)))
     h = b.map(ScalarFn.MAX, h, b.const(np.float32(0)))
     y = b.matmul(h, b.const(rng.standard_normal((n1, n2)).astype(np.float32)))
@@ -23,14 +23,14 @@ def _mlp(k1: int, n1: int, n2: int, *, leak: bool = False):
 
 
 def test_chain_is_one_kernel_with_its_row_epilogue():
-    p = partition_graph(_mlp(64, 256, 64), CUDA_SM90A)
+    p = partition_graph(_mlp(64, 256, 64), CPU)  # 128 rows: 4 tiles of 32 for 2 cores
     assert len(p.groups) == 1
     assert [n.op.name for n in p.groups[0].nodes].count("MatMul") == 2
 
 
 def test_chain_respects_on_chip_capacity_per_target():
     graph = _mlp(4096, 256, 1024)
-    # cpu: 32 rows x (4096 in + 1024 out) fp32 = 640 KB of 1 MB
+    # cpu: 32 rows x (4096 in + 1024 out) fp32 = 640 KB of 1 MB, 4 row tiles for 2 cores
     assert len(partition_graph(graph, CPU).groups) == 1
     p = partition_graph(graph, CUDA_SM90A)  # 16 rows x 5120 fp32 = 320 KB > 227 KB
     assert len(p.groups) == 2
@@ -41,3 +41,12 @@ def test_intermediate_read_elsewhere_is_not_chained():
     p = partition_graph(_mlp(64, 256, 64, leak=True), CPU)
     assert len(p.groups) == 2
     assert any("read outside the chain" in r.reason for r in p.refusals), [r.reason for r in p.refusals]
+
+
+def test_chain_needs_a_row_tile_per_core():
+    """Chained, only rows make tiles: 128 rows are 8 tiles of 16 for 132 SMs, so the GPU
+    keeps the products apart; 4096 rows (256 tiles) chain."""
+    p = partition_graph(_mlp(64, 256, 64), CUDA_SM90A)
+    assert len(p.groups) == 2
+    assert any("8 whole-row tiles, fewer than the target's 132 cores" in r.reason for r in p.refusals)
+    assert len(partition_graph(_mlp(64, 256, 64, rows=4096), CUDA_SM90A).groups) == 1

@@ -167,6 +167,11 @@ def chain_problem(
     if need > target.onchip_bytes:
         return (f"a chain of products needs {need // 1024} KB on chip for whole rows "
                 f"({k1} in, {n2} out) > {target.onchip_bytes // 1024} KB")
+    # Apart, the first product tiles its columns too; chained, only rows make tiles.
+    rows = contraction_rows(c2)[0]
+    tiles = -(-rows // target.row_tile)
+    if tiles < target.cores:
+        return f"a chain of {rows} rows makes {tiles} whole-row tiles, fewer than the target's {target.cores} cores"
     return None
 
 

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from tilefuse.ir.dtypes import HALF_FLOATS, DType
+from tilefuse.ir.dtypes import HALF_FLOATS
 from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import (
     Conv,
@@ -39,7 +39,6 @@ from tilefuse.tile_ir.ir import (
     Buffer,
     Call,
     Const,
-    Copy,
     Expr,
     Fill,
     Gemm,
@@ -47,7 +46,6 @@ from tilefuse.tile_ir.ir import (
     Load,
     Loop,
     LoopKind,
-    Region,
     Scope,
     Stmt,
     Store,
@@ -220,7 +218,6 @@ class _Builder:
             ch_per_tile = divisor_tile(cin, max(1, self.tile_k // taps))  # no channel tail to guard
             bk = ch_per_tile * taps
         params, buffers = self._params()
-        self.param_buffers = buffers
         bvars = [Var(f"b{i}") for i in range(len(self.batch))]
         mt, nt = Var("bm"), Var("bn")
         m0, n0 = iop(IOp.MUL, mt, bm), iop(IOp.MUL, nt, bn)
@@ -285,15 +282,9 @@ class _Builder:
             if self.first is not None:  # this K chunk of the intermediate, on chip
                 chain_allocs, h_body = self._chain_chunk(el, th, first_row, k0)
                 k_body += h_body
-            bidx = tuple(bvars)
-            a = self.cs[0].inputs[0]
-            copy_a = self._tile_copy(buffers, a, broadcast_index(bidx, a.type.shape[:-2], self.batch), m0, k0, ta)
-            k_body += [copy_a] if copy_a is not None else parallel(self.names, (bm, bk), fill_a)
-            for c, (_, b_elem), tb, tc in zip(self.cs, operands, tbs, tcs):
-                b = c.inputs[1]
-                copy_b = self._tile_copy(buffers, b, broadcast_index(bidx, b.type.shape[:-2], self.batch), k0, n0, tb)
-                k_body += [copy_b] if copy_b is not None else parallel(self.names, (bk, bn), fill_b(b_elem, tb))
-                k_body.append(Gemm(ta, tb, tc))
+            k_body += parallel(self.names, (bm, bk), fill_a)
+            for (_, b_elem), tb, tc in zip(operands, tbs, tcs):
+                k_body += [*parallel(self.names, (bk, bn), fill_b(b_elem, tb)), Gemm(ta, tb, tc)]
         body: list[Stmt] = [
             *(Fill(tc, Const(0, self.acc_dtype)) for tc in tcs),
             Loop(kt, -(-self.k // bk), LoopKind.PIPELINED, tuple(k_body), stages=2),
@@ -316,18 +307,6 @@ class _Builder:
         n_in = len(params) - len(self.group.outputs)
         allocs = (ta, *tbs, *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()))
         return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), 128, allocs, tuple(body), notes)
-
-    def _tile_copy(self, buffers: dict[int, Buffer], v: Value, lead: Index, r0: Expr, c0: Expr, tile: Buffer) -> Copy | None:
-        """An operand tile that is a plain block of a kernel param in the tile's own dtype,
-        with no tail: one Copy (a bulk, pipelinable transfer) instead of element stores."""
-        buf = buffers.get(id(v))
-        if buf is None or buf.scope is not Scope.GLOBAL or buf.dtype is not tile.dtype or buf.shape != v.type.shape:
-            return None
-        rows, cols = tile.shape
-        if v.type.shape[-2] % rows or v.type.shape[-1] % cols or rows % 8 or cols % 8:
-            return None  # tails, or tiles that do not split into whole 8-element vectors
-        src = Region(buf, (*lead, r0, c0), (1,) * len(lead) + (rows, cols))
-        return Copy(src, Region(tile, (Const(0, DType.INT64), Const(0, DType.INT64)), (rows, cols)))
 
     def _chain_chunk(self, el: ElementBuilder, th: Buffer, first_row: Expr, k0: Expr) -> tuple[tuple[Buffer, ...], list[Stmt]]:
         """The first product of a chain for this tile's rows and the columns [k0, k0 + bk)
@@ -356,9 +335,7 @@ class _Builder:
             val = widen(el.at(w, (row, iop(IOp.ADD, k0, idx[1]))), dt)
             return [Store(tw, idx, narrow(guard_all([iop(IOp.LT, row, k1)] if tail else [], val, dt), tw.dtype))]
 
-        copy_w = self._tile_copy(self.param_buffers, w, (), j0, k0, tw) if not tail else None
-        fill_w_stmts = (copy_w,) if copy_w is not None else parallel(self.names, (bk1, bk), fill_w)
-        body = (*parallel(self.names, (bm, bk1), fill_x), *fill_w_stmts, Gemm(tx, tw, th))
+        body = (*parallel(self.names, (bm, bk1), fill_x), *parallel(self.names, (bk1, bk), fill_w), Gemm(tx, tw, th))
         return (tx, tw), [Fill(th, Const(0, dt)), Loop(jt, -(-k1 // bk1), LoopKind.PIPELINED, body, stages=2)]
 
     def _conv_fills(self, el: ElementBuilder, ta: Buffer, tb: Buffer, m0: Expr, n0: Expr, kt: Var, chans: int) -> list[Stmt]:
