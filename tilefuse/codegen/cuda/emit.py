@@ -540,24 +540,20 @@ def _fragment_reduce(r: ReduceTile, threads: int) -> bool:
     return r.fn in _REDUCE and pow2 and (rows * cols) % threads == 0
 
 
-def _gemm_targets(stmts: tuple[Stmt, ...]) -> set[str]:
-    out: set[str] = set()
+def _statements(stmts: tuple[Stmt, ...]):
+    """Every statement, loops' bodies included, in order."""
     for s in stmts:
+        yield s
         if isinstance(s, Loop):
-            out |= _gemm_targets(s.body)
-        elif isinstance(s, Gemm):
-            out.add(s.c.name)
-    return out
+            yield from _statements(s.body)
+
+
+def _gemm_targets(stmts: tuple[Stmt, ...]) -> set[str]:
+    return {s.c.name for s in _statements(stmts) if isinstance(s, Gemm)}
 
 
 def _reduce_buffers(stmts: tuple[Stmt, ...]) -> set[str]:
-    out: set[str] = set()
-    for s in stmts:
-        if isinstance(s, Loop):
-            out |= _reduce_buffers(s.body)
-        elif isinstance(s, ReduceTile):
-            out |= {s.src.name, s.dst.name}
-    return out
+    return {b.name for s in _statements(stmts) if isinstance(s, ReduceTile) for b in (s.src, s.dst)}
 
 
 def _register_buffers(stmts: tuple[Stmt, ...], threads: int) -> set[str]:
@@ -565,10 +561,8 @@ def _register_buffers(stmts: tuple[Stmt, ...], threads: int) -> set[str]:
     fragment buffers become shared memory, where any thread may read any element (the
     elementwise code indexes them freely, which register layouts cannot always serve)."""
     out: set[str] = set()
-    for s in stmts:
-        if isinstance(s, Loop):
-            out |= _register_buffers(s.body, threads)
-        elif isinstance(s, Gemm) and _tensor_core(s, threads):
+    for s in _statements(stmts):
+        if isinstance(s, Gemm) and _tensor_core(s, threads):
             out.add(s.c.name)
         elif isinstance(s, ReduceTile) and _fragment_reduce(s, threads):
             out |= {s.src.name, s.dst.name}
