@@ -23,6 +23,7 @@ class Target:
     launch_seconds: float  # cost of one kernel launch
     row_tile: int  # rows of a contraction tile when an epilogue needs whole rows
     max_attention_head_dim: int  # largest head dim a flash-style tile keeps on chip
+    mma_rows: int = 1  # rows the matrix unit takes at once (Hopper wgmma: 64); narrower tiles waste it
     half_operand_tiles: bool = False  # half-float products keep operand tiles half (tensor cores)
     tile_k: int = 256  # K depth of a contraction tile (operand tiles are rows x tile_k, tile_k x cols)
     max_group_nodes: int = 512  # cap that keeps pathological graphs tractable
@@ -48,6 +49,7 @@ CUDA_SM90A = Target(
     launch_seconds=3e-6,
     row_tile=16,  # the MMA's m; whole rows of 768 fp32 (48 KB) leave room for operand tiles
     max_attention_head_dim=256,
+    mma_rows=64,
     half_operand_tiles=True,
     tile_k=64,  # operand tiles, accumulators and a chain's intermediate share 227 KB
 )

@@ -99,12 +99,24 @@ class Grower:
 
     def cost(self, nodes: list[Node]) -> Cost:
         base = kernel_cost(nodes, self.outputs_of(nodes))
-        return base + Cost(flops=self._recompute_flops(nodes))
+        return base + Cost(flops=self._recompute_flops(nodes)) + self._narrow_tile_cost(nodes, base)
+
+    def _narrow_tile_cost(self, nodes: list[Node], base: Cost) -> Cost:
+        """A kernel that needs whole rows on its tile gets ``row_tile`` rows per tile;
+        where the target's matrix unit takes more rows at once (``mma_rows``), its
+        products run at that fraction of the matrix rate: counted as that much more work."""
+        t = self.target
+        if t.mma_rows <= t.row_tile or not base.matrix_flops or not _whole_rows(nodes):
+            return Cost()
+        extra = base.matrix_flops * (t.mma_rows // t.row_tile - 1)
+        return Cost(flops=extra, matrix_flops=extra)
 
     def _recompute_flops(self, nodes: list[Node]) -> int:
         """Elementwise work feeding a contraction operand is redone once per tile of the
-        other operand: an A-side prologue N/tile times, a B-side one M/tile times."""
+        other operand: an A-side prologue N/tile times (once where tiles hold whole rows),
+        a B-side one M/tile times."""
         members = {id(n) for n in nodes}
+        whole_rows = _whole_rows(nodes)
         extra = 0
         for c in nodes:
             if fusion_kind(c) is not FusionKind.CONTRACTION:
@@ -115,7 +127,7 @@ class Grower:
                 if p is None or id(p) not in members:
                     continue
                 other = out[-1] if side == 0 else out[-2] if len(out) >= 2 else 1
-                tiles = max(1, -(-other // 128))
+                tiles = 1 if side == 0 and whole_rows else max(1, -(-other // 128))
                 extra += (tiles - 1) * sum(
                     n.op.flops([v.type for v in n.inputs], [v.type for v in n.outputs]) for n in _prologue(p, members)
                 )
@@ -137,7 +149,7 @@ class Grower:
             return problem
         t = self.target
         if self.cost(merged).seconds(t) > self.cost(a.nodes).seconds(t) + self.cost(b.nodes).seconds(t):
-            return "no modelled gain (recomputation outweighs the saved traffic)"
+            return "no modelled gain (recomputation or narrow tiles outweigh the saved traffic)"
         return None
 
     def merge(self, a: _Group, b: _Group) -> _Group:
@@ -189,6 +201,17 @@ class Grower:
         return True
 
 
+def _whole_rows(nodes: list[Node]) -> bool:
+    """Weight products whose kernel needs whole output rows on a tile: a row reduction
+    after them (a norm), or two of them chained (an MLP)."""
+    kinds = [fusion_kind(n) for n in nodes]
+    products = [n for n, k in zip(nodes, kinds) if k is FusionKind.CONTRACTION]
+    if not products or not all(p.inputs[1].is_constant for p in products):
+        return False
+    chain = len(products) == 2 and not siblings(products)
+    return chain or any(k is FusionKind.REDUCE for k in kinds)
+
+
 def _prologue(start: Node, members: set[int]) -> list[Node]:
     """The elementwise/index producers of a contraction operand inside a group."""
     out, stack, seen = [], [start], set()
@@ -219,6 +242,8 @@ def _attention_regions(g: Grower) -> None:
     product, merge everything between the two: QK^T, scale, mask, softmax, PV."""
     for c2 in g.graph.nodes:
         if fusion_kind(c2) is not FusionKind.CONTRACTION or c2.inputs[0].producer is None:
+            continue
+        if c2.inputs[1].is_constant:  # a weight chain, not attention: grown pairwise, costed
             continue
         region, c1 = _between_contraction(c2)
         if c1 is not None:
@@ -338,8 +363,12 @@ def _leftovers(g: Grower) -> None:
         for grp in g.groups():
             if grp.kind >= FusionKind.CONTRACTION or g.owner[id(grp.nodes[0])] is not grp:
                 continue
-            for c in g.consumers(grp) + g.producers(grp):
+            consumers = g.consumers(grp)
+            for c in consumers + g.producers(grp):
                 if c.kind < FusionKind.CONTRACTION and g.owner[id(c.nodes[0])] is c:
+                    moved = c if c in consumers else grp  # the consumer side of the pair
+                    if _moves_written_data(g, moved):
+                        continue  # left for its consumer's prologue
                     cur = g.owner[id(grp.nodes[0])]
                     if cur is not c and g.try_merge(cur, c):
                         changed = True
