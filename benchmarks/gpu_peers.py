@@ -11,7 +11,9 @@ constants stay in range) and times the plan: CUDA events around N replays of its
 graph, after warm-up; median, 10th and 90th percentiles. Values do not change the time
 of these kernels (no data-dependent control flow). Correctness is checked on the tiny
 configs by gpu_check.py, on real inputs and weights. ``--torch-batches 1 32`` also times
-a plain-torch BERT-base of the same shape (eager, torch.compile modes) on the same GPU.
+the plain-torch peers of ``--torch-models`` (benchmarks/torch_peers.py: the same
+architectures, fp16) eager and under each ``--torch-modes`` torch.compile mode, on the
+same GPU in the same run.
 
 Besides each row, the roofline floor of the model at that shape: max(FLOPs / 790 TFLOP/s,
 bytes / 4.3 TB/s), from the partition's cost model (tilefuse/target.py).
@@ -27,6 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 
@@ -110,72 +113,16 @@ def run(args) -> int:
             print(f"    {k:40s} {n:3d} x  {total:9.3f} ms in all", flush=True)
         print(f"{tag:28s} {row['ms_median']:8.3f} ms (p10 {row['ms_p10']:.3f}, p90 {row['ms_p90']:.3f}); "
               f"roofline {row['floor_ms']:.3f} ms; {row['steps']} launches in one graph: {row['cuda_graph']}", flush=True)
-    for batch in args.torch_batches:
-        rows += torch_bert(batch, args.torch_modes, args.repeats)
+    import torch_peers
+
+    for name in args.torch_models:
+        for batch in args.torch_batches:
+            for mode in args.torch_modes:
+                row = torch_peers.time_peer(name, batch, mode, args.repeats)
+                rows.append(row)
+                print(f"torch {name} b{batch} {mode:28s} {row['ms_median']:8.3f} ms", flush=True)
     (out_dir / "gpu_peers.json").write_text(json.dumps(rows, indent=1))
     return 0
-
-
-def torch_bert(batch: int, modes: list[str], repeats: int) -> list[dict]:
-    """BERT-base (12 layers, hidden 768, 12 heads, FFN 3072, seq 128) written in plain torch
-    (no transformers on the GPU machine), fp16, random weights: eager and torch.compile."""
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-
-    class Layer(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.qkv, self.proj = nn.Linear(768, 2304), nn.Linear(768, 768)
-            self.up, self.down = nn.Linear(768, 3072), nn.Linear(3072, 768)
-            self.ln1, self.ln2 = nn.LayerNorm(768, eps=1e-12), nn.LayerNorm(768, eps=1e-12)
-
-        def forward(self, x, mask):
-            b, s, _ = x.shape
-            q, k, v = self.qkv(x).view(b, s, 3, 12, 64).permute(2, 0, 3, 1, 4)
-            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(b, s, 768)
-            x = self.ln1(x + self.proj(a))
-            return self.ln2(x + self.down(F.gelu(self.up(x))))
-
-    class Bert(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.word, self.pos, self.token_type = nn.Embedding(30522, 768), nn.Embedding(512, 768), nn.Embedding(2, 768)
-            self.ln = nn.LayerNorm(768, eps=1e-12)
-            self.layers = nn.ModuleList(Layer() for _ in range(12))
-            self.pool = nn.Linear(768, 768)
-
-        def forward(self, ids, attention_mask):
-            pos = torch.arange(ids.shape[1], device=ids.device)
-            x = self.ln(self.word(ids) + self.pos(pos) + self.token_type(torch.zeros_like(ids)))
-            mask = ((1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0)
-            for layer in self.layers:
-                x = layer(x, mask)
-            return x, torch.tanh(self.pool(x[:, 0]))
-
-    model = Bert().cuda().half().eval()
-    ids = torch.randint(0, 30522, (batch, SEQ), device="cuda")
-    mask = torch.ones(batch, SEQ, device="cuda", dtype=torch.int64)
-    rows = []
-    for mode in modes:
-        fn = model if mode == "eager" else torch.compile(model, mode=None if mode == "default" else mode)
-        with torch.inference_mode():
-            for _ in range(10):
-                fn(ids, mask)
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(repeats):
-                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn(ids, mask)
-                stop.record()
-                stop.synchronize()
-                times.append(start.elapsed_time(stop))
-        times.sort()
-        rows.append({"model": f"torch-bert-float16-b{batch}", "mode": mode, "ms_median": statistics.median(times),
-                     "ms_p10": times[len(times) // 10], "ms_p90": times[(9 * len(times)) // 10]})
-        print(f"torch bert b{batch} {mode:28s} {rows[-1]['ms_median']:8.3f} ms", flush=True)
-    return rows
 
 
 def main() -> int:
@@ -188,8 +135,10 @@ def main() -> int:
     r = sub.add_parser("run")
     r.add_argument("--out")
     r.add_argument("--repeats", type=int, default=100)
-    r.add_argument("--torch-batches", nargs="*", type=int, default=[], help="also time a plain-torch BERT-base")
-    r.add_argument("--torch-modes", nargs="+", default=["eager", "default", "reduce-overhead"])
+    r.add_argument("--torch-models", nargs="*", default=["bert"], help="plain-torch peers (benchmarks/torch_peers.py)")
+    r.add_argument("--torch-batches", nargs="*", type=int, default=[], help="batches to time the peers at")
+    r.add_argument("--torch-modes", nargs="+", default=["eager", "default", "max-autotune-no-cudagraphs",
+                                                        "reduce-overhead"])
     args = ap.parse_args()
     return pack(args) if args.cmd == "pack" else run(args)
 

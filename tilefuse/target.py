@@ -26,6 +26,10 @@ class Target:
     mma_rows: int = 1  # rows the matrix unit takes at once (Hopper wgmma: 64); narrower tiles waste it
     half_operand_tiles: bool = False  # half-float products keep operand tiles half (tensor cores)
     tile_k: int = 256  # K depth of a contraction tile (operand tiles are rows x tile_k, tile_k x cols)
+    min_tile: int = 64  # smallest tile edge the lowering shrinks to where a grid would leave cores idle
+    gemm_tile: int = 64  # edge of a plain contraction tile before shrinking for parallelism
+    max_threads: int = 128  # threads of a tile's block (GPU; a 128x128 product tile takes two warpgroups)
+    accumulator_bytes: int = 1 << 30  # accumulators one plain product tile may hold (GPU: registers)
     max_group_nodes: int = 512  # cap that keeps pathological graphs tractable
 
     def row_epilogue_bytes(self, row_elems: int) -> int:
@@ -52,6 +56,10 @@ CUDA_SM90A = Target(
     mma_rows=64,
     half_operand_tiles=True,
     tile_k=64,  # operand tiles, accumulators and a chain's intermediate share 227 KB
+    min_tile=32,  # 32x32 still splits into m16n8k16 pieces over 4 warps
+    gemm_tile=128,  # 128x128x64 fp16 tiles: two warpgroups of wgmma, cp.async double-buffered
+    max_threads=256,
+    accumulator_bytes=64 * 1024,  # 256 threads x 64 fp32 registers: siblings share it (QKV: 3 x 64x128)
 )
 
 # A conservative x86-64 server core set (the 2-core development box and CI): AVX2 FMA at

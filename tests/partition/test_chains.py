@@ -32,7 +32,7 @@ def test_chain_respects_on_chip_capacity_per_target():
     graph = _mlp(4096, 256, 1024)
     # cpu: 32 rows x (4096 in + 1024 out) fp32 = 640 KB of 1 MB, 4 row tiles for 2 cores
     assert len(partition_graph(graph, CPU).groups) == 1
-    p = partition_graph(graph, CUDA_SM90A)  # 16 rows x 5120 fp32 = 320 KB > 227 KB
+    p = partition_graph(_mlp(4096, 256, 1024, rows=4096), CUDA_SM90A)  # 16 rows x 5120 fp32 = 320 KB > 227 KB
     assert len(p.groups) == 2
     assert any("chain of products needs 320 KB on chip" in r.reason for r in p.refusals), [r.reason for r in p.refusals]
 
@@ -50,3 +50,18 @@ def test_chain_needs_a_row_tile_per_core():
     assert len(p.groups) == 2
     assert any("8 whole-row tiles, fewer than the target's 132 cores" in r.reason for r in p.refusals)
     assert len(partition_graph(_mlp(64, 256, 64, rows=4096), CUDA_SM90A).groups) == 1
+
+
+def test_whole_row_epilogue_that_would_idle_the_gpu_stays_apart():
+    """128 rows on the GPU: the norm on the product's tile makes 8 whole-row tiles for 132
+    SMs where the product apart makes 4 x 32 tiles of 32 x 32; batch 1 keeps them apart,
+    4096 rows (256 whole-row tiles) fuse."""
+    from tilefuse.ir.prims import Kind
+
+    def kernel_of_norm(p):
+        return next(g for g in p.groups if any(n.op.kind is Kind.REDUCE for n in g.nodes))
+
+    small = partition_graph(_mlp(4096, 256, 1024, rows=128), CUDA_SM90A)
+    assert not any(n.op.name == "MatMul" for n in kernel_of_norm(small).nodes)
+    big = partition_graph(_mlp(4096, 256, 1024, rows=4096), CUDA_SM90A)
+    assert any(n.op.name == "MatMul" for n in kernel_of_norm(big).nodes)

@@ -61,11 +61,12 @@ def test_mlp_chain_keeps_the_intermediate_on_chip(zoo_cache):
 
 
 def test_norms_and_elementwise_chains_run_as_row_tiles(zoo_cache):
-    """Embeddings + LayerNorm (BERT, ViT), RMSNorm (LLaMA) and the mask computation: tiles
+    """Embeddings + LayerNorm (BERT, ViT), RMSNorm (LLaMA), GPT-2's pre-norms (whose output
+    is reshaped to [tokens, hidden] for the next product) and the mask computation: tiles
     of whole rows, each row reduced on its tile; no single tile holds the whole tensor."""
     from tilefuse.tile_ir.ir import ReduceTile
 
-    for name in ("bert", "vit", "llama"):
+    for name in ("bert", "vit", "llama", "gpt2"):
         lows = [(g, low) for g, low in _lowered(name, zoo_cache) if not any(n.op.kind is Kind.CONTRACT for n in g.nodes)]
         norms = [low for g, low in lows if any(n.op.kind is Kind.REDUCE for n in g.nodes)]
         assert norms, name
@@ -82,3 +83,65 @@ def test_convolutions_run_as_parallel_tiles_with_packed_weights(zoo_cache):
         assert low.program.notes[0].startswith("gemm+epilogue")
         assert math.prod(low.program.grid) >= 1
         assert any(p.name.endswith("_kxm") for p in low.program.params)
+
+
+def _matmul_graph(rows: int, k: int, n: int, siblings: int = 1):
+    import numpy as np
+
+    from tilefuse.ir import Builder, DType, TensorType
+
+    rng = np.random.default_rng(0)
+    b = Builder("mm")
+    x = b.input("x", TensorType(DType.FLOAT16, (1, rows, k)))
+    for i in range(siblings):
+        b.output(f"y{i}", b.matmul(x, b.const(rng.standard_normal((k, n)).astype(np.float16))))
+    return b.graph
+
+
+def test_product_tiles_shrink_until_the_gpu_is_full():
+    """Batch 1, 128 rows x 768: 128x128 tiles make 6 blocks for 132 SMs; tiles halve down to
+    the target's 32x32 (96 blocks). The CPU (2 cores) keeps its 64x64 tiles."""
+    from tilefuse.target import CUDA_SM90A
+
+    graph = _matmul_graph(128, 768, 768)
+    (group,) = partition_graph(graph, CUDA_SM90A).groups
+    program = lower_group(group, CUDA_SM90A).program
+    assert math.prod(program.grid) == 96 and "tiles 32x32x64" in program.notes[0]
+    (group,) = partition_graph(graph, CPU).groups
+    assert "tiles 64x64" in lower_group(group, CPU).program.notes[0]
+    big = partition_graph(_matmul_graph(4096, 768, 768), CUDA_SM90A).groups[0]
+    program = lower_group(big, CUDA_SM90A).program
+    assert "tiles 128x128" in program.notes[0] and program.threads == 256  # two warpgroups
+
+
+def test_sibling_products_share_the_accumulator_budget():
+    """Three sibling products (Q, K, V) keep 3 accumulators: 64x64 each on the GPU, within
+    its 64 KB of accumulator registers per block."""
+    from tilefuse.target import CUDA_SM90A
+
+    group = partition_graph(_matmul_graph(4096, 768, 768, siblings=3), CUDA_SM90A).groups[0]
+    program = lower_group(group, CUDA_SM90A).program
+    accumulators = [b for b in program.allocs if b.name.startswith("c_tile")]
+    assert len(accumulators) == 3
+    assert sum(math.prod(b.shape) * 4 for b in accumulators) <= CUDA_SM90A.accumulator_bytes
+
+
+def test_a_column_count_without_divisors_gets_a_partial_last_tile():
+    """An LM head of 50257 words (29 x 1733) on the GPU: 128-wide column tiles, the last one
+    partial, instead of 29-wide tiles; the interpreter agrees with numpy on it."""
+    import numpy as np
+
+    from tilefuse.target import CUDA_SM90A
+    from tilefuse.tile_ir.interpret import run_program
+
+    graph = _matmul_graph(32, 64, 29 * 11)  # 319 columns: divisors 1, 11, 29, 319
+    (group,) = partition_graph(graph, CUDA_SM90A).groups
+    low = lower_group(group, CUDA_SM90A)
+    assert "last column tile" in low.program.notes[0] and low.program.grid[-1] == -(-319 // 128)
+    rng = np.random.default_rng()
+    x = rng.standard_normal((1, 32, 64)).astype(np.float16)
+    w = low.bindings[1].data
+    out = np.zeros((1, 32, 319), np.float16)
+    run_program(low.program, [x, np.ascontiguousarray(w), out])
+    want = (x.astype(np.float32) @ w.astype(np.float32)).astype(np.float16)
+    np.testing.assert_allclose(out.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)

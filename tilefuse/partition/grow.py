@@ -16,6 +16,7 @@ and not cost more than the two kernels apart (recomputation counted).
 """
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 from tilefuse.ir.graph import Graph, Node
@@ -99,7 +100,8 @@ class Grower:
 
     def cost(self, nodes: list[Node]) -> Cost:
         base = kernel_cost(nodes, self.outputs_of(nodes))
-        return base + Cost(flops=self._recompute_flops(nodes)) + self._narrow_tile_cost(nodes, base)
+        base = base + self._narrow_tile_cost(nodes, base)
+        return base + Cost(flops=self._recompute_flops(nodes)) + self._idle_core_cost(nodes, base)
 
     def _narrow_tile_cost(self, nodes: list[Node], base: Cost) -> Cost:
         """A kernel that needs whole rows on its tile gets ``row_tile`` rows per tile;
@@ -110,6 +112,23 @@ class Grower:
             return Cost()
         extra = base.matrix_flops * (t.mma_rows // t.row_tile - 1)
         return Cost(flops=extra, matrix_flops=extra)
+
+    def _idle_core_cost(self, nodes: list[Node], base: Cost) -> Cost:
+        """Whole-row tiles of ``row_tile`` rows may be fewer than the target's cores where
+        the products apart (tiles down to ``min_tile``) would fill them: a batch-1 layer
+        on a GPU makes 8 whole-row tiles for 132 SMs. The kernel then runs on that share of
+        the machine: counted as that much more work."""
+        t = self.target
+        if not _whole_rows(nodes):
+            return Cost()
+        shape = [n for n in nodes if fusion_kind(n) is FusionKind.CONTRACTION][-1].outputs[0].type.shape
+        rows, cols = math.prod(shape[:-1]), shape[-1]
+        whole = min(t.cores, -(-rows // t.row_tile))
+        apart = min(t.cores, -(-rows // t.min_tile) * -(-cols // t.min_tile))
+        if whole >= apart:
+            return Cost()
+        f = apart / whole - 1
+        return Cost(flops=int(base.flops * f), matrix_flops=int(base.matrix_flops * f))
 
     def _recompute_flops(self, nodes: list[Node]) -> int:
         """Elementwise work feeding a contraction operand is redone once per tile of the
@@ -293,10 +312,10 @@ def _depends_on_contraction(n: Node, limit: int) -> bool:
 
 
 def _sibling_contractions(g: Grower) -> None:
-    by_input: dict[int, list[Node]] = {}
+    by_input: dict[tuple[int, tuple[int, ...]], list[Node]] = {}
     for n in g.graph.nodes:
         if fusion_kind(n) is FusionKind.CONTRACTION and n.inputs[1].is_constant:
-            by_input.setdefault(id(n.inputs[0]), []).append(n)
+            by_input.setdefault((id(n.inputs[0]), n.inputs[1].type.shape), []).append(n)
     for group in by_input.values():
         if len(group) > 1 and siblings(group):
             first = g.owner[id(group[0])]

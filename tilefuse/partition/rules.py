@@ -91,14 +91,16 @@ def structure_problem(nodes: Sequence[Node], target: Target, written: frozenset[
 
 
 def siblings(contractions: Sequence[Node]) -> bool:
-    """Matrix products of one activation by constant weights with one K: one wide GEMM."""
+    """Matrix products of one activation by constant weights of one shape: one wide GEMM
+    whose tiles share the activation's tile (grouped-query attention's Q beside K and V,
+    wider than they are, runs apart)."""
     first = contractions[0]
     return all(
         isinstance(c.op, MatMul)
         and c.inputs[0] is first.inputs[0]
         and c.inputs[1].is_constant
         and c.inputs[1].type.rank == 2
-        and c.inputs[1].type.shape[0] == first.inputs[1].type.shape[0]
+        and c.inputs[1].type.shape == first.inputs[1].type.shape
         for c in contractions
     )
 

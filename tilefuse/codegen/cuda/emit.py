@@ -9,7 +9,12 @@ and hands it to TileLang. The mapping is close to one-to-one, as the tile IR was
     shared / fragment allocs -> ``T.alloc_shared`` / ``T.alloc_fragment`` (fragments only
                                 where TileLang needs registers: tensor-core accumulators and
                                 tile reductions; other fragments live in shared memory)
-    Fill, Copy, ReduceTile   -> ``T.fill``, ``T.copy`` (regions), ``T.reduce_*``
+    Fill                     -> ``T.fill``
+    tile fills               -> ``T.copy(src[region], tile)`` where a parallel nest copies a
+                                rectangle of a global tensor as it is (cp.async, overlapped
+                                by the pipelined K loop); other fills stay element loops
+    ReduceTile, running      -> ``T.reduce_*`` on register tiles of power-of-two shapes, else
+    reductions                  several threads per row (partials in shared memory, folded)
     Gemm                     -> ``T.gemm`` on half-float tiles of MMA shapes (tensor cores,
                                 fp32 accumulate); anything else, float32 included, as exact
                                 FMA loops, so fp32 stays fp32 (no TF32)
@@ -52,7 +57,6 @@ from tilefuse.tile_ir.ir import (
     Loop,
     LoopKind,
     ReduceTile,
-    Region,
     Scope,
     Stmt,
     Store,
@@ -62,7 +66,7 @@ from tilefuse.tile_ir.ir import (
 )
 
 HALF = {DType.FLOAT16, DType.BFLOAT16}
-T_COPY = False  # bulk tile loads through T.copy (TMA on Hopper); see Copy in _Emitter.stmt
+T_COPY = True  # plain tile loads through T.copy (cp.async, pipelined; see tile_copy)
 MAX_ELEMENTS = 2**31 - 1
 MAX_THREADS = 1024
 
@@ -151,6 +155,7 @@ class _Emitter:
         self.alias: dict[str, str] = {}  # buffer name -> the name loads of it use
         self.locals: dict[DType, str] = {}  # per-thread accumulators, one per dtype
         self.replaced: dict[tuple[str, tuple[Expr, ...]], str] = {}  # a Load read from a local
+        self.partials: list[str] = []  # shared buffers of cooperative reductions, allocated last
 
     # -- names -------------------------------------------------------------------------
     def name(self, b: Buffer | Var) -> str:
@@ -227,6 +232,7 @@ class _Emitter:
                     body.append(f"{ind}T.copy({self._names[name]}, {self.name(mirrors[name])})")
                     self.alias[name] = self.name(mirrors[name])
         lines += [f"{ind}{name} = T.alloc_local((1,), {_dt(dt)})" for dt, name in self.locals.items()]
+        lines += [ind + x for x in self.partials]
         return lines + body
 
     def block(self, stmts: tuple[Stmt, ...], depth: int) -> list[str]:
@@ -244,14 +250,8 @@ class _Emitter:
             return [ind + x for x in lets] + [f"{ind}{self.name(s.buffer)}[{', '.join(idx)}] = {value}"]
         if isinstance(s, Fill):
             return [f"{ind}T.fill({self.name(s.buffer)}, {self.const(s.value.value, s.buffer.dtype)})"]
-        if isinstance(s, Copy):
-            # Element loops for now: with T.copy, TileLang warp-specialises the pipelined
-            # loop with TMA, and a bert-base fp16 plan at batch 32 did not finish on the
-            # H200 (benchmarks/NOTES.md). T.copy returns once that is understood.
-            if not T_COPY or self.threads < self.p.threads:
-                return self.copy_loop(s, depth)
-            squeeze = len(s.src.extents) - len(s.dst.extents)  # unit dims the tile does not have
-            return [f"{ind}T.copy({self.region(s.src, squeeze)}, {self.region(s.dst, -squeeze)})"]
+        if isinstance(s, Copy):  # an accumulator tile written out (the staged schedule)
+            return self.copy_loop(s, depth)
         if isinstance(s, Gemm):
             return self.gemm(s, depth)
         if isinstance(s, ReduceTile):
@@ -268,8 +268,14 @@ class _Emitter:
             while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], Loop) and loops[-1].body[0].kind is LoopKind.PARALLEL:
                 loops.append(loops[-1].body[0])  # type: ignore[arg-type]
             head = f"for {', '.join(self.name(l.var) for l in loops)} in T.Parallel({', '.join(str(l.extent) for l in loops)}):"
+            copy = self.tile_copy(loops)
+            if copy is not None:
+                return [ind + copy]
             acc = _accumulation(loops[-1].body)
             if acc is not None:
+                shared = self.accumulate_lanes(loops, *acc, depth)
+                if shared is not None:
+                    return shared
                 return [ind + head] + self.accumulate(*acc, depth + 1)
             return [ind + head] + self.block(loops[-1].body, depth + 1)
         if s.kind is LoopKind.PIPELINED and s.stages > 1:
@@ -300,6 +306,106 @@ class _Emitter:
         lets, idx = self.render(list(init.indices), [True] * len(init.indices))
         return out + [ind + x for x in lets] + [f"{ind}{self.name(init.buffer)}[{', '.join(idx)}] = {acc}"]
 
+    def tile_copy(self, loops: list[Loop]) -> str | None:
+        """``T.copy(src[region], tile)`` for a parallel nest that fills a whole on-chip tile
+        with a rectangle of a global tensor, element for element: ``tile[i, j] =
+        src[c, o0 + i, o1 + j]`` (leading fixed indices, then each loop variable once, in
+        order, plus an offset free of them). TileLang turns it into vectorised
+        asynchronous copies that the pipelined K loop overlaps with the products; any
+        other fill (guarded tails, casts, transposes, reshapes) stays an element loop."""
+        body = loops[-1].body
+        if not T_COPY or self.threads < self.p.threads or len(body) != 1 or not isinstance(body[0], Store):
+            return None
+        st, names = body[0], [l.var for l in loops]
+        dst, value = st.buffer, st.value
+        if dst.scope is Scope.GLOBAL or st.indices != tuple(names) or dst.shape != tuple(l.extent for l in loops):
+            return None
+        if not isinstance(value, Load) or value.buffer.scope is not Scope.GLOBAL or value.buffer.dtype is not dst.dtype:
+            return None
+        fixed, parts = True, []
+        for idx in value.indices:
+            used = [v for v in names if _mentions(idx, v)]
+            if not used:
+                if not fixed:
+                    return None  # a fixed index after a tiled one: not a region T.copy squeezes
+                parts.append(self.index(idx))
+                continue
+            fixed = False
+            off = _offset_of(idx, used[0]) if len(used) == 1 else None
+            if off is None or not names or used[0] != names[0]:
+                return None
+            names = names[1:]
+            o = self.index(off)
+            ext = loops[len(loops) - len(names) - 1].extent
+            parts.append(f"{o}:{o} + {ext}" if o != "0" else f"0:{ext}")
+        if names:
+            return None
+        return f"T.copy({self.name(value.buffer)}[{', '.join(parts)}], {self.name(dst)})"
+
+    def lanes(self, kept: int, red: int) -> int:
+        """Threads that share one reduction: the largest power of two up to 32 that divides
+        the reduced extent and, times the kept extent, fits in the block (1: one per row).
+        One thread folds the partials, so more lanes would make that fold the long pole."""
+        lanes = 1
+        while lanes < 32 and red % (lanes * 2) == 0 and kept * lanes * 2 <= self.threads:
+            lanes *= 2
+        return lanes
+
+    def cooperative(self, kept: list[tuple[str, int]], red: int, lanes: int, dtype: DType, combine: str,
+                    identity: str, start: tuple[list[str], str], term, store: tuple[list[str], str],
+                    depth: int) -> list[str]:
+        """A reduction of ``red`` terms per kept index by ``lanes`` threads each: every lane
+        folds the terms ``j = jj * lanes + lane`` (neighbouring lanes read neighbouring
+        elements) into a register, writes its partial to shared memory, and one thread per
+        kept index folds the partials after ``start``. ``term(j)`` renders the term at index
+        expression ``j``; it, ``start`` and ``store`` (the target) are (let lines, text)."""
+        ind = " " * 4 * depth
+        part = f"_part{len(self.partials)}"
+        shape = _shape(tuple(e for _, e in kept) + (lanes,))
+        self.partials.append(f"{part} = T.alloc_shared({shape}, {_dt(dtype)})")
+        acc = f"{self.local(dtype)}[0]"
+        names = [n for n, _ in kept]
+        lane, jj, ll = self.temp(), self.temp(), self.temp()
+        lets, value = term(f"({jj} * {lanes} + {lane})")
+        extents = ", ".join(str(e) for _, e in kept)
+        partial, folded = f"{part}[{', '.join(names + [lane])}]", f"{part}[{', '.join(names + [ll])}]"
+        out = [f"{ind}for {', '.join(names + [lane])} in T.Parallel({extents}, {lanes}):",
+               f"{ind}    {acc} = {identity}",
+               f"{ind}    for {jj} in T.serial({red // lanes}):"]
+        out += [f"{ind}        {x}" for x in lets]
+        out += [f"{ind}        {acc} = {combine.format(a=acc, b=value)}",
+                f"{ind}    {partial} = {acc}",
+                f"{ind}for {', '.join(names)} in T.Parallel({extents}):"]
+        out += [f"{ind}    {x}" for x in start[0]]
+        out += [f"{ind}    {acc} = {start[1]}",
+                f"{ind}    for {ll} in T.serial({lanes}):",
+                f"{ind}        {acc} = {combine.format(a=acc, b=folded)}"]
+        out += [f"{ind}    {x}" for x in store[0]]
+        return out + [f"{ind}    {store[1]} = {acc}"]
+
+    def accumulate_lanes(self, loops: list[Loop], init: Store, inner: Loop, update: Store, depth: int) -> list[str] | None:
+        """``accumulate`` with several threads per parallel index, where the update is an
+        associative fold ``b[i] = f(b[i], term)`` (sum, product, max, min)."""
+        kept = math.prod(l.extent for l in loops)
+        lanes = self.lanes(kept, inner.extent)
+        fold = _fold(update, init.buffer.dtype)
+        if lanes == 1 or fold is None:
+            return None
+        combine, identity, term = fold
+        dt = init.buffer.dtype
+        lets, (start,) = self.render([init.value], [False])
+        names = [(self.name(l.var), l.extent) for l in loops]
+        jname = self.name(inner.var)
+
+        def render_term(j: str) -> tuple[list[str], str]:
+            tlets, (value,) = self.render([term], [False])
+            return [f"{jname} = {j}"] + tlets, value
+
+        lets_i, idx = self.render(list(init.indices), [True] * len(init.indices))
+        store = (lets_i, f"{self.name(init.buffer)}[{', '.join(idx)}]")
+        return self.cooperative(names, inner.extent, lanes, dt, combine, self.const(identity, dt), (lets, start),
+                                render_term, store, depth)
+
     def copy_loop(self, s: Copy, depth: int) -> list[str]:
         """A Copy as element stores over the destination region."""
         ind = " " * 4 * depth
@@ -317,17 +423,6 @@ class _Emitter:
         return [f"{ind}for {', '.join(vs)} in T.Parallel({', '.join(map(str, ext))}):",
                 f"{ind}    {self.name(s.dst.buffer)}[{', '.join(dst_idx)}] = {value}"]
 
-    def region(self, r: Region, squeeze: int = 0) -> str:
-        """``buf[o:o + e, ...]``; the first ``squeeze`` dims (of extent 1) as plain indices."""
-        parts = []
-        for d, (off, ext) in enumerate(zip(r.offsets, r.extents)):
-            o = self.index(off)
-            if d < squeeze and ext == 1:
-                parts.append(o)
-                continue
-            parts.append(f"{o}:{o} + {ext}" if o != "0" else f"0:{ext}")
-        return f"{self.name(r.buffer)}[{', '.join(parts)}]"
-
     def reduce_loops(self, s: ReduceTile, depth: int) -> list[str]:
         """A tile reduction in shared memory: one thread per kept index, serial over the
         reduced one (shapes TileLang's register layouts do not cover)."""
@@ -343,8 +438,15 @@ class _Emitter:
         identity = {ReduceFn.SUM: 0, ReduceFn.PROD: 1, ReduceFn.MAX: float("-inf"), ReduceFn.MIN: float("inf")}[s.fn]
         if not dt.is_float and s.fn in (ReduceFn.MAX, ReduceFn.MIN):
             raise CompileError(f"kernel {self.p.name}: integer tile {s.fn.value} is not supported on CUDA")
-        acc = f"{self.local(dt)}[0]"
         start = self.const(identity, dt) if s.clear else f"{dst}[{i}]"
+        lanes = self.lanes(kept, red)
+        if lanes > 1:
+            def term(jv: str) -> tuple[list[str], str]:
+                at = f"{src}[{i}, {jv}]" if s.dim == 1 else f"{src}[{jv}, {i}]"
+                return [], at if s.src.dtype is dt else f'T.Cast("{dt.value}", {at})'
+            return self.cooperative([(i, kept)], red, lanes, dt, combine, self.const(identity, dt), ([], start), term,
+                                    ([], f"{dst}[{i}]"), depth)
+        acc = f"{self.local(dt)}[0]"
         return [f"{ind}for {i} in T.Parallel({kept}):",
                 f"{ind}    {acc} = {start}",
                 f"{ind}    for {j} in T.serial({red}):",
@@ -530,6 +632,61 @@ def _accumulation(body: tuple[Stmt, ...]) -> tuple[Store, Loop, Store] | None:
     if update.buffer != init.buffer or update.indices != init.indices:
         return None
     return init, inner, update
+
+
+def _mentions(e: Expr, v: Var) -> bool:
+    if isinstance(e, Var):
+        return e == v
+    if isinstance(e, IndexOp):
+        return _mentions(e.a, v) or _mentions(e.b, v)
+    if isinstance(e, Load):
+        return any(_mentions(i, v) for i in e.indices)
+    if isinstance(e, Call):
+        return any(_mentions(a, v) for a in e.args)
+    return False
+
+
+def _offset_of(e: Expr, v: Var) -> Expr | None:
+    """``o`` where ``e`` is ``v``, ``v + o`` or ``o + v`` with ``o`` free of ``v``."""
+    if e == v:
+        return Const(0, DType.INT64)
+    if isinstance(e, IndexOp) and e.op is IOp.ADD:
+        if e.a == v and not _mentions(e.b, v):
+            return e.b
+        if e.b == v and not _mentions(e.a, v):
+            return e.a
+    return None
+
+
+_FOLDS = {ScalarFn.ADD: ("({a} + {b})", 0), ScalarFn.MUL: ("({a} * {b})", 1),
+          ScalarFn.MAX: ("T.max({a}, {b})", float("-inf")), ScalarFn.MIN: ("T.min({a}, {b})", float("inf"))}
+
+
+def _fold(update: Store, dtype: DType) -> tuple[str, float, Expr] | None:
+    """``b[i] = f(b[i], term)`` with f associative and commutative: (f's text, its
+    identity, term); None for any other update (those keep one thread per index)."""
+    v = update.value
+    if not isinstance(v, Call) or v.fn not in _FOLDS or len(v.args) != 2:
+        return None
+    if v.fn in (ScalarFn.MAX, ScalarFn.MIN) and not dtype.is_float:
+        return None
+    acc = Load(update.buffer, update.indices)
+    a, b = v.args
+    term = b if a == acc else a if b == acc else None
+    if term is None or _reads(term, update.buffer):
+        return None
+    text, identity = _FOLDS[v.fn]
+    return text, identity, term
+
+
+def _reads(e: Expr, buffer: Buffer) -> bool:
+    if isinstance(e, Load):
+        return e.buffer == buffer or any(_reads(i, buffer) for i in e.indices)
+    if isinstance(e, Call):
+        return any(_reads(a, buffer) for a in e.args)
+    if isinstance(e, IndexOp):
+        return _reads(e.a, buffer) or _reads(e.b, buffer)
+    return False
 
 
 def _fragment_reduce(r: ReduceTile, threads: int) -> bool:

@@ -93,7 +93,10 @@ def _lower(prim, arch: str) -> Lowered:
     from tvm.tirx.stmt_functor import post_order_visit
 
     target = Target({"kind": "cuda", "arch": arch})
-    with tvm.transform.PassContext(opt_level=3), target:
+    # T.copy as cp.async under the software pipeline; TMA with warp specialisation made a
+    # bert-base plan stall on the H200 (benchmarks/NOTES.md), so both stay off.
+    config = {"tl.disable_tma_lower": True, "tl.disable_warp_specialized": True}
+    with tvm.transform.PassContext(opt_level=3, config=config), target:
         art = tilelang.lower(prim, target=target)
 
     data_param = {}

@@ -32,7 +32,7 @@ def lower_group(group: FusedGroup, target: Target) -> Lowered:
     program, bindings = (
         lower_attention(group, group.name, target)
         or lower_gemm_epilogue(group, group.name, target)
-        or lower_rows(group, group.name)
+        or lower_rows(group, group.name, target)
         or lower_staged(group, group.name)
     )
     program = simplify_program(program)

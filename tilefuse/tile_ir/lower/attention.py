@@ -8,12 +8,14 @@ primitives between the two products — max, subtract, exp, sum, divide — not 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tilefuse.ir.dtypes import HALF_FLOATS, DType
 from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import Kind, Map, MatMul, Reduce, ReduceFn, ScalarFn
 from tilefuse.partition.model import FusedGroup
+from tilefuse.target import CPU, Target
 from tilefuse.tile_ir.ir import (
     Buffer,
     Call,
@@ -33,11 +35,10 @@ from tilefuse.tile_ir.ir import (
     Var,
     iop,
 )
-from tilefuse.tile_ir.lower.common import Names, divisor_tile, parallel
+from tilefuse.tile_ir.lower.common import Names, divisor_tile, fill_cores, parallel
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, broadcast_index
 from tilefuse.tile_ir.lower.gemm_epilogue import forward_maps
 from tilefuse.tile_ir.lower.params import kernel_params
-from tilefuse.target import CPU, Target
 
 F32 = DType.FLOAT32
 
@@ -101,12 +102,14 @@ def lower_attention(group: FusedGroup, name: str, target: Target = CPU) -> tuple
     maps = forward_maps(group, [c2], after)
     if maps is None or maps[1]:
         return None
-    return _Flash(group, c1, c2, sm, maps[0], name, target.half_operand_tiles).build()
+    return _Flash(group, c1, c2, sm, maps[0], name, target).build()
 
 
 class _Flash:
-    def __init__(self, group: FusedGroup, c1: Node, c2: Node, sm: _Softmax, fwd, name: str, half_tiles: bool) -> None:
+    def __init__(self, group: FusedGroup, c1: Node, c2: Node, sm: _Softmax, fwd, name: str, target: Target) -> None:
         self.group, self.c1, self.c2, self.sm, self.fwd, self.name = group, c1, c2, sm, fwd, name
+        self.target = target
+        half_tiles = target.half_operand_tiles
         dtypes = {v.type.dtype for v in (*c1.inputs, c2.inputs[1])}
         (only,) = dtypes if len(dtypes) == 1 else (None,)
         self.op = only if half_tiles and only in HALF_FLOATS else F32  # Q, K, V tiles
@@ -121,6 +124,8 @@ class _Flash:
         if c2.outputs[0].type.shape[:-2] != batch:
             return None
         bm, bn = divisor_tile(m, 64), divisor_tile(n, 64)
+        # query tiles down to half the target's smallest tile where heads x tiles leave cores idle
+        (bm,) = fill_cores((m,), [bm], math.prod(batch), self.target.cores, self.target.min_tile // 2)
         kp = kernel_params(self.group)
         params, buffers, bindings, outs = kp.params, kp.buffers, kp.bindings, kp.outputs
 

@@ -2,6 +2,7 @@
 tile sizes."""
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -73,6 +74,22 @@ def narrow(e: Expr, dtype: DType) -> Expr:
     if isinstance(e, Call) and e.fn is ScalarFn.CAST and dtype_of(e.args[0]) is dtype:
         return e.args[0]
     return Call(ScalarFn.CAST, (e,), dtype)
+
+
+def fill_cores(extents: tuple[int, ...], tiles: list[int], lead: int, cores: int, floor: int) -> list[int]:
+    """Tile edges for ``extents`` (starting from ``tiles``), halved (as divisors) from the
+    largest edge down, while the grid of ``lead`` x the tiles leaves some of ``cores``
+    idle and an edge stays at least ``floor``: batch-1 layers on a GPU of 132 SMs."""
+    tiles = list(tiles)
+    while lead * math.prod(e // t for e, t in zip(extents, tiles)) < cores:
+        for d in sorted(range(len(tiles)), key=lambda d: -tiles[d]):
+            smaller = divisor_tile(extents[d], tiles[d] // 2) if tiles[d] > 1 else tiles[d]
+            if floor <= smaller < tiles[d]:
+                tiles[d] = smaller
+                break
+        else:
+            return tiles
+    return tiles
 
 
 def divisor_tile(n: int, cap: int) -> int:

@@ -58,6 +58,7 @@ from tilefuse.tile_ir.lower.common import (
     Names,
     accumulator_dtype,
     divisor_tile,
+    fill_cores,
     guard_all,
     identity,
     narrow,
@@ -177,6 +178,8 @@ class _Builder:
                  name: str, first: Node | None, target: Target) -> None:
         self.group, self.cs, self.fwd, self.reductions, self.name = group, cs, fwd, reductions, name
         self.tile_k, self.row_tile, self.onchip = target.tile_k, target.row_tile, target.onchip_bytes
+        self.cores, self.min_tile, self.gemm_tile = target.cores, target.min_tile, target.gemm_tile
+        self.max_threads, self.acc_budget = target.max_threads, target.accumulator_bytes
         operands = {v.type.dtype for x in (*cs, *([first] if first else [])) for v in x.inputs[:2]}
         (only,) = operands if len(operands) == 1 else (None,)
         # operand tiles: the operands' half type for tensor cores, else the accumulator type
@@ -201,9 +204,20 @@ class _Builder:
             self.k = c.inputs[1].type.shape[0] * math.prod(c.inputs[1].type.shape[2:])
 
     def build(self) -> TileProgram | None:
-        bm, bn = divisor_tile(self.m, 64), divisor_tile(self.n, 64)
+        bm, bn = divisor_tile(self.m, self.gemm_tile), divisor_tile(self.n, self.gemm_tile)
         if self.reductions or self.first is not None:  # whole rows on the tile: rows of all N columns
             bm, bn = divisor_tile(self.m, self.row_tile), self.n
+        else:
+            while len(self.cs) * bm * bn * self.acc_dtype.itemsize > self.acc_budget and max(bm, bn) > 16:
+                if bn >= bm:
+                    bn = divisor_tile(self.n, bn // 2)
+                else:
+                    bm = divisor_tile(self.m, bm // 2)
+            bm, bn = fill_cores((self.m, self.n), [bm, bn], math.prod(self.batch), self.cores, self.min_tile)
+            plain = not isinstance(self.c.op, (Conv, ConvTranspose))  # convolution fills index channels directly
+            if plain and 4 * bn < min(self.n, self.gemm_tile):  # N with no good divisor (a 50257-word LM head)
+                bn = min(self.n, self.gemm_tile)
+        tail = self.n % bn  # the last column tile is partial: its columns clamp to the last one
         if (bm < 8 and self.m > 64) or (bn < 8 and self.n > 64):
             return None  # awkward sizes: the staged schedule handles tails
         bk = min(self.k, self.tile_k)
@@ -221,6 +235,13 @@ class _Builder:
         bvars = [Var(f"b{i}") for i in range(len(self.batch))]
         mt, nt = Var("bm"), Var("bn")
         m0, n0 = iop(IOp.MUL, mt, bm), iop(IOp.MUL, nt, bn)
+
+        def column(j: Expr) -> Expr:
+            """Column ``j`` of the tile in the product; past a partial last tile, the last
+            column: those lanes load and recompute it and store the same value again."""
+            col = iop(IOp.ADD, n0, j)
+            return iop(IOp.MIN, col, self.n - 1) if tail else col
+
         ta = Buffer("a_tile", self.op_dtype, (bm, bk), Scope.SHARED)
         sfx = [f"{s}" if len(self.cs) > 1 else "" for s in range(len(self.cs))]
         tbs = [Buffer(f"b_tile{x}", self.op_dtype, (bk, bn), Scope.SHARED) for x in sfx]
@@ -269,7 +290,7 @@ class _Builder:
         def fill_b(b_elem, tb: Buffer):
             def fill(idx: Index) -> list[Stmt]:
                 row = iop(IOp.ADD, k0, idx[0])
-                val = b_elem(row, iop(IOp.ADD, n0, idx[1]))
+                val = b_elem(row, column(idx[1]))
                 return [Store(tb, idx, narrow(guard_all([iop(IOp.LT, row, self.k)] if self.k % bk else [], val, self.acc_dtype), tb.dtype))]
 
             return fill
@@ -294,19 +315,22 @@ class _Builder:
         outs = params[len(params) - len(self.group.outputs):]
         for v, ob in zip(self.group.outputs, outs):
             def store(ij: Index, v: Value = v, ob: Buffer = ob) -> list[Stmt]:
-                g = self._product_index(tuple(bvars), iop(IOp.ADD, m0, ij[0]), iop(IOp.ADD, n0, ij[1]))
+                g = self._product_index(tuple(bvars), iop(IOp.ADD, m0, ij[0]), column(ij[1]))
                 idx = self.fwd[id(v)](g)
                 return [Store(ob, idx, el.at(v, idx))]
 
             body += parallel(self.names, (bm, bn), store)
-        grid = tuple(self.batch) + (self.m // bm, self.n // bn)
+        grid = tuple(self.batch) + (self.m // bm, -(-self.n // bn))
         wide = f", {len(self.cs)} sibling products sharing the A tile" if len(self.cs) > 1 else ""
         if self.first is not None:
             wide = f", the first product of a chain computed {bk} columns at a time on chip"
+        if tail:
+            wide += f", last column tile {tail} wide"
         notes = (f"gemm+epilogue: tiles {bm}x{bn}x{bk}, grid {grid}{wide}",)
         n_in = len(params) - len(self.group.outputs)
         allocs = (ta, *tbs, *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()))
-        return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), 128, allocs, tuple(body), notes)
+        threads = self.max_threads if min(bm, bn) >= 128 else 128  # a 128x128 tile: two warpgroups
+        return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), threads, allocs, tuple(body), notes)
 
     def _chain_chunk(self, el: ElementBuilder, th: Buffer, first_row: Expr, k0: Expr) -> tuple[tuple[Buffer, ...], list[Stmt]]:
         """The first product of a chain for this tile's rows and the columns [k0, k0 + bk)

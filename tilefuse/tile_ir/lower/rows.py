@@ -18,10 +18,11 @@ from __future__ import annotations
 import math
 
 from tilefuse.ir.graph import Node, Value
-from tilefuse.ir.prims import Kind, Map, Reduce, ScalarFn
+from tilefuse.ir.prims import Kind, Map, Reduce, Reshape, ScalarFn
 from tilefuse.partition.model import FusedGroup
+from tilefuse.target import CPU, Target
 from tilefuse.tile_ir.ir import Buffer, Call, Expr, IOp, Load, ReduceTile, Scope, Stmt, Store, TileProgram, Var, iop
-from tilefuse.tile_ir.lower.common import Names, accumulator_dtype, divisor_tile, parallel
+from tilefuse.tile_ir.lower.common import Names, accumulator_dtype, divisor_tile, fill_cores, parallel
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, delinearize, linearize
 from tilefuse.tile_ir.lower.params import kernel_params
 from tilefuse.tile_ir.lower.staged import STAGED
@@ -30,7 +31,7 @@ ROW_TILE_ELEMS = 8192  # br x E of one reduction tile: 32 KB of fp32
 MAX_ROW = 16384  # longer rows: the staged schedule
 
 
-def lower_rows(group: FusedGroup, name: str) -> tuple[TileProgram, tuple[Value, ...]] | None:
+def lower_rows(group: FusedGroup, name: str, target: Target = CPU) -> tuple[TileProgram, tuple[Value, ...]] | None:
     nodes = list(group.nodes)
     # contractions, scatters, windowed and arg reductions need the staged schedule
     if any(n.op.kind in (Kind.CONTRACT, Kind.OPAQUE) or (isinstance(n.op, STAGED) and not isinstance(n.op, Reduce))
@@ -50,15 +51,21 @@ def lower_rows(group: FusedGroup, name: str) -> tuple[TileProgram, tuple[Value, 
     row_shape = shape[:-1] + (1,)
     if not _rowwise(nodes, reductions, shape, row_shape):
         return None
-    if any(v.type.shape not in (shape, row_shape) for v in group.outputs):
+    if any(v.type.shape not in (shape, row_shape) and not _same_rows(v.type.shape, shape) for v in group.outputs):
         return None
-    return _Rows(group, reductions, shape, name).build()
+    return _Rows(group, reductions, shape, name, target).build()
 
 
 def _row_reduction(r: Node, shape: tuple[int, ...]) -> bool:
     op = r.op
     return (isinstance(op, Reduce) and op.keepdims and op.axes == (len(shape) - 1,)
             and r.inputs[0].type.shape == shape)
+
+
+def _same_rows(s: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """``s`` holds the rows of ``shape`` in the same order, regrouped: same last axis, same
+    row count."""
+    return bool(s) and s[-1] == shape[-1] and math.prod(s[:-1]) == math.prod(shape[:-1])
 
 
 def _rowwise(nodes: list[Node], reductions: list[Node], shape, row_shape) -> bool:
@@ -70,6 +77,9 @@ def _rowwise(nodes: list[Node], reductions: list[Node], shape, row_shape) -> boo
             continue
         if n in reductions:
             continue
+        if isinstance(n.op, Reshape) and n.inputs[0].type.shape == shape and _same_rows(n.outputs[0].type.shape, shape):
+            downstream.add(id(n.outputs[0]))  # rows kept, only their leading index regrouped ([1, S, E] -> [S, E])
+            continue
         if not isinstance(n.op, Map) or n.outputs[0].type.shape not in (shape, row_shape):
             return False
         if any(v.type.shape not in (shape, row_shape) and not v.is_constant and v.type.size != 1
@@ -80,13 +90,16 @@ def _rowwise(nodes: list[Node], reductions: list[Node], shape, row_shape) -> boo
 
 
 class _Rows:
-    def __init__(self, group: FusedGroup, reductions: list[Node], shape: tuple[int, ...], name: str) -> None:
+    def __init__(self, group: FusedGroup, reductions: list[Node], shape: tuple[int, ...], name: str,
+                 target: Target) -> None:
         self.group, self.reductions, self.shape, self.name = group, reductions, shape, name
+        self.cores = target.cores
         self.names = Names()
 
     def build(self) -> tuple[TileProgram, tuple[Value, ...]] | None:
         rows, e = math.prod(self.shape[:-1]), self.shape[-1]
         br = divisor_tile(rows, max(1, ROW_TILE_ELEMS // e))
+        (br,) = fill_cores((rows,), [br], 1, self.cores, 1)  # fewer rows per tile than cores: one row each
         kp = kernel_params(self.group)
         params, buffers = kp.params, kp.buffers
         rt = Var("br")
@@ -128,7 +141,10 @@ class _Rows:
             width = v.type.shape[-1]
 
             def store(ij: Index, v: Value = v, out: Buffer = out) -> list[Stmt]:
-                idx = index(ij[0], ij[1])  # a per-row output has width 1: j is 0
+                if v.type.shape in (self.shape, self.shape[:-1] + (1,)):
+                    idx = index(ij[0], ij[1])  # a per-row output has width 1: j is 0
+                else:  # the rows regrouped by a reshape
+                    idx = (*delinearize(iop(IOp.ADD, r0, ij[0]), v.type.shape[:-1]), ij[1])
                 return [Store(out, idx, el.at(v, idx))]
 
             body += parallel(self.names, (br, width), store)
