@@ -1,0 +1,363 @@
+"""`export-ort`: a model whose fused groups are tilefuse kernels that onnxruntime runs.
+
+The pipeline, one way: load the model, name its nodes, decide per node whether tilefuse
+claims it (``segment``), compile each convex region of claimed nodes into a Plan with
+the ordinary compiler, then stitch: every kernel step of a plan becomes one node
+(``EPContext`` for the plugin execution provider, ``ai.tilefuse::FusedKernel`` for the
+custom-op library) whose inputs and outputs are named values of the new model; the
+plan's constants become initializers; kept nodes stay as they were. Written beside the
+model: the kernels (``kernels/NAME.so`` and the descriptor ``kernels/NAME.tfk`` that the
+C libraries read) and the weights (``model.weights``, ONNX external data).
+
+A node stays with onnxruntime when tilefuse has no converter for it, when it would run
+as a tilefuse host step (an opaque primitive such as TopK), or when its region cannot be
+converted; the result lists each one with its reason.
+"""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from tilefuse.compiler import compile_graph
+from tilefuse.errors import ConversionError, ShapeError, TilefuseError, UnsupportedOpError
+from tilefuse.frontend import import_onnx
+from tilefuse.frontend.context import TO_ONNX_DTYPE
+from tilefuse.frontend.importer import ModelLike
+from tilefuse.frontend.loader import check_model, load_model, upgrade_opset, without_weights
+from tilefuse.frontend.shapes import ShapeSpec, bind_input_types, runtime_inputs
+from tilefuse.ir.dtypes import DType
+from tilefuse.ir.prims.base import Kind
+from tilefuse.ort.segment import KeptNode, name_nodes, node_reads, regions, unsupported_nodes
+from tilefuse.plan.model import BufferKind, Kernel, KernelStep, Plan
+from tilefuse.target import Target, get_target
+
+EP_NAME = "TilefuseExecutionProvider"
+CUSTOM_DOMAIN = "ai.tilefuse"
+CUSTOM_OP = "FusedKernel"
+MODES = ("ep", "custom-ops")
+MODEL_FILE = "model.onnx"
+WEIGHTS_FILE = "model.weights"
+KERNELS_DIR = "kernels"
+CUSTOM_OPS_LIBRARY = "libtilefuse_ops.so"
+# onnxruntime 1.22 reads IR up to 11; onnx writes its newest (14 with onnx 1.23).
+MAX_IR_VERSION = 10
+MAX_ROUNDS = 8  # re-segmentations after a region turned out to hold host-only nodes
+
+ValueType = tuple[int, tuple[int, ...] | None]  # ONNX element type, static dims (None: unknown)
+
+
+@dataclass
+class ExportResult:
+    """What ``export_ort`` wrote."""
+
+    model_path: Path
+    mode: str
+    target: str
+    kernel_nodes: int
+    claimed_nodes: int
+    kept: list[KeptNode] = field(default_factory=list)
+    library: Path | None = None  # the custom-op library copied beside the model
+
+    def summary(self) -> str:
+        lines = [f"{self.model_path}: {self.kernel_nodes} tilefuse kernel node(s) for {self.claimed_nodes} ONNX node(s) "
+                 f"({'plugin execution provider' if self.mode == 'ep' else 'custom-op library'}, {self.target})"]
+        if self.kept:
+            lines.append(f"{len(self.kept)} node(s) stay with onnxruntime:")
+            lines += [f"  {k}" for k in self.kept]
+        else:
+            lines.append("no node stays with onnxruntime")
+        if self.library:
+            lines.append(f"custom-op library: {self.library}")
+        return "\n".join(lines)
+
+
+def export_ort(model: ModelLike, out_dir: str | Path, target: str | Target = "cpu",
+               shapes: ShapeSpec | None = None, mode: str = "ep") -> ExportResult:
+    """Write ``out_dir/model.onnx`` with tilefuse kernels for onnxruntime (see module doc)."""
+    if mode not in MODES:
+        raise TilefuseError(f"--as must be one of {MODES}, got {mode!r}")
+    target = get_target(target) if isinstance(target, str) else target
+    if target.name != "cpu":
+        raise TilefuseError(f"export-ort runs {target.name} kernels only through the custom-op library for CUDA, "
+                            "which this tilefuse does not build yet; use --target cpu")
+    work = _load(model)
+    input_types = bind_input_types(work, shapes)
+    types = _value_types(work, input_types)
+    kept = {name: reason for name, reason in unsupported_nodes(work).items()}
+    compiled = _compile_regions(work, kept, types, input_types, target)
+    out = Path(out_dir)
+    _clear(out)
+    stitcher = _Stitcher(out, mode)
+    for r, plan in enumerate(compiled):
+        stitcher.add_plan(r, plan)
+    proto = _assemble(work, kept, stitcher, mode)
+    out.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(proto, str(out / MODEL_FILE), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=WEIGHTS_FILE, size_threshold=1024)
+    library = None
+    if mode == "custom-ops":
+        from tilefuse.ort.build import library as build_library
+
+        library = out / CUSTOM_OPS_LIBRARY
+        shutil.copyfile(build_library("custom-ops"), library)
+    by_name = {n.name: n for n in work.graph.node}
+    kept_nodes = [KeptNode(n, by_name[n].op_type, by_name[n].domain, why) for n, why in kept.items()]
+    claimed = len(work.graph.node) - len(kept)
+    return ExportResult(out / MODEL_FILE, mode, target.name, stitcher.kernel_nodes, claimed, kept_nodes, library)
+
+
+# ------------------------------------------------------------------------- loading
+
+def _load(model: ModelLike) -> onnx.ModelProto:
+    proto = load_model(model)
+    check_model(proto)
+    work = onnx.ModelProto()
+    work.CopyFrom(upgrade_opset(proto))
+    name_nodes(work)
+    return work
+
+
+def _value_types(work: onnx.ModelProto, input_types: Mapping[str, object]) -> dict[str, ValueType]:
+    """Element type and static shape of every value onnx's shape inference can type."""
+    m = without_weights(work, input_types)
+    try:
+        m = onnx.shape_inference.infer_shapes(m, data_prop=True)
+    except Exception:  # noqa: BLE001 - onnx raises bare C++ errors; fall back to probing
+        pass
+    types: dict[str, ValueType] = {}
+    for vi in (*m.graph.input, *m.graph.value_info, *m.graph.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            tt = vi.type.tensor_type
+            dims = tuple(d.dim_value for d in tt.shape.dim) if tt.HasField("shape") else None
+            static = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
+            types[vi.name] = (tt.elem_type, dims if static else None)
+    for init in work.graph.initializer:
+        types[init.name] = (init.data_type, tuple(init.dims))
+    for name, t in input_types.items():
+        types[name] = (TO_ONNX_DTYPE[t.dtype], tuple(t.shape))  # type: ignore[attr-defined]
+    return types
+
+
+def _probe_types(work: onnx.ModelProto, input_types: Mapping[str, object], names: list[str]) -> dict[str, ValueType]:
+    """Types of values shape inference left open, from one onnxruntime run on zeros."""
+    import onnxruntime as ort
+
+    m = onnx.ModelProto()
+    m.CopyFrom(work)
+    m.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    feeds = {n: np.zeros(t.shape, t.dtype.numpy) for n, t in input_types.items()}  # type: ignore[attr-defined]
+    try:
+        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        arrays = sess.run(names, feeds)
+    except Exception as e:  # noqa: BLE001 - onnxruntime's errors are plain RuntimeErrors
+        raise ShapeError(f"cannot find the shapes of {names[:5]} (not static after shape inference, and onnxruntime "
+                         f"could not run the model to see them: {str(e).splitlines()[0]})") from None
+    out = {}
+    for n, a in zip(names, arrays):
+        out[n] = (TO_ONNX_DTYPE[DType.from_numpy(a.dtype)], tuple(a.shape))
+    return out
+
+
+# ------------------------------------------------------------------------- compiling
+
+def _compile_regions(work: onnx.ModelProto, kept: dict[str, str], types: dict[str, ValueType],
+                     input_types: Mapping[str, object], target: Target) -> list[Plan]:
+    """A plan per region, moving nodes to ``kept`` until no region holds a node that
+    tilefuse would run on the host or cannot convert."""
+    consumers = _consumers(work)
+    outputs = {o.name for o in work.graph.output}
+    for _ in range(MAX_ROUNDS):
+        graphs = []
+        moved = False
+        for region in regions(work, kept):
+            sub = _submodel(work, region, consumers, outputs, types, input_types)
+            if sub is None:
+                continue
+            try:
+                graph = import_onnx(sub, check_shapes=False)
+            except UnsupportedOpError as e:
+                for op in e.ops:
+                    for label in op.nodes:
+                        kept.setdefault(label.split("/", 1)[0], f"not convertible here: {op}")
+                moved = True
+                continue
+            except (ConversionError, ShapeError) as e:
+                # A region tilefuse cannot take (a shape it cannot bind, a converter refusing
+                # these attributes): its nodes stay with onnxruntime, with the reason.
+                for node in region:
+                    kept.setdefault(node.name, f"region not convertible: {str(e).splitlines()[0]}")
+                moved = True
+                continue
+            host = {n.origin: type(n.op).__name__ for n in graph.nodes if n.op.kind is Kind.OPAQUE}
+            for origin, prim in host.items():
+                kept.setdefault(origin, f"tilefuse would run it on the host ({prim}), so onnxruntime does")
+            moved |= bool(host)
+            graphs.append(graph)
+        if not moved:
+            return [compile_graph(g, target, "", 0).plan for g in graphs]
+    raise TilefuseError(f"export-ort: the regions did not settle after {MAX_ROUNDS} rounds")
+
+
+def _consumers(work: onnx.ModelProto) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for node in work.graph.node:
+        for name in node_reads(node):
+            out.setdefault(name, set()).add(node.name)
+    return out
+
+
+def _submodel(work: onnx.ModelProto, region: list[onnx.NodeProto], consumers: dict[str, set[str]],
+              graph_outputs: set[str], types: dict[str, ValueType],
+              input_types: Mapping[str, object]) -> onnx.ModelProto | None:
+    """The region as a model of its own: inputs are the values it reads from outside
+    (with static types), outputs the values read outside it. None if nothing is read."""
+    members = {n.name for n in region}
+    produced = {o for n in region for o in n.output if o}
+    inits = {t.name: t for t in work.graph.initializer}
+    reads = list(dict.fromkeys(name for n in region for name in node_reads(n) if name not in produced))
+    outs = [o for n in region for o in n.output
+            if o and (o in graph_outputs or consumers.get(o, set()) - members)]
+    if not outs:
+        return None
+    boundary = [n for n in reads if n not in inits] + outs
+    unknown = [n for n in boundary if types.get(n, (0, None))[1] is None]
+    if unknown:
+        types.update(_probe_types(work, input_types, unknown))
+    g = helper.make_graph(
+        list(region), f"{work.graph.name or 'model'}_region",
+        [helper.make_tensor_value_info(n, types[n][0], list(types[n][1] or ())) for n in reads if n not in inits],
+        [helper.make_tensor_value_info(n, types[n][0], list(types[n][1] or ())) for n in outs],
+        [inits[n] for n in reads if n in inits],
+    )
+    sub = helper.make_model(g, opset_imports=list(work.opset_import))
+    sub.ir_version = work.ir_version
+    return sub
+
+
+# ------------------------------------------------------------------------- stitching
+
+def _onnx_type(dtype: DType | str) -> int:
+    return TO_ONNX_DTYPE[DType(dtype) if isinstance(dtype, str) else dtype]
+
+
+class _Stitcher:
+    """Turns plans into nodes, initializers and value_info of the new model, and writes
+    the kernels they name."""
+
+    def __init__(self, out: Path, mode: str) -> None:
+        self.out = out
+        self.mode = mode
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.value_info: list[onnx.ValueInfoProto] = []
+        self.kernel_files: dict[str, tuple[str, str]] = {}  # kernel name -> (sha256, descriptor path)
+        self.kernel_nodes = 0
+
+    def add_plan(self, r: int, plan: Plan) -> None:
+        names: dict[int, str] = {b.buffer: b.name for b in plan.inputs}
+        aliases: list[tuple[int, str]] = []
+        for b in plan.outputs:
+            kind = plan.buffers[b.buffer].kind
+            if b.buffer not in names and kind in (BufferKind.OUTPUT, BufferKind.CONSTANT):
+                names[b.buffer] = b.name
+            else:
+                aliases.append((b.buffer, b.name))
+        for buf in plan.buffers:
+            names.setdefault(buf.id, f"tilefuse/r{r}/{buf.name}")
+            if buf.kind is BufferKind.CONSTANT:
+                self.initializers.append(numpy_helper.from_array(np.asarray(plan.weights[buf.name]), names[buf.id]))
+        for i, step in enumerate(plan.steps):
+            if not isinstance(step, KernelStep):  # _compile_regions moved every host step's node to onnxruntime
+                raise TilefuseError(f"export-ort: region {r} still has {step.label}")
+            kernel = plan.kernels[step.kernel]
+            rel = self._write_kernel(kernel)
+            ins = [names[b] for b in step.inputs]
+            outs = [names[b] for b in step.outputs]
+            self.nodes.append(self._node(f"tilefuse_r{r}_{i}_{kernel.name}", ins, outs, rel))
+            self.kernel_nodes += 1
+            for b in step.outputs:
+                t = plan.buffers[b].type
+                self.value_info.append(helper.make_tensor_value_info(names[b], _onnx_type(t.dtype), list(t.shape)))
+        for b, name in aliases:
+            self.nodes.append(helper.make_node("Identity", [names[b]], [name], name=f"tilefuse_r{r}_alias_{name}"))
+
+    def _node(self, name: str, ins: list[str], outs: list[str], rel: str) -> onnx.NodeProto:
+        if self.mode == "ep":
+            return helper.make_node("EPContext", ins, outs, name=name, domain="com.microsoft", source=EP_NAME,
+                                    embed_mode=0, ep_cache_context=rel, main_context=1)
+        return helper.make_node(CUSTOM_OP, ins, outs, name=name, domain=CUSTOM_DOMAIN, kernel=rel)
+
+    def _write_kernel(self, kernel: Kernel) -> str:
+        """Copy the kernel's library and write its descriptor; the descriptor's path
+        relative to the model."""
+        name = kernel.name
+        known = self.kernel_files.get(name)
+        if known and known[0] == kernel.sha256:
+            return known[1]
+        if known:  # same name, other content: keep both
+            name = f"{name}_{kernel.sha256[:8]}"
+        folder = self.out / KERNELS_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(kernel.path, folder / f"{name}{kernel.suffix}")
+        lines = ["tilefuse-kernel 1", "target cpu", f"name {name}", f"library {name}{kernel.suffix}",
+                 f"symbol {kernel.symbol}"]
+        for p in kernel.params:
+            lines.append(f"{p.role} {_onnx_type(p.dtype)} {len(p.shape)} {' '.join(map(str, p.shape))}".rstrip())
+        (folder / f"{name}.tfk").write_text("\n".join(lines) + "\n")
+        rel = f"{KERNELS_DIR}/{name}.tfk"
+        self.kernel_files[kernel.name if not known else name] = (kernel.sha256, rel)
+        return rel
+
+
+def _assemble(work: onnx.ModelProto, kept: dict[str, str], stitcher: _Stitcher, mode: str) -> onnx.ModelProto:
+    kept_nodes = [n for n in work.graph.node if n.name in kept]
+    nodes = _toposort(kept_nodes + stitcher.nodes, {i.name for i in work.graph.input} |
+                      {t.name for t in work.graph.initializer} | {t.name for t in stitcher.initializers})
+    read = {name for n in nodes for name in node_reads(n)} | {o.name for o in work.graph.output}
+    initializers = [t for t in work.graph.initializer if t.name in read] + stitcher.initializers
+    init_names = {t.name for t in initializers}
+    inputs = [i for i in runtime_inputs(work)] + [i for i in work.graph.input if i.name in init_names]
+    graph = helper.make_graph(nodes, work.graph.name or "model", inputs, list(work.graph.output), initializers,
+                              value_info=stitcher.value_info)
+    domain = "com.microsoft" if mode == "ep" else CUSTOM_DOMAIN
+    opsets = [o for o in work.opset_import if o.domain != domain] + [helper.make_opsetid(domain, 1)]
+    proto = helper.make_model(graph, opset_imports=opsets, producer_name="tilefuse export-ort")
+    proto.ir_version = min(max(work.ir_version, 7), MAX_IR_VERSION)
+    return proto
+
+
+def _toposort(nodes: list[onnx.NodeProto], available: set[str]) -> list[onnx.NodeProto]:
+    """Nodes in an order where each reads only values already produced (stable)."""
+    have = set(available)
+    pending = list(nodes)
+    ordered: list[onnx.NodeProto] = []
+    while pending:
+        rest = []
+        for n in pending:
+            if all(x in have for x in n.input if x):
+                ordered.append(n)
+                have.update(o for o in n.output if o)
+            else:
+                rest.append(n)
+        if len(rest) == len(pending):
+            missing = sorted({x for n in rest for x in n.input if x and x not in have})[:5]
+            raise TilefuseError(f"export-ort: the stitched model has a cycle or reads unknown values {missing}")
+        pending = rest
+    return ordered
+
+
+def _clear(out: Path) -> None:
+    """Remove what an earlier export wrote (external data is appended to, never replaced)."""
+    for f in (MODEL_FILE, WEIGHTS_FILE, CUSTOM_OPS_LIBRARY):
+        (out / f).unlink(missing_ok=True)
+    folder = out / KERNELS_DIR
+    if folder.is_dir():
+        for f in folder.iterdir():
+            if f.suffix in (".tfk", ".so", ".cubin"):
+                f.unlink()
