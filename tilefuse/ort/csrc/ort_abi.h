@@ -33,6 +33,7 @@ typedef struct OrtMemoryInfo OrtMemoryInfo;
 typedef struct OrtMemoryDevice OrtMemoryDevice;
 typedef struct OrtAllocator OrtAllocator;
 typedef struct OrtRunOptions OrtRunOptions;
+typedef struct OrtValueInfo OrtValueInfo;
 typedef void OrtApi; /* a table of function pointers: see the slots below */
 
 typedef struct OrtApiBase {
@@ -74,6 +75,7 @@ enum {
   SLOT_KernelContext_GetGPUComputeStream = 193,
   SLOT_KernelInfo_GetNodeName = 244,
   SLOT_ReadOpAttr = 272,
+  SLOT_GetValueInfoName = 289,
   SLOT_HardwareDevice_Type = 307,
   SLOT_GetEpApi = 317,
   SLOT_Graph_GetModelPath = 334,
@@ -82,6 +84,10 @@ enum {
   SLOT_Node_GetName = 349,
   SLOT_Node_GetOperatorType = 350,
   SLOT_Node_GetDomain = 351,
+  SLOT_Node_GetNumInputs = 353,
+  SLOT_Node_GetInputs = 354,
+  SLOT_Node_GetNumOutputs = 355,
+  SLOT_Node_GetOutputs = 356,
   SLOT_Node_GetAttributeByName = 361,
 };
 
@@ -119,6 +125,9 @@ typedef OrtStatus* (*Graph_GetModelPath_fn)(const OrtGraph*, const char** out);
 typedef OrtStatus* (*Graph_GetNumNodes_fn)(const OrtGraph*, size_t* out);
 typedef OrtStatus* (*Graph_GetNodes_fn)(const OrtGraph*, const OrtNode** nodes, size_t n);
 typedef OrtStatus* (*Node_GetString_fn)(const OrtNode*, const char** out);
+typedef OrtStatus* (*Node_GetCount_fn)(const OrtNode*, size_t* out);
+typedef OrtStatus* (*Node_GetValueInfos_fn)(const OrtNode*, const OrtValueInfo** out, size_t n);
+typedef OrtStatus* (*GetValueInfoName_fn)(const OrtValueInfo*, const char** out);
 typedef OrtStatus* (*Node_GetAttributeByName_fn)(const OrtNode*, const char* name, const OrtOpAttr** out);
 typedef OrtStatus* (*CreateEpDevice_fn)(void* factory, const OrtHardwareDevice*, const OrtKeyValuePairs* metadata,
                                        const OrtKeyValuePairs* options, OrtEpDevice** out);

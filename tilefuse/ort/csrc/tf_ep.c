@@ -132,26 +132,60 @@ static void release_compute(tf_compute* c) {
   free(c);
 }
 
+/* Position of each of `node`'s inputs (or outputs) among `fused`'s, matched by value name. */
+static OrtStatus* match_values(const OrtApi* api, const OrtNode* node, const OrtNode* fused, int outputs, int expected,
+                               int* index, const char* what) {
+  Node_GetCount_fn count = ORT_FN(api, outputs ? SLOT_Node_GetNumOutputs : SLOT_Node_GetNumInputs, Node_GetCount_fn);
+  Node_GetValueInfos_fn get = ORT_FN(api, outputs ? SLOT_Node_GetOutputs : SLOT_Node_GetInputs, Node_GetValueInfos_fn);
+  GetValueInfoName_fn name_of = ORT_FN(api, SLOT_GetValueInfoName, GetValueInfoName_fn);
+  size_t n = 0, m = 0;
+  OrtStatus* st = count(node, &n);
+  if (!st) st = count(fused, &m);
+  if (st) return st;
+  if (n != (size_t)expected)
+    return tf_status(api, ORT_INVALID_GRAPH, "node %s has %zu %ss, its kernel takes %d", what, n,
+                     outputs ? "output" : "input", expected);
+  const OrtValueInfo** mine = calloc(n + m + 1, sizeof *mine);
+  if (!mine) return tf_status(api, ORT_FAIL, "out of memory");
+  const OrtValueInfo** theirs = mine + n;
+  st = get(node, mine, n);
+  if (!st) st = get(fused, theirs, m);
+  for (size_t i = 0; !st && i < n; i++) {
+    const char* a = NULL;
+    index[i] = -1;
+    if (mine[i]) st = name_of(mine[i], &a);
+    for (size_t j = 0; !st && a && j < m && index[i] < 0; j++) {
+      const char* b = NULL;
+      if (theirs[j]) st = name_of(theirs[j], &b);
+      if (!st && b && !strcmp(a, b)) index[i] = (int)j;
+    }
+    if (!st && index[i] < 0)
+      st = tf_status(api, ORT_INVALID_GRAPH, "node %s: %s %zu (%s) is not among the fused node's", what,
+                     outputs ? "output" : "input", i, a ? a : "(none)");
+  }
+  free(mine);
+  return st;
+}
+
 /* The kernel of one claimed graph: its single EPContext node names the descriptor. */
 static OrtStatus* compile_one(const OrtApi* api, const OrtGraph* graph, const OrtNode* fused, tf_compute** out) {
   size_t n = 0;
   const OrtNode* node = NULL;
-  const char* fused_name = "";
+  const char* node_name = "";
   OrtStatus* st = ORT_FN(api, SLOT_Graph_GetNumNodes, Graph_GetNumNodes_fn)(graph, &n);
   if (st) return st;
   if (n != 1) return tf_status(api, ORT_INVALID_GRAPH, "expected one EPContext node per fused graph, got %zu", n);
   st = ORT_FN(api, SLOT_Graph_GetNodes, Graph_GetNodes_fn)(graph, &node, 1);
-  if (!st) st = ORT_FN(api, SLOT_Node_GetName, Node_GetString_fn)(node, &fused_name);
+  if (!st) st = ORT_FN(api, SLOT_Node_GetName, Node_GetString_fn)(node, &node_name);
   if (st) return st;
-  (void)fused;
   char rel[4096];
   int64_t embed = 1;
   if (!node_string_attr(api, node, "ep_cache_context", rel, sizeof rel) || !rel[0])
-    return tf_status(api, ORT_INVALID_GRAPH, "EPContext node %s has no ep_cache_context naming its kernel", fused_name);
+    return tf_status(api, ORT_INVALID_GRAPH, "EPContext node %s has no ep_cache_context naming its kernel", node_name);
   if (!node_int_attr(api, node, "embed_mode", &embed)) embed = 1;  /* the operator's default */
   if (embed != 0)
     return tf_status(api, ORT_INVALID_GRAPH,
-                     "EPContext node %s has embed_mode %lld; tilefuse kernels are files (embed_mode 0)", fused_name,
+                     "EPContext node %s has embed_mode %lld; tilefuse kernels are files (embed_mode 0)", node_name,
                      (long long)embed);
   const char* model_path = NULL;
   st = ORT_FN(api, SLOT_Graph_GetModelPath, Graph_GetModelPath_fn)(graph, &model_path);
@@ -165,11 +199,17 @@ static OrtStatus* compile_one(const OrtApi* api, const OrtGraph* graph, const Or
   } else if (rel[0] != '/') {
     return tf_status(api, ORT_INVALID_GRAPH,
                      "node %s: the model has no path (loaded from bytes?), so its kernel %s cannot be found; "
-                     "load the model from its file", fused_name, rel);
+                     "load the model from its file", node_name, rel);
   }
   char err[TF_ERR_LEN];
-  tf_kernel* k = tf_kernel_load(dir, rel, fused_name, err, sizeof err);
+  tf_kernel* k = tf_kernel_load(dir, rel, node_name, err, sizeof err);
   if (!k) return tf_status(api, ORT_NO_SUCHFILE, "%s", err);
+  st = match_values(api, node, fused, 0, k->n_in, k->in_index, node_name);
+  if (!st) st = match_values(api, node, fused, 1, k->n_out, k->out_index, node_name);
+  if (st) {
+    tf_kernel_free(k);
+    return st;
+  }
   tf_compute* c = calloc(1, sizeof *c);
   if (!c) {
     tf_kernel_free(k);

@@ -104,6 +104,8 @@ tf_kernel* tf_kernel_load(const char* base_dir, const char* rel, const char* nod
     free(k);
     return NULL;
   }
+  for (int i = 0; i < k->n_in; i++) k->in_index[i] = i;
+  for (int i = 0; i < k->n_out; i++) k->out_index[i] = i;
   if (!safe_relative(library)) {
     snprintf(err, errlen, "%s: library '%s' must be a path inside the kernel's folder", k->path, library);
     free(k);
@@ -164,14 +166,19 @@ OrtStatus* tf_kernel_run(const OrtApi* api, const tf_kernel* k, OrtKernelContext
   OrtStatus* st = ORT_FN(api, SLOT_KernelContext_GetInputCount, KernelContext_GetCount_fn)(ctx, &n_in);
   if (!st) st = ORT_FN(api, SLOT_KernelContext_GetOutputCount, KernelContext_GetCount_fn)(ctx, &n_out);
   if (st) return st;
-  if (n_in != (size_t)k->n_in || n_out != (size_t)k->n_out)
-    return tf_status(api, ORT_INVALID_GRAPH, "node %s: kernel %s takes %d inputs and %d outputs, the node has %zu and %zu",
-                     k->node, k->name, k->n_in, k->n_out, n_in, n_out);
+  for (int i = 0; i < k->n_in; i++)
+    if ((size_t)k->in_index[i] >= n_in)
+      return tf_status(api, ORT_INVALID_GRAPH, "node %s: kernel %s takes %d inputs, the node has %zu", k->node, k->name,
+                       k->n_in, n_in);
+  for (int i = 0; i < k->n_out; i++)
+    if ((size_t)k->out_index[i] >= n_out)
+      return tf_status(api, ORT_INVALID_GRAPH, "node %s: kernel %s makes %d outputs, the node has %zu", k->node,
+                       k->name, k->n_out, n_out);
   void* argv[2 * TF_MAX_ARGS];
   for (int i = 0; i < k->n_in; i++) {
     const OrtValue* v = NULL;
     tf_spec got;
-    st = ORT_FN(api, SLOT_KernelContext_GetInput, KernelContext_GetInput_fn)(ctx, (size_t)i, &v);
+    st = ORT_FN(api, SLOT_KernelContext_GetInput, KernelContext_GetInput_fn)(ctx, (size_t)k->in_index[i], &v);
     if (!st && !v) st = tf_status(api, ORT_INVALID_ARGUMENT, "node %s: input %d is missing", k->node, i);
     if (!st) st = value_spec(api, v, &got);
     if (st) return st;
@@ -188,7 +195,7 @@ OrtStatus* tf_kernel_run(const OrtApi* api, const tf_kernel* k, OrtKernelContext
   }
   for (int i = 0; i < k->n_out; i++) {
     OrtValue* v = NULL;
-    st = ORT_FN(api, SLOT_KernelContext_GetOutput, KernelContext_GetOutput_fn)(ctx, (size_t)i, k->out[i].dims,
+    st = ORT_FN(api, SLOT_KernelContext_GetOutput, KernelContext_GetOutput_fn)(ctx, (size_t)k->out_index[i], k->out[i].dims,
                                                                                (size_t)k->out[i].rank, &v);
     if (!st) st = ORT_FN(api, SLOT_GetTensorMutableData, GetTensorMutableData_fn)(v, &argv[k->n_in + i]);
     if (st) return st;

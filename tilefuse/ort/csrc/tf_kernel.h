@@ -39,6 +39,11 @@ typedef struct {
   int n_in, n_out;
   tf_spec in[TF_MAX_ARGS];
   tf_spec out[TF_MAX_ARGS];
+  /* Where each kernel argument sits among the node's inputs and outputs. The identity for
+   * a custom op; a fused node of the execution provider lists its inputs once each, in
+   * an order of onnxruntime's choosing. */
+  int in_index[TF_MAX_ARGS];
+  int out_index[TF_MAX_ARGS];
 } tf_kernel;
 
 /* Load the descriptor `rel` (relative to `base_dir` unless absolute) and its library.
