@@ -63,6 +63,7 @@ class ExportResult:
     claimed_nodes: int
     kept: list[KeptNode] = field(default_factory=list)
     library: Path | None = None  # the custom-op library copied beside the model
+    plans: list[Plan] = field(default_factory=list, repr=False)  # one per region, in order
 
     def summary(self) -> str:
         lines = [f"{self.model_path}: {self.kernel_nodes} tilefuse kernel node(s) for {self.claimed_nodes} ONNX node(s) "
@@ -109,7 +110,8 @@ def export_ort(model: ModelLike, out_dir: str | Path, target: str | Target = "cp
     by_name = {n.name: n for n in work.graph.node}
     kept_nodes = [KeptNode(n, by_name[n].op_type, by_name[n].domain, why) for n, why in kept.items()]
     claimed = len(work.graph.node) - len(kept)
-    return ExportResult(out / MODEL_FILE, mode, target.name, stitcher.kernel_nodes, claimed, kept_nodes, library)
+    return ExportResult(out / MODEL_FILE, mode, target.name, stitcher.kernel_nodes, claimed, kept_nodes, library,
+                        compiled)
 
 
 # ------------------------------------------------------------------------- loading
