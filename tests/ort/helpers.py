@@ -49,3 +49,23 @@ def mixed_model() -> onnx.ModelProto:
 def reference(path: Path, feeds: dict) -> dict[str, np.ndarray]:
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def data_dependent_model() -> onnx.ModelProto:
+    """Unique's output length depends on the data: the Mul after it cannot be compiled for
+    a fixed shape and stays with onnxruntime too; Relu and Neg around it are claimed."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Unique", ["r"], ["u"], name="unique"),
+        helper.make_node("Mul", ["u", "u"], ["y"], name="square"),
+        helper.make_node("Neg", ["r"], ["z"], name="neg"),
+    ]
+    graph = helper.make_graph(
+        nodes, "data_dependent", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [6])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model

@@ -12,7 +12,7 @@ from tilefuse.compare import compare_output
 from tilefuse.ort import export_ort
 from tilefuse.ort.segment import regions
 
-from tests.ort.helpers import mixed_model, reference
+from tests.ort.helpers import data_dependent_model, mixed_model, reference
 
 KEPT = {"det", "topk"}  # Det: no converter; TopK: a tilefuse host step
 
@@ -61,3 +61,18 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     code = main(["export-ort", str(tmp_path / "missing.onnx"), "-o", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "no such file" in err
+
+
+def test_values_of_data_dependent_shape_stay_with_onnxruntime(tmp_path, ep_options):
+    path = tmp_path / "dd.onnx"
+    onnx.save(data_dependent_model(), str(path))
+    result = export_ort(path, tmp_path / "out", "cpu", None, "ep")
+    kept = {k.name: k.reason for k in result.kept}
+    assert set(kept) == {"unique", "square"}
+    assert "reads u, whose shape" in kept["square"]
+    assert result.claimed_nodes == 2 and result.kernel_nodes >= 1
+    x = np.array([1, -2, 3, 3, 0, 1], np.float32)
+    got = ort.InferenceSession(str(result.model_path), ep_options()).run(None, {"x": x})
+    want = reference(path, {"x": x})
+    np.testing.assert_array_equal(got[0], want["y"])
+    np.testing.assert_array_equal(got[1], want["z"])

@@ -47,9 +47,13 @@ KERNELS_DIR = "kernels"
 CUSTOM_OPS_LIBRARY = "libtilefuse_ops.so"
 # onnxruntime 1.22 reads IR up to 11; onnx writes its newest (14 with onnx 1.23).
 MAX_IR_VERSION = 10
-MAX_ROUNDS = 8  # re-segmentations after a region turned out to hold host-only nodes
 
-ValueType = tuple[int, tuple[int, ...] | None]  # ONNX element type, static dims (None: unknown)
+# ONNX element type and dims: None for a dim, or for all of them, that shape inference left open
+ValueType = tuple[int, tuple[int | None, ...] | None]
+
+
+def _static(t: ValueType | None) -> bool:
+    return t is not None and t[1] is not None and all(d is not None for d in t[1])
 
 
 @dataclass
@@ -91,7 +95,7 @@ def export_ort(model: ModelLike, out_dir: str | Path, target: str | Target = "cp
     input_types = bind_input_types(work, shapes)
     types = _value_types(work, input_types)
     kept = {name: reason for name, reason in unsupported_nodes(work).items()}
-    compiled = _compile_regions(work, kept, types, input_types, target)
+    compiled = _compile_regions(work, kept, types, target)
     out = Path(out_dir)
     _clear(out)
     stitcher = _Stitcher(out, mode)
@@ -107,8 +111,7 @@ def export_ort(model: ModelLike, out_dir: str | Path, target: str | Target = "cp
 
         library = out / CUSTOM_OPS_LIBRARY
         shutil.copyfile(build_library("custom-ops"), library)
-    by_name = {n.name: n for n in work.graph.node}
-    kept_nodes = [KeptNode(n, by_name[n].op_type, by_name[n].domain, why) for n, why in kept.items()]
+    kept_nodes = [KeptNode(n.name, n.op_type, n.domain, kept[n.name]) for n in work.graph.node if n.name in kept]
     claimed = len(work.graph.node) - len(kept)
     return ExportResult(out / MODEL_FILE, mode, target.name, stitcher.kernel_nodes, claimed, kept_nodes, library,
                         compiled)
@@ -126,19 +129,18 @@ def _load(model: ModelLike) -> onnx.ModelProto:
 
 
 def _value_types(work: onnx.ModelProto, input_types: Mapping[str, object]) -> dict[str, ValueType]:
-    """Element type and static shape of every value onnx's shape inference can type."""
+    """Element type and dims of every value onnx's shape inference can type."""
     m = without_weights(work, input_types)
     try:
         m = onnx.shape_inference.infer_shapes(m, data_prop=True)
-    except Exception:  # noqa: BLE001 - onnx raises bare C++ errors; fall back to probing
+    except Exception:  # noqa: BLE001 - onnx raises bare C++ errors; region inputs then stay open
         pass
     types: dict[str, ValueType] = {}
     for vi in (*m.graph.input, *m.graph.value_info, *m.graph.output):
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
             tt = vi.type.tensor_type
-            dims = tuple(d.dim_value for d in tt.shape.dim) if tt.HasField("shape") else None
-            static = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
-            types[vi.name] = (tt.elem_type, dims if static else None)
+            dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+            types[vi.name] = (tt.elem_type, dims if tt.HasField("shape") else None)
     for init in work.graph.initializer:
         types[init.name] = (init.data_type, tuple(init.dims))
     for name, t in input_types.items():
@@ -146,64 +148,87 @@ def _value_types(work: onnx.ModelProto, input_types: Mapping[str, object]) -> di
     return types
 
 
-def _probe_types(work: onnx.ModelProto, input_types: Mapping[str, object], names: list[str]) -> dict[str, ValueType]:
-    """Types of values shape inference left open, from one onnxruntime run on zeros."""
-    import onnxruntime as ort
-
-    m = onnx.ModelProto()
-    m.CopyFrom(work)
-    m.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
-    feeds = {n: np.zeros(t.shape, t.dtype.numpy) for n, t in input_types.items()}  # type: ignore[attr-defined]
-    try:
-        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-        arrays = sess.run(names, feeds)
-    except Exception as e:  # noqa: BLE001 - onnxruntime's errors are plain RuntimeErrors
-        raise ShapeError(f"cannot find the shapes of {names[:5]} (not static after shape inference, and onnxruntime "
-                         f"could not run the model to see them: {str(e).splitlines()[0]})") from None
-    out = {}
-    for n, a in zip(names, arrays):
-        out[n] = (TO_ONNX_DTYPE[DType.from_numpy(a.dtype)], tuple(a.shape))
-    return out
-
-
 # ------------------------------------------------------------------------- compiling
 
 def _compile_regions(work: onnx.ModelProto, kept: dict[str, str], types: dict[str, ValueType],
-                     input_types: Mapping[str, object], target: Target) -> list[Plan]:
-    """A plan per region, moving nodes to ``kept`` until no region holds a node that
-    tilefuse would run on the host or cannot convert."""
+                     target: Target) -> list[Plan]:
+    """A plan per region, in region order. A node moves to ``kept`` (and the regions are
+    formed again) when tilefuse cannot convert it, would run it on the host, or it reads
+    a value from onnxruntime whose shape is not static. Each round moves a node, so this
+    ends; plans of regions that did not change are reused."""
     consumers = _consumers(work)
     outputs = {o.name for o in work.graph.output}
-    for _ in range(MAX_ROUNDS):
-        graphs = []
-        moved = False
+    cache: dict[tuple[str, ...], Plan] = {}
+    for _ in range(len(work.graph.node) + 1):
+        known = dict(types)  # grows by each region's outputs, as the plans type them
+        plans: list[Plan] = []
+        moved: dict[str, str] = {}
         for region in regions(work, kept):
-            sub = _submodel(work, region, consumers, outputs, types, input_types)
-            if sub is None:
-                continue
-            try:
-                graph = import_onnx(sub, check_shapes=False)
-            except UnsupportedOpError as e:
-                for op in e.ops:
-                    for label in op.nodes:
-                        kept.setdefault(label.split("/", 1)[0], f"not convertible here: {op}")
-                moved = True
-                continue
-            except (ConversionError, ShapeError) as e:
-                # A region tilefuse cannot take (a shape it cannot bind, a converter refusing
-                # these attributes): its nodes stay with onnxruntime, with the reason.
-                for node in region:
-                    kept.setdefault(node.name, f"region not convertible: {str(e).splitlines()[0]}")
-                moved = True
-                continue
-            host = {n.origin: type(n.op).__name__ for n in graph.nodes if n.op.kind is Kind.OPAQUE}
-            for origin, prim in host.items():
-                kept.setdefault(origin, f"tilefuse would run it on the host ({prim}), so onnxruntime does")
-            moved |= bool(host)
-            graphs.append(graph)
+            plan, moved = _compile_region(work, region, consumers, outputs, known, target, cache)
+            if moved:
+                break
+            if plan is not None:
+                plans.append(plan)
+                for name, t in plan.output_types():
+                    known[name] = (TO_ONNX_DTYPE[t.dtype], tuple(t.shape))
         if not moved:
-            return [compile_graph(g, target, "", 0).plan for g in graphs]
-    raise TilefuseError(f"export-ort: the regions did not settle after {MAX_ROUNDS} rounds")
+            return plans
+        kept.update(moved)
+    raise TilefuseError("export-ort: the regions did not settle (a bug: each round should keep one more node)")
+
+
+def _compile_region(work: onnx.ModelProto, region: list[onnx.NodeProto], consumers: dict[str, set[str]],
+                    graph_outputs: set[str], known: dict[str, ValueType], target: Target,
+                    cache: dict[tuple[str, ...], Plan]) -> tuple[Plan | None, dict[str, str]]:
+    """The region's plan (None if nothing outside reads it), or the nodes to keep instead."""
+    key = tuple(n.name for n in region)
+    if key in cache:
+        return cache[key], {}
+    members = {n.name for n in region}
+    produced = {o for n in region for o in n.output if o}
+    inits = {t.name: t for t in work.graph.initializer}
+    reads = [x for x in dict.fromkeys(name for n in region for name in node_reads(n))
+             if x not in produced and x not in inits]
+    outs = [o for n in region for o in n.output if o and (o in graph_outputs or consumers.get(o, set()) - members)]
+    if not outs:
+        return None, {}
+    unknown = {x for x in reads if not _static(known.get(x))}
+    if unknown:
+        why = "reads {}, whose shape onnx's shape inference leaves open (data-dependent?)"
+        return None, {n.name: why.format(next(x for x in node_reads(n) if x in unknown))
+                      for n in region if unknown & set(node_reads(n))}
+    g = helper.make_graph(
+        list(region), f"{work.graph.name or 'model'}_region",
+        [helper.make_tensor_value_info(x, known[x][0], list(known[x][1] or ())) for x in reads],
+        [_declared_output(o, known.get(o)) for o in outs],
+        [inits[x] for x in dict.fromkeys(x for n in region for x in node_reads(n)) if x in inits],
+    )
+    sub = helper.make_model(g, opset_imports=list(work.opset_import))
+    sub.ir_version = work.ir_version
+    try:
+        graph = import_onnx(sub, check_shapes=False)
+    except UnsupportedOpError as e:
+        return None, {label.split("/", 1)[0]: f"not convertible here: {op}" for op in e.ops for label in op.nodes}
+    except (ConversionError, ShapeError) as e:
+        # tilefuse cannot take this region as it is (a shape it cannot bind, a converter
+        # refusing these attributes): its nodes stay with onnxruntime, with the reason.
+        return None, {n.name: f"region not convertible: {str(e).splitlines()[0]}" for n in region}
+    host = {n.origin: f"tilefuse would run it on the host ({type(n.op).__name__}), so onnxruntime does"
+            for n in graph.nodes if n.op.kind is Kind.OPAQUE}
+    if host:
+        return None, host
+    plan = compile_graph(graph, target, "", len(region)).plan
+    cache[key] = plan
+    return plan, {}
+
+
+def _declared_output(name: str, t: ValueType | None) -> onnx.ValueInfoProto:
+    """A region output as far as onnx knows it. The checker insists on a shape; where
+    the rank is unknown a scalar stands in: tilefuse types outputs itself and checks only
+    the element type declared (float when unknown, and a wrong guess keeps the region
+    on onnxruntime with the frontend's reason)."""
+    elem, dims = t if t is not None else (onnx.TensorProto.FLOAT, None)
+    return helper.make_tensor_value_info(name, elem, list(dims) if dims is not None else [])
 
 
 def _consumers(work: onnx.ModelProto) -> dict[str, set[str]]:
@@ -212,34 +237,6 @@ def _consumers(work: onnx.ModelProto) -> dict[str, set[str]]:
         for name in node_reads(node):
             out.setdefault(name, set()).add(node.name)
     return out
-
-
-def _submodel(work: onnx.ModelProto, region: list[onnx.NodeProto], consumers: dict[str, set[str]],
-              graph_outputs: set[str], types: dict[str, ValueType],
-              input_types: Mapping[str, object]) -> onnx.ModelProto | None:
-    """The region as a model of its own: inputs are the values it reads from outside
-    (with static types), outputs the values read outside it. None if nothing is read."""
-    members = {n.name for n in region}
-    produced = {o for n in region for o in n.output if o}
-    inits = {t.name: t for t in work.graph.initializer}
-    reads = list(dict.fromkeys(name for n in region for name in node_reads(n) if name not in produced))
-    outs = [o for n in region for o in n.output
-            if o and (o in graph_outputs or consumers.get(o, set()) - members)]
-    if not outs:
-        return None
-    boundary = [n for n in reads if n not in inits] + outs
-    unknown = [n for n in boundary if types.get(n, (0, None))[1] is None]
-    if unknown:
-        types.update(_probe_types(work, input_types, unknown))
-    g = helper.make_graph(
-        list(region), f"{work.graph.name or 'model'}_region",
-        [helper.make_tensor_value_info(n, types[n][0], list(types[n][1] or ())) for n in reads if n not in inits],
-        [helper.make_tensor_value_info(n, types[n][0], list(types[n][1] or ())) for n in outs],
-        [inits[n] for n in reads if n in inits],
-    )
-    sub = helper.make_model(g, opset_imports=list(work.opset_import))
-    sub.ir_version = work.ir_version
-    return sub
 
 
 # ------------------------------------------------------------------------- stitching
