@@ -22,10 +22,11 @@ from tilefuse.errors import CompileError
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 FLAGS = ("-O2", "-fPIC", "-shared", "-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra")
-# library -> its C files (each also uses tf_kernel.c and the headers)
-LIBRARIES = {"ep": ("tf_ep.c",), "custom-ops": ("tf_customops.c",)}
+# library -> its C files and defines (each also uses tf_kernel.c and the headers). The
+# custom-op library carries the CUDA launcher; it opens libcuda only when a CUDA op runs.
+LIBRARIES = {"ep": (("tf_ep.c",), ()), "custom-ops": (("tf_customops.c", "tf_cuda.c"), ("-DTF_WITH_CUDA",))}
 COMMON = ("tf_kernel.c",)
-HEADERS = ("ort_abi.h", "tf_kernel.h")
+HEADERS = ("ort_abi.h", "tf_kernel.h", "cuda_abi.h")
 _lock = threading.Lock()
 
 
@@ -42,11 +43,12 @@ def library(kind: str) -> Path:
 
     if kind not in LIBRARIES:
         raise ValueError(f"unknown library {kind!r}; known: {sorted(LIBRARIES)}")
-    sources = [CSRC / f for f in (*LIBRARIES[kind], *COMMON)]
+    files, defines = LIBRARIES[kind]
+    sources = [CSRC / f for f in (*files, *COMMON)]
     compiler = find_compiler()
-    flags = (*FLAGS, f'-DTF_VERSION="{tilefuse.__version__}"')
+    flags = (*FLAGS, *defines, f'-DTF_VERSION="{tilefuse.__version__}"')
     h = hashlib.sha256()
-    for part in [compiler.version, " ".join(flags)] + [(CSRC / f).read_text() for f in (*LIBRARIES[kind], *COMMON, *HEADERS)]:
+    for part in [compiler.version, " ".join(flags)] + [(CSRC / f).read_text() for f in (*files, *COMMON, *HEADERS)]:
         h.update(part.encode())
         h.update(b"\0")
     out = cache_dir() / f"libtilefuse_{kind.replace('-', '')}-{h.hexdigest()[:16]}.so"
@@ -57,7 +59,7 @@ def library(kind: str) -> Path:
         fd, tmp = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=".so.tmp", dir=out.parent)
         os.close(fd)
         try:
-            cmd = [*compiler.command, *flags, "-o", tmp, *map(str, sources), "-ldl"]
+            cmd = [*compiler.command, *flags, "-o", tmp, *map(str, sources), "-ldl", "-lpthread"]
             try:
                 done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
             except subprocess.TimeoutExpired:

@@ -202,7 +202,7 @@ static OrtStatus* compile_one(const OrtApi* api, const OrtGraph* graph, const Or
                      "load the model from its file", node_name, rel);
   }
   char err[TF_ERR_LEN];
-  tf_kernel* k = tf_kernel_load(dir, rel, node_name, err, sizeof err);
+  tf_kernel* k = tf_kernel_load(dir, rel, node_name, TF_TARGET_CPU, err, sizeof err);
   if (!k) return tf_status(api, ORT_NO_SUCHFILE, "%s", err);
   st = match_values(api, node, fused, 0, k->n_in, k->in_index, node_name);
   if (!st) st = match_values(api, node, fused, 1, k->n_out, k->out_index, node_name);

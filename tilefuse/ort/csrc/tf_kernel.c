@@ -58,25 +58,32 @@ static int parse_spec(char* rest, tf_spec* spec) {
   return 1;
 }
 
-tf_kernel* tf_kernel_load(const char* base_dir, const char* rel, const char* node, char* err, size_t errlen) {
+static tf_kernel* fail(tf_kernel* k, char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 4, 5)));
+static tf_kernel* fail(tf_kernel* k, char* err, size_t errlen, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  tf_kernel_free(k);
+  return NULL;
+}
+
+static const char* target_name(tf_target t) { return t == TF_TARGET_CUDA ? "cuda" : "cpu"; }
+
+tf_kernel* tf_kernel_load(const char* base_dir, const char* rel, const char* node, tf_target target, char* err,
+                          size_t errlen) {
   tf_kernel* k = calloc(1, sizeof *k);
-  if (!k) {
-    snprintf(err, errlen, "out of memory loading kernel %s", rel);
-    return NULL;
-  }
+  if (!k) return fail(NULL, err, errlen, "out of memory loading kernel %s", rel);
   snprintf(k->node, sizeof k->node, "%s", node ? node : "");
   if (rel[0] == '/' || !base_dir || !*base_dir)
     snprintf(k->path, sizeof k->path, "%s", rel);
   else
     snprintf(k->path, sizeof k->path, "%s/%s", base_dir, rel);
   FILE* f = fopen(k->path, "r");
-  if (!f) {
-    snprintf(err, errlen, "node %s: kernel descriptor %s cannot be opened (%s); export-ort writes it beside the model, "
-             "keep the model's folder together", k->node, k->path, strerror(errno));
-    free(k);
-    return NULL;
-  }
-  char line[8192], library[4096] = "", symbol[256] = "", target[64] = "";
+  if (!f)
+    return fail(k, err, errlen, "node %s: kernel descriptor %s cannot be opened (%s); export-ort writes it beside "
+                "the model, keep the model's folder together", k->node, k->path, strerror(errno));
+  char line[8192], library[4096] = "", target_text[64] = "";
   int version = 0, ok = 1, lineno = 0;
   while (ok && fgets(line, sizeof line, f)) {
     lineno++;
@@ -86,56 +93,60 @@ tf_kernel* tf_kernel_load(const char* base_dir, const char* rel, const char* nod
     *sp = 0;
     char* rest = sp + 1;
     if (!strcmp(line, "tilefuse-kernel")) version = atoi(rest);
-    else if (!strcmp(line, "target")) snprintf(target, sizeof target, "%s", rest);
+    else if (!strcmp(line, "target")) snprintf(target_text, sizeof target_text, "%s", rest);
     else if (!strcmp(line, "name")) snprintf(k->name, sizeof k->name, "%s", rest);
     else if (!strcmp(line, "library")) snprintf(library, sizeof library, "%s", rest);
-    else if (!strcmp(line, "symbol")) snprintf(symbol, sizeof symbol, "%s", rest);
+    else if (!strcmp(line, "symbol")) snprintf(k->symbol, sizeof k->symbol, "%s", rest);
     else if (!strcmp(line, "input")) ok = k->n_in < TF_MAX_ARGS && parse_spec(rest, &k->in[k->n_in++]);
     else if (!strcmp(line, "output")) ok = k->n_out < TF_MAX_ARGS && parse_spec(rest, &k->out[k->n_out++]);
+#ifdef TF_WITH_CUDA
+    else ok = tf_cuda_parse_line(k, line, rest);
+#endif
   }
   fclose(f);
-  if (!ok || version != 1 || !*library || !*symbol || strcmp(target, "cpu") != 0 || !k->n_out) {
-    if (version != 1)
-      snprintf(err, errlen, "%s: not a tilefuse kernel descriptor of format 1", k->path);
-    else if (strcmp(target, "cpu") != 0)
-      snprintf(err, errlen, "%s: kernel compiled for target '%s'; this library runs cpu kernels", k->path, target);
-    else
-      snprintf(err, errlen, "%s: malformed descriptor (line %d)", k->path, lineno);
-    free(k);
-    return NULL;
-  }
+  if (version != 1) return fail(k, err, errlen, "%s: not a tilefuse kernel descriptor of format 1", k->path);
+  if (!ok || !*library || !*k->symbol || !k->n_out)
+    return fail(k, err, errlen, "%s: malformed descriptor (line %d)", k->path, lineno);
+  if (strcmp(target_text, target_name(target)) != 0)
+    return fail(k, err, errlen, "node %s: kernel %s was compiled for target '%s', but this node runs %s kernels%s",
+                k->node, k->name, target_text, target_name(target),
+                target == TF_TARGET_CPU ? " (export with --target cpu)" : "");
+  k->target = target;
   for (int i = 0; i < k->n_in; i++) k->in_index[i] = i;
   for (int i = 0; i < k->n_out; i++) k->out_index[i] = i;
-  if (!safe_relative(library)) {
-    snprintf(err, errlen, "%s: library '%s' must be a path inside the kernel's folder", k->path, library);
-    free(k);
-    return NULL;
-  }
-  char lib_path[8192];
+  if (!safe_relative(library))
+    return fail(k, err, errlen, "%s: library '%s' must be a path inside the kernel's folder", k->path, library);
   const char* slash = strrchr(k->path, '/');
   if (slash)
-    snprintf(lib_path, sizeof lib_path, "%.*s/%s", (int)(slash - k->path), k->path, library);
+    snprintf(k->library, sizeof k->library, "%.*s/%s", (int)(slash - k->path), k->path, library);
   else
-    snprintf(lib_path, sizeof lib_path, "./%s", library);
-  k->lib = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
-  if (!k->lib) {
-    snprintf(err, errlen, "node %s: kernel %s: cannot load %s: %s", k->node, k->name, lib_path, dlerror());
-    free(k);
+    snprintf(k->library, sizeof k->library, "./%s", library);
+  if (target == TF_TARGET_CUDA) {
+#ifdef TF_WITH_CUDA
+    if (tf_cuda_prepare(k, err, errlen)) return k;
+    tf_kernel_free(k);
     return NULL;
+#else
+    return fail(k, err, errlen, "node %s: this library was built without CUDA support", k->node);
+#endif
   }
-  *(void**)&k->fn = dlsym(k->lib, symbol);
+  k->lib = dlopen(k->library, RTLD_NOW | RTLD_LOCAL);
+  if (!k->lib)
+    return fail(k, err, errlen, "node %s: kernel %s: cannot load %s: %s", k->node, k->name, k->library, dlerror());
+  *(void**)&k->fn = dlsym(k->lib, k->symbol);
   if (!k->fn) {
-    snprintf(err, errlen, "node %s: kernel %s: %s has no symbol %s", k->node, k->name, lib_path, symbol);
     dlclose(k->lib);
-    free(k);
-    return NULL;
+    return fail(k, err, errlen, "node %s: kernel %s: %s has no symbol %s", k->node, k->name, k->library, k->symbol);
   }
   return k;
 }
 
 void tf_kernel_free(tf_kernel* k) {
   if (!k) return;
-  /* The library stays loaded: OpenMP worker threads of a kernel may still reference it. */
+#ifdef TF_WITH_CUDA
+  tf_cuda_free(k);
+#endif
+  /* A CPU kernel's library stays loaded: OpenMP worker threads may still reference it. */
   free(k);
 }
 
@@ -161,7 +172,7 @@ static int same_spec(const tf_spec* a, const tf_spec* b) {
   return 1;
 }
 
-OrtStatus* tf_kernel_run(const OrtApi* api, const tf_kernel* k, OrtKernelContext* ctx) {
+OrtStatus* tf_kernel_bind(const OrtApi* api, const tf_kernel* k, OrtKernelContext* ctx, void** argv) {
   size_t n_in = 0, n_out = 0;
   OrtStatus* st = ORT_FN(api, SLOT_KernelContext_GetInputCount, KernelContext_GetCount_fn)(ctx, &n_in);
   if (!st) st = ORT_FN(api, SLOT_KernelContext_GetOutputCount, KernelContext_GetCount_fn)(ctx, &n_out);
@@ -174,7 +185,6 @@ OrtStatus* tf_kernel_run(const OrtApi* api, const tf_kernel* k, OrtKernelContext
     if ((size_t)k->out_index[i] >= n_out)
       return tf_status(api, ORT_INVALID_GRAPH, "node %s: kernel %s makes %d outputs, the node has %zu", k->node,
                        k->name, k->n_out, n_out);
-  void* argv[2 * TF_MAX_ARGS];
   for (int i = 0; i < k->n_in; i++) {
     const OrtValue* v = NULL;
     tf_spec got;
@@ -200,6 +210,13 @@ OrtStatus* tf_kernel_run(const OrtApi* api, const tf_kernel* k, OrtKernelContext
     if (!st) st = ORT_FN(api, SLOT_GetTensorMutableData, GetTensorMutableData_fn)(v, &argv[k->n_in + i]);
     if (st) return st;
   }
+  return NULL;
+}
+
+OrtStatus* tf_kernel_run(const OrtApi* api, const tf_kernel* k, OrtKernelContext* ctx) {
+  void* argv[2 * TF_MAX_ARGS];
+  OrtStatus* st = tf_kernel_bind(api, k, ctx, argv);
+  if (st) return st;
   k->fn(argv);
   return NULL;
 }
