@@ -39,7 +39,8 @@ from tilefuse.target import Target, get_target
 
 EP_NAME = "TilefuseExecutionProvider"
 CUSTOM_DOMAIN = "ai.tilefuse"
-CUSTOM_OP = "FusedKernel"
+CUSTOM_OP = "FusedKernel"  # a CPU kernel, on the CPU provider
+CUSTOM_OP_CUDA = "FusedKernelCuda"  # a CUDA kernel, on the CUDA provider's compute stream
 MODES = ("ep", "custom-ops")
 MODEL_FILE = "model.onnx"
 WEIGHTS_FILE = "model.weights"
@@ -88,9 +89,10 @@ def export_ort(model: ModelLike, out_dir: str | Path, target: str | Target = "cp
     if mode not in MODES:
         raise TilefuseError(f"--as must be one of {MODES}, got {mode!r}")
     target = get_target(target) if isinstance(target, str) else target
-    if target.name != "cpu":
-        raise TilefuseError(f"export-ort runs {target.name} kernels only through the custom-op library for CUDA, "
-                            "which this tilefuse does not build yet; use --target cpu")
+    cuda = target.name.startswith("cuda:")
+    if cuda and mode == "ep":
+        raise TilefuseError(f"the tilefuse execution provider runs CPU kernels only; for --target {target.name} "
+                            "export with --as custom-ops (the kernels then run on onnxruntime's CUDA provider)")
     work = _load(model)
     input_types = bind_input_types(work, shapes)
     types = _value_types(work, input_types)
@@ -98,7 +100,7 @@ def export_ort(model: ModelLike, out_dir: str | Path, target: str | Target = "cp
     compiled = _compile_regions(work, kept, types, target)
     out = Path(out_dir)
     _clear(out)
-    stitcher = _Stitcher(out, mode)
+    stitcher = _Stitcher(out, mode, cuda)
     for r, plan in enumerate(compiled):
         stitcher.add_plan(r, plan)
     proto = _assemble(work, kept, stitcher, mode)
@@ -249,9 +251,10 @@ class _Stitcher:
     """Turns plans into nodes, initializers and value_info of the new model, and writes
     the kernels they name."""
 
-    def __init__(self, out: Path, mode: str) -> None:
+    def __init__(self, out: Path, mode: str, cuda: bool) -> None:
         self.out = out
         self.mode = mode
+        self.cuda = cuda
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.value_info: list[onnx.ValueInfoProto] = []
@@ -290,7 +293,8 @@ class _Stitcher:
         if self.mode == "ep":
             return helper.make_node("EPContext", ins, outs, name=name, domain="com.microsoft", source=EP_NAME,
                                     embed_mode=0, ep_cache_context=rel, main_context=1)
-        return helper.make_node(CUSTOM_OP, ins, outs, name=name, domain=CUSTOM_DOMAIN, kernel=rel)
+        op = CUSTOM_OP_CUDA if self.cuda else CUSTOM_OP
+        return helper.make_node(op, ins, outs, name=name, domain=CUSTOM_DOMAIN, kernel=rel)
 
     def _write_kernel(self, kernel: Kernel) -> str:
         """Copy the kernel's library and write its descriptor; the descriptor's path
@@ -304,14 +308,38 @@ class _Stitcher:
         folder = self.out / KERNELS_DIR
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(kernel.path, folder / f"{name}{kernel.suffix}")
-        lines = ["tilefuse-kernel 1", "target cpu", f"name {name}", f"library {name}{kernel.suffix}",
-                 f"symbol {kernel.symbol}"]
+        lines = ["tilefuse-kernel 1", f"target {'cuda' if self.cuda else 'cpu'}", f"name {name}",
+                 f"library {name}{kernel.suffix}", f"symbol {kernel.symbol}"]
         for p in kernel.params:
             lines.append(f"{p.role} {_onnx_type(p.dtype)} {len(p.shape)} {' '.join(map(str, p.shape))}".rstrip())
+        if self.cuda:
+            lines += _launch_lines(kernel)
         (folder / f"{name}.tfk").write_text("\n".join(lines) + "\n")
         rel = f"{KERNELS_DIR}/{name}.tfk"
         self.kernel_files[kernel.name if not known else name] = (kernel.sha256, rel)
         return rel
+
+
+def _launch_lines(kernel: Kernel) -> list[str]:
+    """The launch of a CUDA kernel, as tf_cuda.c reads it: grid, block, dynamic shared
+    memory, and each kernel argument (a param's pointer, or a TMA descriptor over it)."""
+    launch = kernel.launch
+    lines = [f"grid {' '.join(map(str, launch['grid']))}", f"block {' '.join(map(str, launch['block']))}",  # type: ignore[arg-type]
+             f"smem {int(launch.get('dynamic_smem', 0))}"]  # type: ignore[arg-type]
+    for arg in launch["args"]:  # type: ignore[union-attr]
+        if arg["kind"] == "pointer":
+            lines.append(f"arg pointer {arg['param']}")
+        elif arg["kind"] == "tensormap":
+            t = arg["tma"]
+            head = [t["dtype"], t["rank"], t["interleave"], t["swizzle"], t["l2_promotion"], t["oob_fill"]]
+            body = [*t["dims"], *t["strides"], *t["box"], *t["element_strides"]]
+            if len(body) != 4 * t["rank"] - 1:
+                raise TilefuseError(f"kernel {kernel.name}: TMA argument {arg['name']} has {len(body)} numbers "
+                                    f"for rank {t['rank']}")
+            lines.append(f"arg tensormap {arg['param']} {' '.join(map(str, head + body))}")
+        else:
+            raise TilefuseError(f"kernel {kernel.name}: argument kind {arg['kind']!r} cannot be exported")
+    return lines
 
 
 def _assemble(work: onnx.ModelProto, kept: dict[str, str], stitcher: _Stitcher, mode: str) -> onnx.ModelProto:

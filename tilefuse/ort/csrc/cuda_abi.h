@@ -33,8 +33,8 @@ typedef struct CUmod_st* tf_CUmodule;
 typedef struct CUfunc_st* tf_CUfunction;
 typedef struct CUstream_st* tf_CUstream;
 typedef struct {
-  _Alignas(64) uint64_t opaque[16];
-} tf_CUtensorMap; /* 128 bytes, 64-byte aligned */
+  _Alignas(128) uint64_t opaque[16];
+} tf_CUtensorMap; /* 128 bytes, 128-byte aligned (as cuda.h declares it) */
 typedef unsigned int tf_CUfunction_attribute;
 typedef unsigned int tf_CUtensorMapDataType;
 typedef unsigned int tf_CUtensorMapInterleave;
