@@ -10,7 +10,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export-ort", help="write DIR/model.onnx whose fused groups run as tilefuse kernels inside onnxruntime")
     p.add_argument("model", help="an .onnx file")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for model.onnx, its kernels and weights")
-    p.add_argument("--target", default="cpu", help="cpu (default)")
+    p.add_argument("--target", default="cpu", help="cpu (default) or cuda:sm_90a (with --as custom-ops)")
     add_shape_arg(p)
     p.add_argument("--as", dest="mode", choices=("ep", "custom-ops"), default="ep",
                    help="ep: EPContext nodes for the tilefuse execution provider (onnxruntime >= 1.23, default); "

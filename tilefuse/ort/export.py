@@ -3,14 +3,16 @@
 The pipeline, one way: load the model, name its nodes, decide per node whether tilefuse
 claims it (``segment``), compile each convex region of claimed nodes into a Plan with
 the ordinary compiler, then stitch: every kernel step of a plan becomes one node
-(``EPContext`` for the plugin execution provider, ``ai.tilefuse::FusedKernel`` for the
-custom-op library) whose inputs and outputs are named values of the new model; the
-plan's constants become initializers; kept nodes stay as they were. Written beside the
-model: the kernels (``kernels/NAME.so`` and the descriptor ``kernels/NAME.tfk`` that the
-C libraries read) and the weights (``model.weights``, ONNX external data).
+(``EPContext`` for the plugin execution provider; ``ai.tilefuse::FusedKernel``, or
+``FusedKernelCuda`` for CUDA kernels, for the custom-op library) whose inputs and outputs
+are named values of the new model; the plan's constants become initializers; kept nodes
+stay as they were. Written beside the model: the kernels (``kernels/NAME.so`` or
+``.cubin``, and the descriptor ``kernels/NAME.tfk`` that the C libraries read: see
+csrc/tf_kernel.h) and the weights (``model.weights``, ONNX external data).
 
 A node stays with onnxruntime when tilefuse has no converter for it, when it would run
-as a tilefuse host step (an opaque primitive such as TopK), or when its region cannot be
+as a tilefuse host step (an opaque primitive such as TopK), when it reads a value from
+onnxruntime whose shape is not static (data-dependent), or when its region cannot be
 converted; the result lists each one with its reason.
 """
 from __future__ import annotations
@@ -46,7 +48,8 @@ MODEL_FILE = "model.onnx"
 WEIGHTS_FILE = "model.weights"
 KERNELS_DIR = "kernels"
 CUSTOM_OPS_LIBRARY = "libtilefuse_ops.so"
-# onnxruntime 1.22 reads IR up to 11; onnx writes its newest (14 with onnx 1.23).
+# onnx stamps its newest IR (14 with onnx 1.23), which released onnxruntimes reject; IR 10
+# covers the opsets the zoo uses, as in models/registry.py.
 MAX_IR_VERSION = 10
 
 # ONNX element type and dims: None for a dim, or for all of them, that shape inference left open
@@ -96,7 +99,7 @@ def export_ort(model: ModelLike, out_dir: str | Path, target: str | Target = "cp
     work = _load(model)
     input_types = bind_input_types(work, shapes)
     types = _value_types(work, input_types)
-    kept = {name: reason for name, reason in unsupported_nodes(work).items()}
+    kept = unsupported_nodes(work)  # node name -> why onnxruntime runs it; grows while compiling
     compiled = _compile_regions(work, kept, types, target)
     out = Path(out_dir)
     _clear(out)
