@@ -18,10 +18,10 @@ import datetime
 import math
 import os
 import statistics
-import time
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -86,8 +86,9 @@ def main() -> int:
             so.register_custom_ops_library(str(ops.library))
             with_ops = ort.InferenceSession(str(ops.model_path), so)
             feeds = models.random_inputs(path, shapes, seed=0)
-            t, e, c = interleaved([lambda: runtime.run(None, feeds), lambda: with_ep.run(None, feeds),
-                                   lambda: with_ops.run(None, feeds)], args.rounds)
+            t, e, c = interleaved([lambda s=runtime, f=feeds: s.run(None, f),
+                                   lambda s=with_ep, f=feeds: s.run(None, f),
+                                   lambda s=with_ops, f=feeds: s.run(None, f)], args.rounds)
             rows.append((name, ep.kernel_nodes, t, e, c))
             print(f"{name:22s} kernels {ep.kernel_nodes:3d}  runtime {t}  ORT+EP {e}  ORT+custom ops {c}  "
                   f"EP/runtime {e.median_ms / t.median_ms:.2f}", flush=True)

@@ -2,6 +2,8 @@
 tilefuse leaves to onnxruntime, and plain onnxruntime as the reference."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -47,6 +49,7 @@ def mixed_model() -> onnx.ModelProto:
 
 
 def reference(path: Path, feeds: dict) -> dict[str, np.ndarray]:
+    """Plain onnxruntime's outputs by name."""
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
 

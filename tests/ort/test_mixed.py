@@ -7,12 +7,11 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from tests.ort.helpers import data_dependent_model, mixed_model, reference
 from tilefuse.cli.main import main
 from tilefuse.compare import compare_output
 from tilefuse.ort import export_ort
 from tilefuse.ort.segment import regions
-
-from tests.ort.helpers import data_dependent_model, mixed_model, reference
 
 KEPT = {"det", "topk"}  # Det: no converter; TopK: a tilefuse host step
 

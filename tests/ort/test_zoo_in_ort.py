@@ -8,9 +8,8 @@ import onnxruntime as ort
 import pytest
 
 import models
-from tilefuse.compare import compare_output
-
 from tests.ort.helpers import RUNNABLE, reference
+from tilefuse.compare import compare_output
 
 
 def _check(name, path, result, options):

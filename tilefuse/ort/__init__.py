@@ -17,7 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tilefuse.errors import TilefuseError
-from tilefuse.ort.export import EP_NAME, ExportResult, export_ort
+from tilefuse.ort.export import ExportResult, export_ort
+from tilefuse.ort.stitch import EP_NAME
 
 MIN_EP_VERSION = (1, 23)  # plugin providers that compile nodes
 
@@ -60,7 +61,7 @@ def register(name: str = EP_NAME) -> str:
     return name
 
 
-def session_options(options: "object | None" = None) -> "object":
+def session_options(options: object | None = None) -> object:
     """``onnxruntime.SessionOptions`` (``options`` or a new one) with the tilefuse
     provider added for its CPU device; registers the library first if needed."""
     import onnxruntime as ort

@@ -13,8 +13,8 @@ nodes sharing a number form convex regions.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 import onnx
 
