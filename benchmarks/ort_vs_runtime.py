@@ -103,7 +103,7 @@ def main() -> int:
         f"\n## {datetime.date.today()} — tilefuse inside onnxruntime {ort.__version__} vs the tilefuse runtime ({commit})\n",
         f"Machine: {cpu_name()}, {threads} threads, no GPU; load average {os.getloadavg()[0]:.1f} at the end "
         "(other work shared the machine: the columns are interleaved, compare ratios). "
-        "Command: `python benchmarks/ort_vs_runtime.py`. "
+        f"Command: `python benchmarks/ort_vs_runtime.py {' '.join(sys.argv[1:])}`. "
         "Latency in ms: median (p10–p90). Same plan in all three columns.\n",
         "| model | kernels | tilefuse runtime | ORT + tilefuse EP | ORT + custom ops | EP / runtime | custom ops / runtime |",
         "| --- | --- | --- | --- | --- | --- | --- |",
