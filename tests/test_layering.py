@@ -24,7 +24,11 @@ FORBIDDEN = {
              "tilefuse.cli", "tilefuse.conformance", "tilefuse.report"},
     "runtime": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.partition", "tilefuse.tile_ir",
                 "tilefuse.codegen", "tilefuse.cli", "tilefuse.conformance", "tilefuse.report"},
+    # ort sits on top of the compiler and the plan; only the CLI is above it
+    "ort": {"tilelang", "tilefuse.cli", "tilefuse.conformance", "tilefuse.report", "tilefuse.runtime"},
 }
+# The last stage: nothing but the CLI may import it.
+ORT_IMPORTERS = {"ort", "cli"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -45,6 +49,17 @@ def test_stages_import_only_downstream():
             for name in _imports(path):
                 if any(name == f or name.startswith(f + ".") for f in forbidden):
                     problems.append(f"{path.relative_to(PKG)} imports {name}")
+    assert not problems, problems
+
+
+def test_only_the_cli_imports_the_ort_stage():
+    problems = []
+    for path in PKG.rglob("*.py"):
+        if path.relative_to(PKG).parts[0] in ORT_IMPORTERS:
+            continue
+        for name in _imports(path):
+            if name == "tilefuse.ort" or name.startswith("tilefuse.ort."):
+                problems.append(f"{path.relative_to(PKG)} imports {name}")
     assert not problems, problems
 
 

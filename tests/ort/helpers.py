@@ -1,0 +1,74 @@
+"""Helpers of the onnxruntime integration tests: the zoo models to run, a model with ops
+tilefuse leaves to onnxruntime, and plain onnxruntime as the reference."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+import models
+
+# Zoo models that onnxruntime runs (edge-custom-op is a custom op nobody implements).
+RUNNABLE = [name for name, spec in models.ZOO.items() if spec.runs_in_ort]
+
+
+def mixed_model() -> onnx.ModelProto:
+    """Claimed ops around two that stay with onnxruntime: Det (no tilefuse converter) and
+    TopK (a tilefuse host step). s bypasses Det, so a naive region {h, s, y} would have a
+    cycle through Det; the export must split it."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal((3,)).astype(np.float32), "b")
+    k = numpy_helper.from_array(np.array([2], np.int64), "k")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["xw"], name="matmul"),
+        helper.make_node("Add", ["xw", "b"], ["h0"], name="add"),
+        helper.make_node("Relu", ["h0"], ["h"], name="relu"),
+        helper.make_node("Det", ["h"], ["d"], name="det"),
+        helper.make_node("ReduceSum", ["h", "axes"], ["s"], name="sum", keepdims=0),
+        helper.make_node("Mul", ["d", "s"], ["ds"], name="mul"),
+        helper.make_node("Tanh", ["ds"], ["y"], name="tanh"),
+        helper.make_node("TopK", ["y", "k"], ["top", "top_i"], name="topk"),
+        helper.make_node("Mul", ["top", "top"], ["z"], name="square"),
+    ]
+    axes = numpy_helper.from_array(np.array([1, 2], np.int64), "axes")
+    graph = helper.make_graph(
+        nodes, "mixed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch"]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])],
+        [w, b, k, axes],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def reference(path: Path, feeds: dict) -> dict[str, np.ndarray]:
+    """Plain onnxruntime's outputs by name."""
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def data_dependent_model() -> onnx.ModelProto:
+    """Unique's output length depends on the data: the Mul after it cannot be compiled for
+    a fixed shape and stays with onnxruntime too; Relu and Neg around it are claimed."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Unique", ["r"], ["u"], name="unique"),
+        helper.make_node("Mul", ["u", "u"], ["y"], name="square"),
+        helper.make_node("Neg", ["r"], ["z"], name="neg"),
+    ]
+    graph = helper.make_graph(
+        nodes, "data_dependent", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [6])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model

@@ -1,0 +1,236 @@
+/* Launching a tilefuse CUDA kernel from an onnxruntime custom op.
+ *
+ * The op runs on onnxruntime's CUDA provider: inputs and outputs are device pointers,
+ * and the kernel goes on the provider's compute stream (KernelContext_GetGPUComputeStream),
+ * in the stream's context. The cubin is read when the session is created and loaded as a
+ * module on first run (a module belongs to a context). TMA descriptors hold addresses, so
+ * they are encoded on every run from the arguments TileLang recorded at compile time; that
+ * is a host-side call of a microsecond or so. libcuda is opened with dlopen.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_abi.h"
+#include "tf_kernel.h"
+
+#define TF_MAX_TMA_RANK 5
+#define TF_MAX_LAUNCH_ARGS 64
+
+typedef struct {
+  int tensormap; /* else a plain pointer */
+  int param;     /* index into the kernel's params: inputs, then outputs */
+  unsigned dtype, interleave, swizzle, l2, oob;
+  uint32_t rank;
+  uint64_t dims[TF_MAX_TMA_RANK], strides[TF_MAX_TMA_RANK];
+  uint32_t box[TF_MAX_TMA_RANK], elem[TF_MAX_TMA_RANK];
+} tf_cuda_arg;
+
+struct tf_cuda {
+  unsigned grid[3], block[3], smem;
+  int have_grid, have_block;
+  int n_args;
+  tf_cuda_arg args[TF_MAX_LAUNCH_ARGS];
+  void* image;
+  pthread_mutex_t lock;
+  tf_CUcontext ctx; /* where module and fn were loaded */
+  tf_CUmodule module;
+  tf_CUfunction fn;
+};
+
+/* ------------------------------------------------------------------ the driver */
+
+typedef struct {
+#define TF_FIELD(name, symbol) tf_##name##_fn name;
+  TF_CUDA_SYMBOLS(TF_FIELD)
+#undef TF_FIELD
+} tf_driver;
+
+static tf_driver g_cu;
+static char g_cu_error[512];
+static pthread_once_t g_cu_once = PTHREAD_ONCE_INIT;
+
+static void open_driver(void) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    snprintf(g_cu_error, sizeof g_cu_error, "cannot open the CUDA driver (libcuda.so.1): %s", dlerror());
+    return;
+  }
+#define TF_LOAD(name, symbol)                                                                              \
+  if (!(*(void**)&g_cu.name = dlsym(lib, symbol))) {                                                       \
+    snprintf(g_cu_error, sizeof g_cu_error, "the CUDA driver has no %s (driver too old for sm_90 kernels?)", symbol); \
+    return;                                                                                                \
+  }
+  TF_CUDA_SYMBOLS(TF_LOAD)
+#undef TF_LOAD
+  tf_CUresult r = g_cu.cuInit(0);
+  if (r != 0) snprintf(g_cu_error, sizeof g_cu_error, "cuInit failed (CUresult %u)", (unsigned)r);
+}
+
+static OrtStatus* cu_status(const OrtApi* api, const tf_kernel* k, tf_CUresult r, const char* what) {
+  const char* name = NULL;
+  if (g_cu.cuGetErrorName) g_cu.cuGetErrorName(r, &name);
+  return tf_status(api, ORT_FAIL, "node %s: kernel %s: %s failed: %s (%u)", k->node, k->name, what,
+                   name ? name : "unknown CUDA error", (unsigned)r);
+}
+
+/* ------------------------------------------------------------------ the descriptor */
+
+static int read_u32s(char** rest, uint32_t* out, int n) {
+  for (int i = 0; i < n; i++) {
+    char* end;
+    unsigned long v = strtoul(*rest, &end, 10);
+    if (end == *rest) return 0;
+    out[i] = (uint32_t)v;
+    *rest = end;
+  }
+  return 1;
+}
+
+static int read_u64s(char** rest, uint64_t* out, int n) {
+  for (int i = 0; i < n; i++) {
+    char* end;
+    unsigned long long v = strtoull(*rest, &end, 10);
+    if (end == *rest) return 0;
+    out[i] = (uint64_t)v;
+    *rest = end;
+  }
+  return 1;
+}
+
+int tf_cuda_parse_line(tf_kernel* k, const char* key, char* rest) {
+  if (!k->cuda) {
+    k->cuda = calloc(1, sizeof *k->cuda);
+    if (!k->cuda) return 0;
+    pthread_mutex_init(&k->cuda->lock, NULL);
+  }
+  tf_cuda* c = k->cuda;
+  if (!strcmp(key, "grid")) return c->have_grid = read_u32s(&rest, c->grid, 3);
+  if (!strcmp(key, "block")) return c->have_block = read_u32s(&rest, c->block, 3);
+  if (!strcmp(key, "smem")) return read_u32s(&rest, &c->smem, 1);
+  if (strcmp(key, "arg") != 0) return 1; /* unknown keys are for newer readers */
+  if (c->n_args >= TF_MAX_LAUNCH_ARGS) return 0;
+  tf_cuda_arg* a = &c->args[c->n_args++];
+  char kind[32];
+  int used = 0;
+  if (sscanf(rest, "%31s %d%n", kind, &a->param, &used) != 2 || a->param < 0) return 0;
+  rest += used;
+  if (!strcmp(kind, "pointer")) return 1;
+  if (strcmp(kind, "tensormap") != 0) return 0;
+  a->tensormap = 1;
+  uint32_t head[6];
+  if (!read_u32s(&rest, head, 6)) return 0; /* dtype rank interleave swizzle l2 oob */
+  a->dtype = head[0], a->rank = head[1], a->interleave = head[2], a->swizzle = head[3], a->l2 = head[4], a->oob = head[5];
+  if (a->rank < 1 || a->rank > TF_MAX_TMA_RANK) return 0;
+  return read_u64s(&rest, a->dims, (int)a->rank) && read_u64s(&rest, a->strides, (int)a->rank - 1) &&
+         read_u32s(&rest, a->box, (int)a->rank) && read_u32s(&rest, a->elem, (int)a->rank);
+}
+
+int tf_cuda_prepare(tf_kernel* k, char* err, size_t errlen) {
+  tf_cuda* c = k->cuda;
+  if (!c || !c->have_grid || !c->have_block || !c->n_args) {
+    snprintf(err, errlen, "%s: a cuda kernel descriptor needs grid, block and arg lines", k->path);
+    return 0;
+  }
+  for (int i = 0; i < c->n_args; i++)
+    if (c->args[i].param >= k->n_in + k->n_out) {
+      snprintf(err, errlen, "%s: argument %d names param %d of %d", k->path, i, c->args[i].param, k->n_in + k->n_out);
+      return 0;
+    }
+  FILE* f = fopen(k->library, "rb");
+  if (!f) {
+    snprintf(err, errlen, "node %s: kernel %s: cannot load %s: %s", k->node, k->name, k->library, strerror(errno));
+    return 0;
+  }
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  c->image = size > 0 ? malloc((size_t)size) : NULL;
+  int ok = c->image && fread(c->image, 1, (size_t)size, f) == (size_t)size;
+  fclose(f);
+  if (!ok) snprintf(err, errlen, "node %s: kernel %s: cannot read %s", k->node, k->name, k->library);
+  return ok;
+}
+
+void tf_cuda_free(tf_kernel* k) {
+  if (!k->cuda) return;
+  /* The module stays loaded: unloading needs its context current, and a session ends once. */
+  pthread_mutex_destroy(&k->cuda->lock);
+  free(k->cuda->image);
+  free(k->cuda);
+  k->cuda = NULL;
+}
+
+/* ------------------------------------------------------------------ running */
+
+static OrtStatus* load_function(const OrtApi* api, tf_kernel* k, tf_CUcontext ctx) {
+  tf_cuda* c = k->cuda;
+  OrtStatus* st = NULL;
+  pthread_mutex_lock(&c->lock);
+  if (!c->fn || c->ctx != ctx) {
+    tf_CUresult r = g_cu.cuModuleLoadData(&c->module, c->image);
+    if (r) st = cu_status(api, k, r, "cuModuleLoadData");
+    if (!st && (r = g_cu.cuModuleGetFunction(&c->fn, c->module, k->symbol))) st = cu_status(api, k, r, "cuModuleGetFunction");
+    if (!st && c->smem &&
+        (r = g_cu.cuFuncSetAttribute(c->fn, TF_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)c->smem)))
+      st = cu_status(api, k, r, "cuFuncSetAttribute(dynamic shared memory)");
+    if (st) c->fn = NULL;
+    else c->ctx = ctx;
+  }
+  pthread_mutex_unlock(&c->lock);
+  return st;
+}
+
+static OrtStatus* launch(const OrtApi* api, tf_kernel* k, void** data, tf_CUstream stream) {
+  tf_cuda* c = k->cuda;
+  void* params[TF_MAX_LAUNCH_ARGS];
+  void* pointers[TF_MAX_LAUNCH_ARGS];
+  tf_CUtensorMap maps[TF_MAX_LAUNCH_ARGS];
+  for (int i = 0; i < c->n_args; i++) {
+    const tf_cuda_arg* a = &c->args[i];
+    void* address = data[a->param];
+    if (!a->tensormap) {
+      pointers[i] = address;
+      params[i] = &pointers[i];
+      continue;
+    }
+    if ((uintptr_t)address % 16)
+      return tf_status(api, ORT_FAIL, "node %s: kernel %s: TMA needs 16-byte aligned tensors (param %d)", k->node,
+                       k->name, a->param);
+    tf_CUresult r = g_cu.cuTensorMapEncodeTiled(&maps[i], a->dtype, a->rank, address, a->dims, a->strides, a->box,
+                                                a->elem, a->interleave, a->swizzle, a->l2, a->oob);
+    if (r) return cu_status(api, k, r, "cuTensorMapEncodeTiled");
+    params[i] = &maps[i];
+  }
+  tf_CUresult r = g_cu.cuLaunchKernel(c->fn, c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1],
+                                      c->block[2], c->smem, stream, params, NULL);
+  return r ? cu_status(api, k, r, "cuLaunchKernel") : NULL;
+}
+
+OrtStatus* tf_cuda_run(const OrtApi* api, tf_kernel* k, OrtKernelContext* ctx) {
+  void* data[2 * TF_MAX_ARGS];
+  OrtStatus* st = tf_kernel_bind(api, k, ctx, data);
+  if (st) return st;
+  void* stream = NULL;
+  st = ORT_FN(api, SLOT_KernelContext_GetGPUComputeStream, KernelContext_GetGPUComputeStream_fn)(ctx, &stream);
+  if (st) return st;
+  pthread_once(&g_cu_once, open_driver);
+  if (g_cu_error[0]) return tf_status(api, ORT_FAIL, "node %s: %s", k->node, g_cu_error);
+  tf_CUcontext cu_ctx = NULL;
+  if (stream) { /* the provider's stream: run in its context */
+    tf_CUresult r = g_cu.cuStreamGetCtx((tf_CUstream)stream, &cu_ctx);
+    if (r) return cu_status(api, k, r, "cuStreamGetCtx");
+    if ((r = g_cu.cuCtxPushCurrent(cu_ctx))) return cu_status(api, k, r, "cuCtxPushCurrent");
+  }
+  st = load_function(api, k, cu_ctx);
+  if (!st) st = launch(api, k, data, (tf_CUstream)stream);
+  if (stream) {
+    tf_CUcontext popped;
+    g_cu.cuCtxPopCurrent(&popped);
+  }
+  return st;
+}

@@ -1,0 +1,222 @@
+/* Loading and calling tilefuse kernels inside onnxruntime (see tf_kernel.h). */
+#define _GNU_SOURCE
+#include "tf_kernel.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+OrtStatus* tf_status(const OrtApi* api, int code, const char* fmt, ...) {
+  char msg[TF_ERR_LEN];
+  int n = snprintf(msg, sizeof msg, "tilefuse: ");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg + n, sizeof msg - n, fmt, ap);
+  va_end(ap);
+  return ORT_FN(api, SLOT_CreateStatus, CreateStatus_fn)(code, msg);
+}
+
+void tf_take_message(const OrtApi* api, OrtStatus* st, char* buf, size_t len) {
+  if (!st) {
+    buf[0] = 0;
+    return;
+  }
+  snprintf(buf, len, "%s", ORT_FN(api, SLOT_GetErrorMessage, GetErrorMessage_fn)(st));
+  ORT_FN(api, SLOT_ReleaseStatus, ReleaseStatus_fn)(st);
+}
+
+static const char* shape_str(const int64_t* dims, int rank, char* buf, size_t len) {
+  size_t n = (size_t)snprintf(buf, len, "[");
+  for (int i = 0; i < rank && n < len; i++) n += (size_t)snprintf(buf + n, len - n, i ? ",%lld" : "%lld", (long long)dims[i]);
+  if (n < len) snprintf(buf + n, len - n, "]");
+  return buf;
+}
+
+/* A path inside the descriptor's folder: relative, without "..". */
+static int safe_relative(const char* p) {
+  if (!*p || p[0] == '/') return 0;
+  for (const char* s = p; *s; s = strchr(s, '/') ? strchr(s, '/') + 1 : s + strlen(s))
+    if (strncmp(s, "..", 2) == 0 && (s[2] == '/' || s[2] == 0)) return 0;
+  return 1;
+}
+
+static int parse_spec(char* rest, tf_spec* spec) {
+  char* end;
+  spec->elem = (int)strtol(rest, &end, 10);
+  if (end == rest) return 0;
+  rest = end;
+  spec->rank = (int)strtol(rest, &end, 10);
+  if (end == rest || spec->rank < 0 || spec->rank > TF_MAX_RANK) return 0;
+  for (int i = 0; i < spec->rank; i++) {
+    rest = end;
+    spec->dims[i] = strtoll(rest, &end, 10);
+    if (end == rest || spec->dims[i] < 0) return 0;
+  }
+  return 1;
+}
+
+static tf_kernel* fail(tf_kernel* k, char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 4, 5)));
+static tf_kernel* fail(tf_kernel* k, char* err, size_t errlen, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  tf_kernel_free(k);
+  return NULL;
+}
+
+static const char* target_name(tf_target t) { return t == TF_TARGET_CUDA ? "cuda" : "cpu"; }
+
+tf_kernel* tf_kernel_load(const char* base_dir, const char* rel, const char* node, tf_target target, char* err,
+                          size_t errlen) {
+  tf_kernel* k = calloc(1, sizeof *k);
+  if (!k) return fail(NULL, err, errlen, "out of memory loading kernel %s", rel);
+  snprintf(k->node, sizeof k->node, "%s", node ? node : "");
+  if (rel[0] == '/' || !base_dir || !*base_dir)
+    snprintf(k->path, sizeof k->path, "%s", rel);
+  else
+    snprintf(k->path, sizeof k->path, "%s/%s", base_dir, rel);
+  FILE* f = fopen(k->path, "r");
+  if (!f)
+    return fail(k, err, errlen, "node %s: kernel descriptor %s cannot be opened (%s); export-ort writes it beside "
+                "the model, keep the model's folder together", k->node, k->path, strerror(errno));
+  char line[8192], library[4096] = "", target_text[64] = "";
+  int version = 0, ok = 1, lineno = 0;
+  while (ok && fgets(line, sizeof line, f)) {
+    lineno++;
+    line[strcspn(line, "\r\n")] = 0;
+    char* sp = strchr(line, ' ');
+    if (!sp) continue;
+    *sp = 0;
+    char* rest = sp + 1;
+    if (!strcmp(line, "tilefuse-kernel")) version = atoi(rest);
+    else if (!strcmp(line, "target")) snprintf(target_text, sizeof target_text, "%s", rest);
+    else if (!strcmp(line, "name")) snprintf(k->name, sizeof k->name, "%s", rest);
+    else if (!strcmp(line, "library")) snprintf(library, sizeof library, "%s", rest);
+    else if (!strcmp(line, "symbol")) snprintf(k->symbol, sizeof k->symbol, "%s", rest);
+    else if (!strcmp(line, "input")) ok = k->n_in < TF_MAX_ARGS && parse_spec(rest, &k->in[k->n_in++]);
+    else if (!strcmp(line, "output")) ok = k->n_out < TF_MAX_ARGS && parse_spec(rest, &k->out[k->n_out++]);
+#ifdef TF_WITH_CUDA
+    else ok = tf_cuda_parse_line(k, line, rest);
+#endif
+  }
+  fclose(f);
+  if (version != 1) return fail(k, err, errlen, "%s: not a tilefuse kernel descriptor of format 1", k->path);
+  if (!ok || !*library || !*k->symbol || !k->n_out)
+    return fail(k, err, errlen, "%s: malformed descriptor (line %d)", k->path, lineno);
+  if (strcmp(target_text, target_name(target)) != 0)
+    return fail(k, err, errlen, "node %s: kernel %s was compiled for target '%s', but this node runs %s kernels%s",
+                k->node, k->name, target_text, target_name(target),
+                target == TF_TARGET_CPU ? " (export with --target cpu)" : "");
+  k->target = target;
+  for (int i = 0; i < k->n_in; i++) k->in_index[i] = i;
+  for (int i = 0; i < k->n_out; i++) k->out_index[i] = i;
+  if (!safe_relative(library))
+    return fail(k, err, errlen, "%s: library '%s' must be a path inside the kernel's folder", k->path, library);
+  const char* slash = strrchr(k->path, '/');
+  if (slash)
+    snprintf(k->library, sizeof k->library, "%.*s/%s", (int)(slash - k->path), k->path, library);
+  else
+    snprintf(k->library, sizeof k->library, "./%s", library);
+  if (target == TF_TARGET_CUDA) {
+#ifdef TF_WITH_CUDA
+    if (tf_cuda_prepare(k, err, errlen)) return k;
+    tf_kernel_free(k);
+    return NULL;
+#else
+    return fail(k, err, errlen, "node %s: this library was built without CUDA support", k->node);
+#endif
+  }
+  k->lib = dlopen(k->library, RTLD_NOW | RTLD_LOCAL);
+  if (!k->lib)
+    return fail(k, err, errlen, "node %s: kernel %s: cannot load %s: %s", k->node, k->name, k->library, dlerror());
+  *(void**)&k->fn = dlsym(k->lib, k->symbol);
+  if (!k->fn) {
+    dlclose(k->lib);
+    return fail(k, err, errlen, "node %s: kernel %s: %s has no symbol %s", k->node, k->name, k->library, k->symbol);
+  }
+  return k;
+}
+
+void tf_kernel_free(tf_kernel* k) {
+  if (!k) return;
+#ifdef TF_WITH_CUDA
+  tf_cuda_free(k);
+#endif
+  /* A CPU kernel's library stays loaded: OpenMP worker threads may still reference it. */
+  free(k);
+}
+
+/* The element type and shape of a value; NULL status on success. */
+static OrtStatus* value_spec(const OrtApi* api, const OrtValue* v, tf_spec* spec) {
+  OrtTensorTypeAndShapeInfo* info = NULL;
+  OrtStatus* st = ORT_FN(api, SLOT_GetTensorTypeAndShape, GetTensorTypeAndShape_fn)(v, &info);
+  if (st) return st;
+  size_t rank = 0;
+  st = ORT_FN(api, SLOT_GetTensorElementType, GetTensorElementType_fn)(info, &spec->elem);
+  if (!st) st = ORT_FN(api, SLOT_GetDimensionsCount, GetDimensionsCount_fn)(info, &rank);
+  if (!st && rank > TF_MAX_RANK) st = tf_status(api, ORT_INVALID_ARGUMENT, "rank %zu is above %d", rank, TF_MAX_RANK);
+  if (!st) st = ORT_FN(api, SLOT_GetDimensions, GetDimensions_fn)(info, spec->dims, rank);
+  spec->rank = (int)rank;
+  ORT_FN(api, SLOT_ReleaseTensorTypeAndShapeInfo, ReleaseTensorTypeAndShapeInfo_fn)(info);
+  return st;
+}
+
+static int same_spec(const tf_spec* a, const tf_spec* b) {
+  if (a->elem != b->elem || a->rank != b->rank) return 0;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return 1;
+}
+
+OrtStatus* tf_kernel_bind(const OrtApi* api, const tf_kernel* k, OrtKernelContext* ctx, void** argv) {
+  size_t n_in = 0, n_out = 0;
+  OrtStatus* st = ORT_FN(api, SLOT_KernelContext_GetInputCount, KernelContext_GetCount_fn)(ctx, &n_in);
+  if (!st) st = ORT_FN(api, SLOT_KernelContext_GetOutputCount, KernelContext_GetCount_fn)(ctx, &n_out);
+  if (st) return st;
+  for (int i = 0; i < k->n_in; i++)
+    if ((size_t)k->in_index[i] >= n_in)
+      return tf_status(api, ORT_INVALID_GRAPH, "node %s: kernel %s takes %d inputs, the node has %zu", k->node, k->name,
+                       k->n_in, n_in);
+  for (int i = 0; i < k->n_out; i++)
+    if ((size_t)k->out_index[i] >= n_out)
+      return tf_status(api, ORT_INVALID_GRAPH, "node %s: kernel %s makes %d outputs, the node has %zu", k->node,
+                       k->name, k->n_out, n_out);
+  for (int i = 0; i < k->n_in; i++) {
+    const OrtValue* v = NULL;
+    tf_spec got;
+    st = ORT_FN(api, SLOT_KernelContext_GetInput, KernelContext_GetInput_fn)(ctx, (size_t)k->in_index[i], &v);
+    if (!st && !v) st = tf_status(api, ORT_INVALID_ARGUMENT, "node %s: input %d is missing", k->node, i);
+    if (!st) st = value_spec(api, v, &got);
+    if (st) return st;
+    if (!same_spec(&got, &k->in[i])) {
+      char a[256], b[256];
+      return tf_status(api, ORT_INVALID_ARGUMENT,
+                       "node %s: kernel %s was exported for input %d of type %d and shape %s, got type %d and shape %s; "
+                       "export the model again for these shapes (tilefuse export-ort --shape ...)",
+                       k->node, k->name, i, k->in[i].elem, shape_str(k->in[i].dims, k->in[i].rank, a, sizeof a),
+                       got.elem, shape_str(got.dims, got.rank, b, sizeof b));
+    }
+    st = ORT_FN(api, SLOT_GetTensorMutableData, GetTensorMutableData_fn)((OrtValue*)v, &argv[i]);
+    if (st) return st;
+  }
+  for (int i = 0; i < k->n_out; i++) {
+    OrtValue* v = NULL;
+    st = ORT_FN(api, SLOT_KernelContext_GetOutput, KernelContext_GetOutput_fn)(ctx, (size_t)k->out_index[i], k->out[i].dims,
+                                                                               (size_t)k->out[i].rank, &v);
+    if (!st) st = ORT_FN(api, SLOT_GetTensorMutableData, GetTensorMutableData_fn)(v, &argv[k->n_in + i]);
+    if (st) return st;
+  }
+  return NULL;
+}
+
+OrtStatus* tf_kernel_run(const OrtApi* api, const tf_kernel* k, OrtKernelContext* ctx) {
+  void* argv[2 * TF_MAX_ARGS];
+  OrtStatus* st = tf_kernel_bind(api, k, ctx, argv);
+  if (st) return st;
+  k->fn(argv);
+  return NULL;
+}

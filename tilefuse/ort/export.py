@@ -1,0 +1,262 @@
+"""`export-ort`: a model whose fused groups are tilefuse kernels that onnxruntime runs.
+
+The pipeline, one way: load the model, name its nodes, decide per node whether tilefuse
+claims it (``segment``), compile each convex region of claimed nodes into a Plan with
+the ordinary compiler, then stitch: every kernel step of a plan becomes one node
+(``EPContext`` for the plugin execution provider; ``ai.tilefuse::FusedKernel``, or
+``FusedKernelCuda`` for CUDA kernels, for the custom-op library) whose inputs and outputs
+are named values of the new model; the plan's constants become initializers; kept nodes
+stay as they were. Written beside the model: the kernels (``kernels/NAME.so`` or
+``.cubin``, and the descriptor ``kernels/NAME.tfk`` that the C libraries read: see
+csrc/tf_kernel.h) and the weights (``model.weights``, ONNX external data).
+
+A node stays with onnxruntime when tilefuse has no converter for it, when it would run
+as a tilefuse host step (an opaque primitive such as TopK), when it reads a value from
+onnxruntime whose shape is not static (data-dependent), or when its region cannot be
+converted; the result lists each one with its reason.
+"""
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+from onnx import helper
+
+from tilefuse.compiler import compile_graph
+from tilefuse.errors import (
+    ConversionError,
+    ShapeError,
+    TilefuseError,
+    UnsupportedOpError,
+)
+from tilefuse.frontend import import_onnx
+from tilefuse.frontend.context import TO_ONNX_DTYPE
+from tilefuse.frontend.importer import ModelLike
+from tilefuse.frontend.loader import (
+    check_model,
+    load_model,
+    upgrade_opset,
+    without_weights,
+)
+from tilefuse.frontend.shapes import ShapeSpec, bind_input_types
+from tilefuse.ir.prims.base import Kind
+from tilefuse.ort.segment import (
+    KeptNode,
+    name_nodes,
+    node_reads,
+    regions,
+    unsupported_nodes,
+)
+from tilefuse.ort.stitch import KERNELS_DIR, Stitcher, assemble
+from tilefuse.plan.model import Plan
+from tilefuse.target import Target, get_target
+
+MODES = ("ep", "custom-ops")
+MODEL_FILE = "model.onnx"
+WEIGHTS_FILE = "model.weights"
+CUSTOM_OPS_LIBRARY = "libtilefuse_ops.so"
+
+# ONNX element type and dims: None for a dim, or for all of them, that shape inference left open
+ValueType = tuple[int, tuple[int | None, ...] | None]
+
+
+def _static(t: ValueType | None) -> bool:
+    return t is not None and t[1] is not None and all(d is not None for d in t[1])
+
+
+@dataclass
+class ExportResult:
+    """What ``export_ort`` wrote."""
+
+    model_path: Path
+    mode: str
+    target: str
+    kernel_nodes: int
+    claimed_nodes: int
+    kept: list[KeptNode] = field(default_factory=list)
+    library: Path | None = None  # the custom-op library copied beside the model
+    plans: list[Plan] = field(default_factory=list, repr=False)  # one per region, in order
+
+    def summary(self) -> str:
+        lines = [f"{self.model_path}: {self.kernel_nodes} tilefuse kernel node(s) for {self.claimed_nodes} ONNX node(s) "
+                 f"({'plugin execution provider' if self.mode == 'ep' else 'custom-op library'}, {self.target})"]
+        if self.kept:
+            lines.append(f"{len(self.kept)} node(s) stay with onnxruntime:")
+            lines += [f"  {k}" for k in self.kept]
+        else:
+            lines.append("no node stays with onnxruntime")
+        if self.library:
+            lines.append(f"custom-op library: {self.library}")
+        return "\n".join(lines)
+
+
+def export_ort(model: ModelLike, out_dir: str | Path, target: str | Target = "cpu",
+               shapes: ShapeSpec | None = None, mode: str = "ep") -> ExportResult:
+    """Write ``out_dir/model.onnx`` with tilefuse kernels for onnxruntime (see module doc)."""
+    if mode not in MODES:
+        raise TilefuseError(f"--as must be one of {MODES}, got {mode!r}")
+    target = get_target(target) if isinstance(target, str) else target
+    cuda = target.name.startswith("cuda:")
+    if cuda and mode == "ep":
+        raise TilefuseError(f"the tilefuse execution provider runs CPU kernels only; for --target {target.name} "
+                            "export with --as custom-ops (the kernels then run on onnxruntime's CUDA provider)")
+    work = _load(model)
+    input_types = bind_input_types(work, shapes)
+    types = _value_types(work, input_types)
+    kept = unsupported_nodes(work)  # node name -> why onnxruntime runs it; grows while compiling
+    compiled = _compile_regions(work, kept, types, target)
+    out = Path(out_dir)
+    _clear(out)
+    stitcher = Stitcher(out, mode, cuda)
+    for r, plan in enumerate(compiled):
+        stitcher.add_plan(r, plan)
+    proto = assemble(work, kept, stitcher, mode)
+    out.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(proto, str(out / MODEL_FILE), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=WEIGHTS_FILE, size_threshold=1024)
+    library = None
+    if mode == "custom-ops":
+        from tilefuse.ort.build import library as build_library
+
+        library = out / CUSTOM_OPS_LIBRARY
+        shutil.copyfile(build_library("custom-ops"), library)
+    kept_nodes = [KeptNode(n.name, n.op_type, n.domain, kept[n.name]) for n in work.graph.node if n.name in kept]
+    claimed = len(work.graph.node) - len(kept)
+    return ExportResult(out / MODEL_FILE, mode, target.name, stitcher.kernel_nodes, claimed, kept_nodes, library,
+                        compiled)
+
+
+# ------------------------------------------------------------------------- loading
+
+def _load(model: ModelLike) -> onnx.ModelProto:
+    proto = load_model(model)
+    check_model(proto)
+    work = onnx.ModelProto()
+    work.CopyFrom(upgrade_opset(proto))
+    name_nodes(work)
+    return work
+
+
+def _value_types(work: onnx.ModelProto, input_types: Mapping[str, object]) -> dict[str, ValueType]:
+    """Element type and dims of every value onnx's shape inference can type."""
+    m = without_weights(work, input_types)
+    try:
+        m = onnx.shape_inference.infer_shapes(m, data_prop=True)
+    except Exception:  # noqa: BLE001 - onnx raises bare C++ errors; region inputs then stay open
+        pass
+    types: dict[str, ValueType] = {}
+    for vi in (*m.graph.input, *m.graph.value_info, *m.graph.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            tt = vi.type.tensor_type
+            dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+            types[vi.name] = (tt.elem_type, dims if tt.HasField("shape") else None)
+    for init in work.graph.initializer:
+        types[init.name] = (init.data_type, tuple(init.dims))
+    for name, t in input_types.items():
+        types[name] = (TO_ONNX_DTYPE[t.dtype], tuple(t.shape))  # type: ignore[attr-defined]
+    return types
+
+
+# ------------------------------------------------------------------------- compiling
+
+def _compile_regions(work: onnx.ModelProto, kept: dict[str, str], types: dict[str, ValueType],
+                     target: Target) -> list[Plan]:
+    """A plan per region, in region order. A node moves to ``kept`` (and the regions are
+    formed again) when tilefuse cannot convert it, would run it on the host, or it reads
+    a value from onnxruntime whose shape is not static. Each round moves a node, so this
+    ends; plans of regions that did not change are reused."""
+    consumers = _consumers(work)
+    outputs = {o.name for o in work.graph.output}
+    cache: dict[tuple[str, ...], Plan] = {}
+    for _ in range(len(work.graph.node) + 1):
+        known = dict(types)  # grows by each region's outputs, as the plans type them
+        plans: list[Plan] = []
+        moved: dict[str, str] = {}
+        for region in regions(work, kept):
+            plan, moved = _compile_region(work, region, consumers, outputs, known, target, cache)
+            if moved:
+                break
+            if plan is not None:
+                plans.append(plan)
+                for name, t in plan.output_types():
+                    known[name] = (TO_ONNX_DTYPE[t.dtype], tuple(t.shape))
+        if not moved:
+            return plans
+        kept.update(moved)
+    raise TilefuseError("export-ort: the regions did not settle (a bug: each round should keep one more node)")
+
+
+def _compile_region(work: onnx.ModelProto, region: list[onnx.NodeProto], consumers: dict[str, set[str]],
+                    graph_outputs: set[str], known: dict[str, ValueType], target: Target,
+                    cache: dict[tuple[str, ...], Plan]) -> tuple[Plan | None, dict[str, str]]:
+    """The region's plan (None if nothing outside reads it), or the nodes to keep instead."""
+    key = tuple(n.name for n in region)
+    if key in cache:
+        return cache[key], {}
+    members = {n.name for n in region}
+    produced = {o for n in region for o in n.output if o}
+    inits = {t.name: t for t in work.graph.initializer}
+    reads = [x for x in dict.fromkeys(name for n in region for name in node_reads(n))
+             if x not in produced and x not in inits]
+    outs = [o for n in region for o in n.output if o and (o in graph_outputs or consumers.get(o, set()) - members)]
+    if not outs:
+        return None, {}
+    unknown = {x for x in reads if not _static(known.get(x))}
+    if unknown:
+        why = "reads {}, whose shape onnx's shape inference leaves open (data-dependent?)"
+        return None, {n.name: why.format(next(x for x in node_reads(n) if x in unknown))
+                      for n in region if unknown & set(node_reads(n))}
+    g = helper.make_graph(
+        list(region), f"{work.graph.name or 'model'}_region",
+        [helper.make_tensor_value_info(x, known[x][0], list(known[x][1] or ())) for x in reads],
+        [_declared_output(o, known.get(o)) for o in outs],
+        [inits[x] for x in dict.fromkeys(x for n in region for x in node_reads(n)) if x in inits],
+    )
+    sub = helper.make_model(g, opset_imports=list(work.opset_import))
+    sub.ir_version = work.ir_version
+    try:
+        graph = import_onnx(sub, check_shapes=False)
+    except UnsupportedOpError as e:
+        return None, {label.split("/", 1)[0]: f"not convertible here: {op}" for op in e.ops for label in op.nodes}
+    except (ConversionError, ShapeError) as e:
+        # tilefuse cannot take this region as it is (a shape it cannot bind, a converter
+        # refusing these attributes): its nodes stay with onnxruntime, with the reason.
+        return None, {n.name: f"region not convertible: {str(e).splitlines()[0]}" for n in region}
+    host = {n.origin: f"tilefuse would run it on the host ({type(n.op).__name__}), so onnxruntime does"
+            for n in graph.nodes if n.op.kind is Kind.OPAQUE}
+    if host:
+        return None, host
+    plan = compile_graph(graph, target, "", len(region)).plan
+    cache[key] = plan
+    return plan, {}
+
+
+def _declared_output(name: str, t: ValueType | None) -> onnx.ValueInfoProto:
+    """A region output as far as onnx knows it. The checker insists on a shape; where
+    the rank is unknown a scalar stands in: tilefuse types outputs itself and checks only
+    the element type declared (float when unknown, and a wrong guess keeps the region
+    on onnxruntime with the frontend's reason)."""
+    elem, dims = t if t is not None else (onnx.TensorProto.FLOAT, None)
+    return helper.make_tensor_value_info(name, elem, list(dims) if dims is not None else [])
+
+
+def _consumers(work: onnx.ModelProto) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for node in work.graph.node:
+        for name in node_reads(node):
+            out.setdefault(name, set()).add(node.name)
+    return out
+
+
+def _clear(out: Path) -> None:
+    """Remove what an earlier export wrote (external data is appended to, never replaced)."""
+    for f in (MODEL_FILE, WEIGHTS_FILE, CUSTOM_OPS_LIBRARY):
+        (out / f).unlink(missing_ok=True)
+    folder = out / KERNELS_DIR
+    if folder.is_dir():
+        for f in folder.iterdir():
+            if f.suffix in (".tfk", ".so", ".cubin"):
+                f.unlink()

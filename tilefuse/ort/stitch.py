@@ -1,0 +1,168 @@
+"""Stitching: plans of regions -> the nodes, initializers and value_info of the model
+onnxruntime runs, and the kernel files those nodes name.
+
+Every kernel step becomes one node whose inputs and outputs are the names of its
+buffers: graph inputs and outputs keep their names, the other buffers of region ``r`` are
+named ``tilefuse/r<r>/<buffer>``; constants become initializers. Each kernel is copied
+beside the model with its descriptor (the format is in csrc/tf_kernel.h).
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from tilefuse.errors import TilefuseError
+from tilefuse.frontend.context import TO_ONNX_DTYPE
+from tilefuse.frontend.shapes import runtime_inputs
+from tilefuse.ir.dtypes import DType
+from tilefuse.ort.segment import node_reads
+from tilefuse.plan.model import BufferKind, Kernel, KernelStep, Plan
+
+EP_NAME = "TilefuseExecutionProvider"
+CUSTOM_DOMAIN = "ai.tilefuse"
+CUSTOM_OP = "FusedKernel"  # a CPU kernel, on the CPU provider
+CUSTOM_OP_CUDA = "FusedKernelCuda"  # a CUDA kernel, on the CUDA provider's compute stream
+KERNELS_DIR = "kernels"
+# onnx stamps its newest IR (14 with onnx 1.23), which released onnxruntimes reject; IR 10
+# covers the opsets the zoo uses, as in models/registry.py.
+MAX_IR_VERSION = 10
+
+
+def _onnx_type(dtype: DType | str) -> int:
+    return TO_ONNX_DTYPE[DType(dtype) if isinstance(dtype, str) else dtype]
+
+
+class Stitcher:
+    """Turns plans into nodes, initializers and value_info of the new model, and writes
+    the kernels they name."""
+
+    def __init__(self, out: Path, mode: str, cuda: bool) -> None:
+        self.out = out
+        self.mode = mode
+        self.cuda = cuda
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.value_info: list[onnx.ValueInfoProto] = []
+        self.kernel_files: dict[str, tuple[str, str]] = {}  # kernel name -> (sha256, descriptor path)
+        self.kernel_nodes = 0
+
+    def add_plan(self, r: int, plan: Plan) -> None:
+        names: dict[int, str] = {b.buffer: b.name for b in plan.inputs}
+        aliases: list[tuple[int, str]] = []
+        for b in plan.outputs:
+            kind = plan.buffers[b.buffer].kind
+            if b.buffer not in names and kind in (BufferKind.OUTPUT, BufferKind.CONSTANT):
+                names[b.buffer] = b.name
+            else:
+                aliases.append((b.buffer, b.name))
+        for buf in plan.buffers:
+            names.setdefault(buf.id, f"tilefuse/r{r}/{buf.name}")
+            if buf.kind is BufferKind.CONSTANT:
+                self.initializers.append(numpy_helper.from_array(np.asarray(plan.weights[buf.name]), names[buf.id]))
+        for i, step in enumerate(plan.steps):
+            if not isinstance(step, KernelStep):  # _compile_regions moved every host step's node to onnxruntime
+                raise TilefuseError(f"export-ort: region {r} still has {step.label}")
+            kernel = plan.kernels[step.kernel]
+            rel = self._write_kernel(kernel)
+            ins = [names[b] for b in step.inputs]
+            outs = [names[b] for b in step.outputs]
+            self.nodes.append(self._node(f"tilefuse_r{r}_{i}_{kernel.name}", ins, outs, rel))
+            self.kernel_nodes += 1
+            for b in step.outputs:
+                t = plan.buffers[b].type
+                self.value_info.append(helper.make_tensor_value_info(names[b], _onnx_type(t.dtype), list(t.shape)))
+        for b, name in aliases:
+            self.nodes.append(helper.make_node("Identity", [names[b]], [name], name=f"tilefuse_r{r}_alias_{name}"))
+
+    def _node(self, name: str, ins: list[str], outs: list[str], rel: str) -> onnx.NodeProto:
+        if self.mode == "ep":
+            return helper.make_node("EPContext", ins, outs, name=name, domain="com.microsoft", source=EP_NAME,
+                                    embed_mode=0, ep_cache_context=rel, main_context=1)
+        op = CUSTOM_OP_CUDA if self.cuda else CUSTOM_OP
+        return helper.make_node(op, ins, outs, name=name, domain=CUSTOM_DOMAIN, kernel=rel)
+
+    def _write_kernel(self, kernel: Kernel) -> str:
+        """Copy the kernel's library and write its descriptor; the descriptor's path
+        relative to the model."""
+        name = kernel.name
+        known = self.kernel_files.get(name)
+        if known and known[0] == kernel.sha256:
+            return known[1]
+        if known:  # same name, other content: keep both
+            name = f"{name}_{kernel.sha256[:8]}"
+        folder = self.out / KERNELS_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(kernel.path, folder / f"{name}{kernel.suffix}")
+        lines = ["tilefuse-kernel 1", f"target {'cuda' if self.cuda else 'cpu'}", f"name {name}",
+                 f"library {name}{kernel.suffix}", f"symbol {kernel.symbol}"]
+        for p in kernel.params:
+            lines.append(f"{p.role} {_onnx_type(p.dtype)} {len(p.shape)} {' '.join(map(str, p.shape))}".rstrip())
+        if self.cuda:
+            lines += _launch_lines(kernel)
+        (folder / f"{name}.tfk").write_text("\n".join(lines) + "\n")
+        rel = f"{KERNELS_DIR}/{name}.tfk"
+        self.kernel_files[kernel.name if not known else name] = (kernel.sha256, rel)
+        return rel
+
+
+def _launch_lines(kernel: Kernel) -> list[str]:
+    """The launch of a CUDA kernel, as tf_cuda.c reads it: grid, block, dynamic shared
+    memory, and each kernel argument (a param's pointer, or a TMA descriptor over it)."""
+    launch = kernel.launch
+    lines = [f"grid {' '.join(map(str, launch['grid']))}", f"block {' '.join(map(str, launch['block']))}",  # type: ignore[arg-type]
+             f"smem {int(launch.get('dynamic_smem', 0))}"]  # type: ignore[arg-type]
+    for arg in launch["args"]:  # type: ignore[union-attr]
+        if arg["kind"] == "pointer":
+            lines.append(f"arg pointer {arg['param']}")
+        elif arg["kind"] == "tensormap":
+            t = arg["tma"]
+            head = [t["dtype"], t["rank"], t["interleave"], t["swizzle"], t["l2_promotion"], t["oob_fill"]]
+            body = [*t["dims"], *t["strides"], *t["box"], *t["element_strides"]]
+            if len(body) != 4 * t["rank"] - 1:
+                raise TilefuseError(f"kernel {kernel.name}: TMA argument {arg['name']} has {len(body)} numbers "
+                                    f"for rank {t['rank']}")
+            lines.append(f"arg tensormap {arg['param']} {' '.join(map(str, head + body))}")
+        else:
+            raise TilefuseError(f"kernel {kernel.name}: argument kind {arg['kind']!r} cannot be exported")
+    return lines
+
+
+def assemble(work: onnx.ModelProto, kept: dict[str, str], stitcher: Stitcher, mode: str) -> onnx.ModelProto:
+    kept_nodes = [n for n in work.graph.node if n.name in kept]
+    nodes = _toposort(kept_nodes + stitcher.nodes, {i.name for i in work.graph.input} |
+                      {t.name for t in work.graph.initializer} | {t.name for t in stitcher.initializers})
+    read = {name for n in nodes for name in node_reads(n)} | {o.name for o in work.graph.output}
+    initializers = [t for t in work.graph.initializer if t.name in read] + stitcher.initializers
+    init_names = {t.name for t in initializers}
+    inputs = [i for i in runtime_inputs(work)] + [i for i in work.graph.input if i.name in init_names]
+    graph = helper.make_graph(nodes, work.graph.name or "model", inputs, list(work.graph.output), initializers,
+                              value_info=stitcher.value_info)
+    domain = "com.microsoft" if mode == "ep" else CUSTOM_DOMAIN
+    opsets = [o for o in work.opset_import if o.domain != domain] + [helper.make_opsetid(domain, 1)]
+    proto = helper.make_model(graph, opset_imports=opsets, producer_name="tilefuse export-ort")
+    proto.ir_version = min(max(work.ir_version, 7), MAX_IR_VERSION)
+    return proto
+
+
+def _toposort(nodes: list[onnx.NodeProto], available: set[str]) -> list[onnx.NodeProto]:
+    """Nodes in an order where each reads only values already produced (stable)."""
+    have = set(available)
+    pending = list(nodes)
+    ordered: list[onnx.NodeProto] = []
+    while pending:
+        rest = []
+        for n in pending:
+            if all(x in have for x in n.input if x):
+                ordered.append(n)
+                have.update(o for o in n.output if o)
+            else:
+                rest.append(n)
+        if len(rest) == len(pending):
+            missing = sorted({x for n in rest for x in n.input if x and x not in have})[:5]
+            raise TilefuseError(f"export-ort: the stitched model has a cycle or reads unknown values {missing}")
+        pending = rest
+    return ordered
