@@ -97,12 +97,16 @@ def run(args) -> int:
                              rng.standard_normal(i.shape).astype(dtype))
         outs = sess.run(None, feeds)
         finite = all(np.isfinite(o.astype(np.float32)).all() for o in outs)
+        # the same inputs replayed: every replay of the graph gives the same bits
+        replays_equal = all(all(np.array_equal(a, b) for a, b in zip(outs, sess.run(None, feeds)))
+                            for _ in range(args.replays))
         ex = sess._executor
         ex.timed(20)
         times = sorted(ex.timed(args.repeats))
         row = {"model": tag, "ms_median": statistics.median(times), "ms_p10": times[len(times) // 10],
                "ms_p90": times[(9 * len(times)) // 10], "cuda_graph": ex._graph is not None,
                "kernels": len(manifest["kernels"]), "steps": len(manifest["steps"]), "finite_outputs": finite,
+               "replays_equal": f"{args.replays} of {args.replays}" if replays_equal else "NO",
                **json.loads((plan_dir / "roofline.json").read_text())}
         per_kernel: dict[str, list[float]] = {}
         for kernel, ms in ex.timed_steps(5):
@@ -112,7 +116,8 @@ def run(args) -> int:
         for k, total, n in row["kernels_ms"][:6]:
             print(f"    {k:40s} {n:3d} x  {total:9.3f} ms in all", flush=True)
         print(f"{tag:28s} {row['ms_median']:8.3f} ms (p10 {row['ms_p10']:.3f}, p90 {row['ms_p90']:.3f}); "
-              f"roofline {row['floor_ms']:.3f} ms; {row['steps']} launches in one graph: {row['cuda_graph']}", flush=True)
+              f"roofline {row['floor_ms']:.3f} ms; {row['steps']} launches in one graph: {row['cuda_graph']}; "
+              f"replays equal: {row['replays_equal']}", flush=True)
     import torch_peers
 
     for name in args.torch_models:
@@ -135,6 +140,7 @@ def main() -> int:
     r = sub.add_parser("run")
     r.add_argument("--out")
     r.add_argument("--repeats", type=int, default=100)
+    r.add_argument("--replays", type=int, default=100, help="runs whose outputs must equal the first, bit for bit")
     r.add_argument("--torch-models", nargs="*", default=["bert"], help="plain-torch peers (benchmarks/torch_peers.py)")
     r.add_argument("--torch-batches", nargs="*", type=int, default=[], help="batches to time the peers at")
     r.add_argument("--torch-modes", nargs="+", default=["eager", "default", "max-autotune-no-cudagraphs",
