@@ -30,6 +30,7 @@ class Target:
     gemm_tile: int = 64  # edge of a plain contraction tile before shrinking for parallelism
     max_threads: int = 128  # threads of a tile's block (GPU; a 128x128 product tile takes two warpgroups)
     accumulator_bytes: int = 1 << 30  # accumulators one plain product tile may hold (GPU: registers)
+    inflight_bytes: int = 0  # operand bytes a small product tile keeps loading ahead (GPU); 0: 2 stages of tile_k
     max_group_nodes: int = 512  # cap that keeps pathological graphs tractable
 
     def row_epilogue_bytes(self, row_elems: int) -> int:
@@ -60,6 +61,7 @@ CUDA_SM90A = Target(
     gemm_tile=128,  # 128x128x64 fp16 tiles: two warpgroups of wgmma, cp.async double-buffered
     max_threads=256,
     accumulator_bytes=64 * 1024,  # 256 threads x 64 fp32 registers: siblings share it (QKV: 3 x 64x128)
+    inflight_bytes=80 * 1024,  # batch-1 tiles (32x32) are latency-bound: 3 stages of 128-deep K (benchmarks/NOTES.md)
 )
 
 # A conservative x86-64 server core set (the 2-core development box and CI): AVX2 FMA at

@@ -100,18 +100,20 @@ def _matmul_graph(rows: int, k: int, n: int, siblings: int = 1):
 
 def test_product_tiles_shrink_until_the_gpu_is_full():
     """Batch 1, 128 rows x 768: 128x128 tiles make 6 blocks for 132 SMs; tiles halve down to
-    the target's 32x32 (96 blocks). The CPU (2 cores) keeps its 64x64 tiles."""
+    the target's 32x32 (96 blocks), which wait on memory: 3 stages of 128-deep K tiles. The
+    CPU (2 cores) keeps its 64x64 tiles; 128x128 tiles keep 2 stages of 64."""
     from tilefuse.target import CUDA_SM90A
 
     graph = _matmul_graph(128, 768, 768)
     (group,) = partition_graph(graph, CUDA_SM90A).groups
     program = lower_group(group, CUDA_SM90A).program
-    assert math.prod(program.grid) == 96 and "tiles 32x32x64" in program.notes[0]
+    assert math.prod(program.grid) == 96 and "tiles 32x32x128" in program.notes[0] and "3-stage" in program.notes[0]
     (group,) = partition_graph(graph, CPU).groups
     assert "tiles 64x64" in lower_group(group, CPU).program.notes[0]
     big = partition_graph(_matmul_graph(4096, 768, 768), CUDA_SM90A).groups[0]
     program = lower_group(big, CUDA_SM90A).program
-    assert "tiles 128x128" in program.notes[0] and program.threads == 256  # two warpgroups
+    assert "tiles 128x128x64" in program.notes[0] and program.threads == 256  # two warpgroups
+    assert "2-stage" in program.notes[0]
 
 
 def test_sibling_products_share_the_accumulator_budget():

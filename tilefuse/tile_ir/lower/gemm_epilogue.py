@@ -180,6 +180,7 @@ class _Builder:
         self.tile_k, self.row_tile, self.onchip = target.tile_k, target.row_tile, target.onchip_bytes
         self.cores, self.min_tile, self.gemm_tile = target.cores, target.min_tile, target.gemm_tile
         self.max_threads, self.acc_budget = target.max_threads, target.accumulator_bytes
+        self.inflight = target.inflight_bytes
         operands = {v.type.dtype for x in (*cs, *([first] if first else [])) for v in x.inputs[:2]}
         (only,) = operands if len(operands) == 1 else (None,)
         # operand tiles: the operands' half type for tensor cores, else the accumulator type
@@ -225,6 +226,9 @@ class _Builder:
         # quarter of the on-chip budget, next to the accumulator rows.
         while bn == self.n and bk > 16 and bk % 2 == 0 and bk * bn * self.op_dtype.itemsize > self.onchip // 4:
             bk //= 2
+        stages = 2
+        if bn != self.n and self.inflight:
+            bk, stages = self._pipeline(bm, bn, bk)
         conv = isinstance(self.c.op, Conv)
         if conv:  # K tiles hold whole channels, so im2col addressing needs no division
             taps = math.prod(self.c.inputs[1].type.shape[2:])
@@ -308,7 +312,7 @@ class _Builder:
                 k_body += [*parallel(self.names, (bk, bn), fill_b(b_elem, tb)), Gemm(ta, tb, tc)]
         body: list[Stmt] = [
             *(Fill(tc, Const(0, self.acc_dtype)) for tc in tcs),
-            Loop(kt, -(-self.k // bk), LoopKind.PIPELINED, tuple(k_body), stages=2),
+            Loop(kt, -(-self.k // bk), LoopKind.PIPELINED, tuple(k_body), stages=stages),
         ]
         for r in self.reductions:  # in group order: a variance reads the mean before it
             body += self._row_stage(r, rows[id(r.outputs[0])], el, tuple(bvars), m0, bm)
@@ -326,11 +330,23 @@ class _Builder:
             wide = f", the first product of a chain computed {bk} columns at a time on chip"
         if tail:
             wide += f", last column tile {tail} wide"
-        notes = (f"gemm+epilogue: tiles {bm}x{bn}x{bk}, grid {grid}{wide}",)
+        notes = (f"gemm+epilogue: tiles {bm}x{bn}x{bk}, grid {grid}{wide}, {stages}-stage K loop",)
         n_in = len(params) - len(self.group.outputs)
         allocs = (ta, *tbs, *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()))
         threads = self.max_threads if min(bm, bn) >= 128 else 128  # a 128x128 tile: two warpgroups
         return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), threads, allocs, tuple(body), notes)
+
+    def _pipeline(self, bm: int, bn: int, bk: int) -> tuple[int, int]:
+        """K depth and stages of a plain product tile: a third stage, then a K tile twice as
+        deep, while the operand tiles in flight stay within the target's ``inflight_bytes``.
+        Small tiles (batch 1) wait on memory latency and gain from both; 128x128 tiles
+        already keep 64 KB in flight, and more stages cost them occupancy."""
+        per_k = (bm + len(self.cs) * bn) * self.op_dtype.itemsize
+        if 3 * per_k * 2 * bk <= self.inflight and self.k >= 4 * bk:
+            return 2 * bk, 3
+        if 3 * per_k * bk <= self.inflight:
+            return bk, 3
+        return bk, 2
 
     def _chain_chunk(self, el: ElementBuilder, th: Buffer, first_row: Expr, k0: Expr) -> tuple[tuple[Buffer, ...], list[Stmt]]:
         """The first product of a chain for this tile's rows and the columns [k0, k0 + bk)
