@@ -12,6 +12,8 @@ TileLang is not thread-safe: callers lower one kernel at a time (``_LOCK``).
 """
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import importlib.util
 import sys
 import threading
@@ -21,6 +23,10 @@ from pathlib import Path
 from tilefuse.errors import CompileError
 
 TILELANG_VERSION = "0.1.15"
+# T.copy becomes cp.async under TileLang's software pipeline. TMA with warp specialisation
+# made a bert-base plan stall on the H200 (benchmarks/NOTES.md), so both stay off. Part of
+# the build cache key.
+PASS_CONFIG = (("tl.disable_tma_lower", True), ("tl.disable_warp_specialized", True))
 _LOCK = threading.Lock()
 
 
@@ -45,15 +51,17 @@ class Lowered:
     params: tuple[KernelParam, ...]
 
 
+@functools.cache
 def tilelang_version() -> str:
+    """The installed TileLang's version, from its package metadata: importing TileLang
+    (and torch with it) takes seconds, and a warm build needs only the cache key."""
     try:
-        import tilelang
-    except ImportError as e:
+        return importlib.metadata.version("tilelang")
+    except importlib.metadata.PackageNotFoundError:
         raise CompileError(
             f"the CUDA target needs tilelang=={TILELANG_VERSION} on the compiling machine "
-            f"(pip install 'tilefuse[cuda]'): {e}"
+            "(pip install 'tilefuse[cuda]')"
         ) from None
-    return tilelang.__version__
 
 
 def lower_module(path: Path, func: str, arch: str, kernel: str) -> Lowered:
@@ -93,10 +101,7 @@ def _lower(prim, arch: str) -> Lowered:
     from tvm.tirx.stmt_functor import post_order_visit
 
     target = Target({"kind": "cuda", "arch": arch})
-    # T.copy as cp.async under the software pipeline; TMA with warp specialisation made a
-    # bert-base plan stall on the H200 (benchmarks/NOTES.md), so both stay off.
-    config = {"tl.disable_tma_lower": True, "tl.disable_warp_specialized": True}
-    with tvm.transform.PassContext(opt_level=3, config=config), target:
+    with tvm.transform.PassContext(opt_level=3, config=dict(PASS_CONFIG)), target:
         art = tilelang.lower(prim, target=target)
 
     data_param = {}
