@@ -5,6 +5,10 @@ plain C gets wrong or leaves undefined: floor division and modulo on negative in
 division by zero and INT_MIN / -1 (numpy gives 0 and wraps; C traps), NaN-propagating
 max/min, numpy's float modulo, bfloat16 round-to-nearest-even, an overflow-safe
 sigmoid. Every helper is ``static inline`` and pure, so kernels keep no global state.
+
+One exported helper is for the runtime, not the kernel: ``tf_run_steps`` calls a run of
+kernels in order, so a plan's consecutive kernel steps cost one ctypes call, not one each.
+Every kernel library carries it; the runtime uses the copy in the first library it loads.
 """
 
 PRELUDE = r"""
@@ -102,5 +106,10 @@ static void *tf_alloc(size_t bytes) {
     if (!p) { fputs("tilefuse kernel: out of memory for a tile buffer\n", stderr); abort(); }
     memset(p, 0, n ? n : 64);
     return p;
+}
+
+/* -- the runtime's step driver: a run of kernel steps in one call from the host ------ */
+void tf_run_steps(int64_t n, void (*const *fns)(void **), void **const *argvs) {
+    for (int64_t i = 0; i < n; ++i) fns[i](argvs[i]);
 }
 """
