@@ -108,6 +108,58 @@ static void *tf_alloc(size_t bytes) {
     return p;
 }
 
+/* -- the product core: register-blocked c += a @ b on fp32 tiles -------------------- */
+/* Blocks of MR rows x 8*NV columns of c stay in vector registers over the whole k loop:
+ * each step loads NV vectors of b's row and broadcasts MR values of a. Sums run over k
+ * in order, element by element, exactly as the plain i-k-j loop adds them. */
+typedef float tf_v8 __attribute__((vector_size(32), aligned(4)));
+#define TF_MICRO(NAME, MR, NV)                                                                  \
+static inline __attribute__((always_inline)) void NAME(int64_t k, const float *restrict a,     \
+        int64_t lda, const float *restrict b, int64_t ldb, float *restrict c, int64_t ldc) {    \
+    tf_v8 acc[MR][NV];                                                                          \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r)                                        \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                                    \
+            acc[r][v] = *(const tf_v8 *)(c + r * ldc + 8 * v);                                  \
+    for (int64_t p = 0; p < k; ++p) {                                                           \
+        tf_v8 bv[NV];                                                                           \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) bv[v] = *(const tf_v8 *)(b + p * ldb + 8 * v); \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r) {                                  \
+            const float ar = a[r * lda + p];                                                    \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) acc[r][v] += ar * bv[v];       \
+        }                                                                                       \
+    }                                                                                           \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r)                                        \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                                    \
+            *(tf_v8 *)(c + r * ldc + 8 * v) = acc[r][v];                                        \
+}
+TF_MICRO(tf_micro_6x16, 6, 2)
+TF_MICRO(tf_micro_1x16, 1, 2)
+TF_MICRO(tf_micro_8x8, 8, 1)
+TF_MICRO(tf_micro_1x8, 1, 1)
+
+/* c[m x n] += a[m x k] @ b[k x n], row-major with leading dimensions lda, ldb, ldc */
+static inline __attribute__((always_inline)) void tf_gemm_f32(int64_t m, int64_t n, int64_t k,
+        const float *restrict a, int64_t lda, const float *restrict b, int64_t ldb,
+        float *restrict c, int64_t ldc) {
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        int64_t i = 0;
+        for (; i + 6 <= m; i += 6) tf_micro_6x16(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
+        for (; i < m; ++i) tf_micro_1x16(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
+    }
+    for (; j + 8 <= n; j += 8) {
+        int64_t i = 0;
+        for (; i + 8 <= m; i += 8) tf_micro_8x8(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
+        for (; i < m; ++i) tf_micro_1x8(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
+    }
+    if (j < n)
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t p = 0; p < k; ++p) {
+                const float aip = a[i * lda + p];
+                for (int64_t q = j; q < n; ++q) c[i * ldc + q] += aip * b[p * ldb + q];
+            }
+}
+
 /* -- the runtime's step driver: a run of kernel steps in one call from the host ------ */
 void tf_run_steps(int64_t n, void (*const *fns)(void **), void **const *argvs) {
     for (int64_t i = 0; i < n; ++i) fns[i](argvs[i]);
