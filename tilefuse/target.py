@@ -27,6 +27,9 @@ class Target:
     half_operand_tiles: bool = False  # half-float products keep operand tiles half (tensor cores)
     tile_k: int = 256  # K depth of a contraction tile (operand tiles are rows x tile_k, tile_k x cols)
     max_group_nodes: int = 512  # cap that keeps pathological graphs tractable
+    # convolution tiles as [out channels x positions] (weights x im2col^T): NCHW outputs are
+    # stored along positions, im2col rows are runs of input rows (CPU); else [positions x channels]
+    conv_channel_rows: bool = False
 
     def row_epilogue_bytes(self, row_elems: int) -> int:
         """On-chip bytes for a tile of whole fp32 accumulator rows of ``row_elems``."""
@@ -68,6 +71,7 @@ CPU = Target(
     vector_flops=200e9,
     launch_seconds=5e-6,
     row_tile=32,  # a chain tile rereads both weight matrices: more rows, fewer rereads
+    conv_channel_rows=True,
     max_attention_head_dim=512,
 )
 

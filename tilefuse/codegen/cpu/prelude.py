@@ -133,23 +133,47 @@ static inline __attribute__((always_inline)) void NAME(int64_t k, const float *r
             *(tf_v8 *)(c + r * ldc + 8 * v) = acc[r][v];                                        \
 }
 TF_MICRO(tf_micro_6x16, 6, 2)
+TF_MICRO(tf_micro_5x16, 5, 2)
+TF_MICRO(tf_micro_4x16, 4, 2)
+TF_MICRO(tf_micro_3x16, 3, 2)
+TF_MICRO(tf_micro_2x16, 2, 2)
 TF_MICRO(tf_micro_1x16, 1, 2)
 TF_MICRO(tf_micro_8x8, 8, 1)
+TF_MICRO(tf_micro_4x8, 4, 1)
 TF_MICRO(tf_micro_1x8, 1, 1)
+
+/* rows [0, m) of a 16-column strip: blocks of 6, and the last 7..11 rows as two near-equal
+ * blocks (8 rows as 4 + 4, not 6 + 2: a 2-row block is bound by its loads of b) */
+static inline __attribute__((always_inline)) void tf_strip_16(int64_t m, int64_t k,
+        const float *restrict a, int64_t lda, const float *restrict b, int64_t ldb,
+        float *restrict c, int64_t ldc) {
+    int64_t i = 0;
+    while (m - i > 0) {
+        int64_t left = m - i, r = left >= 12 ? 6 : (left > 6 ? (left + 1) / 2 : left);
+        const float *ai = a + i * lda;
+        float *ci = c + i * ldc;
+        switch (r) {
+        case 6: tf_micro_6x16(k, ai, lda, b, ldb, ci, ldc); break;
+        case 5: tf_micro_5x16(k, ai, lda, b, ldb, ci, ldc); break;
+        case 4: tf_micro_4x16(k, ai, lda, b, ldb, ci, ldc); break;
+        case 3: tf_micro_3x16(k, ai, lda, b, ldb, ci, ldc); break;
+        case 2: tf_micro_2x16(k, ai, lda, b, ldb, ci, ldc); break;
+        default: tf_micro_1x16(k, ai, lda, b, ldb, ci, ldc); break;
+        }
+        i += r;
+    }
+}
 
 /* c[m x n] += a[m x k] @ b[k x n], row-major with leading dimensions lda, ldb, ldc */
 static inline __attribute__((always_inline)) void tf_gemm_f32(int64_t m, int64_t n, int64_t k,
         const float *restrict a, int64_t lda, const float *restrict b, int64_t ldb,
         float *restrict c, int64_t ldc) {
     int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        int64_t i = 0;
-        for (; i + 6 <= m; i += 6) tf_micro_6x16(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
-        for (; i < m; ++i) tf_micro_1x16(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
-    }
+    for (; j + 16 <= n; j += 16) tf_strip_16(m, k, a, lda, b + j, ldb, c + j, ldc);
     for (; j + 8 <= n; j += 8) {
         int64_t i = 0;
         for (; i + 8 <= m; i += 8) tf_micro_8x8(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
+        for (; i + 4 <= m; i += 4) tf_micro_4x8(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
         for (; i < m; ++i) tf_micro_1x8(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
     }
     if (j < n)
