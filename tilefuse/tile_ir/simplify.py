@@ -5,6 +5,8 @@ Expressions are put in linear form (a sum of coefficient x atom plus a constant)
 bounded by interval arithmetic over the loop and block variables' ranges. Then
 ``(n*q + r) // n = q`` and ``(n*q + r) % n = r`` whenever ``0 <= r < n`` — the identity
 behind every reshape round trip — and ``a % n = a``, ``a // n = 0`` for ``0 <= a < n``.
+Comparisons the bounds decide fold to constants, and so do the guards built of them: a
+window that never leaves its input loses its bounds checks.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import replace
 from typing import Mapping
 
 from tilefuse.ir.dtypes import DType
+from tilefuse.ir.prims import ScalarFn
 from tilefuse.tile_ir.ir import (
     Call,
     Const,
@@ -32,6 +35,13 @@ from tilefuse.tile_ir.ir import (
 
 Bounds = tuple[int, int]  # inclusive
 INF = 1 << 62
+
+# comparisons the bounds decide: True, False, or None when the ranges overlap
+_COMPARE = {
+    IOp.LT: lambda a, b: True if a[1] < b[0] else (False if a[0] >= b[1] else None),
+    IOp.LE: lambda a, b: True if a[1] <= b[0] else (False if a[0] > b[1] else None),
+    IOp.GE: lambda a, b: True if a[0] >= b[1] else (False if a[1] < b[0] else None),
+}
 
 
 class _Simplifier:
@@ -143,10 +153,22 @@ class _Simplifier:
             if e.op in (IOp.ADD, IOp.SUB, IOp.MUL):
                 terms, const = self.linear(iop(e.op, a, b))
                 return self.rebuild(terms, const)
+            if e.op in _COMPARE:
+                known = _COMPARE[e.op](self.bounds(a), self.bounds(b))
+                if known is not None:
+                    return Const(known, DType.BOOL)
+            if e.op in (IOp.AND, IOp.OR):
+                for x, y in ((a, b), (b, a)):
+                    if isinstance(x, Const) and x.dtype is DType.BOOL:
+                        # AND: true drops out, false decides; OR: the other way round
+                        return y if bool(x.value) == (e.op is IOp.AND) else x
             return iop(e.op, a, b)
         if isinstance(e, Load):
             return Load(e.buffer, tuple(self.expr(i) for i in e.indices))
         if isinstance(e, Call):
+            cond = self.expr(e.args[0]) if e.fn is ScalarFn.WHERE else None
+            if isinstance(cond, Const) and cond.dtype is DType.BOOL:  # a guard always true (or false)
+                return self.expr(e.args[1] if cond.value else e.args[2])
             return Call(e.fn, tuple(self.expr(x) for x in e.args), e.dtype)
         return e
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from tilefuse.codegen.artifact import ParamSpec
-from tilefuse.codegen.cpu import emit_tiles
+from tilefuse.codegen.cpu import accumulate, emit_tiles
 from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
 from tilefuse.codegen.cpu.prelude import PRELUDE
@@ -147,6 +147,21 @@ class _Emitter:
         return se.lines + [f"{cident(s.buffer.name)}[{flat_index(idx, s.buffer.shape)}] = {text};"]
 
     def loop(self, s: Loop, levels: list[LoopLevel], in_parallel: bool) -> list[str]:
+        if s.kind is LoopKind.SERIAL and s.extent > 0:
+            local = frozenset(b.name for b in self.p.allocs)
+            running = accumulate.running_reduction(s, local, self.names.temp("acc"))
+            if running is not None:  # the running value in a register (accumulate.py)
+                acc, stmts = running
+                decl = f"{storage(acc.dtype)} {cident(acc.name)}[1];"
+                saved = [lv.writes for lv in levels]
+                for lv in levels:  # acc lives in the braces: never hoist a read of it out
+                    lv.writes = lv.writes | {cident(acc.name)}
+                try:
+                    lines = self.block(stmts, levels, in_parallel)
+                finally:
+                    for lv, w in zip(levels, saved):
+                        lv.writes = w
+                return ["{", "    " + decl, *["    " + x for x in lines], "}"]
         nest = [s]
         while len(nest[-1].body) == 1 and isinstance(nest[-1].body[0], Loop) and nest[-1].body[0].kind is LoopKind.PARALLEL:
             nest.append(nest[-1].body[0])
