@@ -88,10 +88,75 @@ static inline double tf_mod_f64(double a, double b) {
     if (m != 0) return ((b < 0) != (m < 0)) ? m + b : m;
     return copysign(0.0, b);
 }
+
+/* -- float exp, tanh and erf without branches, so that loops of them vectorise --------------
+ * libm's expf/tanhf are calls the compiler cannot vectorise (without -ffast-math). These
+ * are Cephes' single-precision methods (within 2 ulp of the correctly rounded result over
+ * the whole range) written with selects, with IEEE special cases kept: NaN stays NaN,
+ * exp(-inf) = 0, exp(inf) = inf, results below FLT_MIN are subnormal, tanh(-0) = -0. */
+static inline float tf_bits_f32(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
+static inline int32_t tf_f32_bits(float f) { int32_t i; memcpy(&i, &f, 4); return i; }
+static inline float tf_exp_f32(float x) {
+    float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);  /* beyond: 0 and inf anyway */
+    float k = xc * 1.44269504088896341f + 12582912.0f;  /* + 1.5 * 2^23 rounds to an integer n */
+    int32_t n = tf_f32_bits(k) - 0x4B400000;  /* (no float-to-int conversion: it would not vectorise) */
+    float fn = k - 12582912.0f;
+    float r = xc - fn * 0.693359375f;  /* ln 2 in two parts: the first exact in n * it */
+    r = r - fn * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t h = n >> 1;  /* 2^n as 2^h * 2^(n-h): both normal for n in [-150, 128] */
+    float y = p * tf_bits_f32((h + 127) << 23) * tf_bits_f32((n - h + 127) << 23);
+    return x != x ? x : y;
+}
+static inline float tf_tanh_f32(float x) {
+    float ax = fabsf(x);
+    float e = tf_exp_f32(2.0f * (ax > 20.0f ? 20.0f : ax));  /* tanh(20) is 1 in float */
+    float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
+    float z = x * x;
+    float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
+                   + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+    return ax > 0.625f ? big : copysignf(small, x);  /* NaN: the small form, which keeps it */
+}
+static inline float tf_erf_f32(float x) {
+    /* |x| < 0.5: the Maclaurin series 2/sqrt(pi) * x * sum (-1)^n x^2n / (n! (2n + 1)). Beyond:
+     * 1 - erfc, erfc = t exp(-x^2 + P(t)), t = 1 / (1 + |x| / 2), the Chebyshev-fitted P of
+     * Numerical Recipes (erfcc, fractional error < 1.2e-7), P in double. */
+    float ax = fabsf(x), z = x * x;
+    float s = -1.0f / 6894720.0f;
+    s = s * z + 1.0f / 685440.0f;
+    s = s * z - 1.0f / 75600.0f;
+    s = s * z + 1.0f / 9360.0f;
+    s = s * z - 1.0f / 1320.0f;
+    s = s * z + 1.0f / 216.0f;
+    s = s * z - 1.0f / 42.0f;
+    s = s * z + 1.0f / 10.0f;
+    s = s * z - 1.0f / 3.0f;
+    s = s * z + 1.0f;
+    float small = 1.12837916709551257f * x * s;
+    double t = 1.0 / (1.0 + 0.5 * (double)ax);
+    double p = 0.17087277;
+    p = p * t - 0.82215223;
+    p = p * t + 1.48851587;
+    p = p * t - 1.13520398;
+    p = p * t + 0.27886807;
+    p = p * t - 0.18628806;
+    p = p * t + 0.09678418;
+    p = p * t + 0.37409196;
+    p = p * t + 1.00002368;
+    p = p * t - 1.26551223;
+    float erfc = (float)t * tf_exp_f32((float)(p - (double)ax * (double)ax));
+    return ax < 0.5f ? small : copysignf(1.0f - erfc, x);  /* NaN: 1 - NaN */
+}
 static inline float tf_sigmoid_f32(float x) {  /* never overflows: exp of a non-positive */
-    if (x >= 0) return 1.0f / (1.0f + expf(-x));
-    float e = expf(x);
-    return e / (1.0f + e);
+    float e = tf_exp_f32(-fabsf(x));
+    float r = 1.0f / (1.0f + e);
+    return x >= 0 ? r : e * r;
 }
 static inline double tf_sigmoid_f64(double x) {
     if (x >= 0) return 1.0 / (1.0 + exp(-x));
