@@ -70,7 +70,7 @@ CPU = Target(
     matrix_flops=200e9,
     vector_flops=200e9,
     launch_seconds=5e-6,
-    row_tile=32,  # a chain tile rereads both weight matrices: more rows, fewer rereads
+    row_tile=64,  # a chain tile rereads both weight matrices: more rows, fewer rereads
     conv_channel_rows=True,
     max_attention_head_dim=512,
 )
