@@ -104,6 +104,11 @@ class _Simplifier:
                 if not (isinstance(atom, IndexOp) and atom.op is IOp.FLOORDIV and isinstance(atom.b, Const)):
                     continue
                 n = int(atom.b.value)
+                split = self._split_divisor(terms, atom, coef, n)
+                if split is not None:  # c*(x // (d*m)) + (c/m)*((x // d) % m) = (c/m)*(x // d)
+                    terms = split
+                    changed = True
+                    break
                 mod = IndexOp(IOp.MOD, atom.a, atom.b)
                 if n > 0 and coef % n == 0 and terms.get(mod) == coef // n:
                     k = coef // n
@@ -116,6 +121,22 @@ class _Simplifier:
                     changed = True
                     break
         return terms, const
+
+    @staticmethod
+    def _split_divisor(terms: dict[Expr, int], atom: IndexOp, coef: int, n: int) -> dict[Expr, int] | None:
+        """Merge ``coef * (x // n)`` with ``coef/m * ((x // d) % m)`` for some n = d * m:
+        delinearising through an inner stride d leaves such pairs (a reshape of a reshape)."""
+        for d in range(2, n):
+            if n % d:
+                continue
+            m = n // d
+            inner = IndexOp(IOp.FLOORDIV, atom.a, const_index(d))
+            mod = IndexOp(IOp.MOD, inner, const_index(m))
+            if coef % m == 0 and terms.get(mod) == coef // m:
+                out = {k: v for k, v in terms.items() if k != atom and k != mod}
+                out[inner] = out.get(inner, 0) + coef // m
+                return {k: v for k, v in out.items() if v}
+        return None
 
     def rebuild(self, terms: Mapping[Expr, int], const: int) -> Expr:
         out: Expr = const_index(0)
