@@ -171,9 +171,10 @@ def _gemm_program():
 
 def _gemm_blocks_program():
     """fp32 products through the register-blocked core: full 6x16 and 8x8 blocks, row and
-    column tails (13 x 27 = 2x6+1 rows, 16+8+3 columns), one row, and a product big enough
-    to be split over threads (outside a tile grid)."""
-    shapes = [(13, 5, 27), (1, 7, 8), (6, 4, 16), (8, 9, 8), (130, 70, 40)]
+    column tails (13 x 27 = 2x6+1 rows, 16+8+3 columns; 13 = 8+5 columns with K = 300, more
+    than one padded tail panel), one row, a product narrower than a vector, and one big
+    enough to be split over threads (outside a tile grid)."""
+    shapes = [(13, 5, 27), (1, 7, 8), (6, 4, 16), (8, 9, 8), (130, 70, 40), (19, 300, 13), (3, 2, 5)]
     ins, outs, body, arrays = [], [], [], []
     rng = np.random.default_rng(3)
     for n, (m, k, cols) in enumerate(shapes):

@@ -241,12 +241,25 @@ static inline __attribute__((always_inline)) void tf_gemm_f32(int64_t m, int64_t
         for (; i + 4 <= m; i += 4) tf_micro_4x8(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
         for (; i < m; ++i) tf_micro_1x8(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
     }
-    if (j < n)
-        for (int64_t i = 0; i < m; ++i)
-            for (int64_t p = 0; p < k; ++p) {
-                const float aip = a[i * lda + p];
-                for (int64_t q = j; q < n; ++q) c[i * ldc + q] += aip * b[p * ldb + q];
+    if (j < n) {  /* the last n - j < 8 columns: through zero-padded 8-wide copies of b and c */
+        const int64_t w = n - j;
+        float bt[256 * 8] __attribute__((aligned(32)));
+        float ct[8 * 8] __attribute__((aligned(32)));
+        for (int64_t p0 = 0; p0 < k; p0 += 256) {
+            const int64_t kc = k - p0 < 256 ? k - p0 : 256;
+            for (int64_t p = 0; p < kc; ++p)
+                for (int64_t q = 0; q < 8; ++q) bt[p * 8 + q] = q < w ? b[(p0 + p) * ldb + j + q] : 0.0f;
+            for (int64_t i0 = 0; i0 < m; i0 += 8) {
+                const int64_t mr = m - i0 < 8 ? m - i0 : 8;
+                for (int64_t i = 0; i < mr; ++i)
+                    for (int64_t q = 0; q < 8; ++q) ct[i * 8 + q] = q < w ? c[(i0 + i) * ldc + j + q] : 0.0f;
+                if (mr == 8) tf_micro_8x8(kc, a + i0 * lda + p0, lda, bt, 8, ct, 8);
+                else for (int64_t i = 0; i < mr; ++i) tf_micro_1x8(kc, a + (i0 + i) * lda + p0, lda, bt, 8, ct + i * 8, 8);
+                for (int64_t i = 0; i < mr; ++i)
+                    for (int64_t q = 0; q < w; ++q) c[(i0 + i) * ldc + j + q] = ct[i * 8 + q];
             }
+        }
+    }
 }
 
 /* -- the runtime's step driver: a run of kernel steps in one call from the host ------ */
