@@ -2,9 +2,9 @@
 
     void SYMBOL(void **args)   /* args[i]: base of program.params[i], dense row-major */
 
-The tile grid is a loop nest, OpenMP-parallel when it has more than one tile; per-tile
-buffers are local arrays (heap-allocated above ``STACK_BUFFER_BYTES``) that start zeroed,
-as the interpreter's do. A parallel loop nest big enough to pay for a parallel region,
+The tile grid is a loop nest, OpenMP-parallel when it has more than one tile and enough
+work (``GRID_MIN_WORK``); per-tile buffers are local arrays (heap-allocated above
+``STACK_BUFFER_BYTES``) that start zeroed, as the interpreter's do. A parallel loop nest big enough to pay for a parallel region,
 and not already inside one, becomes ``omp parallel for collapse(k)``; an innermost
 parallel loop of plain stores gets ``omp simd``. Tile statements (Copy, Fill, Gemm,
 ReduceTile) are rendered by ``emit_tiles``.
@@ -31,6 +31,10 @@ from tilefuse.tile_ir.ir import Buffer, Copy, Fill, Gemm, Loop, LoopKind, Reduce
 STACK_BUFFER_BYTES = 64 * 1024  # a tile buffer above this lives on the heap
 STACK_TOTAL_BYTES = 256 * 1024  # and so do all buffers past this much stack per tile
 PARALLEL_MIN_WORK = 1 << 17  # ~ element operations that pay for an OpenMP region (a few us)
+# A tile grid with less work runs its tiles in turn on the calling thread, like a loop nest
+# below PARALLEL_MIN_WORK: a parallel region waits at its end for every thread, and a thread
+# the OS has descheduled (a busy machine) costs a whole time slice there.
+GRID_MIN_WORK = PARALLEL_MIN_WORK
 COLLAPSE_MIN_ITERS = 8  # outer iterations that justify keeping the innermost loop for simd
 
 
@@ -91,7 +95,8 @@ class _Emitter:
             loops = [f"for (int64_t {cident(v.name)} = 0; {cident(v.name)} < {g}; ++{cident(v.name)}) {{"
                      for v, g in zip(self.p.block_vars, self.p.grid)]
             collapse = f" collapse({len(loops)})" if len(loops) > 1 else ""
-            out.append(f"    #pragma omp parallel for{collapse} schedule(static)")
+            if math.prod(self.p.grid) * sum(_work(s) for s in self.p.body) >= GRID_MIN_WORK:
+                out.append(f"    #pragma omp parallel for{collapse} schedule(static)")
             out += [f"    {x}" for x in loops] + [f"        {x}" for x in tile] + ["    " + "}" * len(loops)]
         else:
             out += [f"    const int64_t {cident(v.name)} = 0; (void){cident(v.name)};" for v in self.p.block_vars]
