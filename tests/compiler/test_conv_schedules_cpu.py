@@ -18,6 +18,8 @@ CASES = {
     "stride2_pads_asym": ((1, 4, 11, 13), (6, 4, 3, 3), dict(strides=[2, 2], pads=[0, 2, 1, 0])),
     "dilated": ((2, 2, 12, 12), (4, 2, 3, 3), dict(dilations=[2, 2], pads=[2, 1, 2, 1])),
     "wide_kernel_1d": ((2, 3, 40), (7, 3, 7), dict(pads=[3, 3])),
+    "wide_kernel_1d_long": ((2, 3, 100), (7, 3, 7), dict(pads=[3, 2])),
+    "stride2_pads_asym_wide": ((1, 4, 21, 23), (6, 4, 3, 3), dict(strides=[2, 2], pads=[0, 2, 1, 0])),
     "conv3d": ((1, 2, 4, 5, 6), (3, 2, 3, 3, 3), dict(pads=[1, 1, 1, 1, 1, 1])),
     "few_positions": ((2, 16, 3, 3), (8, 16, 3, 3), dict(pads=[1, 1, 1, 1])),
     "depthwise_stride2": ((2, 8, 9, 9), (8, 1, 3, 3), dict(group=8, strides=[2, 2], pads=[1, 1, 1, 1])),

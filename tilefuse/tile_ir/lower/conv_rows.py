@@ -20,7 +20,7 @@ from tilefuse.tile_ir.ir import Buffer, Call, Const, Expr, IOp, Load, Stmt, Stor
 from tilefuse.tile_ir.lower.common import narrow, parallel, widen
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, linearize, window_needs_guard, window_source
 
-MIN_POSITIONS = 16  # output positions per image below which channels stay columns
+MIN_POSITIONS = 64  # output positions per image below which channels stay columns
 DEPTHWISE_CHANNELS = 8  # channels per depthwise tile
 
 if TYPE_CHECKING:

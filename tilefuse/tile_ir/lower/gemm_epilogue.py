@@ -181,7 +181,8 @@ class _Builder:
         self.group, self.cs, self.fwd, self.reductions, self.name = group, cs, fwd, reductions, name
         self.tile_k, self.row_tile, self.onchip = target.tile_k, target.row_tile, target.onchip_bytes
         # channels as tile rows (conv_rows.py): weights x im2col^T, stored along positions;
-        # not for a few positions per image (deep layers), where a tile would be a few columns
+        # not for few positions per image (deep layers: 7x7), where positions x channels tiles
+        # fill the product core better
         self.flip = (isinstance(cs[0].op, Conv) and target.conv_channel_rows
                      and math.prod(cs[0].outputs[0].type.shape[2:]) >= conv_rows.MIN_POSITIONS)
         self.depthwise = isinstance(cs[0].op, Conv) and cs[0].op.groups != 1  # only when depthwise_ok
