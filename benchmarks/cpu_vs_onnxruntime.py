@@ -1,6 +1,6 @@
 """tilefuse CPU plans against onnxruntime (all graph optimisations, same thread count).
 
-    python benchmarks/cpu_vs_onnxruntime.py [--configs tiny real] [--only NAME ...] [--out benchmarks/RESULTS.md]
+    python benchmarks/cpu_vs_onnxruntime.py [--configs tiny real] [--only NAME ...] [--threads N] [--out benchmarks/RESULTS.md]
 
 For every zoo model (float32): compile the plan, time tilefuse and onnxruntime on the
 same random inputs (median of repeats after warm-up), and report the ratio and the
@@ -18,6 +18,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# --threads N sets both runtimes' thread count; OpenMP reads it once, at its first use.
+if "--threads" in sys.argv[1:-1]:
+    os.environ["OMP_NUM_THREADS"] = sys.argv[sys.argv.index("--threads") + 1]
 
 import onnxruntime as ort  # noqa: E402
 
@@ -45,8 +49,9 @@ def main() -> int:
     ap.add_argument("--only", nargs="+")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--out", default=str(Path(__file__).parent / "RESULTS.md"))
+    ap.add_argument("--threads", type=int, help="threads for both (default: every core)")
     args = ap.parse_args()
-    threads = os.cpu_count() or 1
+    threads = args.threads or os.cpu_count() or 1
     rows = []
     for config in args.configs:
         names = [n for n, s in models.ZOO.items() if s.runs_in_ort and config in s.configs]
@@ -71,7 +76,7 @@ def main() -> int:
     lines = [
         f"\n## {datetime.date.today()} — CPU plans vs onnxruntime {ort.__version__} ({commit})\n",
         f"Machine: {cpu_name()}, {threads} threads for both. Command: `python benchmarks/cpu_vs_onnxruntime.py "
-        f"--configs {' '.join(args.configs)}`. Median latency (ms).\n",
+        f"--configs {' '.join(args.configs)}{f' --threads {threads}' if args.threads else ''}`. Median latency (ms).\n",
         "| model | config | tilefuse | onnxruntime | ratio |",
         "| --- | --- | --- | --- | --- |",
     ]

@@ -36,3 +36,23 @@ def check_feeds(expected: Sequence[tuple[str, TensorType]], feeds: Mapping[str, 
             raise InputError(f"input {name!r}: expected shape {list(t.shape)}, got {list(array.shape)}")
         out[name] = array
     return out
+
+
+class FeedChecker:
+    """``check_feeds`` for one fixed list of inputs, with a fast path for the common case
+    (every feed already a numpy array of the right dtype and shape); anything else goes
+    through ``check_feeds``, which converts or raises the InputError."""
+
+    def __init__(self, expected: Sequence[tuple[str, TensorType]]) -> None:
+        self._expected = list(expected)
+        self._want = [(n, t.dtype.numpy, tuple(t.shape)) for n, t in expected]
+
+    def __call__(self, feeds: Mapping[str, object]) -> Mapping[str, np.ndarray]:
+        if len(feeds) == len(self._want):
+            for name, dtype, shape in self._want:
+                a = feeds.get(name)
+                if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape:
+                    break
+            else:
+                return feeds  # type: ignore[return-value]
+        return check_feeds(self._expected, feeds)

@@ -32,6 +32,9 @@ class Target:
     accumulator_bytes: int = 1 << 30  # accumulators one plain product tile may hold (GPU: registers)
     inflight_bytes: int = 0  # operand bytes a small product tile keeps loading ahead (GPU); 0: 2 stages of tile_k
     max_group_nodes: int = 512  # cap that keeps pathological graphs tractable
+    # convolution tiles as [out channels x positions] (weights x im2col^T): NCHW outputs are
+    # stored along positions, im2col rows are runs of input rows (CPU); else [positions x channels]
+    conv_channel_rows: bool = False
 
     def row_epilogue_bytes(self, row_elems: int) -> int:
         """On-chip bytes for a tile of whole fp32 accumulator rows of ``row_elems``."""
@@ -77,7 +80,8 @@ CPU = Target(
     matrix_flops=200e9,
     vector_flops=200e9,
     launch_seconds=5e-6,
-    row_tile=32,  # a chain tile rereads both weight matrices: more rows, fewer rereads
+    row_tile=64,  # a chain tile rereads both weight matrices: more rows, fewer rereads
+    conv_channel_rows=True,
     max_attention_head_dim=512,
 )
 

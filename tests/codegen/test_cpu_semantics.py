@@ -169,6 +169,24 @@ def _gemm_program():
     return program("gemms", [a, b, at, bt, a16, b16], [c, ct, c16, ci], body, allocs=[ai, bi]), arrays, rtol
 
 
+def _gemm_blocks_program():
+    """fp32 products through the register-blocked core: full 6x16 and 8x8 blocks, row and
+    column tails (13 x 27 = 2x6+1 rows, 16+8+3 columns; 13 = 8+5 columns with K = 300, more
+    than one padded tail panel), one row, a product narrower than a vector, and one big
+    enough to be split over threads (outside a tile grid)."""
+    shapes = [(13, 5, 27), (1, 7, 8), (6, 4, 16), (8, 9, 8), (130, 70, 40), (19, 300, 13), (3, 2, 5)]
+    ins, outs, body, arrays = [], [], [], []
+    rng = np.random.default_rng(3)
+    for n, (m, k, cols) in enumerate(shapes):
+        a, b = param(f"a{n}", DType.FLOAT32, (m, k)), param(f"b{n}", DType.FLOAT32, (k, cols))
+        c = param(f"c{n}", DType.FLOAT32, (m, cols))
+        ins += [a, b]
+        outs.append(c)
+        body += [Fill(c, Const(0.25, DType.FLOAT32)), Gemm(a, b, c)]
+        arrays += [rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, cols)).astype(np.float32)]
+    return program("gemm_blocks", ins, outs, body), arrays, {f"c{n}": 1e-5 for n in range(len(shapes))}
+
+
 def _reduce_program():
     x, x16 = param("x", DType.FLOAT32, (6, 5)), param("x16", DType.FLOAT16, (6, 5))
     xi = param("xi", DType.INT8, (6, 5))
@@ -209,7 +227,7 @@ CASES = {
     **{f"scalars_{d}": _scalar_program(d) for d in (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.BFLOAT16,
                                                      DType.INT8, DType.INT32, DType.INT64, DType.UINT8)},
     "int_pow": _int_pow_program(), "casts": _cast_program(), "index": _index_program(), "copies": _copy_program(),
-    "gemms": _gemm_program(), "reduces": _reduce_program(),
+    "gemms": _gemm_program(), "gemm_blocks": _gemm_blocks_program(), "reduces": _reduce_program(),
     **{p.name: (p, arrays, rtol) for p, arrays, rtol in _grid_program()},
 }
 

@@ -92,6 +92,11 @@ CONTRACT = [
     C("convT_groups", "ConvTranspose", [rand(2, 4, 3, 3), rand(4, 3, 2, 2), rand(6)], consts=(1, 2), group=2, strides=[2, 2]),
     C("convT_output_shape", "ConvTranspose", [rand(1, 1, 3, 3), rand(1, 2, 3, 3)], consts=(1,), strides=[2, 2], output_shape=[5, 5]),
     C("convT_same_upper_even", "ConvTranspose", [rand(1, 2, 3, 4), rand(2, 2, 4, 4)], consts=(1,), strides=[2, 2], auto_pad="SAME_UPPER"),
+    # stride == kernel: one product whose rows are scattered into non-overlapping patches
+    C("convT_patches_2d", "ConvTranspose", [rand(2, 3, 4, 5), rand(3, 4, 2, 2), rand(4)], consts=(1, 2), strides=[2, 2]),
+    C("convT_patches_1d_runtime_weight", "ConvTranspose", [rand(2, 3, 5), rand(3, 2, 3)], strides=[3]),
+    C("convT_patches_3d_f16", "ConvTranspose", [rand(1, 2, 2, 3, 2, dtype=F16), rand(2, 3, 2, 1, 2, dtype=F16)], consts=(1,),
+      strides=[2, 1, 2]),
     C("convT_f16", "ConvTranspose", [rand(1, 4, 4, 4, dtype=F16), rand(4, 2, 3, 3, dtype=F16)], consts=(1,), strides=[2, 2]),
 ]
 

@@ -23,15 +23,18 @@ def _mlp(k1: int, n1: int, n2: int, *, leak: bool = False, rows: int = 128):
 
 
 def test_chain_is_one_kernel_with_its_row_epilogue():
-    p = partition_graph(_mlp(64, 256, 64), CPU)  # 128 rows: 4 tiles of 32 for 2 cores
+    p = partition_graph(_mlp(64, 256, 64), CPU)  # 128 rows: 2 tiles of 64 for 2 cores
     assert len(p.groups) == 1
     assert [n.op.name for n in p.groups[0].nodes].count("MatMul") == 2
 
 
 def test_chain_respects_on_chip_capacity_per_target():
     graph = _mlp(4096, 256, 1024)
-    # cpu: 32 rows x (4096 in + 1024 out) fp32 = 640 KB of 1 MB, 4 row tiles for 2 cores
-    assert len(partition_graph(graph, CPU).groups) == 1
+    # cpu: 64 rows x (2048 in + 1024 out) fp32 = 768 KB of 1 MB, 2 row tiles for 2 cores
+    assert len(partition_graph(_mlp(2048, 256, 1024), CPU).groups) == 1
+    p = partition_graph(graph, CPU)  # 64 rows x 5120 fp32 = 1280 KB > 1 MB
+    assert len(p.groups) == 2
+    assert any("chain of products needs 1280 KB on chip" in r.reason for r in p.refusals), [r.reason for r in p.refusals]
     p = partition_graph(_mlp(4096, 256, 1024, rows=4096), CUDA_SM90A)  # 16 rows x 5120 fp32 = 320 KB > 227 KB
     assert len(p.groups) == 2
     assert any("chain of products needs 320 KB on chip" in r.reason for r in p.refusals), [r.reason for r in p.refusals]

@@ -9,7 +9,7 @@ from tilefuse.errors import InputError, PlanError
 from tilefuse.reference import run_graph
 from tilefuse.runtime import InferenceSession
 
-from tests.plan.handmade import mlp_plan, random_feeds, topk_plan
+from tests.plan.handmade import mlp_graph, mlp_plan, random_feeds, topk_plan
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +135,29 @@ def test_concurrent_runs(mlp, topk, which):
     for t in threads:
         t.join()
     assert not failures, failures[:5]
+
+
+def test_step_driver_and_its_fallback(tmp_path, monkeypatch):
+    # Generated kernel libraries carry tf_run_steps; a plan without it (older plans, the
+    # handmade kernels above) runs step by step. Both must give the reference's results.
+    from tilefuse.compiler import compile_graph
+    from tilefuse.target import get_target
+    graph = mlp_graph(4, 8, 16)
+    sess = InferenceSession(compile_graph(graph, get_target("cpu")).plan)
+    assert sess._executor._driver is not None
+    feeds = random_feeds(graph, 7)
+    _check(graph, sess, 7)
+    with_driver = sess.run(None, feeds)
+    monkeypatch.setattr(sess._executor, "_driver", None)
+    for a, b in zip(with_driver, sess.run(None, feeds)):
+        assert np.array_equal(a, b)
+
+
+def test_feeds_are_read_at_run_time(mlp):
+    # Feeds are copied into the arena on each run, never remembered between runs.
+    graph, sess = mlp
+    x = random_feeds(graph, 3)["x"]
+    first = sess.run(["h1"], {"x": x})[0]
+    x += 1
+    assert not np.array_equal(sess.run(["h1"], {"x": x})[0], first)
+    np.testing.assert_allclose(sess.run(["h1"], {"x": x - 1})[0], first, rtol=1e-5, atol=1e-5)

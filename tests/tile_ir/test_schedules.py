@@ -8,6 +8,7 @@ from tilefuse.ir.prims import Kind
 from tilefuse.partition import partition_graph
 from tilefuse.target import CPU
 from tilefuse.tile_ir import lower_group
+from tilefuse.tile_ir.lower.conv_rows import MIN_POSITIONS
 
 
 def _lowered(name, zoo_cache, target=CPU):
@@ -76,13 +77,33 @@ def test_norms_and_elementwise_chains_run_as_row_tiles(zoo_cache):
             assert all(math.prod(b.shape) <= 8192 for b in low.program.allocs)  # rows x E per tile
 
 
-def test_convolutions_run_as_parallel_tiles_with_packed_weights(zoo_cache):
+def test_convolutions_run_as_parallel_tiles(zoo_cache):
+    # Channels as tile rows (cpu): weights read as stored; a few positions per image
+    # (deep layers) keep positions as rows, with the weights packed [K, M].
     convs = [(g, low) for g, low in _lowered("resnet", zoo_cache) if any(n.op.name == "Conv" for n in g.nodes)]
     assert convs
     for g, low in convs:
         assert low.program.notes[0].startswith("gemm+epilogue")
-        assert math.prod(low.program.grid) >= 1
-        assert any(p.name.endswith("_kxm") for p in low.program.params)
+        (conv,) = [n for n in g.nodes if n.op.name == "Conv"]
+        rows = math.prod(conv.outputs[0].type.shape[2:]) >= MIN_POSITIONS
+        assert any(p.name.endswith("_kxm") for p in low.program.params) != rows
+    kinds = {math.prod(n.outputs[0].type.shape[2:]) >= MIN_POSITIONS for g, _ in convs for n in g.nodes if n.op.name == "Conv"}
+    assert kinds == {True, False}  # resnet tiny has both
+
+
+def test_convolutions_with_packed_weights_when_the_target_says_so(zoo_cache):
+    target = replace(CPU, conv_channel_rows=False)
+    for g, low in _lowered("resnet", zoo_cache, target):
+        if any(n.op.name == "Conv" for n in g.nodes):
+            assert low.program.notes[0].startswith("gemm+epilogue")
+            assert any(p.name.endswith("_kxm") for p in low.program.params)
+
+
+def test_depthwise_convolutions_are_tiled(zoo_cache):
+    dw = [low for g, low in _lowered("mobilenetv2", zoo_cache)
+          if any(n.op.name == "Conv" and n.op.groups > 1 for n in g.nodes)]
+    assert dw
+    assert all(low.program.notes[0].startswith("gemm+epilogue") and math.prod(low.program.grid) > 1 for low in dw)
 
 
 def _matmul_graph(rows: int, k: int, n: int, siblings: int = 1):

@@ -37,6 +37,17 @@ class ArenaPool(Generic[T]):
             with self._lock:
                 self._free.append(arena)
 
+    def get(self) -> T:
+        """An arena to use until ``put`` back (``take`` without a context manager)."""
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+        return self._make()  # outside the lock: allocation may be slow
+
+    def put(self, arena: T) -> None:
+        with self._lock:
+            self._free.append(arena)
+
     def __len__(self) -> int:
         return len(self._free)
 

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from tilefuse.errors import InputError, PlanError
-from tilefuse.feeds import check_feeds
+from tilefuse.feeds import FeedChecker
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.types import TensorType
 from tilefuse.plan import Plan, load_plan
@@ -55,7 +55,7 @@ class InferenceSession:
         if executor is None:
             raise PlanError(f"no runtime for target {self.plan.target!r} in this tilefuse; runtimes: {sorted(EXECUTORS)}")
         self._executor = executor(self.plan)
-        self._expected = self.plan.input_types()
+        self._check = FeedChecker(self.plan.input_types())
         self._outputs = [name for name, _ in self.plan.output_types()]
 
     def get_inputs(self) -> list[NodeArg]:
@@ -70,7 +70,7 @@ class InferenceSession:
         unknown = [n for n in names if n not in self._outputs]
         if unknown:
             raise InputError(f"unknown output name(s) {unknown}; the plan's outputs are {self._outputs}")
-        arrays = check_feeds(self._expected, feeds)
+        arrays = self._check(feeds)
         return self._executor.run(arrays, names)
 
 

@@ -5,6 +5,8 @@ Expressions are put in linear form (a sum of coefficient x atom plus a constant)
 bounded by interval arithmetic over the loop and block variables' ranges. Then
 ``(n*q + r) // n = q`` and ``(n*q + r) % n = r`` whenever ``0 <= r < n`` — the identity
 behind every reshape round trip — and ``a % n = a``, ``a // n = 0`` for ``0 <= a < n``.
+Comparisons the bounds decide fold to constants, and so do the guards built of them: a
+window that never leaves its input loses its bounds checks.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import replace
 from typing import Mapping
 
 from tilefuse.ir.dtypes import DType
+from tilefuse.ir.prims import ScalarFn
 from tilefuse.tile_ir.ir import (
     Call,
     Const,
@@ -32,6 +35,13 @@ from tilefuse.tile_ir.ir import (
 
 Bounds = tuple[int, int]  # inclusive
 INF = 1 << 62
+
+# comparisons the bounds decide: True, False, or None when the ranges overlap
+_COMPARE = {
+    IOp.LT: lambda a, b: True if a[1] < b[0] else (False if a[0] >= b[1] else None),
+    IOp.LE: lambda a, b: True if a[1] <= b[0] else (False if a[0] > b[1] else None),
+    IOp.GE: lambda a, b: True if a[0] >= b[1] else (False if a[1] < b[0] else None),
+}
 
 
 class _Simplifier:
@@ -94,6 +104,11 @@ class _Simplifier:
                 if not (isinstance(atom, IndexOp) and atom.op is IOp.FLOORDIV and isinstance(atom.b, Const)):
                     continue
                 n = int(atom.b.value)
+                split = self._split_divisor(terms, atom, coef, n)
+                if split is not None:  # c*(x // (d*m)) + (c/m)*((x // d) % m) = (c/m)*(x // d)
+                    terms = split
+                    changed = True
+                    break
                 mod = IndexOp(IOp.MOD, atom.a, atom.b)
                 if n > 0 and coef % n == 0 and terms.get(mod) == coef // n:
                     k = coef // n
@@ -106,6 +121,22 @@ class _Simplifier:
                     changed = True
                     break
         return terms, const
+
+    @staticmethod
+    def _split_divisor(terms: dict[Expr, int], atom: IndexOp, coef: int, n: int) -> dict[Expr, int] | None:
+        """Merge ``coef * (x // n)`` with ``coef/m * ((x // d) % m)`` for some n = d * m:
+        delinearising through an inner stride d leaves such pairs (a reshape of a reshape)."""
+        for d in range(2, n):
+            if n % d:
+                continue
+            m = n // d
+            inner = IndexOp(IOp.FLOORDIV, atom.a, const_index(d))
+            mod = IndexOp(IOp.MOD, inner, const_index(m))
+            if coef % m == 0 and terms.get(mod) == coef // m:
+                out = {k: v for k, v in terms.items() if k != atom and k != mod}
+                out[inner] = out.get(inner, 0) + coef // m
+                return {k: v for k, v in out.items() if v}
+        return None
 
     def rebuild(self, terms: Mapping[Expr, int], const: int) -> Expr:
         out: Expr = const_index(0)
@@ -143,10 +174,22 @@ class _Simplifier:
             if e.op in (IOp.ADD, IOp.SUB, IOp.MUL):
                 terms, const = self.linear(iop(e.op, a, b))
                 return self.rebuild(terms, const)
+            if e.op in _COMPARE:
+                known = _COMPARE[e.op](self.bounds(a), self.bounds(b))
+                if known is not None:
+                    return Const(known, DType.BOOL)
+            if e.op in (IOp.AND, IOp.OR):
+                for x, y in ((a, b), (b, a)):
+                    if isinstance(x, Const) and x.dtype is DType.BOOL:
+                        # AND: true drops out, false decides; OR: the other way round
+                        return y if bool(x.value) == (e.op is IOp.AND) else x
             return iop(e.op, a, b)
         if isinstance(e, Load):
             return Load(e.buffer, tuple(self.expr(i) for i in e.indices))
         if isinstance(e, Call):
+            cond = self.expr(e.args[0]) if e.fn is ScalarFn.WHERE else None
+            if isinstance(cond, Const) and cond.dtype is DType.BOOL:  # a guard always true (or false)
+                return self.expr(e.args[1] if cond.value else e.args[2])
             return Call(e.fn, tuple(self.expr(x) for x in e.args), e.dtype)
         return e
 

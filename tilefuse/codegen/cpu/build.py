@@ -23,8 +23,10 @@ from tilefuse.codegen.cpu.emit import CSource
 from tilefuse.codegen.toolchain import compiler_failed, write_atomic
 from tilefuse.errors import CompileError
 
-# No -ffast-math: NaN, inf and signed zeros must behave as in the reference.
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
+# No -ffast-math: NaN, inf and signed zeros must behave as in the reference. Kernels never
+# read floating-point exception flags or errno, so operations may be assumed not to trap
+# (which lets selects and conversions vectorise) and libm need not set errno (sqrtf inline).
+FLAGS = ("-O3", "-march=native", "-fno-trapping-math", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
 COMPILE_TIMEOUT_S = 600
 
 

@@ -2,9 +2,9 @@
 
     void SYMBOL(void **args)   /* args[i]: base of program.params[i], dense row-major */
 
-The tile grid is a loop nest, OpenMP-parallel when it has more than one tile; per-tile
-buffers are local arrays (heap-allocated above ``STACK_BUFFER_BYTES``) that start zeroed,
-as the interpreter's do. A parallel loop nest big enough to pay for a parallel region,
+The tile grid is a loop nest, OpenMP-parallel when it has more than one tile and enough
+work (``GRID_MIN_WORK``); per-tile buffers are local arrays (heap-allocated above
+``STACK_BUFFER_BYTES``) that start zeroed, as the interpreter's do. A parallel loop nest big enough to pay for a parallel region,
 and not already inside one, becomes ``omp parallel for collapse(k)``; an innermost
 parallel loop of plain stores gets ``omp simd``. Tile statements (Copy, Fill, Gemm,
 ReduceTile) are rendered by ``emit_tiles``.
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from tilefuse.codegen.artifact import ParamSpec
-from tilefuse.codegen.cpu import emit_tiles
+from tilefuse.codegen.cpu import accumulate, emit_tiles
 from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
 from tilefuse.codegen.cpu.prelude import PRELUDE
@@ -31,6 +31,10 @@ from tilefuse.tile_ir.ir import Buffer, Copy, Fill, Gemm, Loop, LoopKind, Reduce
 STACK_BUFFER_BYTES = 64 * 1024  # a tile buffer above this lives on the heap
 STACK_TOTAL_BYTES = 256 * 1024  # and so do all buffers past this much stack per tile
 PARALLEL_MIN_WORK = 1 << 17  # ~ element operations that pay for an OpenMP region (a few us)
+# A tile grid with less work runs its tiles in turn on the calling thread, like a loop nest
+# below PARALLEL_MIN_WORK: a parallel region waits at its end for every thread, and a thread
+# the OS has descheduled (a busy machine) costs a whole time slice there.
+GRID_MIN_WORK = PARALLEL_MIN_WORK
 COLLAPSE_MIN_ITERS = 8  # outer iterations that justify keeping the innermost loop for simd
 
 
@@ -91,7 +95,8 @@ class _Emitter:
             loops = [f"for (int64_t {cident(v.name)} = 0; {cident(v.name)} < {g}; ++{cident(v.name)}) {{"
                      for v, g in zip(self.p.block_vars, self.p.grid)]
             collapse = f" collapse({len(loops)})" if len(loops) > 1 else ""
-            out.append(f"    #pragma omp parallel for{collapse} schedule(static)")
+            if math.prod(self.p.grid) * sum(_work(s) for s in self.p.body) >= GRID_MIN_WORK:
+                out.append(f"    #pragma omp parallel for{collapse} schedule(static)")
             out += [f"    {x}" for x in loops] + [f"        {x}" for x in tile] + ["    " + "}" * len(loops)]
         else:
             out += [f"    const int64_t {cident(v.name)} = 0; (void){cident(v.name)};" for v in self.p.block_vars]
@@ -147,6 +152,21 @@ class _Emitter:
         return se.lines + [f"{cident(s.buffer.name)}[{flat_index(idx, s.buffer.shape)}] = {text};"]
 
     def loop(self, s: Loop, levels: list[LoopLevel], in_parallel: bool) -> list[str]:
+        if s.kind is LoopKind.SERIAL and s.extent > 0:
+            local = frozenset(b.name for b in self.p.allocs)
+            running = accumulate.running_reduction(s, local, self.names.temp("acc"))
+            if running is not None:  # the running value in a register (accumulate.py)
+                acc, stmts = running
+                decl = f"{storage(acc.dtype)} {cident(acc.name)}[1];"
+                saved = [lv.writes for lv in levels]
+                for lv in levels:  # acc lives in the braces: never hoist a read of it out
+                    lv.writes = lv.writes | {cident(acc.name)}
+                try:
+                    lines = self.block(stmts, levels, in_parallel)
+                finally:
+                    for lv, w in zip(levels, saved):
+                        lv.writes = w
+                return ["{", "    " + decl, *["    " + x for x in lines], "}"]
         nest = [s]
         while len(nest[-1].body) == 1 and isinstance(nest[-1].body[0], Loop) and nest[-1].body[0].kind is LoopKind.PARALLEL:
             nest.append(nest[-1].body[0])

@@ -95,8 +95,9 @@ def _source_positions(src_ext: Sequence[int], dst_ext: Sequence[int], so: Sequen
 
 
 def gemm(s: Gemm, parallel: bool) -> list[str]:
-    """``c += op(a) @ op(b)``: i-k-j order (unit stride over j), or i-j-k dot products
-    when b is transposed; half c accumulates one row at a time in float."""
+    """``c += op(a) @ op(b)``: fp32 tiles without transposes through the prelude's
+    register-blocked ``tf_gemm_f32``; otherwise i-k-j order (unit stride over j), or i-j-k
+    dot products when b is transposed; half c accumulates one row at a time in float."""
     (m, k) = s.a.shape[::-1] if s.trans_a else s.a.shape
     n = s.c.shape[1]
     wide = DType.FLOAT32 if s.c.dtype.is_float and s.c.dtype.itemsize <= 4 else s.c.dtype
@@ -107,6 +108,8 @@ def gemm(s: Gemm, parallel: bool) -> list[str]:
         i = f"{col} * {shape[1]} + {r}" if trans else f"{r} * {shape[1]} + {col}"
         return convert(load(dtype, f"{buf}[{i}]"), dtype, wide)
 
+    if not (s.trans_a or s.trans_b) and s.a.dtype is s.b.dtype is s.c.dtype is DType.FLOAT32:
+        return _gemm_f32(a, b, c, m, n, k, parallel)
     a_ik = at(a, s.a.dtype, "_i", "_p", s.a.shape, s.trans_a)
     b_kj = at(b, s.b.dtype, "_p", "_j", s.b.shape, s.trans_b)
     c_ij = convert(load(s.c.dtype, f"{c}[_i * {n} + _j]"), s.c.dtype, wide)
@@ -125,6 +128,18 @@ def gemm(s: Gemm, parallel: bool) -> list[str]:
         rows += [f"for (int64_t _j = 0; _j < {n}; ++_j) {{ const {acc_t} _acc = _row[_j]; {c}[_i * {n} + _j] = {put}; }}"]
     pragma = "#pragma omp parallel for" if parallel else ""
     return ["{"] + ["    " + x for x in _loops([("_i", m)], rows, pragma)] + ["}"]
+
+
+def _gemm_f32(a: str, b: str, c: str, m: int, n: int, k: int, parallel: bool) -> list[str]:
+    """The prelude's register-blocked product; a parallel one splits c's rows into one
+    block per thread (multiples of 6 rows, the micro-kernel's height)."""
+    if not parallel:
+        return [f"tf_gemm_f32({m}, {n}, {k}, {a}, {k}, {b}, {n}, {c}, {n});"]
+    return ["{", "    #pragma omp parallel for schedule(static)",
+            f"    for (int64_t _i = 0; _i < {m}; _i += 24) {{",
+            f"        const int64_t _r = {m} - _i < 24 ? {m} - _i : 24;",
+            f"        tf_gemm_f32(_r, {n}, {k}, {a} + _i * {k}, {k}, {b}, {n}, {c} + _i * {n}, {n});",
+            "    }", "}"]
 
 
 _COMBINE = {ReduceFn.SUM: "{a} + {b}", ReduceFn.PROD: "{a} * {b}"}

@@ -21,6 +21,8 @@ _LIBM = {
     ScalarFn.ATAN: "atan", ScalarFn.SINH: "sinh", ScalarFn.COSH: "cosh", ScalarFn.ASINH: "asinh",
     ScalarFn.ACOSH: "acosh", ScalarFn.ATANH: "atanh",
 }  # rint rounds half to even in the default rounding mode, as ONNX Round does
+# float32 forms in the prelude that vectorise (libm's are opaque calls): within a few ulp of libm
+_VECTOR = {ScalarFn.EXP: "tf_exp_f32", ScalarFn.TANH: "tf_tanh_f32", ScalarFn.ERF: "tf_erf_f32"}
 _INFIX = {ScalarFn.ADD: "+", ScalarFn.SUB: "-", ScalarFn.MUL: "*", ScalarFn.DIV: "/"}
 _COMPARE = {ScalarFn.EQ: "==", ScalarFn.LT: "<", ScalarFn.LE: "<=", ScalarFn.GT: ">", ScalarFn.GE: ">="}
 _BITWISE = {ScalarFn.BITAND: "&", ScalarFn.BITOR: "|", ScalarFn.BITXOR: "^"}
@@ -69,6 +71,8 @@ def _float(fn: ScalarFn, a: Sequence[str], dtypes: Sequence[DType], d: DType) ->
     w = "f64" if d is DType.FLOAT64 else "f32"
     if fn in _INFIX:
         return f"({a[0]} {_INFIX[fn]} {a[1]})"
+    if fn in _VECTOR and d is not DType.FLOAT64:
+        return f"{_VECTOR[fn]}({a[0]})"
     if fn in _LIBM:
         return f"{_LIBM[fn]}{sfx}({a[0]})"
     simple = {

@@ -5,6 +5,10 @@ plain C gets wrong or leaves undefined: floor division and modulo on negative in
 division by zero and INT_MIN / -1 (numpy gives 0 and wraps; C traps), NaN-propagating
 max/min, numpy's float modulo, bfloat16 round-to-nearest-even, an overflow-safe
 sigmoid. Every helper is ``static inline`` and pure, so kernels keep no global state.
+
+One exported helper is for the runtime, not the kernel: ``tf_run_steps`` calls a run of
+kernels in order, so a plan's consecutive kernel steps cost one ctypes call, not one each.
+Every kernel library carries it; the runtime uses the copy in the first library it loads.
 """
 
 PRELUDE = r"""
@@ -84,10 +88,75 @@ static inline double tf_mod_f64(double a, double b) {
     if (m != 0) return ((b < 0) != (m < 0)) ? m + b : m;
     return copysign(0.0, b);
 }
+
+/* -- float exp, tanh and erf without branches, so that loops of them vectorise --------------
+ * libm's expf/tanhf are calls the compiler cannot vectorise (without -ffast-math). These
+ * are Cephes' single-precision methods (within 2 ulp of the correctly rounded result over
+ * the whole range) written with selects, with IEEE special cases kept: NaN stays NaN,
+ * exp(-inf) = 0, exp(inf) = inf, results below FLT_MIN are subnormal, tanh(-0) = -0. */
+static inline float tf_bits_f32(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
+static inline int32_t tf_f32_bits(float f) { int32_t i; memcpy(&i, &f, 4); return i; }
+static inline float tf_exp_f32(float x) {
+    float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);  /* beyond: 0 and inf anyway */
+    float k = xc * 1.44269504088896341f + 12582912.0f;  /* + 1.5 * 2^23 rounds to an integer n */
+    int32_t n = tf_f32_bits(k) - 0x4B400000;  /* (no float-to-int conversion: it would not vectorise) */
+    float fn = k - 12582912.0f;
+    float r = xc - fn * 0.693359375f;  /* ln 2 in two parts: the first exact in n * it */
+    r = r - fn * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t h = n >> 1;  /* 2^n as 2^h * 2^(n-h): both normal for n in [-150, 128] */
+    float y = p * tf_bits_f32((h + 127) << 23) * tf_bits_f32((n - h + 127) << 23);
+    return x != x ? x : y;
+}
+static inline float tf_tanh_f32(float x) {
+    float ax = fabsf(x);
+    float e = tf_exp_f32(2.0f * (ax > 20.0f ? 20.0f : ax));  /* tanh(20) is 1 in float */
+    float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
+    float z = x * x;
+    float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
+                   + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+    return ax > 0.625f ? big : copysignf(small, x);  /* NaN: the small form, which keeps it */
+}
+static inline float tf_erf_f32(float x) {
+    /* |x| < 0.5: the Maclaurin series 2/sqrt(pi) * x * sum (-1)^n x^2n / (n! (2n + 1)). Beyond:
+     * 1 - erfc, erfc = t exp(-x^2 + P(t)), t = 1 / (1 + |x| / 2), the Chebyshev-fitted P of
+     * Numerical Recipes (erfcc, fractional error < 1.2e-7), P in double. */
+    float ax = fabsf(x), z = x * x;
+    float s = -1.0f / 6894720.0f;
+    s = s * z + 1.0f / 685440.0f;
+    s = s * z - 1.0f / 75600.0f;
+    s = s * z + 1.0f / 9360.0f;
+    s = s * z - 1.0f / 1320.0f;
+    s = s * z + 1.0f / 216.0f;
+    s = s * z - 1.0f / 42.0f;
+    s = s * z + 1.0f / 10.0f;
+    s = s * z - 1.0f / 3.0f;
+    s = s * z + 1.0f;
+    float small = 1.12837916709551257f * x * s;
+    double t = 1.0 / (1.0 + 0.5 * (double)ax);
+    double p = 0.17087277;
+    p = p * t - 0.82215223;
+    p = p * t + 1.48851587;
+    p = p * t - 1.13520398;
+    p = p * t + 0.27886807;
+    p = p * t - 0.18628806;
+    p = p * t + 0.09678418;
+    p = p * t + 0.37409196;
+    p = p * t + 1.00002368;
+    p = p * t - 1.26551223;
+    float erfc = (float)t * tf_exp_f32((float)(p - (double)ax * (double)ax));
+    return ax < 0.5f ? small : copysignf(1.0f - erfc, x);  /* NaN: 1 - NaN */
+}
 static inline float tf_sigmoid_f32(float x) {  /* never overflows: exp of a non-positive */
-    if (x >= 0) return 1.0f / (1.0f + expf(-x));
-    float e = expf(x);
-    return e / (1.0f + e);
+    float e = tf_exp_f32(-fabsf(x));
+    float r = 1.0f / (1.0f + e);
+    return x >= 0 ? r : e * r;
 }
 static inline double tf_sigmoid_f64(double x) {
     if (x >= 0) return 1.0 / (1.0 + exp(-x));
@@ -102,5 +171,99 @@ static void *tf_alloc(size_t bytes) {
     if (!p) { fputs("tilefuse kernel: out of memory for a tile buffer\n", stderr); abort(); }
     memset(p, 0, n ? n : 64);
     return p;
+}
+
+/* -- the product core: register-blocked c += a @ b on fp32 tiles -------------------- */
+/* Blocks of MR rows x 8*NV columns of c stay in vector registers over the whole k loop:
+ * each step loads NV vectors of b's row and broadcasts MR values of a. Sums run over k
+ * in order, element by element, exactly as the plain i-k-j loop adds them. */
+typedef float tf_v8 __attribute__((vector_size(32), aligned(4)));
+#define TF_MICRO(NAME, MR, NV)                                                                  \
+static inline __attribute__((always_inline)) void NAME(int64_t k, const float *restrict a,     \
+        int64_t lda, const float *restrict b, int64_t ldb, float *restrict c, int64_t ldc) {    \
+    tf_v8 acc[MR][NV];                                                                          \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r)                                        \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                                    \
+            acc[r][v] = *(const tf_v8 *)(c + r * ldc + 8 * v);                                  \
+    for (int64_t p = 0; p < k; ++p) {                                                           \
+        tf_v8 bv[NV];                                                                           \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) bv[v] = *(const tf_v8 *)(b + p * ldb + 8 * v); \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r) {                                  \
+            const float ar = a[r * lda + p];                                                    \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) acc[r][v] += ar * bv[v];       \
+        }                                                                                       \
+    }                                                                                           \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r)                                        \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                                    \
+            *(tf_v8 *)(c + r * ldc + 8 * v) = acc[r][v];                                        \
+}
+TF_MICRO(tf_micro_6x16, 6, 2)
+TF_MICRO(tf_micro_5x16, 5, 2)
+TF_MICRO(tf_micro_4x16, 4, 2)
+TF_MICRO(tf_micro_3x16, 3, 2)
+TF_MICRO(tf_micro_2x16, 2, 2)
+TF_MICRO(tf_micro_1x16, 1, 2)
+TF_MICRO(tf_micro_8x8, 8, 1)
+TF_MICRO(tf_micro_4x8, 4, 1)
+TF_MICRO(tf_micro_1x8, 1, 1)
+
+/* rows [0, m) of a 16-column strip: blocks of 6, and the last 7..11 rows as two near-equal
+ * blocks (8 rows as 4 + 4, not 6 + 2: a 2-row block is bound by its loads of b) */
+static inline __attribute__((always_inline)) void tf_strip_16(int64_t m, int64_t k,
+        const float *restrict a, int64_t lda, const float *restrict b, int64_t ldb,
+        float *restrict c, int64_t ldc) {
+    int64_t i = 0;
+    while (m - i > 0) {
+        int64_t left = m - i, r = left >= 12 ? 6 : (left > 6 ? (left + 1) / 2 : left);
+        const float *ai = a + i * lda;
+        float *ci = c + i * ldc;
+        switch (r) {
+        case 6: tf_micro_6x16(k, ai, lda, b, ldb, ci, ldc); break;
+        case 5: tf_micro_5x16(k, ai, lda, b, ldb, ci, ldc); break;
+        case 4: tf_micro_4x16(k, ai, lda, b, ldb, ci, ldc); break;
+        case 3: tf_micro_3x16(k, ai, lda, b, ldb, ci, ldc); break;
+        case 2: tf_micro_2x16(k, ai, lda, b, ldb, ci, ldc); break;
+        default: tf_micro_1x16(k, ai, lda, b, ldb, ci, ldc); break;
+        }
+        i += r;
+    }
+}
+
+/* c[m x n] += a[m x k] @ b[k x n], row-major with leading dimensions lda, ldb, ldc */
+static inline __attribute__((always_inline)) void tf_gemm_f32(int64_t m, int64_t n, int64_t k,
+        const float *restrict a, int64_t lda, const float *restrict b, int64_t ldb,
+        float *restrict c, int64_t ldc) {
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) tf_strip_16(m, k, a, lda, b + j, ldb, c + j, ldc);
+    for (; j + 8 <= n; j += 8) {
+        int64_t i = 0;
+        for (; i + 8 <= m; i += 8) tf_micro_8x8(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
+        for (; i + 4 <= m; i += 4) tf_micro_4x8(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
+        for (; i < m; ++i) tf_micro_1x8(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
+    }
+    if (j < n) {  /* the last n - j < 8 columns: through zero-padded 8-wide copies of b and c */
+        const int64_t w = n - j;
+        float bt[256 * 8] __attribute__((aligned(32)));
+        float ct[8 * 8] __attribute__((aligned(32)));
+        for (int64_t p0 = 0; p0 < k; p0 += 256) {
+            const int64_t kc = k - p0 < 256 ? k - p0 : 256;
+            for (int64_t p = 0; p < kc; ++p)
+                for (int64_t q = 0; q < 8; ++q) bt[p * 8 + q] = q < w ? b[(p0 + p) * ldb + j + q] : 0.0f;
+            for (int64_t i0 = 0; i0 < m; i0 += 8) {
+                const int64_t mr = m - i0 < 8 ? m - i0 : 8;
+                for (int64_t i = 0; i < mr; ++i)
+                    for (int64_t q = 0; q < 8; ++q) ct[i * 8 + q] = q < w ? c[(i0 + i) * ldc + j + q] : 0.0f;
+                if (mr == 8) tf_micro_8x8(kc, a + i0 * lda + p0, lda, bt, 8, ct, 8);
+                else for (int64_t i = 0; i < mr; ++i) tf_micro_1x8(kc, a + (i0 + i) * lda + p0, lda, bt, 8, ct + i * 8, 8);
+                for (int64_t i = 0; i < mr; ++i)
+                    for (int64_t q = 0; q < w; ++q) c[(i0 + i) * ldc + j + q] = ct[i * 8 + q];
+            }
+        }
+    }
+}
+
+/* -- the runtime's step driver: a run of kernel steps in one call from the host ------ */
+void tf_run_steps(int64_t n, void (*const *fns)(void **), void **const *argvs) {
+    for (int64_t i = 0; i < n; ++i) fns[i](argvs[i]);
 }
 """

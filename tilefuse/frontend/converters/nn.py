@@ -7,6 +7,8 @@ families live in their own modules, imported at the end of this one so that impo
 """
 from __future__ import annotations
 
+import math
+
 from tilefuse.frontend.context import NodeContext
 from tilefuse.frontend.converters.reduce import scalar
 from tilefuse.frontend.converters.spatial import span, split_total, window
@@ -129,6 +131,9 @@ def conv_transpose(ctx: NodeContext) -> Value:
     if not len(strides) == len(dilations) == len(output_padding) == k:
         raise ctx.error("strides, dilations and output_padding must have one value per spatial dim")
     pads = _transpose_pads(ctx, x, w, strides, dilations, output_padding)
+    if strides == w.type.shape[2:] and dilations == tuple(ones) and not any(pads) and not any(output_padding) \
+            and ctx.attr("group", 1) == 1:
+        return add_channel_bias(b, _patch_product(b, x, w), ctx.optional_input(2))
     crop = tuple(max(0, p) for p in pads)
     op = ConvTranspose(strides, dilations, crop, output_padding, ctx.attr("group", 1))
     y = b.emit1(op, x, w)
@@ -136,6 +141,22 @@ def conv_transpose(ctx: NodeContext) -> Value:
     if any(grow):
         y = b.emit1(Pad((0, 0) + grow[:k] + (0, 0) + grow[k:]), y)
     return add_channel_bias(b, y, ctx.optional_input(2))
+
+
+def _patch_product(b: Builder, x: Value, w: Value) -> Value:
+    """A transposed convolution whose stride equals its kernel (U-Net's upsampling): the
+    kernel's patches tile the output without overlap, so it is one product, ``pixels x C``
+    by ``C x (M * taps)``, whose rows are scattered into patches by a reshape/transpose.
+    A product with an epilogue of pure addressing, instead of a reduction over taps that
+    mostly hit holes."""
+    n, c, *sizes = x.type.shape
+    m, kernel = w.type.shape[1], w.type.shape[2:]
+    k = len(sizes)
+    rows = b.reshape(b.transpose(x, (0, *range(2, 2 + k), 1)), (n * math.prod(sizes), c))
+    y = b.matmul(rows, b.reshape(w, (c, m * math.prod(kernel))))
+    y = b.reshape(y, (n, *sizes, m, *kernel))  # N, S..., M, K...
+    perm = (0, 1 + k) + tuple(v for i in range(k) for v in (1 + i, 2 + k + i))  # N, M, S0, K0, S1, K1, ...
+    return b.reshape(b.transpose(y, perm), (n, m, *(s * kk for s, kk in zip(sizes, kernel))))
 
 
 # The rest of the family registers on import.

@@ -53,6 +53,7 @@ from tilefuse.tile_ir.ir import (
     Var,
     iop,
 )
+from tilefuse.tile_ir.lower import conv_rows
 from tilefuse.tile_ir.lower.common import (
     COMBINE,
     Names,
@@ -160,7 +161,9 @@ def lower_gemm_epilogue(group: FusedGroup, name: str, target: Target = CPU) -> t
         same = all(x.outputs[0].type == c.outputs[0].type for x in contractions)
         if not (siblings(contractions) and same):
             return None
-    if not isinstance(c.op, (MatMul, Conv, ConvTranspose)) or (not isinstance(c.op, MatMul) and c.op.groups != 1):
+    if not isinstance(c.op, (MatMul, Conv, ConvTranspose)):
+        return None
+    if not isinstance(c.op, MatMul) and c.op.groups != 1 and not (target.conv_channel_rows and conv_rows.depthwise_ok(c)):
         return None
     maps = forward_maps(group, contractions)
     if maps is None:
@@ -181,6 +184,14 @@ class _Builder:
         self.cores, self.min_tile, self.gemm_tile = target.cores, target.min_tile, target.gemm_tile
         self.max_threads, self.acc_budget = target.max_threads, target.accumulator_bytes
         self.inflight = target.inflight_bytes
+        # channels as tile rows (conv_rows.py): weights x im2col^T, stored along positions;
+        # not for few positions per image (deep layers: 7x7), where positions x channels tiles
+        # fill the product core better
+        self.flip = (isinstance(cs[0].op, Conv) and target.conv_channel_rows
+                     and math.prod(cs[0].outputs[0].type.shape[2:]) >= conv_rows.MIN_POSITIONS)
+        self.depthwise = isinstance(cs[0].op, Conv) and cs[0].op.groups != 1  # only when depthwise_ok
+        self.flip = self.flip or self.depthwise
+        self._tile_at: dict[Index, Index] = {}  # product index -> c tile index, for the epilogue
         operands = {v.type.dtype for x in (*cs, *([first] if first else [])) for v in x.inputs[:2]}
         (only,) = operands if len(operands) == 1 else (None,)
         # operand tiles: the operands' half type for tensor cores, else the accumulator type
@@ -230,6 +241,11 @@ class _Builder:
         if bn != self.n and self.inflight:
             bk, stages = self._pipeline(bm, bn, bk)
         conv = isinstance(self.c.op, Conv)
+        if self.flip:  # position tiles of whole output rows of one image: no division inside
+            inner = math.prod(self.c.outputs[0].type.shape[3:])
+            bm = divisor_tile(self.c.outputs[0].type.shape[2], max(1, 256 // inner)) * inner
+        if self.depthwise:  # a few channels per tile: the grid has tiles for every core
+            bn = divisor_tile(self.n, conv_rows.DEPTHWISE_CHANNELS)
         if conv:  # K tiles hold whole channels, so im2col addressing needs no division
             taps = math.prod(self.c.inputs[1].type.shape[2:])
             cin = self.c.inputs[1].type.shape[1]
@@ -246,10 +262,10 @@ class _Builder:
             col = iop(IOp.ADD, n0, j)
             return iop(IOp.MIN, col, self.n - 1) if tail else col
 
-        ta = Buffer("a_tile", self.op_dtype, (bm, bk), Scope.SHARED)
+        ta = Buffer("a_tile", self.op_dtype, (bn, bk) if self.flip else (bm, bk), Scope.SHARED)
         sfx = [f"{s}" if len(self.cs) > 1 else "" for s in range(len(self.cs))]
-        tbs = [Buffer(f"b_tile{x}", self.op_dtype, (bk, bn), Scope.SHARED) for x in sfx]
-        tcs = [Buffer(f"c_tile{x}", self.acc_dtype, (bm, bn), Scope.FRAGMENT) for x in sfx]
+        tbs = [Buffer(f"b_tile{x}", self.op_dtype, (bk, bm) if self.flip else (bk, bn), Scope.SHARED) for x in sfx]
+        tcs = [Buffer(f"c_tile{x}", self.acc_dtype, (bn, bm) if self.flip else (bm, bn), Scope.FRAGMENT) for x in sfx]
         tile_of = {id(c.outputs[0]): tc for c, tc in zip(self.cs, tcs)}
         rows = {id(r.outputs[0]): Buffer(f"row{k}", self.acc_dtype, (bm,), Scope.FRAGMENT) for k, r in enumerate(self.reductions)}
 
@@ -265,6 +281,13 @@ class _Builder:
                 h: Expr = Load(th, (row, iop(IOp.SUB, idx[-1], k0)))
                 return h if th.dtype is v.type.dtype else Call(ScalarFn.CAST, (h,), v.type.dtype)
             tc = tile_of.get(id(v))
+            if tc is not None and self.flip:
+                at = self._tile_at.get(tuple(idx))
+                if at is None:
+                    r, col = self._rows_cols(idx)
+                    at = (iop(IOp.SUB, col, n0), iop(IOp.SUB, r, m0))
+                load_t: Expr = Load(tc, at)
+                return load_t if tc.dtype is v.type.dtype else Call(ScalarFn.CAST, (load_t,), v.type.dtype)
             if tc is not None:
                 r, col = self._rows_cols(idx)
                 load: Expr = Load(tc, (iop(IOp.SUB, r, m0), iop(IOp.SUB, col, n0)))
@@ -299,7 +322,12 @@ class _Builder:
 
             return fill
 
-        if conv:
+        if self.depthwise:
+            k_body = conv_rows.depthwise(self, el, tcs[0], mt, n0)
+        elif self.flip:
+            k_body = conv_rows.fills(self, el, ta, tbs[0], mt, n0, kt, ch_per_tile)
+            k_body.append(Gemm(ta, tbs[0], tcs[0]))
+        elif conv:
             k_body = self._conv_fills(el, ta, tbs[0], m0, n0, kt, ch_per_tile)
             k_body.append(Gemm(ta, tbs[0], tcs[0]))
         else:
@@ -323,7 +351,7 @@ class _Builder:
                 idx = self.fwd[id(v)](g)
                 return [Store(ob, idx, el.at(v, idx))]
 
-            body += parallel(self.names, (bm, bn), store)
+            body += conv_rows.stores(self, el, v, ob, mt, n0, bn, bm) if self.flip else parallel(self.names, (bm, bn), store)
         grid = tuple(self.batch) + (self.m // bm, -(-self.n // bn))
         wide = f", {len(self.cs)} sibling products sharing the A tile" if len(self.cs) > 1 else ""
         if self.first is not None:
@@ -332,7 +360,7 @@ class _Builder:
             wide += f", last column tile {tail} wide"
         notes = (f"gemm+epilogue: tiles {bm}x{bn}x{bk}, grid {grid}{wide}, {stages}-stage K loop",)
         n_in = len(params) - len(self.group.outputs)
-        allocs = (ta, *tbs, *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()))
+        allocs = (*(() if self.depthwise else (ta, *tbs)), *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()))
         threads = self.max_threads if min(bm, bn) >= 128 else 128  # a 128x128 tile: two warpgroups
         return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), threads, allocs, tuple(body), notes)
 
@@ -444,7 +472,7 @@ class _Builder:
         w = self.c.inputs[1] if isinstance(self.c.op, Conv) else None
 
         def pack(k: int, v: Value) -> tuple[Value, Buffer] | None:
-            if v is not w or not v.is_constant or sum(x is v for n in self.group.nodes for x in n.inputs) != 1:
+            if self.flip or v is not w or not v.is_constant or sum(x is v for n in self.group.nodes for x in n.inputs) != 1:
                 return None
             packed = np.ascontiguousarray(v.data.reshape(v.type.shape[0], -1).T)  # type: ignore[union-attr]
             packed.setflags(write=False)

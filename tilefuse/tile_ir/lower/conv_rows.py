@@ -1,0 +1,185 @@
+"""Convolution tiles with output channels as rows: ``c [channels x positions] += weights
+[channels x K] @ im2col^T [K x positions]`` (``Target.conv_channel_rows``).
+
+The gemm+epilogue builder (``gemm_epilogue._Builder``) calls these for an ungrouped Conv
+when its target asks for it. A position tile is a block of whole output rows of one image
+(``bm = rows x prod(spatial[1:])``), so nothing inside a tile divides: the tile's image and
+first row come from the tile number once, and every loop runs over (row, column...). In an
+NCHW layout this puts the unit stride where it pays: im2col^T rows are runs of input rows,
+the weight tile is rows of the weight as stored, and outputs are stored along positions.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import TYPE_CHECKING
+
+from tilefuse.ir.graph import Node, Value
+from tilefuse.ir.prims import Conv, ScalarFn
+from tilefuse.tile_ir.ir import Buffer, Call, Const, Expr, IOp, Load, Stmt, Store, Var, const_index, iop
+from tilefuse.tile_ir.lower.common import narrow, parallel, widen
+from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, linearize, window_needs_guard, window_source
+
+MIN_POSITIONS = 64  # output positions per image below which channels stay columns
+DEPTHWISE_CHANNELS = 8  # channels per depthwise tile
+
+if TYPE_CHECKING:
+    from tilefuse.tile_ir.lower.gemm_epilogue import _Builder
+
+
+def _origin(b: "_Builder", mt: Var, rows: int) -> tuple[Expr, Expr]:
+    """The image and first output row of position tile ``mt``."""
+    blocks = b.c.outputs[0].type.shape[2] // rows
+    if blocks == 1:
+        return mt, const_index(0)
+    return iop(IOp.FLOORDIV, mt, blocks), iop(IOp.MUL, iop(IOp.MOD, mt, blocks), rows)
+
+
+def _tile_shape(b: "_Builder", bm: int) -> tuple[int, ...]:
+    """A position tile of ``bm`` positions as (rows, *spatial[1:])."""
+    spatial = b.c.outputs[0].type.shape[2:]
+    inner = math.prod(spatial[1:])
+    return (bm // inner, *spatial[1:])
+
+
+def fills(b: "_Builder", el: ElementBuilder, ta: Buffer, tb: Buffer, mt: Var, n0: Expr, kt: Var, chans: int) -> list[Stmt]:
+    """The weight tile [channels, (chan, *taps)] and the im2col^T tile [(chan, *taps), positions]
+    for K tile ``kt`` (``chans`` whole input channels)."""
+    c = b.c
+    op: Conv = c.op  # type: ignore[assignment]
+    x, w = c.inputs
+    out = c.outputs[0].type.shape
+    spatial, taps, cin = out[2:], w.type.shape[2:], w.type.shape[1]
+    dt = b.acc_dtype
+    shape = _tile_shape(b, tb.shape[1])
+    img, row0 = _origin(b, mt, shape[0])
+    ch0 = iop(IOp.MUL, kt, chans)
+    guards = [
+        window_needs_guard(out[2 + d], taps[d], op.strides[d], op.dilations[d], op.pads[d], x.type.shape[2 + d])
+        for d in range(len(spatial))
+    ]
+
+    def chan_ok(ch: Expr) -> list[Expr]:
+        return [iop(IOp.LT, ch, cin)] if cin % chans else []
+
+    def w_body(idx: Index) -> list[Stmt]:
+        j, cl, t = idx[0], idx[1], idx[2:]
+        ch = iop(IOp.ADD, ch0, cl)
+        val = widen(el.at(w, (iop(IOp.ADD, n0, j), ch, *t)), dt)
+        for cond in chan_ok(ch):
+            val = Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)
+        return [Store(ta, (j, linearize((cl, *t), (chans, *taps))), narrow(val, ta.dtype))]
+
+    def x_value(cl: Expr, t: Index, p: Index, guard: list[bool]) -> Expr:
+        ch = iop(IOp.ADD, ch0, cl)
+        o = (iop(IOp.ADD, row0, p[0]), *p[1:])
+        pos, inside = window_source(o, t, op.strides, op.dilations, op.pads, x.type.shape[2:], guard)
+        conds = chan_ok(ch) + ([inside] if inside is not None else [])
+        val = widen(el.at(x, (img, ch, *pos)), dt)
+        if conds:
+            cond = conds[0]
+            for more in conds[1:]:
+                cond = iop(IOp.AND, cond, more)
+            val = Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)
+        return narrow(val, tb.dtype)
+
+    def put(cl: Expr, t: Index, p: Index, val: Expr) -> list[Stmt]:
+        return [Store(tb, (linearize((cl, *t), (chans, *taps)), linearize(p, shape)), val)]
+
+    x_fill = _split_last(b, taps, shape, guards, x.type.shape[-1], op, x_value, put, chans)
+    return [*parallel(b.names, (ta.shape[0], chans, *taps), w_body), *x_fill]
+
+
+def _split_last(b: "_Builder", taps, shape, guards, in_last: int, op: Conv, value, put, chans: int) -> list[Stmt]:
+    """The im2col^T nest over (chan, *taps, *positions). Where the last dim needs a bounds
+    check, each of its taps is a nest of its own whose positions split into a zero head, an
+    unchecked middle and a zero tail (constant bounds per tap): the innermost loop then
+    copies a run of an input row, and no per-element test is left to vectorise."""
+    k = len(taps)
+    if not guards[-1] or shape[-1] < 2:
+        return list(parallel(b.names, (chans, *taps, *shape), lambda i: put(i[0], i[1:1 + k], i[1 + k:],
+                                                                           value(i[0], i[1:1 + k], i[1 + k:], guards))))
+    stride, dil, pad, n = op.strides[-1], op.dilations[-1], op.pads[len(op.strides) - 1], shape[-1]
+    inner_guards = [*guards[:-1], False]
+    zero = narrow(Const(0, b.acc_dtype), b.op_dtype)
+    out: list[Stmt] = []
+    for tl in range(taps[-1]):
+        # o * stride + tl * dil - pad in [0, in_last)  <=>  lo <= o < hi
+        lo = min(n, max(0, -(-(pad - tl * dil) // stride)))
+        hi = max(lo, min(n, (in_last - 1 + pad - tl * dil) // stride + 1))
+        t_last = const_index(tl)
+        for start, size, inside in ((0, lo, False), (lo, hi - lo, True), (hi, n - hi, False)):
+            if size <= 0:
+                continue
+
+            def body(i: Index, start: int = start, inside: bool = inside) -> list[Stmt]:
+                cl, t = i[0], (*i[1:k], t_last)
+                p = (*i[k:-1], iop(IOp.ADD, i[-1], start) if start else i[-1])
+                return put(cl, t, p, value(cl, t, p, inner_guards) if inside else zero)
+
+            out += parallel(b.names, (chans, *taps[:-1], *shape[:-1], size), body)
+    return out
+
+
+def stores(b: "_Builder", el: ElementBuilder, v: Value, ob: Buffer, mt: Var, n0: Expr, bn: int, bm: int) -> tuple[Stmt, ...]:
+    """Output ``v`` of the group for this tile, looping over (channel, row, columns...) so
+    that NCHW stores run along positions. The product index of each element is recorded
+    with its tile position, so the epilogue's read of the product is a plain tile load."""
+    shape = _tile_shape(b, bm)
+    img, row0 = _origin(b, mt, shape[0])
+
+    def store(idx: Index) -> list[Stmt]:
+        j, p = idx[0], idx[1:]
+        g = (img, iop(IOp.ADD, n0, j), iop(IOp.ADD, row0, p[0]), *p[1:])
+        b._tile_at[g] = (j, linearize(p, shape))
+        out_idx = b.fwd[id(v)](g)
+        return [Store(ob, out_idx, el.at(v, out_idx))]
+
+    return parallel(b.names, (bn, *shape), store)
+
+
+def depthwise_ok(c: Node) -> bool:
+    """A depthwise convolution: one input channel per group, one output channel per group."""
+    op, x, w = c.op, c.inputs[0], c.inputs[1]
+    return isinstance(op, Conv) and op.groups == x.type.shape[1] == w.type.shape[0] and w.type.shape[1] == 1
+
+
+def depthwise(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr) -> list[Stmt]:
+    """``c[j, p] += w[j, tap] * x[j, window(p, tap)]`` for each tap in turn (taps unrolled, so
+    that the positions whose window leaves the input along the last dim are simply not
+    visited: constant bounds per tap, and the innermost loop runs along an input row)."""
+    c = b.c
+    op: Conv = c.op  # type: ignore[assignment]
+    x, w = c.inputs
+    out = c.outputs[0].type.shape
+    spatial, taps = out[2:], w.type.shape[2:]
+    dt = b.acc_dtype
+    shape = _tile_shape(b, tc.shape[1])
+    img, row0 = _origin(b, mt, shape[0])
+    guards = [
+        window_needs_guard(out[2 + d], taps[d], op.strides[d], op.dilations[d], op.pads[d], x.type.shape[2 + d])
+        for d in range(len(spatial))
+    ]
+    inner_guards = [*guards[:-1], False]
+    stride, dil, pad, n, in_last = op.strides[-1], op.dilations[-1], op.pads[len(op.strides) - 1], shape[-1], x.type.shape[-1]
+    out_stmts: list[Stmt] = []
+    for tap in itertools.product(*(range(t) for t in taps)):
+        lo = min(n, max(0, -(-(pad - tap[-1] * dil) // stride)))
+        hi = max(lo, min(n, (in_last - 1 + pad - tap[-1] * dil) // stride + 1))
+        if hi <= lo:
+            continue
+        t = tuple(const_index(v) for v in tap)
+
+        def body(i: Index, t: Index = t, lo: int = lo) -> list[Stmt]:
+            j, p = i[0], (*i[1:-1], iop(IOp.ADD, i[-1], lo) if lo else i[-1])
+            ch = iop(IOp.ADD, n0, j)
+            o = (iop(IOp.ADD, row0, p[0]), *p[1:])
+            pos, inside = window_source(o, t, op.strides, op.dilations, op.pads, x.type.shape[2:], inner_guards)
+            term: Expr = Call(ScalarFn.MUL, (widen(el.at(x, (img, ch, *pos)), dt), widen(el.at(w, (ch, const_index(0), *t)), dt)), dt)
+            if inside is not None:
+                term = Call(ScalarFn.WHERE, (inside, term, Const(0, dt)), dt)
+            at = (j, linearize(p, shape))
+            return [Store(tc, at, Call(ScalarFn.ADD, (Load(tc, at), term), dt))]
+
+        out_stmts += parallel(b.names, (tc.shape[0], *shape[:-1], hi - lo), body)
+    return out_stmts
