@@ -5,8 +5,11 @@ Three pieces, on top of the compiler and the plan (nothing below imports this pa
 - ``export_ort``: a model whose fused groups are tilefuse kernels, as ``EPContext``
   nodes for the plugin execution provider or ``ai.tilefuse`` nodes for the custom-op
   library; nodes tilefuse cannot run stay ordinary ONNX nodes for onnxruntime.
-- the plugin execution provider (onnxruntime >= 1.23): ``get_library_path``,
-  ``get_ep_name``, ``register`` and ``session_options``.
+- the plugin execution providers (onnxruntime >= 1.23), one library with two: the CPU
+  provider and the CUDA provider, which serves an NVIDIA GPU with its own allocator and
+  copies (so it runs on a CPU-only onnxruntime build): ``get_library_path``,
+  ``get_ep_name``, ``register``, ``session_options`` (``target="cuda"`` for the GPU) and
+  ``hardware_devices``.
 - the custom-op library (any onnxruntime with C API 16): ``export-ort --as custom-ops``
   copies it beside the model; ``so.register_custom_ops_library(path)`` loads it.
 
@@ -18,12 +21,12 @@ from pathlib import Path
 
 from tilefuse.errors import TilefuseError
 from tilefuse.ort.export import ExportResult, export_ort
-from tilefuse.ort.stitch import EP_NAME
+from tilefuse.ort.stitch import CUDA_EP_NAME, EP_NAME
 
 MIN_EP_VERSION = (1, 23)  # plugin providers that compile nodes
 
-__all__ = ["EP_NAME", "ExportResult", "custom_ops_library_path", "export_ort", "get_ep_name", "get_library_path",
-           "register", "session_options"]
+__all__ = ["CUDA_EP_NAME", "EP_NAME", "ExportResult", "custom_ops_library_path", "export_ort", "get_ep_name",
+           "get_library_path", "hardware_devices", "register", "session_options"]
 
 
 def get_library_path() -> str:
@@ -41,35 +44,62 @@ def custom_ops_library_path() -> str:
     return str(library("custom-ops"))
 
 
-def get_ep_name() -> str:
-    return EP_NAME
+def get_ep_name(target: str = "cpu") -> str:
+    """The provider that runs kernels exported for ``target`` ("cpu", or "cuda[:arch]")."""
+    return CUDA_EP_NAME if target.startswith("cuda") else EP_NAME
 
 
 def _version(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in v.split("+")[0].split(".")[:2] if x.isdigit())
 
 
-def register(name: str = EP_NAME) -> str:
-    """Register the provider library with onnxruntime (once per process); its name."""
+def register(name: str = EP_NAME, library: str | Path | None = None) -> str:
+    """Register the provider library with onnxruntime (once per process); its name.
+
+    ``library``: a built library to use (for example one carried to a machine without a C
+    compiler) instead of building ``get_library_path()``.
+    """
     import onnxruntime as ort
 
     if _version(ort.__version__) < MIN_EP_VERSION:
         raise TilefuseError(f"the tilefuse execution provider needs onnxruntime >= 1.23, this is {ort.__version__}; "
                             "export with --as custom-ops and register the custom-op library instead")
     if not any(d.ep_name == EP_NAME for d in ort.get_ep_devices()):
-        ort.register_execution_provider_library(name, str(Path(get_library_path()).resolve()))
+        path = Path(library) if library is not None else Path(get_library_path())
+        ort.register_execution_provider_library(name, str(path.resolve()))
     return name
 
 
-def session_options(options: object | None = None) -> object:
-    """``onnxruntime.SessionOptions`` (``options`` or a new one) with the tilefuse
-    provider added for its CPU device; registers the library first if needed."""
+def hardware_devices() -> list[str]:
+    """What onnxruntime offers plugin providers, one line per hardware device ("GPU vendor
+    0x10de device 0x2335 {...}"): from ``get_hardware_devices`` where onnxruntime has it,
+    else the devices of the providers it lists."""
+    import onnxruntime as ort
+    from onnxruntime.capi import onnxruntime_pybind11_state as C
+
+    listed = getattr(C, "get_hardware_devices", None)
+    devices = listed() if listed else list({id(d.device): d.device for d in ort.get_ep_devices()}.values())
+    return [f"{d.type.name} vendor 0x{d.vendor_id:04x} ({d.vendor or '?'}) device 0x{d.device_id:04x} "
+            f"{dict(d.metadata)}" for d in devices]
+
+
+def session_options(options: object | None = None, target: str = "cpu", library: str | Path | None = None) -> object:
+    """``onnxruntime.SessionOptions`` (``options`` or a new one) with the tilefuse provider
+    for ``target`` added: the CPU provider for its CPU device, or for "cuda" the CUDA
+    provider for its GPU. Registers the library first if needed (``library`` as for
+    ``register``)."""
     import onnxruntime as ort
 
-    register()
+    register(library=library)
+    name = get_ep_name(target)
     so = options if options is not None else ort.SessionOptions()
-    devices = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == name]
     if not devices:
-        raise TilefuseError("onnxruntime lists no device for the tilefuse execution provider after registering it")
-    so.add_provider_for_devices(devices, {})
+        where = "; ".join(hardware_devices()) or "none"
+        raise TilefuseError(f"onnxruntime lists no device for {name} after registering the library. "
+                            f"Hardware devices onnxruntime offers: {where}" +
+                            (". The CUDA provider takes an NVIDIA GPU (vendor 0x10de), or, where onnxruntime "
+                             "offers none, the first GPU the CUDA driver (libcuda.so.1) sees; neither is here"
+                             if name == CUDA_EP_NAME else ""))
+    so.add_provider_for_devices(devices[:1], {})
     return so
