@@ -19,11 +19,10 @@ from tilefuse.errors import TilefuseError
 from tilefuse.frontend.context import TO_ONNX_DTYPE
 from tilefuse.frontend.shapes import runtime_inputs
 from tilefuse.ir.dtypes import DType
+from tilefuse.ort.provider import CUDA_EP_NAME, EP_NAME
 from tilefuse.ort.segment import node_reads
 from tilefuse.plan.model import BufferKind, Kernel, KernelStep, Plan
 
-EP_NAME = "TilefuseExecutionProvider"  # claims the EPContext nodes of CPU kernels
-CUDA_EP_NAME = "TilefuseCudaExecutionProvider"  # those of CUDA kernels, on an NVIDIA GPU
 CUSTOM_DOMAIN = "ai.tilefuse"
 CUSTOM_OP = "FusedKernel"  # a CPU kernel, on the CPU provider
 CUSTOM_OP_CUDA = "FusedKernelCuda"  # a CUDA kernel, on the CUDA provider's compute stream
