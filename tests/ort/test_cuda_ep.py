@@ -249,3 +249,30 @@ def test_check_script_on_onnxruntime_130(fake_exports, fake_driver):
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert report["onnxruntime"].startswith("1.30") and "4/4 exports match" in report["summary"]
     _calls(fake_driver)
+
+
+def test_real_bert_weights_are_rewritten_from_their_names(tmp_path):
+    """gpu_ep_check's --real-bert recipe: regenerated pieces, a carried one, each checked."""
+    import hashlib
+
+    from tests.ort import gpu_ep_check as check
+
+    a = check.regenerate("encoder.layer.0.attention.self.query.weight", (64, 48), np.dtype(np.float16))
+    assert a.dtype == np.float16 and 0 < np.abs(a).max() <= 0.03
+    assert np.array_equal(a, check.regenerate("encoder.layer.0.attention.self.query.weight", (64, 48), np.float16))
+    assert not np.array_equal(a, check.regenerate("other", (64, 48), np.float16))
+    small = np.arange(10, dtype=np.float32)
+    blob = a.tobytes() + small.tobytes()
+    pieces = [{"offset": 0, "length": a.nbytes, "sha256": hashlib.sha256(a.tobytes()).hexdigest(),
+               "regenerate": "encoder.layer.0.attention.self.query.weight", "dtype": a.dtype.str, "shape": [64, 48]},
+              {"offset": a.nbytes, "length": small.nbytes, "sha256": hashlib.sha256(small.tobytes()).hexdigest(),
+               "carried": "c0"}]
+    np.savez(tmp_path / "carried.npz", c0=np.frombuffer(small.tobytes(), np.uint8))
+    (tmp_path / "regen.json").write_text(json.dumps({"file": "model.weights", "size": len(blob), "pieces": pieces}))
+    check.write_weights(tmp_path)
+    assert (tmp_path / "model.weights").read_bytes() == blob
+    pieces[1]["sha256"] = "0" * 64
+    (tmp_path / "regen.json").write_text(json.dumps({"file": "model.weights", "size": len(blob), "pieces": pieces}))
+    (tmp_path / "model.weights").unlink()
+    with pytest.raises(RuntimeError, match="differ from the export's"):
+        check.write_weights(tmp_path)
