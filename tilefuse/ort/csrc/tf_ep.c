@@ -21,8 +21,6 @@
 #define TF_VERSION "0.0.0"
 #endif
 
-#define TF_MAX_FACTORIES 2
-
 typedef struct {
   OrtEp base;
   tf_factory* factory;
@@ -403,16 +401,16 @@ TF_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const OrtApi
                      TF_EP_API, base->GetVersionString());
   }
   if (max_factories < 1) return tf_status(api, ORT_FAIL, "onnxruntime offered no room for a factory");
-  struct { const char* name; tf_target target; } kinds[TF_MAX_FACTORIES] = {
+  static const struct {
+    const char* name;
+    tf_target target;
+  } kinds[] = {
     {TF_EP_NAME, TF_TARGET_CPU},
 #ifdef TF_WITH_CUDA
     {TF_CUDA_EP_NAME, TF_TARGET_CUDA},
 #endif
   };
   size_t wanted = sizeof kinds / sizeof kinds[0];
-#ifndef TF_WITH_CUDA
-  wanted = 1;
-#endif
   for (size_t i = 0; i < wanted && i < max_factories; i++) {
     tf_factory* f = new_factory(api, kinds[i].name, kinds[i].target);
     if (!f) {
