@@ -27,9 +27,11 @@ class Comparison:
         return self.max_abs_error / self.scale
 
 
-def compare_output(name: str, got: np.ndarray, want: np.ndarray) -> Comparison:
+def compare_output(name: str, got: np.ndarray, want: np.ndarray, tolerance: float | None = None) -> Comparison:
+    """``got`` against ``want``: max abs error within ``tolerance`` (default: TOLERANCE for
+    the dtype) times the reference's scale."""
     dtype = str(want.dtype)
-    tol = TOLERANCE.get(dtype, 0.0)
+    tol = TOLERANCE.get(dtype, 0.0) if tolerance is None else tolerance
     if got.dtype != want.dtype:
         return Comparison(name, dtype, float("inf"), 1.0, tol, f"dtype {got.dtype}, expected {want.dtype}")
     if got.shape != want.shape:

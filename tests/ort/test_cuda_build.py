@@ -1,7 +1,10 @@
-"""The CUDA side of the custom-op library, without a GPU: its driver API declarations
-match cuda.h, the launcher compiles against cuda.h's real types, and a CUDA export writes
-FusedKernelCuda nodes with cubins and the launch each needs. Running it takes onnxruntime's
-CUDA provider (onnxruntime-gpu) on an NVIDIA GPU, which neither CI nor the GPU machine has."""
+"""The CUDA side of the libraries, without a GPU: the driver API declarations match
+cuda.h, the launcher and the CUDA execution provider compile against cuda.h's real types,
+and a CUDA export writes EPContext nodes for TilefuseCudaExecutionProvider (or
+FusedKernelCuda nodes for the custom-op library) with cubins and the launch each needs.
+The custom ops need onnxruntime's CUDA provider (onnxruntime-gpu), which neither CI nor the
+GPU machine has; the execution provider runs on any onnxruntime >= 1.23 with an NVIDIA GPU
+(test_cuda_ep.py here, gpu_ep_check.py on the GPU machine)."""
 import ctypes
 import ctypes.util
 import os
@@ -14,8 +17,7 @@ import onnx
 import pytest
 
 from tilefuse.cli.main import main
-from tilefuse.errors import TilefuseError
-from tilefuse.ort import export_ort
+from tilefuse.ort import CUDA_EP_NAME, export_ort
 from tilefuse.ort.build import CSRC
 
 HERE = Path(__file__).resolve().parent
@@ -43,14 +45,26 @@ def test_driver_declarations_match_cuda_h(tmp_path):
 
 @needs_cuda_h
 def test_launcher_compiles_against_cuda_h_types():
-    sources = [str(CSRC / f) for f in ("tf_cuda.c", "tf_kernel.c", "tf_customops.c")]
+    sources = [str(CSRC / f) for f in ("tf_cuda.c", "tf_kernel.c", "tf_customops.c", "tf_ep.c", "tf_ep_cuda.c")]
     done = _cc("-fsyntax-only", "-Wextra", "-DTF_WITH_CUDA", "-DTF_CHECK_CUDA_H", *sources)
     assert done.returncode == 0, done.stderr
 
 
-def test_cuda_export_needs_the_custom_op_library(tmp_path):
-    with pytest.raises(TilefuseError, match="execution provider runs CPU kernels only.*--as custom-ops"):
-        export_ort(EXAMPLE, tmp_path, "cuda:sm_90a", {"batch": 1, "seq": 8}, "ep")
+def test_cuda_export_for_the_execution_provider(tmp_path):
+    """The default export (--as ep) for cuda: EPContext nodes that name the CUDA provider,
+    each descriptor a cubin with its launch."""
+    pytest.importorskip("tilelang")
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc here")
+    result = export_ort(EXAMPLE, tmp_path, "cuda:sm_90a", {"batch": 1, "seq": 8})
+    model = onnx.load(str(result.model_path), load_external_data=False)
+    assert {n.op_type for n in model.graph.node} == {"EPContext"}
+    for node in model.graph.node:
+        attrs = {a.name: a for a in node.attribute}
+        assert attrs["source"].s.decode() == CUDA_EP_NAME and attrs["embed_mode"].i == 0
+        fields = {line.split()[0]: line.split()[1:] for line in (tmp_path / attrs["ep_cache_context"].s.decode())
+                  .read_text().splitlines()}
+        assert fields["target"] == ["cuda"] and fields["library"][0].endswith(".cubin") and "grid" in fields
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Building the onnxruntime libraries from tilefuse's C sources, once, into the cache.
 
-Two libraries come from ``csrc/``: the plugin execution provider (exports only
+Two libraries come from ``csrc/``: the plugin execution providers, CPU and CUDA (exports only
 ``CreateEpFactories`` and ``ReleaseEpFactory``) and the custom-op library (exports only
 ``RegisterCustomOps``). Neither links libonnxruntime: onnxruntime hands them its API table.
 They are built with the system C compiler (``$CC``, else ``cc``) on first use and cached
@@ -22,11 +22,13 @@ from tilefuse.errors import CompileError
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 FLAGS = ("-O2", "-fPIC", "-shared", "-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra")
-# library -> its C files and defines (each also uses tf_kernel.c and the headers). The
-# custom-op library carries the CUDA launcher; it opens libcuda only when a CUDA op runs.
-LIBRARIES = {"ep": (("tf_ep.c",), ()), "custom-ops": (("tf_customops.c", "tf_cuda.c"), ("-DTF_WITH_CUDA",))}
+# library -> its C files and defines (each also uses tf_kernel.c and the headers). Both
+# carry the CUDA launcher (the provider library also its CUDA provider); they open libcuda
+# only when CUDA work comes, so they build and load without CUDA.
+LIBRARIES = {"ep": (("tf_ep.c", "tf_ep_cuda.c", "tf_cuda.c"), ("-DTF_WITH_CUDA",)),
+             "custom-ops": (("tf_customops.c", "tf_cuda.c"), ("-DTF_WITH_CUDA",))}
 COMMON = ("tf_kernel.c",)
-HEADERS = ("ort_abi.h", "tf_kernel.h", "cuda_abi.h")
+HEADERS = ("ort_abi.h", "tf_kernel.h", "cuda_abi.h", "tf_cuda.h", "tf_ep.h")
 _lock = threading.Lock()
 
 

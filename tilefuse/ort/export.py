@@ -3,7 +3,8 @@
 The pipeline, one way: load the model, name its nodes, decide per node whether tilefuse
 claims it (``segment``), compile each convex region of claimed nodes into a Plan with
 the ordinary compiler, then stitch: every kernel step of a plan becomes one node
-(``EPContext`` for the plugin execution provider; ``ai.tilefuse::FusedKernel``, or
+(``EPContext`` for the plugin execution provider, whose ``source`` names the CPU or the
+CUDA provider; ``ai.tilefuse::FusedKernel``, or
 ``FusedKernelCuda`` for CUDA kernels, for the custom-op library) whose inputs and outputs
 are named values of the new model; the plan's constants become initializers; kept nodes
 stay as they were. Written beside the model: the kernels (``kernels/NAME.so`` or
@@ -100,9 +101,6 @@ def export_ort(model: ModelLike, out_dir: str | Path, target: str | Target = "cp
         raise TilefuseError(f"--as must be one of {MODES}, got {mode!r}")
     target = get_target(target) if isinstance(target, str) else target
     cuda = target.name.startswith("cuda:")
-    if cuda and mode == "ep":
-        raise TilefuseError(f"the tilefuse execution provider runs CPU kernels only; for --target {target.name} "
-                            "export with --as custom-ops (the kernels then run on onnxruntime's CUDA provider)")
     work = _load(model)
     input_types = bind_input_types(work, shapes)
     types = _value_types(work, input_types)

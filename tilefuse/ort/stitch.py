@@ -19,10 +19,10 @@ from tilefuse.errors import TilefuseError
 from tilefuse.frontend.context import TO_ONNX_DTYPE
 from tilefuse.frontend.shapes import runtime_inputs
 from tilefuse.ir.dtypes import DType
+from tilefuse.ort.provider import CUDA_EP_NAME, EP_NAME
 from tilefuse.ort.segment import node_reads
 from tilefuse.plan.model import BufferKind, Kernel, KernelStep, Plan
 
-EP_NAME = "TilefuseExecutionProvider"
 CUSTOM_DOMAIN = "ai.tilefuse"
 CUSTOM_OP = "FusedKernel"  # a CPU kernel, on the CPU provider
 CUSTOM_OP_CUDA = "FusedKernelCuda"  # a CUDA kernel, on the CUDA provider's compute stream
@@ -80,7 +80,8 @@ class Stitcher:
 
     def _node(self, name: str, ins: list[str], outs: list[str], rel: str) -> onnx.NodeProto:
         if self.mode == "ep":
-            return helper.make_node("EPContext", ins, outs, name=name, domain="com.microsoft", source=EP_NAME,
+            return helper.make_node("EPContext", ins, outs, name=name, domain="com.microsoft",
+                                    source=CUDA_EP_NAME if self.cuda else EP_NAME,
                                     embed_mode=0, ep_cache_context=rel, main_context=1)
         op = CUSTOM_OP_CUDA if self.cuda else CUSTOM_OP
         return helper.make_node(op, ins, outs, name=name, domain=CUSTOM_DOMAIN, kernel=rel)

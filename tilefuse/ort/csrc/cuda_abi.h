@@ -1,4 +1,4 @@
-/* The parts of the CUDA driver API that tilefuse's custom ops use, declared by tilefuse.
+/* The parts of the CUDA driver API that tilefuse's custom ops and CUDA execution provider use, declared by tilefuse.
  *
  * libcuda is opened at run time (dlopen), so the library builds and loads on machines
  * without CUDA, and needs no CUDA headers. tests/ort/test_cuda_build.py compiles this
@@ -7,6 +7,7 @@
 #ifndef TILEFUSE_CUDA_ABI_H
 #define TILEFUSE_CUDA_ABI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef TF_CHECK_CUDA_H
@@ -14,6 +15,8 @@
  * can be compared with cuda.h's prototypes. */
 #include <cuda.h>
 typedef CUresult tf_CUresult;
+typedef CUdevice tf_CUdevice;
+typedef CUdeviceptr tf_CUdeviceptr;
 typedef CUcontext tf_CUcontext;
 typedef CUmodule tf_CUmodule;
 typedef CUfunction tf_CUfunction;
@@ -28,6 +31,8 @@ typedef CUtensorMapFloatOOBfill tf_CUtensorMapFloatOOBfill;
 #else
 /* C enums without negative values are unsigned int (gcc, clang). */
 typedef unsigned int tf_CUresult; /* 0 is CUDA_SUCCESS */
+typedef int tf_CUdevice;
+typedef unsigned long long tf_CUdeviceptr; /* 64-bit builds */
 typedef struct CUctx_st* tf_CUcontext;
 typedef struct CUmod_st* tf_CUmodule;
 typedef struct CUfunc_st* tf_CUfunction;
@@ -47,6 +52,15 @@ typedef unsigned int tf_CUtensorMapFloatOOBfill;
 
 typedef tf_CUresult (*tf_cuInit_fn)(unsigned int flags);
 typedef tf_CUresult (*tf_cuGetErrorName_fn)(tf_CUresult error, const char** name);
+typedef tf_CUresult (*tf_cuDeviceGetCount_fn)(int* count);
+typedef tf_CUresult (*tf_cuDeviceGet_fn)(tf_CUdevice* device, int ordinal);
+typedef tf_CUresult (*tf_cuDevicePrimaryCtxRetain_fn)(tf_CUcontext* ctx, tf_CUdevice device);
+typedef tf_CUresult (*tf_cuCtxSynchronize_fn)(void);
+typedef tf_CUresult (*tf_cuMemAlloc_fn)(tf_CUdeviceptr* ptr, size_t bytes);
+typedef tf_CUresult (*tf_cuMemFree_fn)(tf_CUdeviceptr ptr);
+typedef tf_CUresult (*tf_cuMemcpyHtoD_fn)(tf_CUdeviceptr dst, const void* src, size_t bytes);
+typedef tf_CUresult (*tf_cuMemcpyDtoH_fn)(void* dst, tf_CUdeviceptr src, size_t bytes);
+typedef tf_CUresult (*tf_cuMemcpyDtoD_fn)(tf_CUdeviceptr dst, tf_CUdeviceptr src, size_t bytes);
 typedef tf_CUresult (*tf_cuStreamGetCtx_fn)(tf_CUstream stream, tf_CUcontext* ctx);
 typedef tf_CUresult (*tf_cuCtxPushCurrent_fn)(tf_CUcontext ctx);
 typedef tf_CUresult (*tf_cuCtxPopCurrent_fn)(tf_CUcontext* ctx);
@@ -68,6 +82,15 @@ typedef tf_CUresult (*tf_cuTensorMapEncodeTiled_fn)(tf_CUtensorMap* map, tf_CUte
 #define TF_CUDA_SYMBOLS(X)                          \
   X(cuInit, "cuInit")                               \
   X(cuGetErrorName, "cuGetErrorName")               \
+  X(cuDeviceGetCount, "cuDeviceGetCount")           \
+  X(cuDeviceGet, "cuDeviceGet")                     \
+  X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") \
+  X(cuCtxSynchronize, "cuCtxSynchronize")           \
+  X(cuMemAlloc, "cuMemAlloc_v2")                    \
+  X(cuMemFree, "cuMemFree_v2")                      \
+  X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                \
+  X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                \
+  X(cuMemcpyDtoD, "cuMemcpyDtoD_v2")                \
   X(cuStreamGetCtx, "cuStreamGetCtx")               \
   X(cuCtxPushCurrent, "cuCtxPushCurrent_v2")        \
   X(cuCtxPopCurrent, "cuCtxPopCurrent_v2")          \

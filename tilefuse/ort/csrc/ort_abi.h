@@ -31,9 +31,9 @@ typedef struct OrtEpGraphSupportInfo OrtEpGraphSupportInfo;
 typedef struct OrtNodeComputeContext OrtNodeComputeContext;
 typedef struct OrtMemoryInfo OrtMemoryInfo;
 typedef struct OrtMemoryDevice OrtMemoryDevice;
-typedef struct OrtAllocator OrtAllocator;
 typedef struct OrtRunOptions OrtRunOptions;
 typedef struct OrtValueInfo OrtValueInfo;
+typedef struct OrtSyncStream OrtSyncStream;
 typedef void OrtApi; /* a table of function pointers: see the slots below */
 
 typedef struct OrtApiBase {
@@ -53,6 +53,13 @@ enum { ORT_OP_ATTR_INT = 1, ORT_OP_ATTR_STRING = 5 };
 /* OrtHardwareDeviceType */
 enum { ORT_HW_CPU = 0, ORT_HW_GPU = 1 };
 
+/* OrtMemoryInfoDeviceType, OrtDeviceMemoryType, OrtAllocatorType */
+enum { ORT_MEM_DEVICE_CPU = 0, ORT_MEM_DEVICE_GPU = 1 };
+enum { ORT_DEVICE_MEMORY_DEFAULT = 0, ORT_DEVICE_MEMORY_HOST_ACCESSIBLE = 5 };
+enum { ORT_DEVICE_ALLOCATOR = 0, ORT_ARENA_ALLOCATOR = 1 };
+
+#define TF_NVIDIA_VENDOR_ID 0x10de /* PCI vendor id */
+
 /* OrtApi slots (indexes into the table). */
 enum {
   SLOT_CreateStatus = 0,
@@ -71,13 +78,18 @@ enum {
   SLOT_KernelContext_GetInput = 90,
   SLOT_KernelContext_GetOutput = 91,
   SLOT_ReleaseStatus = 93,
+  SLOT_ReleaseMemoryInfo = 94,
   SLOT_ReleaseTensorTypeAndShapeInfo = 99,
   SLOT_KernelContext_GetGPUComputeStream = 193,
   SLOT_KernelInfo_GetNodeName = 244,
   SLOT_ReadOpAttr = 272,
   SLOT_GetValueInfoName = 289,
   SLOT_HardwareDevice_Type = 307,
+  SLOT_HardwareDevice_VendorId = 308,
+  SLOT_HardwareDevice_DeviceId = 310,
   SLOT_GetEpApi = 317,
+  SLOT_GetTensorSizeInBytes = 318,
+  SLOT_CreateMemoryInfo_V2 = 320,
   SLOT_Graph_GetModelPath = 334,
   SLOT_Graph_GetNumNodes = 344,
   SLOT_Graph_GetNodes = 345,
@@ -94,7 +106,16 @@ enum {
 /* OrtEpApi slots (the table GetEpApi returns). */
 enum {
   EPSLOT_CreateEpDevice = 0,
+  EPSLOT_ReleaseEpDevice = 1,
   EPSLOT_EpGraphSupportInfo_AddNodesToFuse = 2,
+  EPSLOT_EpDevice_AddAllocatorInfo = 5,
+  EPSLOT_MemoryInfo_GetMemoryDevice = 6,
+  EPSLOT_Value_GetMemoryDevice = 7,
+  EPSLOT_MemoryDevice_AreEqual = 8,
+  EPSLOT_MemoryDevice_GetDeviceType = 9,
+  EPSLOT_MemoryDevice_GetMemoryType = 10,
+  EPSLOT_MemoryDevice_GetVendorId = 11,
+  EPSLOT_MemoryDevice_GetDeviceId = 12,
 };
 
 #define ORT_FN(api, slot, type) ((type)(((void* const*)(api))[slot]))
@@ -120,6 +141,11 @@ typedef OrtStatus* (*KernelContext_GetGPUComputeStream_fn)(const OrtKernelContex
 typedef OrtStatus* (*KernelInfo_GetNodeName_fn)(const OrtKernelInfo*, char* out, size_t* size);
 typedef OrtStatus* (*ReadOpAttr_fn)(const OrtOpAttr*, int type, void* data, size_t len, size_t* out);
 typedef int (*HardwareDevice_Type_fn)(const OrtHardwareDevice*);
+typedef uint32_t (*HardwareDevice_Id_fn)(const OrtHardwareDevice*);
+typedef OrtStatus* (*GetTensorSizeInBytes_fn)(const OrtValue*, size_t* out);
+typedef OrtStatus* (*CreateMemoryInfo_V2_fn)(const char* name, int device_type, uint32_t vendor_id, int32_t device_id,
+                                            int mem_type, size_t alignment, int allocator_type, OrtMemoryInfo** out);
+typedef void (*ReleaseMemoryInfo_fn)(OrtMemoryInfo*);
 typedef const void* (*GetEpApi_fn)(void);
 typedef OrtStatus* (*Graph_GetModelPath_fn)(const OrtGraph*, const char** out);
 typedef OrtStatus* (*Graph_GetNumNodes_fn)(const OrtGraph*, size_t* out);
@@ -131,6 +157,13 @@ typedef OrtStatus* (*GetValueInfoName_fn)(const OrtValueInfo*, const char** out)
 typedef OrtStatus* (*Node_GetAttributeByName_fn)(const OrtNode*, const char* name, const OrtOpAttr** out);
 typedef OrtStatus* (*CreateEpDevice_fn)(void* factory, const OrtHardwareDevice*, const OrtKeyValuePairs* metadata,
                                        const OrtKeyValuePairs* options, OrtEpDevice** out);
+typedef void (*ReleaseEpDevice_fn)(OrtEpDevice*);
+typedef OrtStatus* (*EpDevice_AddAllocatorInfo_fn)(OrtEpDevice*, const OrtMemoryInfo*);
+typedef const OrtMemoryDevice* (*MemoryInfo_GetMemoryDevice_fn)(const OrtMemoryInfo*);
+typedef const OrtMemoryDevice* (*Value_GetMemoryDevice_fn)(const OrtValue*);
+typedef bool (*MemoryDevice_AreEqual_fn)(const OrtMemoryDevice*, const OrtMemoryDevice*);
+typedef int (*MemoryDevice_GetEnum_fn)(const OrtMemoryDevice*); /* device type, memory type */
+typedef uint32_t (*MemoryDevice_GetId_fn)(const OrtMemoryDevice*); /* vendor id, device id */
 typedef OrtStatus* (*AddNodesToFuse_fn)(OrtEpGraphSupportInfo*, const OrtNode* const* nodes, size_t n,
                                         const void* fusion_options);
 
@@ -164,6 +197,29 @@ struct OrtCustomOp {
   void* ReleaseMayInplace;
   void* GetAliasMap;
   void* ReleaseAliasMap;
+};
+
+/* OrtAllocator up to version 18 (Reserve); the later fields (GetStats, AllocOnStream: 23)
+ * are declared so the struct has its full size, and left NULL. */
+typedef struct OrtAllocator OrtAllocator;
+struct OrtAllocator {
+  uint32_t version;
+  void* (*Alloc)(OrtAllocator*, size_t size);
+  void (*Free)(OrtAllocator*, void* p);
+  const OrtMemoryInfo* (*Info)(const OrtAllocator*);
+  void* (*Reserve)(OrtAllocator*, size_t size);
+  OrtStatus* (*GetStats)(const OrtAllocator*, OrtKeyValuePairs** out);
+  void* (*AllocOnStream)(OrtAllocator*, size_t size, OrtSyncStream* stream);
+};
+
+/* OrtDataTransferImpl (1.23). */
+typedef struct OrtDataTransferImpl OrtDataTransferImpl;
+struct OrtDataTransferImpl {
+  uint32_t ort_version_supported;
+  void (*Release)(OrtDataTransferImpl*);
+  bool (*CanCopy)(const OrtDataTransferImpl*, const OrtMemoryDevice* src, const OrtMemoryDevice* dst);
+  OrtStatus* (*CopyTensors)(OrtDataTransferImpl*, const OrtValue** src, OrtValue** dst, OrtSyncStream** streams,
+                            size_t n);
 };
 
 /* OrtNodeComputeInfo (1.23). */
@@ -211,7 +267,7 @@ struct OrtEpFactory {
                                                        const char*, int*);
   OrtStatus* (*CreateAllocator)(OrtEpFactory*, const OrtMemoryInfo*, const OrtKeyValuePairs*, OrtAllocator**);
   void (*ReleaseAllocator)(OrtEpFactory*, OrtAllocator*);
-  OrtStatus* (*CreateDataTransfer)(OrtEpFactory*, void** data_transfer);
+  OrtStatus* (*CreateDataTransfer)(OrtEpFactory*, OrtDataTransferImpl** data_transfer);
   bool (*IsStreamAware)(const OrtEpFactory*);
   OrtStatus* (*CreateSyncStreamForDevice)(OrtEpFactory*, const OrtMemoryDevice*, const OrtKeyValuePairs*, void**);
 };

@@ -15,8 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_abi.h"
-#include "tf_kernel.h"
+#include "tf_cuda.h"
 
 #define TF_MAX_TMA_RANK 5
 #define TF_MAX_LAUNCH_ARGS 64
@@ -44,13 +43,7 @@ struct tf_cuda {
 
 /* ------------------------------------------------------------------ the driver */
 
-typedef struct {
-#define TF_FIELD(name, symbol) tf_##name##_fn name;
-  TF_CUDA_SYMBOLS(TF_FIELD)
-#undef TF_FIELD
-} tf_driver;
-
-static tf_driver g_cu;
+tf_driver tf_cu;
 static char g_cu_error[512];
 static pthread_once_t g_cu_once = PTHREAD_ONCE_INIT;
 
@@ -61,21 +54,32 @@ static void open_driver(void) {
     return;
   }
 #define TF_LOAD(name, symbol)                                                                              \
-  if (!(*(void**)&g_cu.name = dlsym(lib, symbol))) {                                                       \
+  if (!(*(void**)&tf_cu.name = dlsym(lib, symbol))) {                                                      \
     snprintf(g_cu_error, sizeof g_cu_error, "the CUDA driver has no %s (driver too old for sm_90 kernels?)", symbol); \
     return;                                                                                                \
   }
   TF_CUDA_SYMBOLS(TF_LOAD)
 #undef TF_LOAD
-  tf_CUresult r = g_cu.cuInit(0);
-  if (r != 0) snprintf(g_cu_error, sizeof g_cu_error, "cuInit failed (CUresult %u)", (unsigned)r);
+  tf_CUresult r = tf_cu.cuInit(0);
+  if (r != 0)
+    snprintf(g_cu_error, sizeof g_cu_error, "cuInit failed: %s (%u); is there an NVIDIA GPU and a working driver?",
+             tf_cuda_error_name(r), (unsigned)r);
+}
+
+const char* tf_cuda_open(void) {
+  pthread_once(&g_cu_once, open_driver);
+  return g_cu_error[0] ? g_cu_error : NULL;
+}
+
+const char* tf_cuda_error_name(tf_CUresult r) {
+  const char* name = NULL;
+  if (tf_cu.cuGetErrorName) tf_cu.cuGetErrorName(r, &name);
+  return name ? name : "unknown CUDA error";
 }
 
 static OrtStatus* cu_status(const OrtApi* api, const tf_kernel* k, tf_CUresult r, const char* what) {
-  const char* name = NULL;
-  if (g_cu.cuGetErrorName) g_cu.cuGetErrorName(r, &name);
   return tf_status(api, ORT_FAIL, "node %s: kernel %s: %s failed: %s (%u)", k->node, k->name, what,
-                   name ? name : "unknown CUDA error", (unsigned)r);
+                   tf_cuda_error_name(r), (unsigned)r);
 }
 
 /* ------------------------------------------------------------------ the descriptor */
@@ -172,11 +176,11 @@ static OrtStatus* load_function(const OrtApi* api, tf_kernel* k, tf_CUcontext ct
   OrtStatus* st = NULL;
   pthread_mutex_lock(&c->lock);
   if (!c->fn || c->ctx != ctx) {
-    tf_CUresult r = g_cu.cuModuleLoadData(&c->module, c->image);
+    tf_CUresult r = tf_cu.cuModuleLoadData(&c->module, c->image);
     if (r) st = cu_status(api, k, r, "cuModuleLoadData");
-    if (!st && (r = g_cu.cuModuleGetFunction(&c->fn, c->module, k->symbol))) st = cu_status(api, k, r, "cuModuleGetFunction");
+    if (!st && (r = tf_cu.cuModuleGetFunction(&c->fn, c->module, k->symbol))) st = cu_status(api, k, r, "cuModuleGetFunction");
     if (!st && c->smem &&
-        (r = g_cu.cuFuncSetAttribute(c->fn, TF_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)c->smem)))
+        (r = tf_cu.cuFuncSetAttribute(c->fn, TF_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)c->smem)))
       st = cu_status(api, k, r, "cuFuncSetAttribute(dynamic shared memory)");
     if (st) c->fn = NULL;
     else c->ctx = ctx;
@@ -201,36 +205,44 @@ static OrtStatus* launch(const OrtApi* api, tf_kernel* k, void** data, tf_CUstre
     if ((uintptr_t)address % 16)
       return tf_status(api, ORT_FAIL, "node %s: kernel %s: TMA needs 16-byte aligned tensors (param %d)", k->node,
                        k->name, a->param);
-    tf_CUresult r = g_cu.cuTensorMapEncodeTiled(&maps[i], a->dtype, a->rank, address, a->dims, a->strides, a->box,
+    tf_CUresult r = tf_cu.cuTensorMapEncodeTiled(&maps[i], a->dtype, a->rank, address, a->dims, a->strides, a->box,
                                                 a->elem, a->interleave, a->swizzle, a->l2, a->oob);
     if (r) return cu_status(api, k, r, "cuTensorMapEncodeTiled");
     params[i] = &maps[i];
   }
-  tf_CUresult r = g_cu.cuLaunchKernel(c->fn, c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1],
+  tf_CUresult r = tf_cu.cuLaunchKernel(c->fn, c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1],
                                       c->block[2], c->smem, stream, params, NULL);
   return r ? cu_status(api, k, r, "cuLaunchKernel") : NULL;
 }
 
-OrtStatus* tf_cuda_run(const OrtApi* api, tf_kernel* k, OrtKernelContext* ctx) {
+OrtStatus* tf_cuda_launch_in(const OrtApi* api, tf_kernel* k, OrtKernelContext* ctx, tf_CUcontext cu_ctx,
+                             tf_CUstream stream) {
   void* data[2 * TF_MAX_ARGS];
   OrtStatus* st = tf_kernel_bind(api, k, ctx, data);
   if (st) return st;
-  void* stream = NULL;
-  st = ORT_FN(api, SLOT_KernelContext_GetGPUComputeStream, KernelContext_GetGPUComputeStream_fn)(ctx, &stream);
-  if (st) return st;
-  pthread_once(&g_cu_once, open_driver);
-  if (g_cu_error[0]) return tf_status(api, ORT_FAIL, "node %s: %s", k->node, g_cu_error);
-  tf_CUcontext cu_ctx = NULL;
-  if (stream) { /* the provider's stream: run in its context */
-    tf_CUresult r = g_cu.cuStreamGetCtx((tf_CUstream)stream, &cu_ctx);
-    if (r) return cu_status(api, k, r, "cuStreamGetCtx");
-    if ((r = g_cu.cuCtxPushCurrent(cu_ctx))) return cu_status(api, k, r, "cuCtxPushCurrent");
+  const char* why = tf_cuda_open();
+  if (why) return tf_status(api, ORT_FAIL, "node %s: %s", k->node, why);
+  if (cu_ctx) {
+    tf_CUresult r = tf_cu.cuCtxPushCurrent(cu_ctx);
+    if (r) return cu_status(api, k, r, "cuCtxPushCurrent");
   }
   st = load_function(api, k, cu_ctx);
-  if (!st) st = launch(api, k, data, (tf_CUstream)stream);
-  if (stream) {
+  if (!st) st = launch(api, k, data, stream);
+  if (cu_ctx) {
     tf_CUcontext popped;
-    g_cu.cuCtxPopCurrent(&popped);
+    tf_cu.cuCtxPopCurrent(&popped);
   }
   return st;
+}
+
+OrtStatus* tf_cuda_run(const OrtApi* api, tf_kernel* k, OrtKernelContext* ctx) {
+  void* stream = NULL;
+  OrtStatus* st = ORT_FN(api, SLOT_KernelContext_GetGPUComputeStream, KernelContext_GetGPUComputeStream_fn)(ctx, &stream);
+  if (st) return st;
+  tf_CUcontext cu_ctx = NULL;
+  if (stream && !tf_cuda_open()) { /* the provider's stream: run in its context */
+    tf_CUresult r = tf_cu.cuStreamGetCtx((tf_CUstream)stream, &cu_ctx);
+    if (r) return cu_status(api, k, r, "cuStreamGetCtx");
+  }
+  return tf_cuda_launch_in(api, k, ctx, cu_ctx, (tf_CUstream)stream);
 }

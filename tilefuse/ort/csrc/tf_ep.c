@@ -1,9 +1,12 @@
-/* tilefuse as an onnxruntime plugin execution provider (onnxruntime >= 1.23).
+/* tilefuse as onnxruntime plugin execution providers (onnxruntime >= 1.23).
  *
- * GetCapability claims the EPContext nodes (domain com.microsoft) whose `source` is this
- * provider's name, one fused node each; Compile opens the kernel named by the node's
- * `ep_cache_context` (a descriptor path relative to the model) and Compute calls it.
- * Everything else in the model stays with onnxruntime's own providers.
+ * Two factories: TilefuseExecutionProvider runs CPU kernels on the CPU device;
+ * TilefuseCudaExecutionProvider runs CUDA kernels on an NVIDIA GPU, with its own device
+ * memory, allocator and copies (tf_ep_cuda.c). Each one's GetCapability claims the
+ * EPContext nodes (domain com.microsoft) whose `source` is its name, one fused node each;
+ * Compile opens the kernel named by the node's `ep_cache_context` (a descriptor path
+ * relative to the model) and Compute calls or launches it. Everything else in the model
+ * stays with onnxruntime's own providers.
  *
  * Exported: CreateEpFactories and ReleaseEpFactory, nothing else (-fvisibility=hidden).
  */
@@ -12,30 +15,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tf_kernel.h"
+#include "tf_ep.h"
 
 #ifndef TF_VERSION
 #define TF_VERSION "0.0.0"
 #endif
 
-#define TF_EP_NAME "TilefuseExecutionProvider"
-#define TF_EP_API 23 /* plugin providers that compile nodes: onnxruntime 1.23 */
-
-typedef struct {
-  OrtEpFactory base;
-  const OrtApi* api;
-  const void* ep_api;
-} tf_factory;
-
 typedef struct {
   OrtEp base;
   tf_factory* factory;
+  void* cu_ctx; /* the CUDA provider's device context */
 } tf_ep;
 
 typedef struct {
   OrtNodeComputeInfo base;
   const OrtApi* api;
   tf_kernel* kernel;
+  void* cu_ctx;
 } tf_compute;
 
 /* ---------------------------------------------------------------- reading the graph */
@@ -73,7 +69,7 @@ static int node_int_attr(const OrtApi* api, const OrtNode* node, const char* nam
   return !st;
 }
 
-static int is_ours(const OrtApi* api, const OrtNode* node) {
+static int is_ours(const OrtApi* api, const OrtNode* node, const char* ep_name) {
   const char* op = NULL;
   const char* domain = NULL;
   char source[256];
@@ -85,14 +81,13 @@ static int is_ours(const OrtApi* api, const OrtNode* node) {
     return 0;
   }
   return op && domain && !strcmp(op, "EPContext") && !strcmp(domain, "com.microsoft") &&
-         node_string_attr(api, node, "source", source, sizeof source) && !strcmp(source, TF_EP_NAME);
+         node_string_attr(api, node, "source", source, sizeof source) && !strcmp(source, ep_name);
 }
 
 /* ---------------------------------------------------------------- OrtEp */
 
 static const char* ep_get_name(const OrtEp* ep) {
-  (void)ep;
-  return TF_EP_NAME;
+  return ((const tf_ep*)ep)->factory->name;
 }
 
 static OrtStatus* ep_get_capability(OrtEp* this_ptr, const OrtGraph* graph, OrtEpGraphSupportInfo* info) {
@@ -106,7 +101,7 @@ static OrtStatus* ep_get_capability(OrtEp* this_ptr, const OrtGraph* graph, OrtE
   st = ORT_FN(api, SLOT_Graph_GetNodes, Graph_GetNodes_fn)(graph, nodes, n);
   AddNodesToFuse_fn add = ORT_FN(ep->factory->ep_api, EPSLOT_EpGraphSupportInfo_AddNodesToFuse, AddNodesToFuse_fn);
   for (size_t i = 0; !st && i < n; i++)
-    if (is_ours(api, nodes[i])) st = add(info, &nodes[i], 1, NULL);  /* one fused node per kernel */
+    if (is_ours(api, nodes[i], ep->factory->name)) st = add(info, &nodes[i], 1, NULL);  /* one fused node per kernel */
   free(nodes);
   return st;
 }
@@ -118,7 +113,11 @@ static OrtStatus* compute_create_state(OrtNodeComputeInfo* info, OrtNodeComputeC
 }
 
 static OrtStatus* compute_run(OrtNodeComputeInfo* info, void* state, OrtKernelContext* ctx) {
-  return tf_kernel_run(((tf_compute*)info)->api, (const tf_kernel*)state, ctx);
+  tf_compute* c = (tf_compute*)info;
+#ifdef TF_WITH_CUDA
+  if (c->kernel->target == TF_TARGET_CUDA) return tf_gpu_run(c->api, (tf_kernel*)state, ctx, c->cu_ctx);
+#endif
+  return tf_kernel_run(c->api, (const tf_kernel*)state, ctx);
 }
 
 static void compute_release_state(OrtNodeComputeInfo* info, void* state) {
@@ -168,7 +167,8 @@ static OrtStatus* match_values(const OrtApi* api, const OrtNode* node, const Ort
 }
 
 /* The kernel of one claimed graph: its single EPContext node names the descriptor. */
-static OrtStatus* compile_one(const OrtApi* api, const OrtGraph* graph, const OrtNode* fused, tf_compute** out) {
+static OrtStatus* compile_one(const tf_ep* ep, const OrtGraph* graph, const OrtNode* fused, tf_compute** out) {
+  const OrtApi* api = ep->factory->api;
   size_t n = 0;
   const OrtNode* node = NULL;
   const char* node_name = "";
@@ -202,7 +202,7 @@ static OrtStatus* compile_one(const OrtApi* api, const OrtGraph* graph, const Or
                      "load the model from its file", node_name, rel);
   }
   char err[TF_ERR_LEN];
-  tf_kernel* k = tf_kernel_load(dir, rel, node_name, TF_TARGET_CPU, err, sizeof err);
+  tf_kernel* k = tf_kernel_load(dir, rel, node_name, ep->factory->target, err, sizeof err);
   if (!k) return tf_status(api, ORT_NO_SUCHFILE, "%s", err);
   st = match_values(api, node, fused, 0, k->n_in, k->in_index, node_name);
   if (!st) st = match_values(api, node, fused, 1, k->n_out, k->out_index, node_name);
@@ -221,18 +221,19 @@ static OrtStatus* compile_one(const OrtApi* api, const OrtGraph* graph, const Or
   c->base.ReleaseState = compute_release_state;
   c->api = api;
   c->kernel = k;
+  c->cu_ctx = ep->cu_ctx;
   *out = c;
   return NULL;
 }
 
 static OrtStatus* ep_compile(OrtEp* this_ptr, const OrtGraph** graphs, const OrtNode** fused, size_t count,
                              OrtNodeComputeInfo** infos, OrtNode** ep_context_nodes) {
-  const OrtApi* api = ((tf_ep*)this_ptr)->factory->api;
+  const tf_ep* ep = (const tf_ep*)this_ptr;
   for (size_t i = 0; i < count; i++) infos[i] = NULL;
   for (size_t i = 0; i < count; i++) {
     if (ep_context_nodes) ep_context_nodes[i] = NULL;  /* already an EPContext model: nothing to write */
     tf_compute* c = NULL;
-    OrtStatus* st = compile_one(api, graphs[i], fused[i], &c);
+    OrtStatus* st = compile_one(ep, graphs[i], fused[i], &c);
     if (st) {
       for (size_t j = 0; j < i; j++) {
         release_compute((tf_compute*)infos[j]);
@@ -253,8 +254,7 @@ static void ep_release_compute_infos(OrtEp* ep, OrtNodeComputeInfo** infos, size
 /* ---------------------------------------------------------------- OrtEpFactory */
 
 static const char* factory_name(const OrtEpFactory* f) {
-  (void)f;
-  return TF_EP_NAME;
+  return ((const tf_factory*)f)->name;
 }
 
 static const char* factory_vendor(const OrtEpFactory* f) {
@@ -290,10 +290,20 @@ static OrtStatus* factory_devices(OrtEpFactory* this_ptr, const OrtHardwareDevic
 static OrtStatus* factory_create_ep(OrtEpFactory* this_ptr, const OrtHardwareDevice* const* devices,
                                     const OrtKeyValuePairs* const* metadata, size_t n, const OrtSessionOptions* so,
                                     const OrtLogger* logger, OrtEp** out) {
-  (void)devices, (void)metadata, (void)n, (void)so, (void)logger;
+  (void)metadata, (void)so, (void)logger;
   tf_factory* f = (tf_factory*)this_ptr;
+  void* cu_ctx = NULL;
+#ifdef TF_WITH_CUDA
+  if (f->target == TF_TARGET_CUDA) {
+    OrtStatus* st = tf_gpu_session_context(f, devices, n, &cu_ctx);
+    if (st) return st;
+  }
+#else
+  (void)devices, (void)n;
+#endif
   tf_ep* ep = calloc(1, sizeof *ep);
   if (!ep) return tf_status(f->api, ORT_FAIL, "out of memory");
+  ep->cu_ctx = cu_ctx;
   ep->base.ort_version_supported = TF_EP_API;
   ep->base.GetName = ep_get_name;
   ep->base.GetCapability = ep_get_capability;
@@ -327,7 +337,7 @@ static void factory_release_allocator(OrtEpFactory* f, OrtAllocator* a) {
   (void)f, (void)a;
 }
 
-static OrtStatus* factory_create_data_transfer(OrtEpFactory* f, void** out) {
+static OrtStatus* factory_create_data_transfer(OrtEpFactory* f, OrtDataTransferImpl** out) {
   (void)f;
   *out = NULL;  /* CPU memory only: nothing to copy */
   return NULL;
@@ -345,24 +355,15 @@ static OrtStatus* factory_create_stream(OrtEpFactory* f, const OrtMemoryDevice* 
   return NULL;
 }
 
-TF_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const OrtApiBase* base, const OrtLogger* logger,
-                                       OrtEpFactory** factories, size_t max_factories, size_t* num_factories) {
-  (void)registered_name, (void)logger;
-  *num_factories = 0;
-  const OrtApi* api = base->GetApi(TF_EP_API);
-  if (!api) {
-    const OrtApi* v1 = base->GetApi(1);
-    if (!v1) return NULL;
-    return tf_status(v1, ORT_FAIL,
-                     "the plugin execution provider needs onnxruntime 1.23 or newer (C API %d); this onnxruntime is %s. "
-                     "Upgrade onnxruntime, or export with --as custom-ops and use the custom-op library",
-                     TF_EP_API, base->GetVersionString());
-  }
-  if (max_factories < 1) return tf_status(api, ORT_FAIL, "onnxruntime offered no room for a factory");
+TF_EXPORT OrtStatus* ReleaseEpFactory(OrtEpFactory* factory);
+
+static tf_factory* new_factory(const OrtApi* api, const char* name, tf_target target) {
   tf_factory* f = calloc(1, sizeof *f);
-  if (!f) return tf_status(api, ORT_FAIL, "out of memory");
+  if (!f) return NULL;
   f->api = api;
   f->ep_api = ORT_FN(api, SLOT_GetEpApi, GetEpApi_fn)();
+  f->name = name;
+  f->target = target;
   f->base.ort_version_supported = TF_EP_API;
   f->base.GetName = factory_name;
   f->base.GetVendor = factory_vendor;
@@ -377,12 +378,55 @@ TF_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const OrtApi
   f->base.CreateDataTransfer = factory_create_data_transfer;
   f->base.IsStreamAware = factory_stream_aware;
   f->base.CreateSyncStreamForDevice = factory_create_stream;
-  factories[0] = &f->base;
-  *num_factories = 1;
+#ifdef TF_WITH_CUDA
+  if (target == TF_TARGET_CUDA && !tf_gpu_init(f)) {
+    free(f);
+    return NULL;
+  }
+#endif
+  return f;
+}
+
+TF_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const OrtApiBase* base, const OrtLogger* logger,
+                                       OrtEpFactory** factories, size_t max_factories, size_t* num_factories) {
+  (void)registered_name, (void)logger;
+  *num_factories = 0;
+  const OrtApi* api = base->GetApi(TF_EP_API);
+  if (!api) {
+    const OrtApi* v1 = base->GetApi(1);
+    if (!v1) return NULL;
+    return tf_status(v1, ORT_FAIL,
+                     "the plugin execution provider needs onnxruntime 1.23 or newer (C API %d); this onnxruntime is %s. "
+                     "Upgrade onnxruntime, or export with --as custom-ops and use the custom-op library",
+                     TF_EP_API, base->GetVersionString());
+  }
+  if (max_factories < 1) return tf_status(api, ORT_FAIL, "onnxruntime offered no room for a factory");
+  static const struct {
+    const char* name;
+    tf_target target;
+  } kinds[] = {
+    {TF_EP_NAME, TF_TARGET_CPU},
+#ifdef TF_WITH_CUDA
+    {TF_CUDA_EP_NAME, TF_TARGET_CUDA},
+#endif
+  };
+  size_t wanted = sizeof kinds / sizeof kinds[0];
+  for (size_t i = 0; i < wanted && i < max_factories; i++) {
+    tf_factory* f = new_factory(api, kinds[i].name, kinds[i].target);
+    if (!f) {
+      for (size_t j = 0; j < *num_factories; j++) ReleaseEpFactory(factories[j]);
+      *num_factories = 0;
+      return tf_status(api, ORT_FAIL, "out of memory");
+    }
+    factories[(*num_factories)++] = &f->base;
+  }
   return NULL;
 }
 
 TF_EXPORT OrtStatus* ReleaseEpFactory(OrtEpFactory* factory) {
+#ifdef TF_WITH_CUDA
+  tf_gpu_free((tf_factory*)factory);
+#endif
   free(factory);
   return NULL;
 }
