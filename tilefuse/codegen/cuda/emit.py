@@ -558,6 +558,8 @@ class _Emitter:
         if fn is ScalarFn.CAST:
             if dt is DType.BOOL:
                 return f"({args[0]} != {self.const(0, src)})" if src is not DType.BOOL else args[0]
+            if dt in HALF and not src.is_float:  # CUTLASS's half has no single int64 -> half conversion
+                return f'T.Cast("{dt.value}", T.Cast("float32", {args[0]}))'
             return f'T.Cast("{dt.value}", {args[0]})'
         if fn in _UNARY:
             return f"{_UNARY[fn]}({args[0]})"
