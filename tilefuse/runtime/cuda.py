@@ -9,7 +9,8 @@ pointers, and TMA descriptors encoded once per buffer address (``cuTensorMapEnco
 with the arguments TileLang recorded at compile time).
 
 A run copies the feeds in, replays the plan's steps, and copies the requested outputs
-back. A plan of kernels only is captured once as a CUDA graph (every address is fixed at
+back; device feeds (``__cuda_array_interface__``: torch, CuPy) are copied device to device
+and then the outputs stay on the device too (``runtime/device_array.py``). A plan of kernels only is captured once as a CUDA graph (every address is fixed at
 load) and replayed as one launch; a plan with host steps (opaque primitives, run by their
 reference on copies) launches step by step. One arena per session: runs are serialised.
 """
@@ -23,6 +24,7 @@ import numpy as np
 
 from tilefuse.errors import ExecutionError, PlanError
 from tilefuse.plan.model import BufferKind, HostStep, KernelStep, Plan
+from tilefuse.runtime.device_array import DeviceArray, DeviceView
 
 
 def _driver():
@@ -137,23 +139,58 @@ class CudaExecutor:
                 int(launch.get("dynamic_smem", 0)), (tuple(values), tuple(types)), keep)
 
     # -- running -------------------------------------------------------------------------
-    def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str]) -> list[np.ndarray]:
+    def run(self, feeds: Mapping[str, np.ndarray | DeviceView], outputs: Sequence[str]) -> list:
+        """Host feeds give host outputs (numpy); if any feed is a device tensor, the
+        outputs are DeviceArrays (device memory of their own, no host copy)."""
+        cu = self.cu
         with self._lock:
-            self._check(self.cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+            self._check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+            on_device = any(isinstance(a, DeviceView) for a in feeds.values())
+            if on_device:  # the producer's stream is not ours: let its work finish first
+                self._check(cu.cuCtxSynchronize(), "waiting for the device feeds")
             held = []
             for name, a in feeds.items():
+                dst = self.ptr[self._inputs[name]]
+                if isinstance(a, DeviceView):
+                    if a.nbytes:
+                        self._check(cu.cuMemcpyDtoDAsync(dst, a.ptr, a.nbytes, self.stream), f"copying input {name}")
+                    continue
                 a = np.ascontiguousarray(a)
                 held.append(a)
-                self._h2d(self.ptr[self._inputs[name]], a)
+                self._h2d(dst, a)
             self.launch_all()
-            results = []
+            results: list = []
             for name in outputs:
                 buf = self.plan.buffers[self._outputs[name]]
-                out = np.empty(buf.type.shape, buf.type.dtype.numpy)
-                self._d2h(out, self.ptr[buf.id])
+                if on_device:
+                    ptr = int(self._check(cu.cuMemAlloc(max(buf.nbytes, 256)), "cuMemAlloc"))
+                    out = DeviceArray(ptr, buf.type.dtype.numpy, buf.type.shape, self)
+                    if buf.nbytes:
+                        self._check(cu.cuMemcpyDtoDAsync(ptr, self.ptr[buf.id], buf.nbytes, self.stream),
+                                    f"copying output {name}")
+                else:
+                    out = np.empty(buf.type.shape, buf.type.dtype.numpy)
+                    self._d2h(out, self.ptr[buf.id])
                 results.append(out)
-            self._check(self.cu.cuStreamSynchronize(self.stream), "running the plan")
+            self._check(cu.cuStreamSynchronize(self.stream), "running the plan")
             return results
+
+    def download(self, a: DeviceArray) -> np.ndarray:
+        """A host copy of a DeviceArray this executor made."""
+        out = np.empty(a.shape, a.dtype)
+        with self._lock:
+            self._check(self.cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+            self._d2h(out, a.ptr)
+            self._check(self.cu.cuStreamSynchronize(self.stream), "copying a device array")
+        return out
+
+    def free(self, ptr: int) -> None:
+        """Release a DeviceArray's memory (its finaliser; errors at shutdown are moot)."""
+        try:
+            self.cu.cuCtxSetCurrent(self.ctx)
+            self.cu.cuMemFree(ptr)
+        except Exception:  # noqa: BLE001 - interpreter teardown
+            pass
 
     def launch_all(self) -> None:
         """The whole plan on the session's stream: one graph launch where there is a graph."""

@@ -55,7 +55,7 @@ class InferenceSession:
         if executor is None:
             raise PlanError(f"no runtime for target {self.plan.target!r} in this tilefuse; runtimes: {sorted(EXECUTORS)}")
         self._executor = executor(self.plan)
-        self._check = FeedChecker(self.plan.input_types())
+        self._check = FeedChecker(self.plan.input_types(), allow_device=hasattr(self._executor, "download"))
         self._outputs = [name for name, _ in self.plan.output_types()]
 
     def get_inputs(self) -> list[NodeArg]:
@@ -65,7 +65,9 @@ class InferenceSession:
         return [_arg(n, t) for n, t in self.plan.output_types()]
 
     def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, object]) -> list[np.ndarray]:
-        """The requested outputs (all when None), in that order, as fresh arrays."""
+        """The requested outputs (all when None), in that order, as fresh arrays. On a CUDA
+        plan, feeds may be GPU tensors (``__cuda_array_interface__``: torch, CuPy); then
+        the outputs are ``DeviceArray``s that stay on the GPU."""
         names = list(self._outputs) if output_names is None else list(output_names)
         unknown = [n for n in names if n not in self._outputs]
         if unknown:
