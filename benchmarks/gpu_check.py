@@ -34,6 +34,7 @@ def build(args) -> int:
     import onnxruntime as ort
 
     import models
+    from tilefuse.compare import TOLERANCE
     from tilefuse.compiler import compile
 
     ROOT.mkdir(parents=True, exist_ok=True)
@@ -41,19 +42,21 @@ def build(args) -> int:
     failed = 0
     for name in names:
         for dtype in args.dtypes:
-            tag = f"{name}-{dtype}"
+            tag = f"{name}-{dtype}" + (f"-as-{args.precision}" if args.precision != "fp32" else "")
             t0 = time.perf_counter()
             try:
                 shapes = models.ZOO[name].shapes("tiny")
                 path = models.build(name, "tiny", dtype)
-                plan = compile(path, "cuda:sm_90a", shapes)
+                plan = compile(path, "cuda:sm_90a", shapes, precision=args.precision)
                 plan.save(ROOT / f"{tag}.tfplan")
                 feeds = models.random_inputs(path, shapes, seed=random.randrange(2**31))
                 sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
                 names_out = [o.name for o in sess.get_outputs()]
                 expected = dict(zip(names_out, sess.run(names_out, feeds)))
+                tol = {"fp16": TOLERANCE["float16"], "bf16": TOLERANCE["bfloat16"]}.get(args.precision)
                 np.savez(ROOT / f"{tag}.npz", **{f"in:{k}": v for k, v in feeds.items()},
-                         **{f"out:{k}": v for k, v in expected.items()})
+                         **{f"out:{k}": v for k, v in expected.items()},
+                         **({"tolerance": np.float64(tol)} if tol else {}))
                 print(f"{tag:32s} built: {len(plan.kernels)} kernels, {len(plan.steps)} steps, "
                       f"{time.perf_counter() - t0:.1f} s", flush=True)
             except Exception as e:  # report every model, then fail
@@ -79,7 +82,8 @@ def run(args) -> int:
             sess = InferenceSession(plan_dir)
             names = list(expected)
             got = sess.run(names, feeds)
-            checks = [compare_output(n, g, expected[n]) for n, g in zip(names, got)]
+            tol = float(data["tolerance"]) if "tolerance" in data.files else None  # a --precision build
+            checks = [compare_output(n, g, expected[n], tolerance=tol) for n, g in zip(names, got)]
             row["outputs"] = {c.name: {"ok": c.ok, "max_abs_err": c.max_abs_error, "problem": c.problem} for c in checks}
             row["ok"] = all(c.ok for c in checks)
             executor = sess._executor
@@ -110,6 +114,7 @@ def main() -> int:
     b = sub.add_parser("build")
     b.add_argument("--models", nargs="+")
     b.add_argument("--dtypes", nargs="+", default=["float32"])
+    b.add_argument("--precision", default="fp32", help="compile float32 models with --precision (fp16, bf16)")
     r = sub.add_parser("run")
     r.add_argument("--out")
     r.add_argument("--repeats", type=int, default=50)

@@ -10,6 +10,7 @@ from tilefuse.errors import TilefuseError
 from tilefuse.frontend import import_onnx
 from tilefuse.frontend.importer import ModelLike
 from tilefuse.frontend.loader import load_model
+from tilefuse.frontend.precision import with_precision
 from tilefuse.frontend.shapes import ShapeSpec
 from tilefuse.ir.graph import Graph
 from tilefuse.partition import Partition, partition_graph
@@ -31,16 +32,19 @@ class Compiled:
     notes: list[str] = field(default_factory=list)
 
 
-def compile(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None) -> Plan:
-    """Compile ``model`` for ``target`` into an in-memory Plan (``plan.save(path)``)."""
-    return compile_model(model, target, shapes).plan
+def compile(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None,
+            precision: str = "fp32") -> Plan:
+    """Compile ``model`` for ``target`` into an in-memory Plan (``plan.save(path)``);
+    ``precision`` "fp16"/"bf16" runs a float32 model's arithmetic in that type."""
+    return compile_model(model, target, shapes, precision).plan
 
 
-def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None) -> Compiled:
+def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None,
+                  precision: str = "fp32") -> Compiled:
     target = get_target(target) if isinstance(target, str) else target
     proto = load_model(model)
     source_sha = _sha256(model, proto)
-    graph = import_onnx(proto, shapes)  # ONNX -> ir.Graph (verified)
+    graph = with_precision(import_onnx(proto, shapes), precision)  # ONNX -> ir.Graph (verified)
     compiled = compile_graph(graph, target, source_sha, len(proto.graph.node))
     if isinstance(model, (str, os.PathLike)):
         compiled.plan.source_path = str(Path(model).resolve())

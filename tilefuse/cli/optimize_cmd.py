@@ -10,6 +10,7 @@ from tqdm import tqdm
 
 from tilefuse.frontend import import_onnx
 from tilefuse.frontend.loader import load_model
+from tilefuse.frontend.precision import with_precision
 from tilefuse.partition import partition_graph
 from tilefuse.partition.summary import format_explain, format_summary, summarize_partition
 from tilefuse.target import get_target
@@ -20,6 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", help="an .onnx file")
     add_shape_arg(p)
     p.add_argument("--target", default="cpu", help="cpu (default) or cuda:sm_90a")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "tf32"],
+                   help="arithmetic of float32 models: fp16/bf16 convert weights and activations "
+                        "(inputs and outputs keep their dtypes; accumulation stays float32)")
     p.add_argument("--dry-run", action="store_true", help="stop after partitioning")
     p.add_argument("--summary-json", metavar="FILE", help="write the partition summary as JSON")
     p.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report")
@@ -34,14 +38,14 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         proto = load_model(args.model)
         onnx_nodes = len(proto.graph.node)
-        graph = import_onnx(proto, shapes)
+        graph = with_precision(import_onnx(proto, shapes), args.precision)
         partition = partition_graph(graph, target)
         compiled = None
     else:
         from tilefuse.compiler import compile_model
 
         with tqdm(total=1, desc=f"compiling for {target.name}", unit="model", leave=False, disable=None) as bar:
-            compiled = compile_model(args.model, target, shapes)
+            compiled = compile_model(args.model, target, shapes, precision=args.precision)
             bar.update(1)
         partition, onnx_nodes = compiled.partition, compiled.onnx_nodes
     summary = summarize_partition(partition, onnx_nodes)
