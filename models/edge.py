@@ -114,12 +114,14 @@ def graph_gather_neg() -> onnx.ModelProto:
 
 def graph_where_cast_clip() -> onnx.ModelProto:
     """Where on a computed condition, float->int32->float Cast (truncates toward zero),
-    int64->float and bool->float Casts, Clip with only ``max`` given."""
+    int64->float and bool->float Casts, Clip with only ``max`` given. The scale before the
+    int Cast is a power of two: the product is exact in float16 too, so no input lands on
+    a rounding tie that implementations may break differently before truncation."""
     nodes = [
         helper.make_node("Equal", ["m", "zero_i"], ["is0"]),
         helper.make_node("Clip", ["x", "", "half"], ["clipped"]),             # min omitted
         helper.make_node("Where", ["is0", "x", "clipped"], ["w"]),
-        helper.make_node("Mul", ["w", "three"], ["w3"]),
+        helper.make_node("Mul", ["w", "four"], ["w3"]),
         helper.make_node("Cast", ["w3"], ["wi"], to=TensorProto.INT32),
         helper.make_node("Cast", ["wi"], ["wf"], to=TensorProto.FLOAT),
         helper.make_node("Cast", ["m"], ["mf"], to=TensorProto.FLOAT),
@@ -133,7 +135,7 @@ def graph_where_cast_clip() -> onnx.ModelProto:
         nodes, [_vi("x", ["N", 16]), _vi("m", ["N", 16], TensorProto.INT64)],
         [_vi("z", ["N", 16])],
         {"zero_i": np.array(0, np.int64), "zero_f": np.array(0.0, np.float32),
-         "half": np.array(0.5, np.float32), "three": np.array(3.0, np.float32),
+         "half": np.array(0.5, np.float32), "four": np.array(4.0, np.float32),
          "lo": np.array(-1.0, np.float32), "hi": np.array(2.5, np.float32)},
         13, "edge_where_cast_clip")
 
