@@ -6,8 +6,8 @@
  * /sys/class/drm/cardN, which exists only where the driver's DRM module is loaded; where
  * it offers no GPU but the CUDA driver sees one, the provider pairs CUDA device 0 with
  * the CPU hardware device instead: onnxruntime takes a plugin provider's memory from the
- * device memory info registered on its OrtEpDevice, not from the hardware device. (The
- * project's H200 machine has no /sys/class/drm: there onnxruntime offers the CPU only.)
+ * device memory info registered on its OrtEpDevice, not from the hardware device. (On
+ * the project's H200 machine, onnxruntime 1.30 offered the GPU itself on 2026-11-29.)
  *
  * Memory. Each device has a device memory info (GPU, NVIDIA, DEFAULT memory);
  * onnxruntime asks CreateAllocator for its allocator, whose Alloc and Free are cuMemAlloc
