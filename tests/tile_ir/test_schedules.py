@@ -168,3 +168,22 @@ def test_a_column_count_without_divisors_gets_a_partial_last_tile():
     run_program(low.program, [x, np.ascontiguousarray(w), out])
     want = (x.astype(np.float32) @ w.astype(np.float32)).astype(np.float16)
     np.testing.assert_allclose(out.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
+def test_a_group_too_large_for_the_gpu_says_so_clearly():
+    """Max pooling of a ResNet-50 stem (staged schedule, whole tensors on chip) does not fit
+    a GPU block: the error names the kernel, the schedule, both sizes and the target."""
+    import pytest
+
+    from tilefuse.errors import GraphError
+    from tilefuse.ir import Builder, DType, TensorType
+    from tilefuse.ir.prims import ReduceFn, WindowReduce
+    from tilefuse.target import CUDA_SM90A
+
+    b = Builder("pool")
+    x = b.input("x", TensorType(DType.FLOAT32, (1, 64, 112, 112)))
+    b.output("y", b.emit1(WindowReduce(ReduceFn.MAX, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)), x))
+    (group,) = partition_graph(b.graph, CUDA_SM90A).groups
+    with pytest.raises(GraphError, match=r"kernel \S+: the staged schedule needs \d+ KB of on-chip tile buffers, "
+                                         r"more than the 227 KB a cuda:sm_90a block has"):
+        lower_group(group, CUDA_SM90A)

@@ -39,7 +39,10 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
     if target is not None and not target.name.startswith("cpu"):
         onchip = sum(math.prod(b.shape) * b.dtype.itemsize for b in p.allocs)
         if onchip > target.onchip_bytes:
-            raise GraphError(f"{p.name}: {onchip} bytes of tile buffers > {target.onchip_bytes} on {target.name}")
+            how = p.notes[0].split(":")[0] if p.notes else "its"
+            raise GraphError(f"kernel {p.name}: the {how} schedule needs {onchip // 1024} KB of on-chip tile buffers, "
+                             f"more than the {target.onchip_bytes // 1024} KB a {target.name} block has; this group has "
+                             f"no schedule for {target.name} at this size yet")
 
 
 def _check_buffer(p: TileProgram, b: Buffer, known: dict[str, Buffer]) -> None:
