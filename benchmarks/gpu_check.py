@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import sys
 import time
@@ -31,9 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent / "build" / "gpu"
 
 
 def build(args) -> int:
-    import onnxruntime as ort
-
     import models
+    from models.reference import save_reference
     from tilefuse.compare import TOLERANCE
     from tilefuse.compiler import compile
 
@@ -49,14 +47,8 @@ def build(args) -> int:
                 path = models.build(name, "tiny", dtype)
                 plan = compile(path, "cuda:sm_90a", shapes, precision=args.precision)
                 plan.save(ROOT / f"{tag}.tfplan")
-                feeds = models.random_inputs(path, shapes, seed=random.randrange(2**31))
-                sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-                names_out = [o.name for o in sess.get_outputs()]
-                expected = dict(zip(names_out, sess.run(names_out, feeds)))
                 tol = {"fp16": TOLERANCE["float16"], "bf16": TOLERANCE["bfloat16"]}.get(args.precision)
-                np.savez(ROOT / f"{tag}.npz", **{f"in:{k}": v for k, v in feeds.items()},
-                         **{f"out:{k}": v for k, v in expected.items()},
-                         **({"tolerance": np.float64(tol)} if tol else {}))
+                save_reference(path, shapes, ROOT / f"{tag}.npz", **({"tolerance": np.float64(tol)} if tol else {}))
                 print(f"{tag:32s} built: {len(plan.kernels)} kernels, {len(plan.steps)} steps, "
                       f"{time.perf_counter() - t0:.1f} s", flush=True)
             except Exception as e:  # report every model, then fail
@@ -66,6 +58,7 @@ def build(args) -> int:
 
 
 def run(args) -> int:
+    from models.reference import load_reference
     from tilefuse.compare import compare_output
     from tilefuse.runtime import InferenceSession
 
@@ -77,8 +70,7 @@ def run(args) -> int:
         row: dict = {"model": tag}
         try:
             data = np.load(ROOT / f"{tag}.npz")
-            feeds = {k[3:]: data[k] for k in data.files if k.startswith("in:")}
-            expected = {k[4:]: data[k] for k in data.files if k.startswith("out:")}
+            feeds, expected = load_reference(data)
             sess = InferenceSession(plan_dir)
             names = list(expected)
             got = sess.run(names, feeds)

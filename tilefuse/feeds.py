@@ -1,6 +1,7 @@
 """Checking user-supplied inputs against what a model or plan expects."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -33,21 +34,62 @@ def check_feeds(expected: Sequence[tuple[str, TensorType]], feeds: Mapping[str, 
             out[name] = device  # type: ignore[assignment]
             continue
         array = np.asarray(feeds[name])
-        try:
-            got = DType.from_numpy(array.dtype)
-        except TypeError:
-            raise InputError(f"input {name!r}: expected {t.dtype}, got numpy dtype {array.dtype}") from None
-        if got is not t.dtype:
-            raise InputError(f"input {name!r}: expected dtype {t.dtype}, got {got}")
-        if tuple(array.shape) != t.shape:
-            raise InputError(f"input {name!r}: expected shape {list(t.shape)}, got {list(array.shape)}")
+        _check_type(name, array.dtype, tuple(array.shape), t)
         out[name] = array
     return out
 
 
-def _device_feed(name: str, value: object, t: TensorType, allow: bool):
-    from tilefuse.runtime.device_array import device_view
+def _check_type(name: str, dtype: np.dtype, shape: tuple[int, ...], t: TensorType, where: str = "") -> None:
+    """InputError unless ``dtype`` and ``shape`` are exactly ``t``'s; ``where`` says where the
+    tensor lives when that is not the host."""
+    try:
+        got = DType.from_numpy(dtype)
+    except TypeError:
+        raise InputError(f"input {name!r}: expected {t.dtype}, got {'device' if where else 'numpy'} dtype {dtype}") from None
+    on = f" ({where})" if where else ""
+    if got is not t.dtype:
+        raise InputError(f"input {name!r}: expected dtype {t.dtype}, got {got}{on}")
+    if shape != t.shape:
+        raise InputError(f"input {name!r}: expected shape {list(t.shape)}, got {list(shape)}{on}")
 
+
+@dataclass(frozen=True)
+class DeviceView:
+    """A borrowed, C-contiguous device tensor: where it is, its dtype and shape."""
+
+    ptr: int
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+def device_view(obj: object) -> DeviceView | None:
+    """The device tensor behind ``obj``, or None if it is not one. Raises ValueError for
+    a device tensor the runtime cannot read as it is (strided, or a dtype numpy lacks)."""
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is None:
+        return None
+    shape = tuple(int(d) for d in cai["shape"])
+    dtype = np.dtype(cai["typestr"])
+    strides = cai.get("strides")
+    if strides is not None and tuple(strides) != _c_strides(shape, dtype.itemsize):
+        raise ValueError(f"a strided device tensor (strides {tuple(strides)}); pass a contiguous one")
+    ptr, _readonly = cai["data"]
+    return DeviceView(int(ptr or 0), dtype, shape)
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    out, step = [], itemsize
+    for d in reversed(shape):
+        out.append(step)
+        step *= d
+    return tuple(reversed(out))
+
+
+def _device_feed(name: str, value: object, t: TensorType, allow: bool) -> DeviceView | None:
     try:
         view = device_view(value)
     except ValueError as e:
@@ -56,14 +98,7 @@ def _device_feed(name: str, value: object, t: TensorType, allow: bool):
         return None
     if not allow:
         raise InputError(f"input {name!r} is a GPU tensor; this plan runs on the CPU: pass a host array")
-    try:
-        got = DType.from_numpy(view.dtype)
-    except TypeError:
-        raise InputError(f"input {name!r}: expected {t.dtype}, got device dtype {view.dtype}") from None
-    if got is not t.dtype:
-        raise InputError(f"input {name!r}: expected dtype {t.dtype}, got {got} (on the GPU)")
-    if view.shape != t.shape:
-        raise InputError(f"input {name!r}: expected shape {list(t.shape)}, got {list(view.shape)} (on the GPU)")
+    _check_type(name, view.dtype, view.shape, t, "on the GPU")
     return view
 
 

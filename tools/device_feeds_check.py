@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import torch
 
+from models.reference import load_reference
 from tilefuse.runtime import DeviceArray, InferenceSession
 
 plan, npz = sys.argv[1], sys.argv[2]
-data = np.load(npz)
-feeds = {k[3:]: data[k] for k in data if k.startswith("in:")}
+feeds, _ = load_reference(npz)
 sess = InferenceSession(plan)
 host = sess.run(None, feeds)
 device = sess.run(None, {k: torch.from_numpy(v).cuda() for k, v in feeds.items()})

@@ -30,7 +30,6 @@ import argparse
 import hashlib
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -56,6 +55,7 @@ def build(args) -> int:
     import onnxruntime as ort
 
     import models
+    from models.reference import save_reference
     from tilefuse.ort import export_ort, get_library_path
 
     root = Path(args.root)
@@ -71,7 +71,7 @@ def build(args) -> int:
                 shapes = models.ZOO[name].shapes("tiny")
                 path = models.build(name, "tiny", dtype)
                 result = export_ort(path, root / tag, "cuda:sm_90a", shapes, "ep")
-                save_reference(path, shapes, root / f"{tag}.npz", ort)
+                save_reference(path, shapes, root / f"{tag}.npz")
                 print(f"{tag:18s} exported: {result.kernel_nodes} kernel nodes for {result.claimed_nodes} ONNX nodes, "
                       f"{len(result.kept)} kept by onnxruntime, {time.perf_counter() - t0:.1f} s", flush=True)
             except Exception as e:  # report every model, then fail
@@ -80,7 +80,7 @@ def build(args) -> int:
     if args.real_bert:
         t0 = time.perf_counter()
         try:
-            build_real_bert(root, ort)
+            build_real_bert(root)
             print(f"{'bert-base-float16':18s} exported, weights to regenerate, {time.perf_counter() - t0:.1f} s")
         except Exception as e:
             failed += 1
@@ -94,17 +94,6 @@ def build(args) -> int:
         print(f"more than {MAX_BYTES >> 20} MiB to carry")
         return 1
     return 1 if failed else 0
-
-
-def save_reference(path: Path, shapes, out: Path, ort) -> None:
-    """Fresh random inputs and plain onnxruntime's outputs (CPU, the original model)."""
-    import models
-
-    feeds = models.random_inputs(path, shapes, seed=random.randrange(2**31))
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    np.savez(out, **{f"in:{k}": v for k, v in feeds.items()},
-             **{f"out:{k}": v for k, v in zip(names, sess.run(names, feeds))})
 
 
 def regenerate(name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -121,13 +110,14 @@ def regenerate(name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray
     return ((u - np.float32(0.5)) * np.float32(0.06)).astype(dtype).reshape(shape)
 
 
-def build_real_bert(root: Path, ort) -> None:
+def build_real_bert(root: Path) -> None:
     """bert-base float16 with regenerable weights: the export, without its weight file,
     and the recipe to write that file again (see the module doc)."""
     import onnx
     from onnx import numpy_helper
 
     import models
+    from models.reference import save_reference
     from tilefuse.ort import export_ort
 
     tag, shapes = "bert-base-float16", models.ZOO["bert"].shapes("real")
@@ -143,7 +133,7 @@ def build_real_bert(root: Path, ort) -> None:
     onnx.save(model, str(source))
     try:
         export_ort(source, root / tag, "cuda:sm_90a", shapes, "ep")
-        save_reference(source, shapes, root / f"{tag}.npz", ort)
+        save_reference(source, shapes, root / f"{tag}.npz")
     finally:
         source.unlink()
     folder = root / tag
@@ -191,14 +181,14 @@ def write_weights(folder: Path) -> None:
 
 
 def run_one(ort, folder: Path, library: Path, repeats: int) -> dict:
+    from models.reference import load_reference
     from tilefuse.compare import compare_output
     from tilefuse.ort import session_options
 
     if (folder / "regen.json").is_file():
         write_weights(folder)
     data = np.load(folder.parent / f"{folder.name}.npz")
-    feeds = {k[3:]: data[k] for k in data.files if k.startswith("in:")}
-    expected = {k[4:]: data[k] for k in data.files if k.startswith("out:")}
+    feeds, expected = load_reference(data)
     t0 = time.perf_counter()
     sess = ort.InferenceSession(str(folder / "model.onnx"), session_options(target="cuda", library=library))
     created = time.perf_counter() - t0

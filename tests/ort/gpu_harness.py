@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import random
 import sys
 import time
 import traceback
@@ -49,9 +48,8 @@ ONNX_TO_NUMPY = {1: np.float32, 10: np.float16, 11: np.float64, 6: np.int32, 7: 
 
 
 def build(args) -> int:
-    import onnxruntime as ort
-
     import models
+    from models.reference import save_reference
     from tilefuse.ort import export_ort
 
     ROOT.mkdir(parents=True, exist_ok=True)
@@ -65,11 +63,7 @@ def build(args) -> int:
                 shapes = models.ZOO[name].shapes("tiny")
                 path = models.build(name, "tiny", dtype)
                 result = export_ort(path, ROOT / tag, "cuda:sm_90a", shapes, "custom-ops")
-                feeds = models.random_inputs(path, shapes, seed=random.randrange(2**31))
-                sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-                outs = [o.name for o in sess.get_outputs()]
-                np.savez(ROOT / f"{tag}.npz", **{f"in:{k}": v for k, v in feeds.items()},
-                         **{f"out:{k}": v for k, v in zip(outs, sess.run(outs, feeds))})
+                save_reference(path, shapes, ROOT / f"{tag}.npz")
                 print(f"{tag:28s} exported: {result.kernel_nodes} kernel nodes, {time.perf_counter() - t0:.1f} s",
                       flush=True)
             except Exception as e:  # report every model, then fail
@@ -288,6 +282,8 @@ def run_export(cu, stream, folder: Path, feeds: dict[str, np.ndarray]) -> dict[s
 def run(args) -> int:
     from cuda.bindings import driver as cu
 
+    from models.reference import load_reference
+
     from tilefuse.compare import compare_output
 
     check(cu, cu.cuInit(0))
@@ -299,8 +295,7 @@ def run(args) -> int:
     for folder in sorted(p for p in ROOT.iterdir() if p.is_dir()):
         total += 1
         data = np.load(ROOT / f"{folder.name}.npz")
-        feeds = {k[3:]: data[k] for k in data.files if k.startswith("in:")}
-        expected = {k[4:]: data[k] for k in data.files if k.startswith("out:")}
+        feeds, expected = load_reference(data)
         try:
             got = run_export(cu, stream, folder, feeds)
             checks = [compare_output(n, got[n], w) for n, w in expected.items()]

@@ -5,10 +5,9 @@ import numpy as np
 import pytest
 
 from tilefuse.errors import InputError
-from tilefuse.feeds import check_feeds
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.types import TensorType
-from tilefuse.runtime.device_array import DeviceView, device_view
+from tilefuse.feeds import DeviceView, check_feeds, device_view
 
 
 class FakeGpuTensor:

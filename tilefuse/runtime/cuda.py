@@ -24,7 +24,8 @@ import numpy as np
 
 from tilefuse.errors import ExecutionError, PlanError
 from tilefuse.plan.model import BufferKind, HostStep, KernelStep, Plan
-from tilefuse.runtime.device_array import DeviceArray, DeviceView
+from tilefuse.feeds import DeviceView
+from tilefuse.runtime.device_array import DeviceArray
 
 
 def _driver():

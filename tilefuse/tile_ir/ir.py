@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn, ScalarFn
@@ -240,6 +241,26 @@ _FOLD = {
 
 
 _BOOL_IOPS = frozenset({IOp.LT, IOp.LE, IOp.GE, IOp.EQ, IOp.AND, IOp.OR})
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    """The expressions directly inside ``e``."""
+    if isinstance(e, IndexOp):
+        return (e.a, e.b)
+    if isinstance(e, Load):
+        return e.indices
+    if isinstance(e, Call):
+        return e.args
+    return ()
+
+
+def subexpressions(e: Expr) -> Iterator[Expr]:
+    """``e`` and every expression inside it."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(children(x))
 
 
 def dtype_of(e: Expr) -> DType:

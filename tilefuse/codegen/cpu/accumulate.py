@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tilefuse.tile_ir.ir import Buffer, Call, Expr, IndexOp, Load, Loop, LoopKind, Scope, Stmt, Store, Var, const_index
+from tilefuse.tile_ir.ir import (Buffer, Call, Expr, IndexOp, Load, Loop, LoopKind, Scope, Stmt, Store, Var, children,
+                                 const_index, subexpressions)
 
 
 def running_reduction(loop: Loop, local: frozenset[str], name: str) -> tuple[Buffer, list[Stmt]] | None:
@@ -48,40 +49,20 @@ def running_reduction(loop: Loop, local: frozenset[str], name: str) -> tuple[Buf
 
 
 def _uses(e: Expr, names: set[str]) -> bool:
-    if isinstance(e, Var):
-        return e.name in names
-    if isinstance(e, IndexOp):
-        return _uses(e.a, names) or _uses(e.b, names)
-    if isinstance(e, Load):
-        return any(_uses(i, names) for i in e.indices)
-    if isinstance(e, Call):
-        return any(_uses(a, names) for a in e.args)
-    return False
+    return any(isinstance(x, Var) and x.name in names for x in subexpressions(e))
 
 
 def _contains(e: Expr, target: Expr) -> bool:
-    if e == target:
-        return True
-    if isinstance(e, IndexOp):
-        return _contains(e.a, target) or _contains(e.b, target)
-    if isinstance(e, Load):
-        return any(_contains(i, target) for i in e.indices)
-    if isinstance(e, Call):
-        return any(_contains(a, target) for a in e.args)
-    return False
+    return any(x == target for x in subexpressions(e))
 
 
 def _reads_other(e: Expr, buf: Buffer, here: Load) -> bool:
     """Whether ``e`` reads ``buf`` anywhere but at the accumulated element."""
     if e == here:
         return False
-    if isinstance(e, Load):
-        return e.buffer == buf or any(_reads_other(i, buf, here) for i in e.indices)
-    if isinstance(e, IndexOp):
-        return _reads_other(e.a, buf, here) or _reads_other(e.b, buf, here)
-    if isinstance(e, Call):
-        return any(_reads_other(a, buf, here) for a in e.args)
-    return False
+    if isinstance(e, Load) and e.buffer == buf:
+        return True
+    return any(_reads_other(c, buf, here) for c in children(e))
 
 
 def _swap(e: Expr, old: Expr, new: Expr) -> Expr:

@@ -63,6 +63,7 @@ from tilefuse.tile_ir.ir import (
     TileProgram,
     Var,
     dtype_of,
+    subexpressions,
 )
 
 HALF = {DType.FLOAT16, DType.BFLOAT16}
@@ -637,15 +638,7 @@ def _accumulation(body: tuple[Stmt, ...]) -> tuple[Store, Loop, Store] | None:
 
 
 def _mentions(e: Expr, v: Var) -> bool:
-    if isinstance(e, Var):
-        return e == v
-    if isinstance(e, IndexOp):
-        return _mentions(e.a, v) or _mentions(e.b, v)
-    if isinstance(e, Load):
-        return any(_mentions(i, v) for i in e.indices)
-    if isinstance(e, Call):
-        return any(_mentions(a, v) for a in e.args)
-    return False
+    return any(x == v for x in subexpressions(e))
 
 
 def _offset_of(e: Expr, v: Var) -> Expr | None:
@@ -682,13 +675,7 @@ def _fold(update: Store, dtype: DType) -> tuple[str, float, Expr] | None:
 
 
 def _reads(e: Expr, buffer: Buffer) -> bool:
-    if isinstance(e, Load):
-        return e.buffer == buffer or any(_reads(i, buffer) for i in e.indices)
-    if isinstance(e, Call):
-        return any(_reads(a, buffer) for a in e.args)
-    if isinstance(e, IndexOp):
-        return _reads(e.a, buffer) or _reads(e.b, buffer)
-    return False
+    return any(isinstance(x, Load) and x.buffer == buffer for x in subexpressions(e))
 
 
 def _fragment_reduce(r: ReduceTile, threads: int) -> bool:
