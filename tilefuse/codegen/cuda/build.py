@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tilefuse.codegen.cuda.emit import TileLangSource
-from tilefuse.codegen.cuda.tilelang_lower import PASS_CONFIG, KernelParam, Lowered, lower_module, tilelang_version
+from tilefuse.codegen.cuda.tilelang_lower import DEFAULT_PASS_CONFIG, KernelParam, Lowered, lower_module, tilelang_version
 from tilefuse.codegen.toolchain import compiler_failed, write_atomic
 from tilefuse.errors import CompileError
 
@@ -57,7 +57,7 @@ def arch_flags(arch: str) -> list[str]:
 def cache_key(source: TileLangSource, arch: str) -> str:
     _, nvcc_version = find_nvcc()
     h = hashlib.sha256()
-    for part in (source.text, tilelang_version(), repr(PASS_CONFIG), nvcc_version, " ".join(NVCC_FLAGS), arch):
+    for part in (source.text, tilelang_version(), repr(sorted(DEFAULT_PASS_CONFIG.items())), nvcc_version, " ".join(NVCC_FLAGS), arch):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()

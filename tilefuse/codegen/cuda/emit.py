@@ -68,6 +68,11 @@ from tilefuse.tile_ir.ir import (
 
 HALF = {DType.FLOAT16, DType.BFLOAT16}
 T_COPY = True  # plain tile loads through T.copy (cp.async, pipelined; see tile_copy)
+# Kernels whose pipelined K loops hold only T.copy tile loads and products may lower with
+# TMA and a warp-specialised producer (TileLang's default on sm_90a); the rest keep
+# cp.async (see pipeline_config). Part of the module text, so of the build cache key.
+TMA_PIPELINES = False
+EPILOGUE_IN_REGISTERS = True  # accumulators read element by element stay in registers (_own_element_epilogue)
 MAX_ELEMENTS = 2**31 - 1
 MAX_THREADS = 1024
 
@@ -92,6 +97,7 @@ def emit_tilelang(program: TileProgram) -> TileLangSource:
             raise CompileError(f"kernel {program.name}: param {b.name} has {math.prod(b.shape)} elements (> 2^31)")
     emitter = _Emitter(program)
     body = emitter.kernel()
+    emitter.header.insert(0, f"PASS_CONFIG = {emitter.pass_config()!r}")
     stem = kernel_stem(program.name)
     digest = hashlib.sha256("\n".join([stem, *emitter.header, *body]).encode()).hexdigest()[:10]
     func = f"{stem}_{digest}"
@@ -157,6 +163,15 @@ class _Emitter:
         self.locals: dict[DType, str] = {}  # per-thread accumulators, one per dtype
         self.replaced: dict[tuple[str, tuple[Expr, ...]], str] = {}  # a Load read from a local
         self.partials: list[str] = []  # shared buffers of cooperative reductions, allocated last
+        self.pipelines: list[bool] = []  # per pipelined loop: only T.copy tile loads and products
+
+    def pass_config(self) -> dict[str, bool]:
+        """TileLang pass options for this kernel (the lowering reads ``PASS_CONFIG`` from
+        the module): TMA loads and warp specialisation only where every pipelined loop is
+        plain tile copies and products, else cp.async under TileLang's software pipeline."""
+        if TMA_PIPELINES and self.pipelines and all(self.pipelines):
+            return {}
+        return {"tl.disable_tma_lower": True, "tl.disable_warp_specialized": True}
 
     # -- names -------------------------------------------------------------------------
     def name(self, b: Buffer | Var) -> str:
@@ -218,13 +233,14 @@ class _Emitter:
         for b in p.allocs:
             alloc = "T.alloc_fragment" if b.scope is Scope.FRAGMENT and b.name in register else "T.alloc_shared"
             lines.append(f"{ind}{self.name(b)} = {alloc}({_shape(b.shape)}, {_dt(b.dtype)})")
-            if b.name in register and b.name not in reduced:
+            if b.name in register and b.name not in reduced and not _own_element_epilogue(p.body, b):
                 mirrors[b.name] = Buffer(f"{b.name}_s", b.dtype, b.shape, Scope.SHARED)
                 lines.append(f"{ind}{self.name(mirrors[b.name])} = T.alloc_shared({_shape(b.shape)}, {_dt(b.dtype)})")
-        # An accumulator's epilogue reads it elementwise, often across threads (whole-row
-        # norms): once its last product is done it is copied to shared memory, and the
-        # statements after read the copy.
-        last = {name: max(i for i, st in enumerate(p.body) if name in _gemm_targets((st,))) for name in mirrors}
+        # An accumulator whose epilogue reads other threads' elements (whole-row norms,
+        # transposed stores) is copied to shared memory once its last product is done, and
+        # the statements after read the copy. One read element by element, each by the
+        # thread that holds it, stays in registers.
+        last = {name: _last_gemm(p.body, name) for name in mirrors}
         body: list[str] = []
         for i, st in enumerate(p.body):
             body += self.stmt(st, 2)
@@ -281,9 +297,18 @@ class _Emitter:
             return [ind + head] + self.block(loops[-1].body, depth + 1)
         if s.kind is LoopKind.PIPELINED and s.stages > 1:
             head = f"for {self.name(s.var)} in T.Pipelined({s.extent}, num_stages={s.stages}):"
+            self.pipelines.append(all(isinstance(x, Gemm) or self._copy_nest(x) for x in s.body))
         else:
             head = f"for {self.name(s.var)} in T.serial({s.extent}):"
         return [ind + head] + self.block(s.body, depth + 1)
+
+    def _copy_nest(self, s: Stmt) -> bool:
+        if not (isinstance(s, Loop) and s.kind is LoopKind.PARALLEL):
+            return False
+        loops = [s]
+        while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], Loop) and loops[-1].body[0].kind is LoopKind.PARALLEL:
+            loops.append(loops[-1].body[0])  # type: ignore[arg-type]
+        return self.tile_copy(loops) is not None
 
     def local(self, dtype: DType) -> str:
         if dtype not in self.locals:
@@ -684,6 +709,67 @@ def _fragment_reduce(r: ReduceTile, threads: int) -> bool:
     rows, cols = r.src.shape
     pow2 = all(x & (x - 1) == 0 for x in (rows, cols))
     return r.fn in _REDUCE and pow2 and (rows * cols) % threads == 0
+
+
+def _last_gemm(stmts: tuple[Stmt, ...], name: str) -> int:
+    return max(i for i, st in enumerate(stmts) if name in _gemm_targets((st,)))
+
+
+def _own_element_epilogue(stmts: tuple[Stmt, ...], acc: Buffer) -> bool:
+    """True where every read of accumulator ``acc`` after its last product is
+    ``acc[i, j]`` inside a parallel nest over exactly ``acc``'s shape (i, j its loop
+    variables in order): TileLang then lays the nest out as the accumulator's fragment,
+    and every thread reads its own registers. EPILOGUE_IN_REGISTERS switches it off."""
+    if not EPILOGUE_IN_REGISTERS:
+        return False
+    after = stmts[_last_gemm(stmts, acc.name) + 1:]
+
+    def nest_ok(s: Stmt) -> bool:
+        loops = [s]
+        while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], Loop) and loops[-1].body[0].kind is LoopKind.PARALLEL:
+            loops.append(loops[-1].body[0])  # type: ignore[arg-type]
+        own = tuple(l.var for l in loops)
+        if tuple(l.extent for l in loops) != acc.shape:
+            return not any(_stmt_reads(x, acc) for x in _statements((s,)))
+        for x in _statements(loops[-1].body):
+            if isinstance(x, Loop):
+                if any(_stmt_reads(y, acc) for y in _statements(x.body)):
+                    return False
+                continue
+            for e in _stmt_exprs(x):
+                if any(isinstance(y, Load) and y.buffer == acc and y.indices != own for y in subexpressions(e)):
+                    return False
+        return True
+
+    for s in after:
+        if isinstance(s, Loop) and s.kind is LoopKind.PARALLEL:
+            if not nest_ok(s):
+                return False
+        elif any(_stmt_reads(x, acc) for x in _statements((s,))):
+            return False
+    return True
+
+
+def _stmt_exprs(s: Stmt) -> tuple[Expr, ...]:
+    if isinstance(s, Store):
+        return (s.value, *s.indices)
+    return ()
+
+
+def _stmt_reads(s: Stmt, buffer: Buffer) -> bool:
+    if isinstance(s, (Gemm, ReduceTile, Copy)):
+        return any(b == buffer for b in _stmt_buffers(s))
+    return any(_reads(e, buffer) for e in _stmt_exprs(s))
+
+
+def _stmt_buffers(s: Stmt) -> tuple[Buffer, ...]:
+    if isinstance(s, Gemm):
+        return (s.a, s.b, s.c)
+    if isinstance(s, ReduceTile):
+        return (s.src, s.dst)
+    if isinstance(s, Copy):
+        return (s.src.buffer, s.dst.buffer)
+    return ()
 
 
 def _statements(stmts: tuple[Stmt, ...]):

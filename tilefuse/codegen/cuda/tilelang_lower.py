@@ -23,10 +23,10 @@ from pathlib import Path
 from tilefuse.errors import CompileError
 
 TILELANG_VERSION = "0.1.15"
-# T.copy becomes cp.async under TileLang's software pipeline. TMA with warp specialisation
-# made a bert-base plan stall on the H200 (benchmarks/NOTES.md), so both stay off. Part of
-# the build cache key.
-PASS_CONFIG = (("tl.disable_tma_lower", True), ("tl.disable_warp_specialized", True))
+# Pass options come from the kernel module (``PASS_CONFIG``, chosen per kernel by the
+# emitter); a module without one lowers with TMA and warp specialisation off (T.copy ->
+# cp.async under TileLang's software pipeline).
+DEFAULT_PASS_CONFIG = {"tl.disable_tma_lower": True, "tl.disable_warp_specialized": True}
 _LOCK = threading.Lock()
 
 
@@ -69,8 +69,8 @@ def lower_module(path: Path, func: str, arch: str, kernel: str) -> Lowered:
     tilelang_version()
     with _LOCK:
         try:
-            prim = _load(path, func)
-            return _lower(prim, arch)
+            prim, config = _load(path, func)
+            return _lower(prim, arch, config)
         except CompileError:
             raise
         except Exception as e:  # TileLang reports problems as many exception types
@@ -90,10 +90,10 @@ def _load(path: Path, func: str):
         spec.loader.exec_module(module)
     finally:
         sys.modules.pop(name, None)
-    return getattr(module, func)
+    return getattr(module, func), dict(getattr(module, "PASS_CONFIG", DEFAULT_PASS_CONFIG))
 
 
-def _lower(prim, arch: str) -> Lowered:
+def _lower(prim, arch: str, config: dict) -> Lowered:
     import tilelang
     from tilelang import tvm
     from tvm import tirx
@@ -101,7 +101,7 @@ def _lower(prim, arch: str) -> Lowered:
     from tvm.tirx.stmt_functor import post_order_visit
 
     target = Target({"kind": "cuda", "arch": arch})
-    with tvm.transform.PassContext(opt_level=3, config=dict(PASS_CONFIG)), target:
+    with tvm.transform.PassContext(opt_level=3, config=config), target:
         art = tilelang.lower(prim, target=target)
 
     data_param = {}

@@ -1,0 +1,265 @@
+"""Products on the GPU machine: tilefuse's GEMM + epilogue kernels against cuBLAS.
+
+    python benchmarks/gpu_gemm.py pack [--variants default] [--shapes ffn_up ffn_down square]  # here
+    PYTHONPATH=. python benchmarks/gpu_gemm.py run [--out DIR]                                  # on the H200
+
+``pack`` builds one-product ONNX models (fp16), compiles each for cuda:sm_90a under each
+code-generation variant (``VARIANTS``: the knobs of the emitter and the target that a
+change to the product schedule would move) and keeps the plans without weights
+(build/gpu_gemm/SHAPE-VARIANT.tfplan). ``run`` synthesises weights and inputs there
+(seeded normal), runs every plan in a child process (a kernel that hangs costs its
+timeout, not the call), checks the output against torch in float32 on the same GPU
+(1e-2 relative to the output's scale), and times it (CUDA graph replays, median of
+``--repeats``), beside cuBLAS through torch on the bare product (``torch.matmul``) and
+on the product with the same epilogue in eager torch. TFLOP/s counts 2*M*N*K.
+
+The issue's bar: GEMM + epilogue >= 90% of cuBLAS's throughput on large shapes.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent / "build" / "gpu_gemm"
+
+# name: (M rows as [batch, seq] or [m], K, N, epilogue)
+SHAPES = {
+    "ffn_up": ((32, 128), 768, 3072, "bias_gelu"),  # bert-base batch 32 FFN-up
+    "ffn_down": ((32, 128), 3072, 768, "bias_residual"),  # bert-base batch 32 FFN-down
+    "qkv": ((32, 128), 768, 2304, "bias"),  # the three projections as one product
+    "square": ((2048,), 2048, 2048, "none"),  # the issue's 2048^3
+    "big": ((8192,), 8192, 8192, "none"),
+}
+
+
+def _model(shape: str) -> bytes:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rows, k, n, epi = SHAPES[shape]
+    rng = np.random.default_rng(0)
+    h = TensorProto.FLOAT16
+    x = helper.make_tensor_value_info("x", h, [*rows, k])
+    y = helper.make_tensor_value_info("y", h, [*rows, n])
+    inits = [numpy_helper.from_array((rng.standard_normal((k, n)) * 0.02).astype(np.float16), "w")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p" if epi != "none" else "y"])]
+    inputs = [x]
+    if epi != "none":
+        inits.append(numpy_helper.from_array((rng.standard_normal(n) * 0.02).astype(np.float16), "b"))
+        nodes.append(helper.make_node("Add", ["p", "b"], ["pb" if epi != "bias" else "y"]))
+    if epi == "bias_gelu":
+        for name, v in (("half", 0.5), ("one", 1.0), ("rsqrt2", 0.7071067811865476)):
+            inits.append(numpy_helper.from_array(np.array(v, np.float16), name))
+        nodes += [helper.make_node("Mul", ["pb", "rsqrt2"], ["s"]), helper.make_node("Erf", ["s"], ["e"]),
+                  helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["pb", "e1"], ["g"]),
+                  helper.make_node("Mul", ["g", "half"], ["y"])]
+    if epi == "bias_residual":
+        inputs.append(helper.make_tensor_value_info("r", h, [*rows, n]))
+        nodes.append(helper.make_node("Add", ["pb", "r"], ["y"]))
+    g = helper.make_graph(nodes, shape, inputs, [y], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(m)
+    return m.SerializeToString()
+
+
+@contextlib.contextmanager
+def _variant(name: str):
+    """Code-generation knobs for one variant; restored afterwards."""
+    from tilefuse import target as tmod
+    from tilefuse.codegen.cuda import emit
+
+    if name == "default":
+        yield tmod.CUDA_SM90A
+        return
+    knobs = dict(tma="tma" in name.split("-"), regs="mirror" not in name.split("-"))
+    inflight = {"s3": 100 * 1024, "s3k128": 200 * 1024}
+    saved = (emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, tmod.CUDA_SM90A)
+    emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS = knobs["tma"], knobs["regs"]
+    patched = tmod.CUDA_SM90A
+    for part in name.split("-"):
+        if part in inflight:
+            patched = dataclasses.replace(patched, inflight_bytes=inflight[part])
+    try:
+        yield patched
+    finally:
+        emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, tmod.CUDA_SM90A = saved
+
+
+def pack(args) -> int:
+    from tilefuse.compiler import compile_model
+
+    ROOT.mkdir(parents=True, exist_ok=True)
+    for shape in args.shapes:
+        model = _model(shape)
+        for variant in args.variants:
+            t0 = time.perf_counter()
+            with _variant(variant) as target:
+                compiled = compile_model(model, target)
+            out = ROOT / f"{shape}-{variant}.tfplan"
+            compiled.plan.save(out)
+            (out / "weights.safetensors").unlink()
+            notes = [n for low in compiled.lowered.values() for n in low.program.notes]
+            (out / "variant.json").write_text(json.dumps({"shape": shape, "variant": variant, "notes": notes}))
+            print(f"{shape}-{variant}: {len(compiled.plan.kernels)} kernels, {notes}, "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+    return 0
+
+
+def _inputs(sess, rng) -> dict:
+    return {i.name: rng.standard_normal(i.shape).astype(np.float16) for i in sess.get_inputs()}
+
+
+def run_one(plan_dir: Path, repeats: int) -> dict:
+    """One plan in this process: weights, a correctness check against torch, timings."""
+    import torch
+    from safetensors.numpy import save_file
+
+    from tilefuse.runtime import InferenceSession
+
+    meta = json.loads((plan_dir / "variant.json").read_text())
+    rows, k, n, epi = SHAPES[meta["shape"]]
+    rng = np.random.default_rng(0)
+    manifest = json.loads((plan_dir / "manifest.json").read_text())
+    weights = {}
+    for b in manifest["buffers"]:
+        if b["kind"] == "constant":
+            scale = 0.02 if b["name"] in ("w", "b") or len(b["shape"]) else 1.0
+            if b["shape"] == []:
+                continue
+            weights[b["name"]] = (rng.standard_normal(b["shape"]) * scale).astype(np.dtype(b["dtype"]))
+    fixed = {b["name"] for b in manifest["buffers"] if b["kind"] == "constant" and b["shape"] == []}
+    if fixed:
+        raise SystemExit(f"scalar constants {fixed} are not synthesised; fold them in the model")
+    save_file(weights, str(plan_dir / "weights.safetensors"))
+    sess = InferenceSession(plan_dir)
+    feeds = _inputs(sess, rng)
+    (y,) = sess.run(None, feeds)
+    t = {name: torch.from_numpy(v).cuda().float() for name, v in {**weights, **feeds}.items()}
+    ref = t["x"] @ t["w"]
+    if epi != "none":
+        ref = ref + t["b"]
+    if epi == "bias_gelu":
+        ref = ref * 0.5 * (1 + torch.erf(ref * 0.7071067811865476))
+    if epi == "bias_residual":
+        ref = ref + t["r"]
+    ref = ref.cpu().numpy()
+    err = float(np.abs(y.astype(np.float32) - ref).max() / max(np.abs(ref).max(), 1e-6))
+    ex = sess._executor
+    ex.timed(20)
+    times = sorted(ex.timed(repeats))
+    kernels = {}
+    for kernel, ms in ex.timed_steps(repeats):
+        kernels.setdefault(kernel, []).append(ms)
+    m = int(np.prod(rows))
+    flops = 2 * m * n * k
+    ms = statistics.median(times)
+    return {"plan": plan_dir.name, **meta, "ms_median": ms, "ms_p10": times[len(times) // 10],
+            "ms_p90": times[(9 * len(times)) // 10], "tflops": flops / ms / 1e9, "rel_err": err, "ok": err <= 1e-2,
+            "kernels_ms": {kname: statistics.median(v) for kname, v in kernels.items()}}
+
+
+def _torch_peers(shape: str, repeats: int) -> list[dict]:
+    import torch
+
+    rows, k, n, epi = SHAPES[shape]
+    m = int(np.prod(rows))
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=g)
+    w = torch.randn(k, n, device="cuda", dtype=torch.float16, generator=g) * 0.02
+    b = torch.randn(n, device="cuda", dtype=torch.float16, generator=g) * 0.02
+    r = torch.randn(m, n, device="cuda", dtype=torch.float16, generator=g)
+
+    def epilogue():
+        y = torch.addmm(b, x, w) if epi != "none" else x @ w
+        if epi == "bias_gelu":
+            y = torch.nn.functional.gelu(y)
+        if epi == "bias_residual":
+            y = y + r
+        return y
+
+    out = []
+    for peer, fn in (("cublas matmul", lambda: x @ w), ("torch eager, same epilogue", epilogue)):
+        for _ in range(20):
+            fn()
+        times = []
+        for _ in range(repeats):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e))
+        times.sort()
+        ms = statistics.median(times)
+        out.append({"shape": shape, "peer": peer, "ms_median": ms, "ms_p10": times[len(times) // 10],
+                    "ms_p90": times[(9 * len(times)) // 10], "tflops": 2 * m * n * k / ms / 1e9})
+    return out
+
+
+def run(args) -> int:
+    out_dir = Path(args.out or os.environ.get("OUT") or ROOT)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows, shapes = [], []
+    for plan_dir in sorted(ROOT.glob("*.tfplan")):
+        cmd = [sys.executable, __file__, "run-one", str(plan_dir), "--repeats", str(args.repeats)]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            if done.returncode != 0:
+                row = {"plan": plan_dir.name, "error": done.stderr.strip()[-2000:]}
+            else:
+                row = json.loads(done.stdout.strip().splitlines()[-1])
+        except subprocess.TimeoutExpired:
+            row = {"plan": plan_dir.name, "error": f"no result within {args.timeout} s (a hang?)"}
+        rows.append(row)
+        shape = json.loads((plan_dir / "variant.json").read_text())["shape"]
+        if shape not in shapes:
+            shapes.append(shape)
+        if "error" in row:
+            print(f"{row['plan']:32s} FAILED: {row['error'][-300:]}", flush=True)
+        else:
+            print(f"{row['plan']:32s} {row['ms_median'] * 1e3:8.1f} us {row['tflops']:6.0f} TFLOP/s "
+                  f"err {row['rel_err']:.1e} {'ok' if row['ok'] else 'WRONG'}  {row['notes']}", flush=True)
+    for shape in shapes:
+        for row in _torch_peers(shape, args.repeats):
+            rows.append(row)
+            print(f"{shape + ' ' + row['peer']:32s} {row['ms_median'] * 1e3:8.1f} us {row['tflops']:6.0f} TFLOP/s", flush=True)
+    (out_dir / "gpu_gemm.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pack")
+    p.add_argument("--shapes", nargs="+", default=["ffn_up", "ffn_down", "qkv", "square"], choices=sorted(SHAPES))
+    p.add_argument("--variants", nargs="+", default=["default"],
+                   help="'-'-joined knobs: tma (TMA + warp specialisation), mirror (epilogue through shared "
+                        "memory), s3 / s3k128 (3-stage K loops of 64 / 128); 'default' is the shipped schedule")
+    r = sub.add_parser("run")
+    r.add_argument("--out")
+    r.add_argument("--repeats", type=int, default=100)
+    r.add_argument("--timeout", type=int, default=120)
+    o = sub.add_parser("run-one")
+    o.add_argument("plan")
+    o.add_argument("--repeats", type=int, default=100)
+    args = ap.parse_args()
+    if args.cmd == "run-one":
+        print(json.dumps(run_one(Path(args.plan), args.repeats)))
+        return 0
+    return pack(args) if args.cmd == "pack" else run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
