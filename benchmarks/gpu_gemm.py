@@ -79,22 +79,27 @@ def _variant(name: str):
     """Code-generation knobs for one variant; restored afterwards."""
     from tilefuse import target as tmod
     from tilefuse.codegen.cuda import emit
+    from tilefuse.tile_ir.lower import attention
 
     if name == "default":
         yield tmod.CUDA_SM90A
         return
     knobs = dict(tma="tma" in name.split("-"), regs="mirror" not in name.split("-"))
     inflight = {"s3": 100 * 1024, "s3k128": 200 * 1024}
-    saved = (emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, tmod.CUDA_SM90A)
+    saved = (emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, attention.KEY_TILE, emit.MIN_BLOCKS_PER_SM)
     emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS = knobs["tma"], knobs["regs"]
     patched = tmod.CUDA_SM90A
     for part in name.split("-"):
         if part in inflight:
             patched = dataclasses.replace(patched, inflight_bytes=inflight[part])
+        if part.startswith("mb"):
+            emit.MIN_BLOCKS_PER_SM = int(part[2:])
+        if part.startswith("kv"):
+            attention.KEY_TILE = int(part[2:])
     try:
         yield patched
     finally:
-        emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, tmod.CUDA_SM90A = saved
+        emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, attention.KEY_TILE, emit.MIN_BLOCKS_PER_SM = saved
 
 
 def pack(args) -> int:
@@ -246,7 +251,8 @@ def main() -> int:
     p.add_argument("--shapes", nargs="+", default=["ffn_up", "ffn_down", "qkv", "square"], choices=sorted(SHAPES))
     p.add_argument("--variants", nargs="+", default=["default"],
                    help="'-'-joined knobs: tma (TMA + warp specialisation), mirror (epilogue through shared "
-                        "memory), s3 / s3k128 (3-stage K loops of 64 / 128); 'default' is the shipped schedule")
+                        "memory), s3 / s3k128 (3-stage K loops of 64 / 128), kvN (attention key tiles of N), mbN (N blocks per SM); "
+                        "'default' is the shipped schedule")
     r = sub.add_parser("run")
     r.add_argument("--out")
     r.add_argument("--repeats", type=int, default=100)

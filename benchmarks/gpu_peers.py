@@ -42,14 +42,17 @@ def pack(args) -> int:
     from tilefuse.compiler import compile_model
 
     ROOT.mkdir(parents=True, exist_ok=True)
+    from gpu_gemm import _variant
+
     for name in args.models:
         for batch in args.batches:
-            tag = f"{name}-{args.dtype}-b{batch}"
+            tag = f"{name}-{args.dtype}-b{batch}" + (f"-{args.variant}" if args.variant != "default" else "")
             t0 = time.perf_counter()
             path = models.build(name, "real", args.dtype)
             shapes = {"batch": batch, "seq": SEQ} if models.ZOO[name].family != "cnn" else {
                 k: (batch, *v[1:]) for k, v in models.ZOO[name].shapes("real").items()}
-            compiled = compile_model(path, "cuda:sm_90a", shapes)
+            with _variant(args.variant) as target:
+                compiled = compile_model(path, target, shapes)
             out = ROOT / f"{tag}.tfplan"
             compiled.plan.save(out)
             (out / "weights.safetensors").unlink()
@@ -137,6 +140,7 @@ def main() -> int:
     p.add_argument("--models", nargs="+", default=["bert"])
     p.add_argument("--batches", nargs="+", type=int, default=[1, 32])
     p.add_argument("--dtype", default="float16")
+    p.add_argument("--variant", default="default", help="code-generation knobs, as in gpu_gemm.py --variants")
     r = sub.add_parser("run")
     r.add_argument("--out")
     r.add_argument("--repeats", type=int, default=100)

@@ -63,7 +63,7 @@ CUDA_SM90A = Target(
     min_tile=32,  # 32x32 still splits into m16n8k16 pieces over 4 warps
     gemm_tile=128,  # 128x128x64 fp16 tiles: two warpgroups of wgmma, cp.async double-buffered
     max_threads=256,
-    accumulator_bytes=64 * 1024,  # 256 threads x 64 fp32 registers: siblings share it (QKV: 3 x 64x128)
+    accumulator_bytes=96 * 1024,  # 256 threads x 96 fp32 registers: siblings share it (QKV: 3 x 128x64, one 128x192 tile)
     inflight_bytes=80 * 1024,  # batch-1 tiles (32x32) are latency-bound: 3 stages of 128-deep K (benchmarks/NOTES.md)
 )
 

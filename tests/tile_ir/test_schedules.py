@@ -138,8 +138,8 @@ def test_product_tiles_shrink_until_the_gpu_is_full():
 
 
 def test_sibling_products_share_the_accumulator_budget():
-    """Three sibling products (Q, K, V) keep 3 accumulators: 64x64 each on the GPU, within
-    its 64 KB of accumulator registers per block."""
+    """Three sibling products (Q, K, V) keep 3 accumulators: 128x64 each on the GPU (one
+    128x192 tile on two warpgroups), within its 96 KB of accumulator registers per block."""
     from tilefuse.target import CUDA_SM90A
 
     group = partition_graph(_matmul_graph(4096, 768, 768, siblings=3), CUDA_SM90A).groups[0]
@@ -147,6 +147,7 @@ def test_sibling_products_share_the_accumulator_budget():
     accumulators = [b for b in program.allocs if b.name.startswith("c_tile")]
     assert len(accumulators) == 3
     assert sum(math.prod(b.shape) * 4 for b in accumulators) <= CUDA_SM90A.accumulator_bytes
+    assert [b.shape for b in accumulators] == [(128, 64)] * 3 and program.threads == 256
 
 
 def test_a_column_count_without_divisors_gets_a_partial_last_tile():

@@ -72,7 +72,10 @@ T_COPY = True  # plain tile loads through T.copy (cp.async, pipelined; see tile_
 # TMA and a warp-specialised producer (TileLang's default on sm_90a); the rest keep
 # cp.async (see pipeline_config). Part of the module text, so of the build cache key.
 TMA_PIPELINES = False
-EPILOGUE_IN_REGISTERS = True  # accumulators read element by element stay in registers (_own_element_epilogue)
+# Blocks of a tensor-core kernel the compiler keeps registers for on one SM (1: TileLang's default)
+MIN_BLOCKS_PER_SM = 1
+EPILOGUE_IN_REGISTERS = True
+STAGED_STORES = True  # epilogue results through a shared tile of the output type, copied out (staged_store)  # accumulators read element by element stay in registers (_own_element_epilogue)
 MAX_ELEMENTS = 2**31 - 1
 MAX_THREADS = 1024
 
@@ -164,6 +167,8 @@ class _Emitter:
         self.replaced: dict[tuple[str, tuple[Expr, ...]], str] = {}  # a Load read from a local
         self.partials: list[str] = []  # shared buffers of cooperative reductions, allocated last
         self.pipelines: list[bool] = []  # per pipelined loop: only T.copy tile loads and products
+        self.register_accs: set[Buffer] = set()  # accumulators the epilogue reads in registers
+        self.staging: list[str] = []  # shared output tiles of staged stores, allocated last
 
     def pass_config(self) -> dict[str, bool]:
         """TileLang pass options for this kernel (the lowering reads ``PASS_CONFIG`` from
@@ -228,12 +233,17 @@ class _Emitter:
         ind = " " * 8
         lines += [ind + x for x in unfold]
         register = _register_buffers(p.body, threads)
+        if MIN_BLOCKS_PER_SM > 1 and any(isinstance(s, Gemm) and _tensor_core(s, threads) for s in _statements(p.body)):
+            lines.append(f"{ind}T.annotate_min_blocks_per_sm({MIN_BLOCKS_PER_SM})")
         reduced = _reduce_buffers(p.body)
         mirrors: dict[str, Buffer] = {}  # tensor-core accumulator -> its shared copy
         for b in p.allocs:
             alloc = "T.alloc_fragment" if b.scope is Scope.FRAGMENT and b.name in register else "T.alloc_shared"
             lines.append(f"{ind}{self.name(b)} = {alloc}({_shape(b.shape)}, {_dt(b.dtype)})")
-            if b.name in register and b.name not in reduced and not _own_element_epilogue(p.body, b):
+            if b.name in register and b.name not in reduced:
+                if _own_element_epilogue(p.body, b):
+                    self.register_accs.add(b)
+                    continue
                 mirrors[b.name] = Buffer(f"{b.name}_s", b.dtype, b.shape, Scope.SHARED)
                 lines.append(f"{ind}{self.name(mirrors[b.name])} = T.alloc_shared({_shape(b.shape)}, {_dt(b.dtype)})")
         # An accumulator whose epilogue reads other threads' elements (whole-row norms,
@@ -249,7 +259,7 @@ class _Emitter:
                     body.append(f"{ind}T.copy({self._names[name]}, {self.name(mirrors[name])})")
                     self.alias[name] = self.name(mirrors[name])
         lines += [f"{ind}{name} = T.alloc_local((1,), {_dt(dt)})" for dt, name in self.locals.items()]
-        lines += [ind + x for x in self.partials]
+        lines += [ind + x for x in self.partials + self.staging]
         return lines + body
 
     def block(self, stmts: tuple[Stmt, ...], depth: int) -> list[str]:
@@ -288,6 +298,9 @@ class _Emitter:
             copy = self.tile_copy(loops)
             if copy is not None:
                 return [ind + copy]
+            staged = self.staged_store(loops, depth)
+            if staged is not None:
+                return staged
             acc = _accumulation(loops[-1].body)
             if acc is not None:
                 shared = self.accumulate_lanes(loops, *acc, depth)
@@ -348,8 +361,18 @@ class _Emitter:
             return None
         if not isinstance(value, Load) or value.buffer.scope is not Scope.GLOBAL or value.buffer.dtype is not dst.dtype:
             return None
+        parts = self.region(value.indices, loops)
+        if parts is None:
+            return None
+        return f"T.copy({self.name(value.buffer)}[{', '.join(parts)}], {self.name(dst)})"
+
+    def region(self, indices: tuple[Expr, ...], loops: list[Loop]) -> list[str] | None:
+        """``indices`` as a rectangle over the nest ``loops``: leading indices free of the
+        loop variables, then each variable once, in order, plus an offset free of them;
+        the slice texts, or None."""
+        names = [l.var for l in loops]
         fixed, parts = True, []
-        for idx in value.indices:
+        for idx in indices:
             used = [v for v in names if _mentions(idx, v)]
             if not used:
                 if not fixed:
@@ -364,9 +387,31 @@ class _Emitter:
             o = self.index(off)
             ext = loops[len(loops) - len(names) - 1].extent
             parts.append(f"{o}:{o} + {ext}" if o != "0" else f"0:{ext}")
-        if names:
+        return None if names else parts
+
+    def staged_store(self, loops: list[Loop], depth: int) -> list[str] | None:
+        """An epilogue nest ``out[c, o0 + i, o1 + j] = f(acc[i, j], ...)`` over a register
+        accumulator: each thread computes its own elements into a shared tile of the
+        output's type, and ``T.copy`` writes the rectangle out with whole-line vector
+        stores (a thread's accumulator elements are scattered over the tile's rows)."""
+        body = loops[-1].body
+        if not STAGED_STORES or len(body) != 1 or not isinstance(body[0], Store) or len(loops) != 2:
             return None
-        return f"T.copy({self.name(value.buffer)}[{', '.join(parts)}], {self.name(dst)})"
+        st = body[0]
+        if st.buffer.scope is not Scope.GLOBAL or not any(_reads(st.value, b) for b in self.register_accs):
+            return None
+        parts = self.region(st.indices, loops)
+        if parts is None:
+            return None
+        ind = " " * 4 * depth
+        tile = f"_out{len(self.staging)}"
+        self.staging.append(f"{tile} = T.alloc_shared({_shape(tuple(l.extent for l in loops))}, {_dt(st.buffer.dtype)})")
+        lets, (value,) = self.render([st.value], [False])
+        names = [self.name(l.var) for l in loops]
+        return ([f"{ind}for {', '.join(names)} in T.Parallel({', '.join(str(l.extent) for l in loops)}):"]
+                + [f"{ind}    {x}" for x in lets]
+                + [f"{ind}    {tile}[{', '.join(names)}] = {value}",
+                   f"{ind}T.copy({tile}, {self.name(st.buffer)}[{', '.join(parts)}])"])
 
     def lanes(self, kept: int, red: int) -> int:
         """Threads that share one reduction: the largest power of two up to 32 that divides

@@ -105,6 +105,10 @@ def lower_attention(group: FusedGroup, name: str, target: Target = CPU) -> tuple
     return _Flash(group, c1, c2, sm, maps[0], name, target).build()
 
 
+QUERY_TILE = 64  # query rows of a tile before fill_cores shrinks it
+KEY_TILE = 64  # keys per step of the online softmax
+
+
 class _Flash:
     def __init__(self, group: FusedGroup, c1: Node, c2: Node, sm: _Softmax, fwd, name: str, target: Target) -> None:
         self.group, self.c1, self.c2, self.sm, self.fwd, self.name = group, c1, c2, sm, fwd, name
@@ -123,7 +127,7 @@ class _Flash:
         dv = c2.outputs[0].type.shape[-1]
         if c2.outputs[0].type.shape[:-2] != batch:
             return None
-        bm, bn = divisor_tile(m, 64), divisor_tile(n, 64)
+        bm, bn = divisor_tile(m, QUERY_TILE), divisor_tile(n, KEY_TILE)
         # query tiles down to half the target's smallest tile where heads x tiles leave cores idle
         (bm,) = fill_cores((m,), [bm], math.prod(batch), self.target.cores, self.target.min_tile // 2)
         kp = kernel_params(self.group)

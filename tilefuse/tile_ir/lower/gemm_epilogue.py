@@ -51,7 +51,9 @@ from tilefuse.tile_ir.ir import (
     Store,
     TileProgram,
     Var,
+    const_index,
     iop,
+    subexpressions,
 )
 from tilefuse.tile_ir.lower import conv_rows
 from tilefuse.tile_ir.lower.common import (
@@ -254,7 +256,10 @@ class _Builder:
         params, buffers = self._params()
         bvars = [Var(f"b{i}") for i in range(len(self.batch))]
         mt, nt = Var("bm"), Var("bn")
-        m0, n0 = iop(IOp.MUL, mt, bm), iop(IOp.MUL, nt, bn)
+        # a grid axis of one tile starts at 0: index arithmetic then simplifies (the
+        # epilogue reads the tile at its own loop indices, which keeps it in registers)
+        m0 = iop(IOp.MUL, mt, bm) if self.m > bm else const_index(0)
+        n0 = iop(IOp.MUL, nt, bn) if self.n > bn else const_index(0)
 
         def column(j: Expr) -> Expr:
             """Column ``j`` of the tile in the product; past a partial last tile, the last
@@ -351,7 +356,12 @@ class _Builder:
                 idx = self.fwd[id(v)](g)
                 return [Store(ob, idx, el.at(v, idx))]
 
-            body += conv_rows.stores(self, el, v, ob, mt, n0, bn, bm) if self.flip else parallel(self.names, (bm, bn), store)
+            if self.flip:
+                body += conv_rows.stores(self, el, v, ob, mt, n0, bn, bm)
+            elif self._rows_innermost(v, bvars, m0, column):  # e.g. K written transposed for attention
+                body += parallel(self.names, (bn, bm), lambda ji, store=store: store((ji[1], ji[0])))
+            else:
+                body += parallel(self.names, (bm, bn), store)
         grid = tuple(self.batch) + (self.m // bm, -(-self.n // bn))
         wide = f", {len(self.cs)} sibling products sharing the A tile" if len(self.cs) > 1 else ""
         if self.first is not None:
@@ -361,8 +371,18 @@ class _Builder:
         notes = (f"gemm+epilogue: tiles {bm}x{bn}x{bk}, grid {grid}{wide}, {stages}-stage K loop",)
         n_in = len(params) - len(self.group.outputs)
         allocs = (*(() if self.depthwise else (ta, *tbs)), *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()))
-        threads = self.max_threads if min(bm, bn) >= 128 else 128  # a 128x128 tile: two warpgroups
+        # two warpgroups for 128 rows of at least 128 accumulator columns (siblings together)
+        threads = self.max_threads if bm >= 128 and len(self.cs) * bn >= 128 else 128
         return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), threads, allocs, tuple(body), notes)
+
+    def _rows_innermost(self, v: Value, bvars, m0: Expr, column) -> bool:
+        """Whether output ``v``'s last (contiguous) axis runs along the tile's rows, not
+        its columns: then its store nest puts the rows innermost, so neighbouring threads
+        write neighbouring elements."""
+        i, j = Var("_row"), Var("_col")
+        last = self.fwd[id(v)](self._product_index(tuple(bvars), iop(IOp.ADD, m0, i), column(j)))[-1]
+        mentions = {id(x) for x in subexpressions(last) if isinstance(x, Var)}
+        return id(i) in mentions and id(j) not in mentions
 
     def _pipeline(self, bm: int, bn: int, bk: int) -> tuple[int, int]:
         """K depth and stages of a plain product tile: a third stage, then a K tile twice as
