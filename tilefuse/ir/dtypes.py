@@ -86,6 +86,24 @@ _TO_NUMPY: dict[DType, np.dtype] = {
 _FROM_NUMPY = {v: k for k, v in _TO_NUMPY.items()}
 
 
+def widens_exactly(src: DType, dst: DType) -> bool:
+    """True if every value of ``src`` is exactly a value of ``dst``: a cast from ``src``
+    to ``dst`` loses nothing (fp16/bf16 -> fp32, int8 -> int32, uint8 -> fp16, bool -> any)."""
+    if src is dst or src is DType.BOOL:
+        return True
+    if dst is DType.BOOL or (src.is_float and not dst.is_float):
+        return False
+    if src.is_int and dst.is_int:
+        a, b = np.iinfo(src.numpy), np.iinfo(dst.numpy)
+        return b.min <= a.min and a.max <= b.max
+    f = ml_dtypes.finfo(dst.numpy)
+    if src.is_int:  # integers up to 2**(mantissa bits + 1) are exact
+        a = np.iinfo(src.numpy)
+        return max(-int(a.min), int(a.max)) <= 2 ** (f.nmant + 1)
+    e = ml_dtypes.finfo(src.numpy)  # floats: enough mantissa, exponent range and subnormals
+    return f.nmant >= e.nmant and f.maxexp >= e.maxexp and f.minexp - f.nmant <= e.minexp - e.nmant
+
+
 def widen_half(x: np.ndarray) -> np.ndarray:
     """Half floats as float32 (where onnxruntime computes them); other arrays unchanged."""
     return x.astype(np.float32) if x.dtype in (np.float16, _TO_NUMPY[DType.BFLOAT16]) else x

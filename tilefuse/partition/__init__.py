@@ -1,13 +1,15 @@
 """Partition: classify primitives, grow fusion groups under a cost model, explain.
 
 ``partition_graph(graph, target)`` is analysis (kinds, rules, costs), then decision
-(grow.py), then the result as ordered FusedGroups, checked by the verifier.
+(grow.py), then rewrites of the grown groups (casts.py: widening casts move into the
+kernels that read them), then the result as ordered FusedGroups, checked by the verifier.
 """
 from __future__ import annotations
 
 import heapq
 
 from tilefuse.ir.graph import Graph
+from tilefuse.partition.casts import sink_widening_casts
 from tilefuse.partition.grow import Grower, grow
 from tilefuse.partition.kinds import FusionKind, fusion_kind
 from tilefuse.partition.model import FusedGroup, Partition, Refusal
@@ -17,25 +19,32 @@ from tilefuse.target import Target
 __all__ = ["FusedGroup", "FusionKind", "Partition", "Refusal", "partition_graph", "verify_partition"]
 
 
-def partition_graph(graph: Graph, target: Target, *, verify: bool = True) -> Partition:
+def partition_graph(graph: Graph, target: Target, *, verify: bool = True, move_casts: bool = True) -> Partition:
+    """Group ``graph``'s nodes into kernels for ``target``. ``move_casts`` lets widening
+    casts move into the kernels that read them, which adds copies of those Cast nodes to
+    ``graph`` (see casts.py)."""
     grower = grow(graph, target)
     ordered = _topological(grower)
-    groups: list[FusedGroup] = []
-    for i, g in enumerate(ordered):
-        nodes = tuple(g.nodes)
-        members = {id(n) for n in nodes}
-        inputs = {}
-        for n in nodes:
-            for v in n.inputs:
-                if v.producer is None or id(v.producer) not in members:
-                    inputs.setdefault(id(v), v)
-        outputs = grower.outputs_of(nodes)
-        kind = max(fusion_kind(n) for n in nodes)
-        groups.append(FusedGroup(i, nodes, kind, tuple(inputs.values()), tuple(outputs), grower.cost(list(nodes))))
-    partition = Partition(graph, target, groups, _refusals(grower, ordered))
+    apart = _apart(grower, ordered)  # asked of the grown groups, before any rewrite
+    members = [list(g.nodes) for g in ordered]
+    recomputed = sink_widening_casts(graph, members, target, grower.cost) if move_casts else []
+    groups = [_fused_group(i, nodes, grower) for i, nodes in enumerate(members)]
+    partition = Partition(graph, target, groups, _refusals(apart, groups), recomputed)
     if verify:
         verify_partition(partition)
     return partition
+
+
+def _fused_group(index: int, nodes: list, grower: Grower) -> FusedGroup:
+    members = {id(n) for n in nodes}
+    inputs = {}
+    for n in nodes:
+        for v in n.inputs:
+            if v.producer is None or id(v.producer) not in members:
+                inputs.setdefault(id(v), v)
+    kind = max(fusion_kind(n) for n in nodes)
+    return FusedGroup(index, tuple(nodes), kind, tuple(inputs.values()), tuple(grower.outputs_of(nodes)),
+                      grower.cost(nodes))
 
 
 def _topological(grower: Grower) -> list:
@@ -59,15 +68,23 @@ def _topological(grower: Grower) -> list:
     return order
 
 
-def _refusals(grower: Grower, ordered: list) -> list[Refusal]:
-    """Why each pair of neighbouring groups stayed apart, asked of the final groups."""
+def _apart(grower: Grower, ordered: list) -> list[tuple[int, int, str]]:
+    """(producer, consumer, why) for each pair of neighbouring grown groups, by position."""
     index = {g.id: i for i, g in enumerate(ordered)}
+    return [
+        (index[g.id], index[c.id],
+         grower.why_not(g, c) or "shared producer kept out of a contraction's kernel (read by several kernels)")
+        for g in ordered
+        for c in grower.consumers(g)
+    ]
+
+
+def _refusals(apart: list[tuple[int, int, str]], groups: list[FusedGroup]) -> list[Refusal]:
+    """The refusals, each naming one edge between the final groups (a moved cast reads
+    its producer's value, not the cast's)."""
+    owner = {id(n): g.id for g in groups for n in g.nodes}
     out = []
-    for g in ordered:
-        for c in grower.consumers(g):
-            reason = grower.why_not(g, c) or "shared producer kept out of a contraction's kernel (read by several kernels)"
-            edge = next(
-                (n, u) for n in g.nodes for v in n.outputs for u in v.users if grower.owner[id(u)] is c
-            )
-            out.append(Refusal(index[g.id], index[c.id], edge[0].name, edge[1].name, reason))
+    for a, b, reason in apart:
+        edge = next((n, u) for n in groups[a].nodes for v in n.outputs for u in v.users if owner[id(u)] == b)
+        out.append(Refusal(a, b, edge[0].name, edge[1].name, reason))
     return out

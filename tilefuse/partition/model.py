@@ -67,6 +67,9 @@ class Partition:
     target: Target
     groups: list[FusedGroup]
     refusals: list[Refusal] = field(default_factory=list)
+    # Nodes that repeat another node's computation in a second kernel (copies of a
+    # widening cast moved into the kernels that read it): not counted as graph work twice.
+    recomputed: list[Node] = field(default_factory=list)
 
     def group_of(self) -> dict[int, FusedGroup]:
         """id(node) -> its group."""

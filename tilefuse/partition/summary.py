@@ -27,12 +27,14 @@ def group_summary(g: FusedGroup, p: Partition) -> dict[str, object]:
 
 
 def summarize_partition(p: Partition, onnx_nodes: int) -> dict[str, object]:
-    unfused = unfused_cost(p.graph.nodes)
+    repeats = {id(n) for n in p.recomputed}  # an unfused runtime computes each value once
+    unfused = unfused_cost(n for n in p.graph.nodes if id(n) not in repeats)
     fused_bytes = sum(g.cost.bytes for g in p.groups)
     return {
         "target": p.target.name,
         "onnx_nodes": onnx_nodes,
-        "primitives": len(p.graph.nodes),
+        "primitives": len(p.graph.nodes) - len(repeats),
+        "recomputed": len(repeats),
         "kernels": len(p.groups),
         "opaque_kernels": sum(1 for g in p.groups if str(g.kind) == "opaque"),
         "unfused_bytes": unfused.bytes,
@@ -64,6 +66,10 @@ def format_summary(s: dict[str, object], top: int = 10) -> str:
         + (f" ({s['opaque_kernels']} opaque)" if s["opaque_kernels"] else ""),
         f"memory traffic: {_human_bytes(s['unfused_bytes'])} unfused -> {_human_bytes(s['fused_bytes'])} fused ({ratio:.0%})",  # type: ignore[arg-type]
         f"estimated time: {s['unfused_estimated_seconds'] * 1e6:.1f} us unfused -> {s['fused_estimated_seconds'] * 1e6:.1f} us fused",  # type: ignore[operator]
+    ]
+    if s.get("recomputed"):
+        lines.append(f"{s['recomputed']} primitives recomputed in a second kernel (widening casts)")
+    lines += [
         "top kernels by estimated time:",
         f"  {'id':>4}  {'kernel':<36} {'prims':>5} {'time us':>9}  bound    bytes",
     ]
