@@ -79,19 +79,24 @@ def _variant(name: str):
     """Code-generation knobs for one variant; restored afterwards."""
     from tilefuse import target as tmod
     from tilefuse.codegen.cuda import emit
-    from tilefuse.tile_ir.lower import attention
+    from tilefuse.tile_ir.lower import attention, rows
 
     if name == "default":
         yield tmod.CUDA_SM90A
         return
     knobs = dict(tma="tma" in name.split("-"), regs="mirror" not in name.split("-"))
     inflight = {"s3": 100 * 1024, "s3k128": 200 * 1024}
-    saved = (emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, attention.KEY_TILE, emit.MIN_BLOCKS_PER_SM)
+    saved = (emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, attention.KEY_TILE, emit.MIN_BLOCKS_PER_SM,
+             rows.ROW_THREADS, rows.ROW_TILE_ELEMS)
     emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS = knobs["tma"], knobs["regs"]
     patched = tmod.CUDA_SM90A
     for part in name.split("-"):
         if part in inflight:
             patched = dataclasses.replace(patched, inflight_bytes=inflight[part])
+        if part.startswith("rt"):
+            rows.ROW_THREADS = int(part[2:])
+        if part.startswith("re"):
+            rows.ROW_TILE_ELEMS = int(part[2:])
         if part.startswith("mb"):
             emit.MIN_BLOCKS_PER_SM = int(part[2:])
         if part.startswith("kv"):
@@ -99,7 +104,8 @@ def _variant(name: str):
     try:
         yield patched
     finally:
-        emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, attention.KEY_TILE, emit.MIN_BLOCKS_PER_SM = saved
+        (emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, attention.KEY_TILE, emit.MIN_BLOCKS_PER_SM,
+         rows.ROW_THREADS, rows.ROW_TILE_ELEMS) = saved
 
 
 def pack(args) -> int:
@@ -251,7 +257,7 @@ def main() -> int:
     p.add_argument("--shapes", nargs="+", default=["ffn_up", "ffn_down", "qkv", "square"], choices=sorted(SHAPES))
     p.add_argument("--variants", nargs="+", default=["default"],
                    help="'-'-joined knobs: tma (TMA + warp specialisation), mirror (epilogue through shared "
-                        "memory), s3 / s3k128 (3-stage K loops of 64 / 128), kvN (attention key tiles of N), mbN (N blocks per SM); "
+                        "memory), s3 / s3k128 (3-stage K loops of 64 / 128), kvN (attention key tiles of N), mbN (N blocks per SM), rtN / reN (row tiles: N threads / N elements); "
                         "'default' is the shipped schedule")
     r = sub.add_parser("run")
     r.add_argument("--out")
