@@ -291,7 +291,8 @@ class _Emitter:
             acc = _accumulation(loops[-1].body)
             if acc is not None:
                 init, inner, update, after = acc
-                shared = None if after or inner.body[0] is not update else self.accumulate_lanes(loops, init, inner, update, depth)
+                single = not after and inner.body[0] is update  # one tap loop, nothing after: lanes may share it
+                shared = self.accumulate_lanes(loops, init, inner, update, depth) if single else None
                 if shared is not None:
                     return shared
                 # a window's running value, read only by its own epilogue, never needs its tile

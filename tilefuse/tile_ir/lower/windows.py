@@ -29,7 +29,7 @@ from tilefuse.target import CPU, Target
 from tilefuse.tile_ir.ir import Buffer, Call, Expr, IOp, Load, Scope, Stmt, Store, TileProgram, Var, const_index, iop
 from tilefuse.tile_ir.lower.common import COMBINE, Names, accumulator_dtype, divisor_tile, identity, parallel, serial, widen
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, window_needs_guard, window_source
-from tilefuse.tile_ir.lower.gemm_epilogue import forward_maps
+from tilefuse.tile_ir.lower.gemm_epilogue import Forward, forward_maps
 from tilefuse.tile_ir.lower.params import kernel_params
 from tilefuse.tile_ir.lower.staged import STAGED
 
@@ -104,7 +104,8 @@ def tile_shape(shape: tuple[int, ...], cap: int, cores: int, least: int) -> list
     return tiles
 
 
-def _build(group: FusedGroup, r: Node, fwd: dict, name: str, target: Target) -> tuple[TileProgram, tuple[Value, ...]]:
+def _build(group: FusedGroup, r: Node, fwd: dict[int, Forward], name: str,
+           target: Target) -> tuple[TileProgram, tuple[Value, ...]]:
     names = Names()
     y = r.outputs[0]
     out_shape = y.type.shape
@@ -139,29 +140,31 @@ def _build(group: FusedGroup, r: Node, fwd: dict, name: str, target: Target) -> 
     def element(i: Index) -> list[Stmt]:
         at = i or (const_index(0),)
         here.append(at)
-        o = list(origin)
+        where = list(origin)
         for d, v in zip(inner, i):
-            o[d] = iop(IOp.ADD, origin[d], v)
+            where[d] = iop(IOp.ADD, origin[d], v)
+        o = tuple(where)
 
         def tap(t: Index) -> list[Stmt]:
             full = [const_index(0)] * len(taps)
             for d, v in zip(wide, t):
                 full[d] = v
-            src, inside = source(tuple(o), tuple(full))
+            src, inside = source(o, tuple(full))
             val = widen(el.at(x, src), dt)
             if inside is not None:
                 val = Call(ScalarFn.WHERE, (inside, val, start), dt)
             return [Store(acc, at, Call(COMBINE[fn], (Load(acc, at), val), dt))]
 
-        stores = [Store(out, fwd[id(v)](tuple(o)), el.at(v, fwd[id(v)](tuple(o))))
-                  for v, out in zip(group.outputs, kp.outputs)]
+        stores = [Store(out, fwd[id(v)](o), el.at(v, fwd[id(v)](o))) for v, out in zip(group.outputs, kp.outputs)]
         return [Store(acc, at, start), *serial(names, [taps[d] for d in wide], tap), *stores]
 
     body = parallel(names, [tiles[d] for d in inner], element)
     elems = math.prod(tiles)
-    kind = "window" if isinstance(r.op, WindowReduce) else "reduce"
-    notes = (f"window: {kind} {fn.value} of {math.prod(taps)} taps per output, tiles of {elems} outputs "
-             f"{tuple(tiles)}, grid {grid}",)
+    if isinstance(r.op, WindowReduce):
+        what = f"{fn.value} of {'x'.join(map(str, taps))} windows, strides {r.op.strides}"
+    else:
+        what = f"{fn.value} over axes {r.op.axes} ({math.prod(taps)} terms)"  # type: ignore[attr-defined]
+    notes = (f"window: {what}, tiles of {elems} outputs {tuple(tiles)}, grid {grid}",)
     program = TileProgram(name, tuple(kp.params), kp.num_inputs, grid, block_vars, min(target.max_threads, elems),
                           (acc,), tuple(body), notes)
     return program, tuple(kp.bindings)
