@@ -32,6 +32,7 @@ class Target:
     accumulator_bytes: int = 1 << 30  # accumulators one plain product tile may hold (GPU: registers)
     inflight_bytes: int = 0  # operand bytes a small product tile keeps loading ahead (GPU); 0: 2 stages of tile_k
     max_group_nodes: int = 512  # cap that keeps pathological graphs tractable
+    window_tile: int = 256  # output elements of a pooling tile (GPU: one per thread of the block)
     # convolution tiles as [out channels x positions] (weights x im2col^T): NCHW outputs are
     # stored along positions, im2col rows are runs of input rows (CPU); else [positions x channels]
     conv_channel_rows: bool = False
@@ -81,6 +82,7 @@ CPU = Target(
     vector_flops=200e9,
     launch_seconds=5e-6,
     row_tile=64,  # a chain tile rereads both weight matrices: more rows, fewer rereads
+    window_tile=4096,  # pooling tiles of whole output planes (56 x 56): few tiles, loops without division
     conv_channel_rows=True,
     max_attention_head_dim=512,
 )

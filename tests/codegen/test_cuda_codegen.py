@@ -79,3 +79,41 @@ def test_operand_tiles_load_through_t_copy_and_rows_reduce_across_threads(zoo_ca
     assert pipelined and all(re.search(r"T\.copy\(in\d+\[", t) for t in pipelined)
     norms = [t for t in texts if "T.sqrt(" in t]
     assert norms and all(re.search(r"_part\d+ = T\.alloc_shared\(\(\d+, (2|4|8|16|32)\)", t) for t in norms)
+
+
+def _pool_programs():
+    """ResNet-50's two pools in float16 at batch 32, each with a fused prologue and
+    epilogue: ReLU, 3x3 stride-2 max pool, residual add; global average pool (sum, then
+    times 1/49, in float32), cast, flatten, residual add."""
+    import numpy as np
+
+    from tilefuse.ir import Builder, DType, TensorType
+    from tilefuse.ir.prims import ReduceFn, ScalarFn, WindowReduce
+
+    b = Builder("pools")
+    x = b.input("x", TensorType(DType.FLOAT16, (32, 64, 112, 112)))
+    r = b.input("r", TensorType(DType.FLOAT16, (32, 64, 56, 56)))
+    relu = b.map(ScalarFn.MAX, x, b.const(np.float16(0)))
+    b.output("y", b.map(ScalarFn.ADD, b.emit1(WindowReduce(ReduceFn.MAX, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)), relu), r))
+    f = b.input("f", TensorType(DType.FLOAT16, (32, 2048, 7, 7)))
+    s = b.reduce(ReduceFn.SUM, b.cast(f, DType.FLOAT32), (2, 3), True)
+    mean = b.cast(b.map(ScalarFn.MUL, s, b.const(np.float32(1 / 49))), DType.FLOAT16)
+    g = b.input("g", TensorType(DType.FLOAT16, (32, 2048)))
+    b.output("z", b.map(ScalarFn.ADD, b.reshape(mean, (32, 2048)), g))
+    groups = partition_graph(b.graph, CUDA_SM90A).groups
+    return [lower_group(grp, CUDA_SM90A).program for grp in groups]
+
+
+def test_pooling_kernels_read_windows_in_place_for_sm90a():
+    """Window-schedule kernels lower for sm_90a: one output per thread, the taps a serial
+    loop around a register, the epilogue from that register, and no shared memory."""
+    programs = _pool_programs()
+    assert len(programs) == 2 and all(p.notes[0].startswith("window:") for p in programs)
+    for program, art in zip(programs, build_all(programs, arch="sm_90a")):
+        text = emit_tilelang(program).text
+        assert re.search(r"for [^\n]* in T\.Parallel\([^\n]*\n\s+_acc_float32\[0\] = _c\d+\n\s+for \w+ in T\.serial\(", text)
+        assert "T.alloc_local((1,)" in text
+        launch = art.launch
+        assert launch["dynamic_smem"] == 0 and launch["block"][0] == program.threads
+        source = art.source.read_text()
+        assert "__shared__" not in source and "__syncthreads" not in source

@@ -172,18 +172,21 @@ def test_a_column_count_without_divisors_gets_a_partial_last_tile():
 
 
 def test_a_group_too_large_for_the_gpu_says_so_clearly():
-    """Max pooling of a ResNet-50 stem (staged schedule, whole tensors on chip) does not fit
-    a GPU block: the error names the kernel, the schedule, both sizes and the target."""
+    """A softmax over the channels of a feature map (two reductions over a middle axis:
+    neither row nor window tiles; the staged schedule keeps both per-position results
+    on chip) does not fit a GPU block: the error names the kernel, the schedule, both
+    sizes and the target."""
     import pytest
 
     from tilefuse.errors import GraphError
     from tilefuse.ir import Builder, DType, TensorType
-    from tilefuse.ir.prims import ReduceFn, WindowReduce
+    from tilefuse.ir.prims import ReduceFn, ScalarFn
     from tilefuse.target import CUDA_SM90A
 
-    b = Builder("pool")
-    x = b.input("x", TensorType(DType.FLOAT32, (1, 64, 112, 112)))
-    b.output("y", b.emit1(WindowReduce(ReduceFn.MAX, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)), x))
+    b = Builder("softmax")
+    x = b.input("x", TensorType(DType.FLOAT32, (1, 8, 256, 256)))
+    e = b.map(ScalarFn.EXP, b.map(ScalarFn.SUB, x, b.reduce(ReduceFn.MAX, x, (1,), True)))
+    b.output("y", b.map(ScalarFn.DIV, e, b.reduce(ReduceFn.SUM, e, (1,), True)))
     (group,) = partition_graph(b.graph, CUDA_SM90A).groups
     with pytest.raises(GraphError, match=r"kernel \S+: the staged schedule needs \d+ KB of on-chip tile buffers, "
                                          r"more than the 227 KB a cuda:sm_90a block has"):

@@ -304,10 +304,14 @@ class _Emitter:
                 return staged
             acc = _accumulation(loops[-1].body)
             if acc is not None:
-                shared = self.accumulate_lanes(loops, *acc, depth)
+                init, inner, update, after = acc
+                single = not after and inner.body[0] is update  # one tap loop, nothing after: lanes may share it
+                shared = self.accumulate_lanes(loops, init, inner, update, depth) if single else None
                 if shared is not None:
                     return shared
-                return [ind + head] + self.accumulate(*acc, depth + 1)
+                # a window's running value, read only by its own epilogue, never needs its tile
+                keep = not after or _read_outside(self.p.body, init.buffer, s)
+                return [ind + head] + self.accumulate(init, inner, update, after, depth + 1, keep)
             return [ind + head] + self.block(loops[-1].body, depth + 1)
         if s.kind is LoopKind.PIPELINED and s.stages > 1:
             head = f"for {self.name(s.var)} in T.Pipelined({s.extent}, num_stages={s.stages}):"
@@ -329,20 +333,32 @@ class _Emitter:
             self.locals[dtype] = f"_acc_{dtype.value}"
         return self.locals[dtype]
 
-    def accumulate(self, init: Store, inner: Loop, update: Store, depth: int) -> list[str]:
-        """``b[i] = init; for j: b[i] = f(b[i], ...)`` inside a parallel loop, accumulated in
-        a per-thread register: shared memory is written once, after the loop (a barrier
-        inside a branch that not every thread takes cannot be placed)."""
+    def accumulate(self, init: Store, inner: Loop, update: Store, after: tuple[Store, ...], depth: int,
+                   keep: bool = True) -> list[str]:
+        """``b[i] = init; for j...: b[i] = f(b[i], ...)`` inside a parallel loop, accumulated
+        in a per-thread register: shared memory is written once, after the loops (a barrier
+        inside a branch that not every thread takes cannot be placed), and not at all
+        unless ``keep``. The stores ``after`` read b[i] from the register too."""
         ind = " " * 4 * depth
         acc = f"{self.local(init.buffer.dtype)}[0]"
         lets, (value,) = self.render([init.value], [False])
         out = [ind + x for x in lets] + [f"{ind}{acc} = {value}"]
         key = (init.buffer.name, init.indices)
         self.replaced[key] = acc
-        out.append(f"{ind}for {self.name(inner.var)} in T.serial({inner.extent}):")
+        loop, deep = inner, ind
+        while True:
+            out.append(f"{deep}for {self.name(loop.var)} in T.serial({loop.extent}):")
+            deep += "    "
+            if not isinstance(loop.body[0], Loop):
+                break
+            loop = loop.body[0]
         lets, (value,) = self.render([update.value], [False])
-        out += [ind + "    " + x for x in lets] + [f"{ind}    {acc} = {value}"]
+        out += [deep + x for x in lets] + [f"{deep}{acc} = {value}"]
+        for s in after:
+            out += self.stmt(s, depth)
         del self.replaced[key]
+        if not keep:
+            return out
         lets, idx = self.render(list(init.indices), [True] * len(init.indices))
         return out + [ind + x for x in lets] + [f"{ind}{self.name(init.buffer)}[{', '.join(idx)}] = {acc}"]
 
@@ -694,18 +710,38 @@ def _tensor_core(g: Gemm, threads: int) -> bool:
     return g.a.dtype in HALF and g.b.dtype is g.a.dtype and k % 16 == 0 and threads % 32 == 0 and split
 
 
-def _accumulation(body: tuple[Stmt, ...]) -> tuple[Store, Loop, Store] | None:
-    """``[b[i] = init, for j (serial): b[i] = f(b[i], ...)]``: a running reduction per
-    parallel index (the row stage of whole-row epilogues)."""
-    if len(body) != 2 or not isinstance(body[0], Store) or not isinstance(body[1], Loop):
+def _accumulation(body: tuple[Stmt, ...]) -> tuple[Store, Loop, Store, tuple[Store, ...]] | None:
+    """``[b[i] = init, for j... (serial): b[i] = f(b[i], ...), *after]``: a running
+    reduction per parallel index (the row stage of whole-row epilogues; a pooling window,
+    whose taps may be a nest of serial loops), then stores that may read b[i] (the
+    window's epilogue)."""
+    if len(body) < 2 or not isinstance(body[0], Store) or not isinstance(body[1], Loop):
         return None
-    init, inner = body
-    if inner.kind is LoopKind.PARALLEL or len(inner.body) != 1 or not isinstance(inner.body[0], Store):
+    init, inner, after = body[0], body[1], body[2:]
+    loop = inner
+    while loop.kind is not LoopKind.PARALLEL and len(loop.body) == 1 and isinstance(loop.body[0], Loop):
+        loop = loop.body[0]
+    if loop.kind is LoopKind.PARALLEL or len(loop.body) != 1 or not isinstance(loop.body[0], Store):
         return None
-    update = inner.body[0]
+    update = loop.body[0]
     if update.buffer != init.buffer or update.indices != init.indices:
         return None
-    return init, inner, update
+    if not all(isinstance(s, Store) for s in after):
+        return None
+    return init, inner, update, after  # type: ignore[return-value]
+
+
+def _read_outside(stmts: tuple[Stmt, ...], buffer: Buffer, nest: Stmt) -> bool:
+    """Whether a statement outside ``nest`` reads ``buffer``."""
+    for s in stmts:
+        if s is nest:
+            continue
+        if isinstance(s, Loop):
+            if _read_outside(s.body, buffer, nest):
+                return True
+        elif _stmt_reads(s, buffer):
+            return True
+    return False
 
 
 def _mentions(e: Expr, v: Var) -> bool:

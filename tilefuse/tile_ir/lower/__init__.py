@@ -11,6 +11,7 @@ from tilefuse.tile_ir.lower.attention import lower_attention
 from tilefuse.tile_ir.lower.gemm_epilogue import lower_gemm_epilogue
 from tilefuse.tile_ir.lower.rows import lower_rows
 from tilefuse.tile_ir.lower.staged import lower_staged
+from tilefuse.tile_ir.lower.windows import lower_windows
 from tilefuse.tile_ir.simplify import simplify_program
 from tilefuse.tile_ir.verify import verify_program
 
@@ -33,6 +34,7 @@ def lower_group(group: FusedGroup, target: Target) -> Lowered:
         lower_attention(group, group.name, target)
         or lower_gemm_epilogue(group, group.name, target)
         or lower_rows(group, group.name, target)
+        or lower_windows(group, group.name, target)
         or lower_staged(group, group.name)
     )
     program = simplify_program(program)

@@ -102,7 +102,8 @@ def forward_maps(
 ) -> tuple[dict[int, Forward], list[Node]] | None:
     """For every value downstream of the products: product index -> that value's index
     (sibling products share one index space: the same tile position in each); and the
-    row reductions, whose results are per-row values read where they broadcast."""
+    row reductions, whose results are per-row values read where they broadcast. The
+    anchors ``cs`` may also be one pooling reduction (the window schedule's epilogue)."""
     nodes = list(group.nodes) if nodes is None else nodes
     fwd: dict[int, Forward] = {id(c.outputs[0]): (lambda g: g) for c in cs}
     ident = set(fwd)  # values whose last axis is the product's columns, rows in row order
@@ -138,7 +139,7 @@ def forward_maps(
             return None
     if not all(id(v) in fwd for v in group.outputs):
         return None
-    if any(n.op.kind is Kind.REDUCE and n not in reductions for n in nodes):
+    if any(n.op.kind is Kind.REDUCE and n not in reductions and n not in cs for n in nodes):
         return None
     return fwd, reductions
 
