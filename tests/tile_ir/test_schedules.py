@@ -99,6 +99,35 @@ def test_convolutions_with_packed_weights_when_the_target_says_so(zoo_cache):
             assert any(p.name.endswith("_kxm") for p in low.program.params)
 
 
+def test_gpu_convolutions_take_tensor_core_tiles(zoo_cache):
+    """On the GPU (fp16 tiles): 3x3 convolutions take K tiles of whole channels that are a
+    multiple of the MMA's k16 (16 channels x 9 taps), and row tiles are multiples of 16
+    rows, with a partial last tile where the positions have no such divisor (16 rows or
+    fewer stay one tile)."""
+    from tilefuse.codegen.cuda.emit import _tensor_core
+    from tilefuse.target import CUDA_SM90A
+    from tilefuse.tile_ir.ir import Gemm
+
+    graph = import_onnx(models.build("resnet", "tiny", "float16", cache_dir=zoo_cache), models.ZOO["resnet"].shapes("tiny"))
+    convs = [lower_group(g, CUDA_SM90A).program for g in partition_graph(graph, CUDA_SM90A).groups
+             if any(n.op.name == "Conv" and n.inputs[0].type.shape[1] % 16 == 0
+                    and math.prod(n.outputs[0].type.shape) // n.outputs[0].type.shape[1] > 16 for n in g.nodes)]
+    assert convs
+    for program in convs:
+        (gemm,) = [st for st in _walk(program.body) if isinstance(st, Gemm)]
+        assert _tensor_core(gemm, program.threads), program.notes
+        assert gemm.c.shape[0] % 16 == 0, program.notes
+
+
+def _walk(stmts):
+    from tilefuse.tile_ir.ir import Loop
+
+    for s in stmts:
+        yield s
+        if isinstance(s, Loop):
+            yield from _walk(s.body)
+
+
 def test_depthwise_convolutions_are_tiled(zoo_cache):
     dw = [low for g, low in _lowered("mobilenetv2", zoo_cache)
           if any(n.op.name == "Conv" and n.op.groups > 1 for n in g.nodes)]
@@ -166,6 +195,30 @@ def test_a_column_count_without_divisors_gets_a_partial_last_tile():
     x = rng.standard_normal((1, 32, 64)).astype(np.float16)
     w = low.bindings[1].data
     out = np.zeros((1, 32, 319), np.float16)
+    run_program(low.program, [x, np.ascontiguousarray(w), out])
+    want = (x.astype(np.float32) @ w.astype(np.float32)).astype(np.float16)
+    np.testing.assert_allclose(out.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
+def test_a_row_count_without_a_tensor_core_divisor_gets_a_partial_last_tile():
+    """196 rows (ResNet-50's 14x14 positions at batch 1: divisors 49, 98) on the GPU: row
+    tiles of a power of two (the MMA takes 16-row pieces), the last one partial and its
+    rows clamped, instead of 49-row tiles on 4 threads; the interpreter agrees with numpy."""
+    import numpy as np
+
+    from tilefuse.target import CUDA_SM90A
+    from tilefuse.tile_ir.interpret import run_program
+
+    graph = _matmul_graph(196, 64, 256)
+    (group,) = partition_graph(graph, CUDA_SM90A).groups
+    low = lower_group(group, CUDA_SM90A)
+    assert "last row tile" in low.program.notes[0]
+    rows = int(low.program.notes[0].split("tiles ")[1].split("x")[0])
+    assert rows % 16 == 0 and low.program.grid[-2] == -(-196 // rows)
+    rng = np.random.default_rng()
+    x = rng.standard_normal((1, 196, 64)).astype(np.float16)
+    w = low.bindings[1].data
+    out = np.zeros((1, 196, 256), np.float16)
     run_program(low.program, [x, np.ascontiguousarray(w), out])
     want = (x.astype(np.float32) @ w.astype(np.float32)).astype(np.float16)
     np.testing.assert_allclose(out.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)

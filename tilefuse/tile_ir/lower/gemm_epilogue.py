@@ -187,6 +187,7 @@ class _Builder:
         self.cores, self.min_tile, self.gemm_tile = target.cores, target.min_tile, target.gemm_tile
         self.max_threads, self.acc_budget = target.max_threads, target.accumulator_bytes
         self.inflight = target.inflight_bytes
+        self.mma_rows = target.mma_rows
         # channels as tile rows (conv_rows.py): weights x im2col^T, stored along positions;
         # not for few positions per image (deep layers: 7x7), where positions x channels tiles
         # fill the product core better
@@ -232,7 +233,12 @@ class _Builder:
             plain = not isinstance(self.c.op, (Conv, ConvTranspose))  # convolution fills index channels directly
             if plain and 4 * bn < min(self.n, self.gemm_tile):  # N with no good divisor (a 50257-word LM head)
                 bn = min(self.n, self.gemm_tile)
+            if self.mma_rows > 1 and bm % 16 and self.m > 16 and not self.flip:
+                # rows without a divisor the matrix unit takes (ResNet-50's 7x7 = 49 positions):
+                # a power-of-two tile, the last one partial
+                bm = min(1 << (bm - 1).bit_length(), self.gemm_tile)
         tail = self.n % bn  # the last column tile is partial: its columns clamp to the last one
+        row_tail = self.m % bm  # likewise the last row tile: its rows clamp to the last row
         if (bm < 8 and self.m > 64) or (bn < 8 and self.n > 64):
             return None  # awkward sizes: the staged schedule handles tails
         bk = min(self.k, self.tile_k)
@@ -253,6 +259,9 @@ class _Builder:
             taps = math.prod(self.c.inputs[1].type.shape[2:])
             cin = self.c.inputs[1].type.shape[1]
             ch_per_tile = divisor_tile(cin, max(1, self.tile_k // taps))  # no channel tail to guard
+            step = 16 // math.gcd(taps, 16)  # channels that make the K tile a multiple of the MMA's k16
+            if self.mma_rows > 1 and (ch_per_tile * taps) % 16 and cin % step == 0 and not self.flip:
+                ch_per_tile = step * divisor_tile(cin // step, max(1, self.tile_k // (taps * step)))
             bk = ch_per_tile * taps
         params, buffers = self._params()
         bvars = [Var(f"b{i}") for i in range(len(self.batch))]
@@ -261,6 +270,12 @@ class _Builder:
         # epilogue reads the tile at its own loop indices, which keeps it in registers)
         m0 = iop(IOp.MUL, mt, bm) if self.m > bm else const_index(0)
         n0 = iop(IOp.MUL, nt, bn) if self.n > bn else const_index(0)
+
+        def row(i: Expr) -> Expr:
+            """Row ``i`` of the tile in the product; past a partial last tile, the last row
+            (recomputed and stored again with the same value, as columns are)."""
+            r = iop(IOp.ADD, m0, i)
+            return iop(IOp.MIN, r, self.m - 1) if row_tail else r
 
         def column(j: Expr) -> Expr:
             """Column ``j`` of the tile in the product; past a partial last tile, the last
@@ -317,7 +332,7 @@ class _Builder:
 
         def fill_a(idx: Index) -> list[Stmt]:
             col = iop(IOp.ADD, k0, idx[1])
-            val = a_elem(iop(IOp.ADD, m0, idx[0]), col)
+            val = a_elem(row(idx[0]), col)
             return [Store(ta, idx, narrow(guard_all([iop(IOp.LT, col, self.k)] if self.k % bk else [], val, self.acc_dtype), ta.dtype))]
 
         def fill_b(b_elem, tb: Buffer):
@@ -334,7 +349,7 @@ class _Builder:
             k_body = conv_rows.fills(self, el, ta, tbs[0], mt, n0, kt, ch_per_tile)
             k_body.append(Gemm(ta, tbs[0], tcs[0]))
         elif conv:
-            k_body = self._conv_fills(el, ta, tbs[0], m0, n0, kt, ch_per_tile)
+            k_body = self._conv_fills(el, ta, tbs[0], row, n0, kt, ch_per_tile)
             k_body.append(Gemm(ta, tbs[0], tcs[0]))
         else:
             k_body = []
@@ -353,22 +368,24 @@ class _Builder:
         outs = params[len(params) - len(self.group.outputs):]
         for v, ob in zip(self.group.outputs, outs):
             def store(ij: Index, v: Value = v, ob: Buffer = ob) -> list[Stmt]:
-                g = self._product_index(tuple(bvars), iop(IOp.ADD, m0, ij[0]), column(ij[1]))
+                g = self._product_index(tuple(bvars), row(ij[0]), column(ij[1]))
                 idx = self.fwd[id(v)](g)
                 return [Store(ob, idx, el.at(v, idx))]
 
             if self.flip:
                 body += conv_rows.stores(self, el, v, ob, mt, n0, bn, bm)
-            elif self._rows_innermost(v, bvars, m0, column):  # e.g. K written transposed for attention
+            elif self._rows_innermost(v, bvars, row, column):  # e.g. K written transposed for attention
                 body += parallel(self.names, (bn, bm), lambda ji, store=store: store((ji[1], ji[0])))
             else:
                 body += parallel(self.names, (bm, bn), store)
-        grid = tuple(self.batch) + (self.m // bm, -(-self.n // bn))
+        grid = tuple(self.batch) + (-(-self.m // bm), -(-self.n // bn))
         wide = f", {len(self.cs)} sibling products sharing the A tile" if len(self.cs) > 1 else ""
         if self.first is not None:
             wide = f", the first product of a chain computed {bk} columns at a time on chip"
         if tail:
             wide += f", last column tile {tail} wide"
+        if row_tail:
+            wide += f", last row tile {row_tail} high"
         notes = (f"gemm+epilogue: tiles {bm}x{bn}x{bk}, grid {grid}{wide}, {stages}-stage K loop",)
         n_in = len(params) - len(self.group.outputs)
         allocs = (*(() if self.depthwise else (ta, *tbs)), *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()))
@@ -376,12 +393,12 @@ class _Builder:
         threads = self.max_threads if bm >= 128 and len(self.cs) * bn >= 128 else 128
         return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), threads, allocs, tuple(body), notes)
 
-    def _rows_innermost(self, v: Value, bvars, m0: Expr, column) -> bool:
+    def _rows_innermost(self, v: Value, bvars, row, column) -> bool:
         """Whether output ``v``'s last (contiguous) axis runs along the tile's rows, not
         its columns: then its store nest puts the rows innermost, so neighbouring threads
         write neighbouring elements."""
         i, j = Var("_row"), Var("_col")
-        last = self.fwd[id(v)](self._product_index(tuple(bvars), iop(IOp.ADD, m0, i), column(j)))[-1]
+        last = self.fwd[id(v)](self._product_index(tuple(bvars), row(i), column(j)))[-1]
         mentions = {id(x) for x in subexpressions(last) if isinstance(x, Var)}
         return id(i) in mentions and id(j) not in mentions
 
@@ -427,7 +444,7 @@ class _Builder:
         body = (*parallel(self.names, (bm, bk1), fill_x), *parallel(self.names, (bk1, bk), fill_w), Gemm(tx, tw, th))
         return (tx, tw), [Fill(th, Const(0, dt)), Loop(jt, -(-k1 // bk1), LoopKind.PIPELINED, body, stages=2)]
 
-    def _conv_fills(self, el: ElementBuilder, ta: Buffer, tb: Buffer, m0: Expr, n0: Expr, kt: Var, chans: int) -> list[Stmt]:
+    def _conv_fills(self, el: ElementBuilder, ta: Buffer, tb: Buffer, row, n0: Expr, kt: Var, chans: int) -> list[Stmt]:
         """im2col and weight tiles as loop nests over (channel, *taps): the K index is
         linearised from loop variables instead of divided back into them."""
         c = self.c
@@ -445,7 +462,7 @@ class _Builder:
 
         def a_body(idx: Index) -> list[Stmt]:
             i, cl, t = idx[0], idx[1], idx[2:]
-            n, *o = delinearize(iop(IOp.ADD, m0, i), (out[0], *spatial))
+            n, *o = delinearize(row(i), (out[0], *spatial))
             ch = iop(IOp.ADD, ch0, cl)
             pos, inside = window_source(o, t, op.strides, op.dilations, op.pads, x.type.shape[2:], guards)
             conds = ([iop(IOp.LT, ch, cin)] if cin % chans else []) + ([inside] if inside is not None else [])
