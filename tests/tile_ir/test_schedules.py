@@ -101,9 +101,9 @@ def test_convolutions_with_packed_weights_when_the_target_says_so(zoo_cache):
 
 def test_gpu_convolutions_take_tensor_core_tiles(zoo_cache):
     """On the GPU (fp16 tiles): 3x3 convolutions take K tiles of whole channels that are a
-    multiple of the MMA's k16 (16 channels x 9 taps), and row tiles are multiples of 16
-    rows, with a partial last tile where the positions have no such divisor (16 rows or
-    fewer stay one tile)."""
+    multiple of the MMA's k16 (16 channels x 9 taps), and row tiles are a power of two
+    (wgmma's warp layouts), with a partial last tile where the positions have no such
+    divisor (16 rows or fewer stay one tile)."""
     from tilefuse.codegen.cuda.emit import _tensor_core
     from tilefuse.target import CUDA_SM90A
     from tilefuse.tile_ir.ir import Gemm
@@ -116,7 +116,7 @@ def test_gpu_convolutions_take_tensor_core_tiles(zoo_cache):
     for program in convs:
         (gemm,) = [st for st in _walk(program.body) if isinstance(st, Gemm)]
         assert _tensor_core(gemm, program.threads), program.notes
-        assert gemm.c.shape[0] % 16 == 0, program.notes
+        assert gemm.c.shape[0] & (gemm.c.shape[0] - 1) == 0, program.notes
 
 
 def _walk(stmts):
@@ -202,7 +202,7 @@ def test_a_column_count_without_divisors_gets_a_partial_last_tile():
 
 def test_a_row_count_without_a_tensor_core_divisor_gets_a_partial_last_tile():
     """196 rows (ResNet-50's 14x14 positions at batch 1: divisors 49, 98) on the GPU: row
-    tiles of a power of two (the MMA takes 16-row pieces), the last one partial and its
+    tiles of a power of two (wgmma's warp layouts), the last one partial and its
     rows clamped, instead of 49-row tiles on 4 threads; the interpreter agrees with numpy."""
     import numpy as np
 
@@ -214,7 +214,7 @@ def test_a_row_count_without_a_tensor_core_divisor_gets_a_partial_last_tile():
     low = lower_group(group, CUDA_SM90A)
     assert "last row tile" in low.program.notes[0]
     rows = int(low.program.notes[0].split("tiles ")[1].split("x")[0])
-    assert rows % 16 == 0 and low.program.grid[-2] == -(-196 // rows)
+    assert rows & (rows - 1) == 0 and low.program.grid[-2] == -(-196 // rows)
     rng = np.random.default_rng()
     x = rng.standard_normal((1, 196, 64)).astype(np.float16)
     w = low.bindings[1].data

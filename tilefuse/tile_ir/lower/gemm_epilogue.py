@@ -233,9 +233,9 @@ class _Builder:
             plain = not isinstance(self.c.op, (Conv, ConvTranspose))  # convolution fills index channels directly
             if plain and 4 * bn < min(self.n, self.gemm_tile):  # N with no good divisor (a 50257-word LM head)
                 bn = min(self.n, self.gemm_tile)
-            if self.mma_rows > 1 and bm % 16 and self.m > 16 and not self.flip:
-                # rows without a divisor the matrix unit takes (ResNet-50's 7x7 = 49 positions):
-                # a power-of-two tile, the last one partial
+            if self.mma_rows > 1 and bm & (bm - 1) and self.m > 16 and not self.flip:
+                # rows without a power-of-two divisor, which the matrix unit's warp layouts take
+                # (ResNet-50's 49 and 112 x 112 positions): a power-of-two tile, the last one partial
                 bm = min(1 << (bm - 1).bit_length(), self.gemm_tile)
         tail = self.n % bn  # the last column tile is partial: its columns clamp to the last one
         row_tail = self.m % bm  # likewise the last row tile: its rows clamp to the last row
