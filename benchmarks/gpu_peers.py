@@ -77,10 +77,11 @@ def run(args) -> int:
 
     from tilefuse.runtime import InferenceSession
 
-    out_dir = Path(args.out or os.environ.get("OUT") or ROOT)
+    root = Path(args.plans) if args.plans else ROOT
+    out_dir = Path(args.out or os.environ.get("OUT") or root)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
-    for plan_dir in sorted(ROOT.glob("*.tfplan")):
+    for plan_dir in sorted(root.glob(args.match)):
         tag = plan_dir.name.removesuffix(".tfplan")
         manifest = json.loads((plan_dir / "manifest.json").read_text())
         rng = np.random.default_rng(0)
@@ -143,6 +144,8 @@ def main() -> int:
     p.add_argument("--variant", default="default", help="code-generation knobs, as in gpu_gemm.py --variants")
     r = sub.add_parser("run")
     r.add_argument("--out")
+    r.add_argument("--plans", help="folder of packed plans (default build/gpu_real)")
+    r.add_argument("--match", default="*.tfplan", help="which plans of that folder to run (a glob)")
     r.add_argument("--repeats", type=int, default=100)
     r.add_argument("--replays", type=int, default=100, help="runs whose outputs must equal the first, bit for bit")
     r.add_argument("--torch-models", nargs="*", default=["bert"], help="plain-torch peers (benchmarks/torch_peers.py)")

@@ -136,7 +136,7 @@ def run(args) -> int:
     out_dir = Path(args.out or os.environ.get("OUT") or ROOT)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows, failed = [], 0
-    for case in sorted(p for p in ROOT.iterdir() if (p / "skeleton.onnx").exists()):
+    for case in sorted(p for p in ROOT.glob(args.match) if (p / "skeleton.onnx").exists()):
         meta = json.loads((case / "emptied.json").read_text())
         shapes = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["shapes"].items()}
         t0 = time.perf_counter()
@@ -158,12 +158,53 @@ def run(args) -> int:
         row = {"case": case.name, "ok": ok, "seed": seed, "seconds": round(time.perf_counter() - t0, 1),
                "outputs": {c.name: {"max_abs_error": c.max_abs_error, "scale": c.scale, "problem": c.problem}
                            for c in checks}}
+        if not ok and args.probe:
+            row["first_bad_kernel"] = probe(model, shapes, plan_dir, feeds)
         rows.append(row)
         detail = "  ".join(f"{c.name}:{c.max_abs_error:.2e}/{c.scale:.2e}" for c in checks)
         print(f"{case.name:24s} {'ok ' if ok else 'FAIL'}  {detail}  ({row['seconds']} s, seed {seed})", flush=True)
     print(f"{len(rows) - failed}/{len(rows)} real-size plans match onnxruntime")
     (out_dir / "gpu_real_check.json").write_text(json.dumps(rows, indent=1, default=float))
     return 1 if failed or not rows else 0
+
+
+def probe(model, shapes: dict, plan_dir: Path, feeds: dict) -> dict | None:
+    """Run the plan one kernel at a time and compare every kernel output with tilefuse's
+    reference executor on the same graph: the first kernel whose output disagrees (or
+    holds NaN/Inf where the reference has none), with its schedule, or None."""
+    from tilefuse.compare import compare_output
+    from tilefuse.frontend import import_onnx
+    from tilefuse.reference import evaluate_all
+    from tilefuse.runtime import InferenceSession
+
+    graph = import_onnx(model, shapes)
+    values = evaluate_all(graph, feeds)
+    by_name = {v.name: values[id(v)] for n in graph.nodes for v in n.outputs if id(v) in values}
+    sess = InferenceSession(plan_dir)
+    sess.run(None, feeds)  # the inputs in place
+    ex, cu = sess._executor, sess._executor.cu
+    notes = {k["name"]: k.get("notes") for k in json.loads((plan_dir / "manifest.json").read_text())["kernels"]}
+    for step, launch in zip(ex.plan.steps, ex._launches):
+        if launch is None:
+            ex._host(step)
+            continue
+        fn, grid, block, smem, kargs, _ = launch
+        ex._check(cu.cuLaunchKernel(fn, *grid, *block, smem, ex.stream, kargs, 0), step.kernel)
+        ex._check(cu.cuStreamSynchronize(ex.stream), step.kernel)
+        for b in step.outputs:
+            buf = ex.plan.buffers[b]
+            want = by_name.get(buf.name)
+            if want is None:
+                continue
+            got = np.empty(buf.type.shape, buf.type.dtype.numpy)
+            ex._d2h(got, ex.ptr[b])
+            ex._check(cu.cuStreamSynchronize(ex.stream), "copy")
+            c = compare_output(buf.name, got, want)
+            if not c.ok:
+                bad = {"kernel": step.kernel, "output": buf.name, "problem": c.problem, "notes": notes.get(step.kernel)}
+                print(f"    first kernel that disagrees: {bad}", flush=True)
+                return bad
+    return None
 
 
 def main() -> int:
@@ -175,6 +216,9 @@ def main() -> int:
     p.add_argument("--dtype", default="float16")
     r = sub.add_parser("run")
     r.add_argument("--out")
+    r.add_argument("--match", default="*", help="which packed cases to run (a glob)")
+    r.add_argument("--probe", action="store_true", help="on a mismatch, find the first kernel that disagrees "
+                   "with the reference executor (runs the plan kernel by kernel)")
     args = ap.parse_args()
     return pack(args) if args.cmd == "pack" else run(args)
 
