@@ -79,15 +79,26 @@ def pack(args) -> int:
 
 
 def refill(model, emptied: list[str]) -> None:
-    """Seeded values for the emptied initializers (the same on any machine for one numpy)."""
+    """Seeded values for the emptied initializers (the same on any machine for one numpy):
+    normal(0, 0.02), except BatchNormalization variances (uniform 0.5-1.5) and scales
+    (1 + normal(0, 0.02))."""
     from onnx import helper, numpy_helper
 
+    # BatchNormalization's variance must be positive (a negative one makes the reference
+    # NaN) and its scale near 1 (scales of 0.02 would shrink ResNet's activations to noise)
+    bn = [n for n in model.graph.node if n.op_type == "BatchNormalization"]
+    variances = {n.input[4] for n in bn if len(n.input) > 4}
+    scales = {n.input[1] for n in bn if len(n.input) > 1}
     for i, init in enumerate(model.graph.initializer):
         if init.name not in emptied:
             continue
         dtype = helper.tensor_dtype_to_np_dtype(init.data_type)
         rng = np.random.default_rng(zlib.crc32(init.name.encode()))
-        data = (rng.standard_normal(tuple(init.dims), dtype=np.float32) * 0.02).astype(dtype)
+        if init.name in variances:
+            data = rng.uniform(0.5, 1.5, tuple(init.dims)).astype(dtype)
+        else:
+            data = rng.standard_normal(tuple(init.dims), dtype=np.float32) * 0.02
+            data = (data + 1 if init.name in scales else data).astype(dtype)
         model.graph.initializer[i].CopyFrom(numpy_helper.from_array(data, init.name))
 
 

@@ -117,3 +117,69 @@ def test_pooling_kernels_read_windows_in_place_for_sm90a():
         assert launch["dynamic_smem"] == 0 and launch["block"][0] == program.threads
         source = art.source.read_text()
         assert "__shared__" not in source and "__syncthreads" not in source
+
+
+def _product_graph(rows=512, k=256, n=256, siblings=1, transpose_last=False):
+    """x[1, rows, k] @ W + bias per sibling; the last sibling optionally written transposed
+    ([n, rows]: its contiguous axis runs along the product's rows, as K for attention)."""
+    import numpy as np
+
+    from tilefuse.ir import Builder, DType, TensorType
+    from tilefuse.ir.prims import ScalarFn
+
+    rng = np.random.default_rng(0)
+    b = Builder("product")
+    x = b.input("x", TensorType(DType.FLOAT16, (1, rows, k)))
+    for i in range(siblings):
+        w = b.const((rng.standard_normal((k, n)) * 0.02).astype(np.float16))
+        y = b.map(ScalarFn.ADD, b.matmul(x, w), b.const((rng.standard_normal(n) * 0.02).astype(np.float16)))
+        if transpose_last and i == siblings - 1:
+            y = b.transpose(y, (0, 2, 1))
+        b.output(f"y{i}", y)
+    return b.graph
+
+
+def _emitted(graph):
+    (group,) = partition_graph(graph, CUDA_SM90A).groups
+    return emit_tilelang(lower_group(group, CUDA_SM90A).program).text
+
+
+def test_product_epilogues_compute_in_registers_and_store_through_a_shared_tile():
+    """A plain product + bias: the epilogue reads the accumulator in registers (no fp32
+    shared copy), writes a shared tile of the output's type and copies it out with T.copy;
+    two blocks per SM; cp.async pipelines (TMA and warp specialisation off)."""
+    text = _emitted(_product_graph())
+    assert "c_tile_s" not in text
+    assert re.search(r"_out0 = T\.alloc_shared\(\(\d+, \d+\), \"float16\"\)", text)
+    assert re.search(r"T\.copy\(_out0, out0\[b0, .*\]\)", text)
+    assert "T.annotate_min_blocks_per_sm(2)" in text
+    assert "PASS_CONFIG = {'tl.disable_tma_lower': True, 'tl.disable_warp_specialized': True}" in text
+
+
+def test_an_output_written_transposed_stores_rows_innermost():
+    """Sibling products sharing the A tile, one written transposed: that output goes through
+    a shared copy of its accumulator and a store nest whose inner loop runs along the tile's
+    rows (neighbouring threads write neighbouring elements); the others stay in registers."""
+    text = _emitted(_product_graph(siblings=3, transpose_last=True))
+    assert "sibling products" in text
+    mirrors = re.findall(r"(c_tile\d)_s = T\.alloc_shared", text)
+    assert len(mirrors) == 1
+    nest = text[:text.index("out2[")].rsplit("for ", 1)[1]
+    outer, inner = re.match(r"(\w+), (\w+) in T\.Parallel", nest).groups()
+    store = text[text.index("out2["):].splitlines()[0]
+    assert f"{mirrors[0]}_s[{inner}, {outer}]" in store  # acc[row, col], the row innermost
+    assert store.split("] =")[0].endswith(f"{inner})") or store.split("] =")[0].endswith(f"{inner}")
+
+
+def test_the_lowering_reads_its_pass_options_from_the_module(tmp_path):
+    """TileLang pass options travel in the kernel module (PASS_CONFIG), so they are part of
+    the cache key; a module without them lowers with TMA off."""
+    from tilefuse.codegen.cuda.tilelang_lower import DEFAULT_PASS_CONFIG, _load
+
+    src = emit_tilelang(lower_group(partition_graph(_product_graph(), CUDA_SM90A).groups[0], CUDA_SM90A).program)
+    path = tmp_path / f"{src.func}.py"
+    path.write_text(src.text)
+    _, config = _load(path, src.func)
+    assert config == DEFAULT_PASS_CONFIG
+    path.write_text(src.text.replace("PASS_CONFIG = ", "IGNORED = "))
+    assert _load(path, src.func)[1] == DEFAULT_PASS_CONFIG
