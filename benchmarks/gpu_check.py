@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent / "build" / "gpu"
+TF32_TOLERANCE = 1e-3  # issue 5: fp32/tf32 plans within 1e-3 of the output's scale
 
 
 def build(args) -> int:
@@ -47,7 +48,7 @@ def build(args) -> int:
                 path = models.build(name, "tiny", dtype)
                 plan = compile(path, "cuda:sm_90a", shapes, precision=args.precision)
                 plan.save(ROOT / f"{tag}.tfplan")
-                tol = {"fp16": TOLERANCE["float16"], "bf16": TOLERANCE["bfloat16"]}.get(args.precision)
+                tol = {"fp16": TOLERANCE["float16"], "bf16": TOLERANCE["bfloat16"], "tf32": TF32_TOLERANCE}.get(args.precision)
                 save_reference(path, shapes, ROOT / f"{tag}.npz", **({"tolerance": np.float64(tol)} if tol else {}))
                 print(f"{tag:32s} built: {len(plan.kernels)} kernels, {len(plan.steps)} steps, "
                       f"{time.perf_counter() - t0:.1f} s", flush=True)
@@ -106,7 +107,7 @@ def main() -> int:
     b = sub.add_parser("build")
     b.add_argument("--models", nargs="+")
     b.add_argument("--dtypes", nargs="+", default=["float32"])
-    b.add_argument("--precision", default="fp32", help="compile float32 models with --precision (fp16, bf16)")
+    b.add_argument("--precision", default="fp32", help="compile float32 models with --precision (fp16, bf16, tf32)")
     r = sub.add_parser("run")
     r.add_argument("--out")
     r.add_argument("--repeats", type=int, default=50)

@@ -10,7 +10,7 @@ from tilefuse.errors import TilefuseError
 from tilefuse.frontend import import_onnx
 from tilefuse.frontend.importer import ModelLike
 from tilefuse.frontend.loader import load_model
-from tilefuse.frontend.precision import with_precision
+from tilefuse.frontend.precision import precision_target, with_precision
 from tilefuse.frontend.shapes import ShapeSpec
 from tilefuse.ir.graph import Graph
 from tilefuse.partition import Partition, partition_graph
@@ -35,13 +35,14 @@ class Compiled:
 def compile(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None,
             precision: str = "fp32") -> Plan:
     """Compile ``model`` for ``target`` into an in-memory Plan (``plan.save(path)``);
-    ``precision`` "fp16"/"bf16" runs a float32 model's arithmetic in that type."""
+    ``precision`` "fp16"/"bf16" runs a float32 model's arithmetic in that type; "tf32" lets
+    float32 products round their operands to TF32 on GPU tensor cores."""
     return compile_model(model, target, shapes, precision).plan
 
 
 def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None,
                   precision: str = "fp32") -> Compiled:
-    target = get_target(target) if isinstance(target, str) else target
+    target = precision_target(get_target(target) if isinstance(target, str) else target, precision)
     proto = load_model(model)
     source_sha = _sha256(model, proto)
     graph = with_precision(import_onnx(proto, shapes), precision)  # ONNX -> ir.Graph (verified)

@@ -36,6 +36,8 @@ class Target:
     # convolution tiles as [out channels x positions] (weights x im2col^T): NCHW outputs are
     # stored along positions, im2col rows are runs of input rows (CPU); else [positions x channels]
     conv_channel_rows: bool = False
+    # float32 products may round operands to TF32 on tensor cores (--precision tf32; GPU only)
+    tf32_products: bool = False
 
     def row_epilogue_bytes(self, row_elems: int) -> int:
         """On-chip bytes for a tile of whole fp32 accumulator rows of ``row_elems``."""

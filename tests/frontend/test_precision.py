@@ -38,12 +38,41 @@ def test_half_precision_plans_match_float32_onnxruntime(name, precision, zoo_cac
         assert c.ok, c.problem
 
 
-def test_fp32_leaves_the_graph_alone_and_tf32_is_a_clear_error(zoo_cache):
+def test_fp32_and_tf32_leave_the_graph_alone_and_unknown_precisions_are_clear_errors(zoo_cache):
     path = models.build("mlp", "tiny", "float32", cache_dir=zoo_cache)
     graph = import_onnx(path, models.ZOO["mlp"].shapes("tiny"))
     assert with_precision(graph, "fp32") is graph
-    with pytest.raises(TilefuseError, match="tf32 products are not implemented yet"):
-        with_precision(graph, "tf32")
+    assert with_precision(graph, "tf32") is graph  # tf32 is a property of the products
+    with pytest.raises(TilefuseError, match=r"unknown precision 'fp8'; known: \['bf16', 'fp16', 'fp32', 'tf32'\]"):
+        with_precision(graph, "fp8")
+
+
+def test_tf32_products_take_tensor_cores_on_the_gpu_and_stay_exact_on_the_cpu(zoo_cache):
+    """Under tf32, float32 product tiles go to T.gemm on the GPU (TF32 MMA) where fp32 keeps
+    exact FMA loops; the CPU has no TF32, so its plan is the fp32 plan."""
+    from tilefuse.codegen.cuda.emit import emit_tilelang
+    from tilefuse.compiler import compile_model
+    from tilefuse.frontend.precision import precision_target
+    from tilefuse.partition import partition_graph
+    from tilefuse.target import CPU, CUDA_SM90A
+    from tilefuse.tile_ir.lower import lower_group
+
+    path = models.build("mlp", "tiny", "float32", cache_dir=zoo_cache)
+    graph = import_onnx(path, {"x": (128, 64)})  # rows enough for m16 MMA tiles
+    for precision, gemm in (("fp32", False), ("tf32", True)):
+        target = precision_target(CUDA_SM90A, precision)
+        texts = [emit_tilelang(lower_group(g, target).program).text for g in partition_graph(graph, target).groups]
+        assert any("T.gemm(" in t for t in texts) is gemm, precision
+        if gemm:
+            assert all('"float16"' not in t for t in texts)  # operand tiles stay float32
+    rng = np.random.default_rng()
+    feeds = models.random_inputs(path, models.ZOO["mlp"].shapes("tiny"), seed=int(rng.integers(2**31)))
+    from tilefuse.runtime import InferenceSession
+
+    outs = [InferenceSession(compile_model(path, CPU, models.ZOO["mlp"].shapes("tiny"), precision=p).plan).run(None, feeds)
+            for p in ("fp32", "tf32")]
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_large_float32_constants_stay_finite_in_fp16():

@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", default="cpu", help="cpu (default) or cuda:sm_90a")
     p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "tf32"],
                    help="arithmetic of float32 models: fp16/bf16 convert weights and activations "
-                        "(inputs and outputs keep their dtypes; accumulation stays float32)")
+                        "(inputs and outputs keep their dtypes; accumulation stays float32); tf32 lets "
+                        "float32 matrix products round operands to TF32 on GPU tensor cores")
     p.add_argument("--dry-run", action="store_true", help="stop after partitioning")
     p.add_argument("--summary-json", metavar="FILE", help="write the partition summary as JSON")
     p.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report")

@@ -7,8 +7,14 @@ cast on entry, and outputs are cast back, so the model's inputs and outputs keep
 dtypes. Products, softmax and norms still accumulate in float32: the lowering widens half
 floats in every accumulator. ``fp32`` (the default) leaves the graph alone; models that
 are already float16 run as they are under any precision.
+
+``tf32`` leaves the graph alone too: it is a property of the products, not of the values
+(``precision_target``): float32 matrix products may round their operands to TF32 on
+tensor cores (10-bit mantissa, float32 range and accumulation), where the target has them.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -17,16 +23,15 @@ from tilefuse.ir.builder import Builder
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Graph, Value
 from tilefuse.ir.prims import Map, ScalarFn
+from tilefuse.target import Target
 
-PRECISIONS = {"fp32": None, "fp16": DType.FLOAT16, "bf16": DType.BFLOAT16}
+PRECISIONS = {"fp32": None, "tf32": None, "fp16": DType.FLOAT16, "bf16": DType.BFLOAT16}
 _FP16_MAX = float(np.finfo(np.float16).max)
 
 
 def with_precision(graph: Graph, precision: str) -> Graph:
     if precision not in PRECISIONS:
-        known = sorted(PRECISIONS) + ["tf32"]
-        hint = " (tf32 products are not implemented yet; use fp32 or fp16)" if precision == "tf32" else ""
-        raise TilefuseError(f"unknown precision {precision!r}; known: {known}{hint}")
+        raise TilefuseError(f"unknown precision {precision!r}; known: {sorted(PRECISIONS)}")
     half = PRECISIONS[precision]
     if half is None:
         return graph
@@ -67,3 +72,11 @@ def _const(b: Builder, v: Value, half: DType) -> Value:
             data = np.clip(data, -_FP16_MAX, _FP16_MAX)
         return b.const(np.asarray(data).astype(half.numpy), half, name=v.name)
     return b.const(data, v.type.dtype, name=v.name)
+
+
+def precision_target(target: Target, precision: str) -> Target:
+    """``target`` with its products' precision: under ``tf32`` float32 products may use
+    TF32 tensor cores (targets without them stay exact float32)."""
+    if precision not in PRECISIONS:
+        raise TilefuseError(f"unknown precision {precision!r}; known: {sorted(PRECISIONS)}")
+    return dataclasses.replace(target, tf32_products=precision == "tf32")

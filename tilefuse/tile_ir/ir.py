@@ -138,13 +138,15 @@ class Copy(Stmt):
 
 @dataclass(frozen=True, slots=True)
 class Gemm(Stmt):
-    """``c += op(a) @ op(b)`` on 2-D tiles, accumulating in c's dtype."""
+    """``c += op(a) @ op(b)`` on 2-D tiles, accumulating in c's dtype. ``tf32``: float32
+    operands may be rounded to TF32 (a code generator with TF32 tensor cores uses them)."""
 
     a: Buffer
     b: Buffer
     c: Buffer
     trans_a: bool = False
     trans_b: bool = False
+    tf32: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -701,13 +701,16 @@ def _threads(wanted: int, totals: list[int]) -> int:
 
 
 def _tensor_core(g: Gemm, threads: int) -> bool:
-    """Half-float tiles in the shapes the MMA instructions take (m16 n8 k16), split evenly
-    over the block's warps; anything else is an exact FMA loop."""
+    """Half-float tiles in the shapes the MMA instructions take (m16 n8 k16), or float32
+    tiles the product may round to TF32 (k8), split evenly over the block's warps;
+    anything else is an exact FMA loop."""
     m, n = g.c.shape
     k = g.a.shape[0] if g.trans_a else g.a.shape[1]
     warps = max(1, threads // 32)
     split = any(m % (16 * wm) == 0 and n % (8 * (warps // wm)) == 0 for wm in range(1, warps + 1) if warps % wm == 0)
-    return g.a.dtype in HALF and g.b.dtype is g.a.dtype and k % 16 == 0 and threads % 32 == 0 and split
+    half = g.a.dtype in HALF and k % 16 == 0
+    tf32 = g.tf32 and g.a.dtype is DType.FLOAT32 and k % 8 == 0
+    return (half or tf32) and g.b.dtype is g.a.dtype and threads % 32 == 0 and split
 
 
 def _accumulation(body: tuple[Stmt, ...]) -> tuple[Store, Loop, Store, tuple[Store, ...]] | None:

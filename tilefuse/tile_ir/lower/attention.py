@@ -134,6 +134,7 @@ class _Flash:
         params, buffers, bindings, outs = kp.params, kp.buffers, kp.bindings, kp.outputs
 
         op = self.op
+        tf32 = self.target.tf32_products and op is F32  # --precision tf32
         q = Buffer("q_tile", op, (bm, d), Scope.SHARED)
         kt_ = Buffer("k_tile", op, (d, bn), Scope.SHARED)
         s = Buffer("s_tile", F32, (bm, bn), Scope.FRAGMENT)
@@ -183,7 +184,7 @@ class _Flash:
         step: list[Stmt] = [
             *parallel(self.names, (d, bn), lambda ix: [Store(kt_, ix, tile(el.at(kb, kbb + (ix[0], iop(IOp.ADD, n0, ix[1]))), kb))]),
             Fill(s, Const(0.0, F32)),
-            Gemm(q, kt_, s),
+            Gemm(q, kt_, s, tf32=tf32),
             *parallel(self.names, (bm, bn), lambda ix: [Store(p, ix, f32(el.at(x, xb + (iop(IOp.ADD, m0, ix[0]), iop(IOp.ADD, n0, ix[1]))), x))]),
             ReduceTile(p, tmax, ReduceFn.MAX, 1),
             *parallel(self.names, (bm,), lambda ix: [
@@ -203,7 +204,7 @@ class _Flash:
                 Store(o, ix, Call(ScalarFn.MUL, (Load(o, ix), Load(alpha, (ix[0],))), F32)),
             ]),
             *parallel(self.names, (bn, dv), lambda ix: [Store(v_, ix, tile(el.at(vb, vbb + (iop(IOp.ADD, n0, ix[0]), ix[1])), vb))]),
-            Gemm(ph, v_, o),
+            Gemm(ph, v_, o, tf32=tf32),
         ]
         body.append(Loop(jt, n // bn, LoopKind.PIPELINED, tuple(step), stages=2))
         for val, ob in zip(self.group.outputs, outs):

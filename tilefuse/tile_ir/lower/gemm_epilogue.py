@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from tilefuse.ir.dtypes import HALF_FLOATS
+from tilefuse.ir.dtypes import HALF_FLOATS, DType
 from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import (
     Conv,
@@ -201,6 +201,7 @@ class _Builder:
         # operand tiles: the operands' half type for tensor cores, else the accumulator type
         self.op_dtype = only if target.half_operand_tiles and only in HALF_FLOATS else accumulator_dtype(cs[0].outputs[0].type.dtype)
         self.first = first  # a weight chain's first product, computed a K chunk at a time
+        self.tf32 = target.tf32_products and self.op_dtype is DType.FLOAT32  # --precision tf32
         c = self.c = cs[0]
         self.names = Names()
         out = c.outputs[0].type
@@ -347,10 +348,10 @@ class _Builder:
             k_body = conv_rows.depthwise(self, el, tcs[0], mt, n0)
         elif self.flip:
             k_body = conv_rows.fills(self, el, ta, tbs[0], mt, n0, kt, ch_per_tile)
-            k_body.append(Gemm(ta, tbs[0], tcs[0]))
+            k_body.append(Gemm(ta, tbs[0], tcs[0], tf32=self.tf32))
         elif conv:
             k_body = self._conv_fills(el, ta, tbs[0], row, n0, kt, ch_per_tile)
-            k_body.append(Gemm(ta, tbs[0], tcs[0]))
+            k_body.append(Gemm(ta, tbs[0], tcs[0], tf32=self.tf32))
         else:
             k_body = []
             if self.first is not None:  # this K chunk of the intermediate, on chip
@@ -358,7 +359,7 @@ class _Builder:
                 k_body += h_body
             k_body += parallel(self.names, (bm, bk), fill_a)
             for (_, b_elem), tb, tc in zip(operands, tbs, tcs):
-                k_body += [*parallel(self.names, (bk, bn), fill_b(b_elem, tb)), Gemm(ta, tb, tc)]
+                k_body += [*parallel(self.names, (bk, bn), fill_b(b_elem, tb)), Gemm(ta, tb, tc, tf32=self.tf32)]
         body: list[Stmt] = [
             *(Fill(tc, Const(0, self.acc_dtype)) for tc in tcs),
             Loop(kt, -(-self.k // bk), LoopKind.PIPELINED, tuple(k_body), stages=stages),
@@ -441,7 +442,7 @@ class _Builder:
             val = widen(el.at(w, (row, iop(IOp.ADD, k0, idx[1]))), dt)
             return [Store(tw, idx, narrow(guard_all([iop(IOp.LT, row, k1)] if tail else [], val, dt), tw.dtype))]
 
-        body = (*parallel(self.names, (bm, bk1), fill_x), *parallel(self.names, (bk1, bk), fill_w), Gemm(tx, tw, th))
+        body = (*parallel(self.names, (bm, bk1), fill_x), *parallel(self.names, (bk1, bk), fill_w), Gemm(tx, tw, th, tf32=self.tf32))
         return (tx, tw), [Fill(th, Const(0, dt)), Loop(jt, -(-k1 // bk1), LoopKind.PIPELINED, body, stages=2)]
 
     def _conv_fills(self, el: ElementBuilder, ta: Buffer, tb: Buffer, row, n0: Expr, kt: Var, chans: int) -> list[Stmt]:
