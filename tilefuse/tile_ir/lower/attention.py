@@ -34,6 +34,7 @@ from tilefuse.tile_ir.ir import (
     TileProgram,
     Var,
     iop,
+    subexpressions,
 )
 from tilefuse.tile_ir.lower.common import Names, divisor_tile, fill_cores, parallel
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, broadcast_index
@@ -181,8 +182,15 @@ class _Flash:
         ]
         x = self.sm.scores
         xb = broadcast_index(bvars, x.type.shape[:-2], batch)
+        def k_elem(dd: Expr, key: Expr) -> Expr:
+            return tile(el.at(kb, kbb + (dd, iop(IOp.ADD, n0, key))), kb)
+
+        if _contiguous_along(k_elem, 0):  # K stored [keys, d] (K^T made by a Transpose): d innermost
+            k_fill = parallel(self.names, (bn, d), lambda jx: [Store(kt_, (jx[1], jx[0]), k_elem(jx[1], jx[0]))])
+        else:  # K^T stored as it is read (written transposed by the projection's epilogue)
+            k_fill = parallel(self.names, (d, bn), lambda ix: [Store(kt_, ix, k_elem(ix[0], ix[1]))])
         step: list[Stmt] = [
-            *parallel(self.names, (d, bn), lambda ix: [Store(kt_, ix, tile(el.at(kb, kbb + (ix[0], iop(IOp.ADD, n0, ix[1]))), kb))]),
+            *k_fill,
             Fill(s, Const(0.0, F32)),
             Gemm(q, kt_, s, tf32=tf32),
             *parallel(self.names, (bm, bn), lambda ix: [Store(p, ix, f32(el.at(x, xb + (iop(IOp.ADD, m0, ix[0]), iop(IOp.ADD, n0, ix[1]))), x))]),
@@ -224,3 +232,15 @@ class _Flash:
 
 def _cast(e: Expr, dtype: DType) -> Expr:
     return e if dtype is F32 else Call(ScalarFn.CAST, (e,), dtype)
+
+
+def _contiguous_along(elem, axis: int) -> bool:
+    """Whether the global loads of ``elem(i, j)`` run along tile axis ``axis`` in memory:
+    their last index mentions that axis's variable and not the other's. A fill nest puts
+    that axis innermost, so neighbouring threads read neighbouring elements."""
+    probe = (Var("_probe_i"), Var("_probe_j"))
+    e = elem(*probe)
+    mine, other = id(probe[axis]), id(probe[1 - axis])
+    loads = [x for x in subexpressions(e) if isinstance(x, Load) and x.buffer.scope is Scope.GLOBAL]
+    lasts = [{id(v) for v in subexpressions(x.indices[-1]) if isinstance(v, Var)} for x in loads if x.indices]
+    return bool(lasts) and any(mine in m and other not in m for m in lasts) and not any(other in m for m in lasts)
