@@ -244,3 +244,31 @@ def test_a_group_too_large_for_the_gpu_says_so_clearly():
     with pytest.raises(GraphError, match=r"kernel \S+: the staged schedule needs \d+ KB of on-chip tile buffers, "
                                          r"more than the 227 KB a cuda:sm_90a block has"):
         lower_group(group, CUDA_SM90A)
+
+
+def test_attention_reads_keys_along_their_contiguous_axis(zoo_cache):
+    """The key tile (head dim x keys) is filled with the head dim innermost where K is
+    stored [keys, d] (GPT-2: a slice of the packed QKV product; LLaMA: RoPE applied in
+    the fill), and with keys innermost where K^T arrives transposed (BERT's QKV epilogue
+    writes it so): neighbouring threads read neighbouring elements either way."""
+    from tilefuse.target import CUDA_SM90A
+    from tilefuse.tile_ir.ir import Loop, Store
+
+    def k_fill(name):
+        graph = import_onnx(models.build(name, "tiny", "float16", cache_dir=zoo_cache), models.ZOO[name].shapes("tiny"))
+        for g in partition_graph(graph, CUDA_SM90A).groups:
+            program = lower_group(g, CUDA_SM90A).program
+            if program.notes[0].startswith("flash attention"):
+                for outer in _walk(program.body):
+                    if isinstance(outer, Loop) and isinstance(outer.body[0], Loop):
+                        inner = outer.body[0]
+                        st = inner.body[0]
+                        if isinstance(st, Store) and st.buffer.name == "k_tile":
+                            return outer, inner, st
+        raise AssertionError(f"{name}: no key tile fill")
+
+    for name in ("gpt2", "llama"):
+        outer, inner, st = k_fill(name)
+        assert st.indices == (inner.var, outer.var), name  # k_tile[d, key]: d innermost
+    outer, inner, st = k_fill("bert")
+    assert st.indices == (outer.var, inner.var)  # keys innermost
