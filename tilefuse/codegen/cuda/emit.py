@@ -16,8 +16,14 @@ and hands it to TileLang. The mapping is close to one-to-one, as the tile IR was
     ReduceTile, running      -> ``T.reduce_*`` on register tiles of power-of-two shapes, else
     reductions                  several threads per row (partials in shared memory, folded)
     Gemm                     -> ``T.gemm`` on half-float tiles of MMA shapes (tensor cores,
-                                fp32 accumulate); anything else, float32 included, as exact
-                                FMA loops, so fp32 stays fp32 (no TF32)
+                                fp32 accumulate), or on float32 tiles a ``tf32`` Gemm allows
+                                (TF32 MMA); anything else, float32 included, as exact FMA
+                                loops, so fp32 stays fp32 unless asked
+    accumulator epilogues    -> read in registers where each thread reads its own elements,
+                                results staged in a shared tile of the output type and
+                                written with ``T.copy`` (whole-line stores); else the
+                                accumulator is copied to shared memory first (row norms,
+                                transposed outputs)
     loops                    -> ``T.Parallel`` (directly nested parallel loops merge into
                                 one), ``T.serial``, ``T.Pipelined(num_stages=...)``
 
@@ -70,13 +76,14 @@ HALF = {DType.FLOAT16, DType.BFLOAT16}
 T_COPY = True  # plain tile loads through T.copy (cp.async, pipelined; see tile_copy)
 # Kernels whose pipelined K loops hold only T.copy tile loads and products may lower with
 # TMA and a warp-specialised producer (TileLang's default on sm_90a); the rest keep
-# cp.async (see pipeline_config). Part of the module text, so of the build cache key.
+# cp.async (see pass_config). Part of the module text, so of the build cache key. Off: with
+# two blocks per SM every such kernel hung on the H200 (benchmarks/NOTES.md, session 4).
 TMA_PIPELINES = False
 # Blocks of a tensor-core kernel the compiler keeps registers for on one SM (TileLang's default
 # is 1): two let one block's epilogue overlap another's K loop (bert-base b32 2.81 -> 2.70 ms)
 MIN_BLOCKS_PER_SM = 2
-EPILOGUE_IN_REGISTERS = True
-STAGED_STORES = True  # epilogue results through a shared tile of the output type, copied out (staged_store)  # accumulators read element by element stay in registers (_own_element_epilogue)
+EPILOGUE_IN_REGISTERS = True  # accumulators read element by element stay in registers (_own_element_epilogue)
+STAGED_STORES = True  # epilogue results through a shared tile of the output type, copied out (staged_store)
 MAX_ELEMENTS = 2**31 - 1
 MAX_THREADS = 1024
 
