@@ -4,7 +4,7 @@
     PYTHONPATH=. python benchmarks/gpu_gemm.py run [--out DIR]                                  # on the H200
 
 ``pack`` builds one-product ONNX models (fp16), compiles each for cuda:sm_90a under each
-code-generation variant (``VARIANTS``: the knobs of the emitter and the target that a
+code-generation variant (``codegen_variant``: the knobs of the emitter and the target that a
 change to the product schedule would move) and keeps the plans without weights
 (build/gpu_gemm/SHAPE-VARIANT.tfplan). ``run`` synthesises weights and inputs there
 (seeded normal), runs every plan in a child process (a kernel that hangs costs its
@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
+from torch_peers import event_times, spread  # noqa: E402  (torch imported only when called)
 
 ROOT = Path(__file__).resolve().parent.parent / "build" / "gpu_gemm"
 
@@ -75,7 +76,7 @@ def _model(shape: str) -> bytes:
 
 
 @contextlib.contextmanager
-def _variant(name: str):
+def codegen_variant(name: str):
     """Code-generation knobs for one variant; restored afterwards."""
     from tilefuse import target as tmod
     from tilefuse.codegen.cuda import emit
@@ -116,7 +117,7 @@ def pack(args) -> int:
         model = _model(shape)
         for variant in args.variants:
             t0 = time.perf_counter()
-            with _variant(variant) as target:
+            with codegen_variant(variant) as target:
                 compiled = compile_model(model, target)
             out = ROOT / f"{shape}-{variant}.tfplan"
             compiled.plan.save(out)
@@ -163,16 +164,15 @@ def run_one(plan_dir: Path, repeats: int) -> dict:
     err = float(np.abs(y.astype(np.float32) - ref).max() / max(np.abs(ref).max(), 1e-6))
     ex = sess._executor
     ex.timed(20)
-    times = sorted(ex.timed(repeats))
+    times = ex.timed(repeats)
     kernels = {}
     for kernel, ms in ex.timed_steps(repeats):
         kernels.setdefault(kernel, []).append(ms)
     m = int(np.prod(rows))
     flops = 2 * m * n * k
-    ms = statistics.median(times)
-    return {"plan": plan_dir.name, **meta, "ms_median": ms, "ms_p10": times[len(times) // 10],
-            "ms_p90": times[(9 * len(times)) // 10], "tflops": flops / ms / 1e9, "rel_err": err, "ok": err <= 1e-2,
-            "kernels_ms": {kname: statistics.median(v) for kname, v in kernels.items()}}
+    timing = spread(times)
+    return {"plan": plan_dir.name, **meta, **timing, "tflops": flops / timing["ms_median"] / 1e9, "rel_err": err,
+            "ok": err <= 1e-2, "kernels_ms": {kname: statistics.median(v) for kname, v in kernels.items()}}
 
 
 def _torch_peers(shape: str, repeats: int) -> list[dict]:
@@ -196,20 +196,8 @@ def _torch_peers(shape: str, repeats: int) -> list[dict]:
 
     out = []
     for peer, fn in (("cublas matmul", lambda: x @ w), ("torch eager, same epilogue", epilogue)):
-        for _ in range(20):
-            fn()
-        times = []
-        for _ in range(repeats):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e))
-        times.sort()
-        ms = statistics.median(times)
-        out.append({"shape": shape, "peer": peer, "ms_median": ms, "ms_p10": times[len(times) // 10],
-                    "ms_p90": times[(9 * len(times)) // 10], "tflops": 2 * m * n * k / ms / 1e9})
+        timing = spread(event_times(fn, repeats, warmup=20))
+        out.append({"shape": shape, "peer": peer, **timing, "tflops": 2 * m * n * k / timing["ms_median"] / 1e9})
     return out
 
 

@@ -13,6 +13,7 @@ events after warm-up.
 """
 from __future__ import annotations
 
+import functools
 import statistics
 
 SEQ = 128
@@ -157,20 +158,35 @@ def time_peer(name: str, batch: int, mode: str, repeats: int) -> dict:
 
     model, inputs = make(name, batch)
     fn = model if mode == "eager" else torch.compile(model, mode=None if mode == "default" else mode)
+    call = functools.partial(fn, *inputs)
     with torch.inference_mode():
-        for _ in range(10):
-            fn(*inputs)
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(repeats):
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn(*inputs)
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop))
-    times.sort()
-    del model, fn
+        times = event_times(call, repeats, warmup=10)
+    del model, fn, call
     torch.cuda.empty_cache()
-    return {"model": f"torch-{name}-float16-b{batch}", "mode": mode, "ms_median": statistics.median(times),
-            "ms_p10": times[len(times) // 10], "ms_p90": times[(9 * len(times)) // 10], "repeats": repeats}
+    return {"model": f"torch-{name}-float16-b{batch}", "mode": mode, **spread(times), "repeats": repeats}
+
+
+def event_times(fn, repeats: int, warmup: int) -> list[float]:
+    """``repeats`` timings (ms) of ``fn()`` on the GPU, CUDA events around each call, after
+    ``warmup`` untimed calls."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return times
+
+
+def spread(times: list[float]) -> dict:
+    """Median, 10th and 90th percentile of timings (ms)."""
+    times = sorted(times)
+    return {"ms_median": statistics.median(times), "ms_p10": times[len(times) // 10],
+            "ms_p90": times[(9 * len(times)) // 10]}

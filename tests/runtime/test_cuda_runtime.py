@@ -67,3 +67,44 @@ def test_gpu_tensors_in_and_out_without_host_copies(tmp_path, zoo_cache):
         assert isinstance(d, DeviceArray)
         np.testing.assert_array_equal(torch.as_tensor(d, device="cuda").cpu().numpy(), h)
         np.testing.assert_array_equal(d.numpy(), h)
+
+
+def test_step_by_step_waits_for_each_kernel_and_reads_buffers_back():
+    """Tools that look between kernels (gpu_real_check --probe) run a plan one step at a
+    time: each launch is followed by a wait before the step is handed over, and
+    read_buffer copies a plan buffer to the host. Checked against a recording driver."""
+    import ctypes
+    from types import SimpleNamespace
+
+    from tilefuse.ir import DType, TensorType
+    from tilefuse.runtime.cuda import CudaExecutor
+
+    calls = []
+    device = {0x1000: np.arange(6, dtype=np.float32)}
+
+    class Driver:
+        CUresult = SimpleNamespace(CUDA_SUCCESS=0)
+
+        def cuLaunchKernel(self, fn, *args):
+            calls.append(("launch", fn))
+            return (0,)
+
+        def cuStreamSynchronize(self, stream):
+            calls.append(("wait", stream))
+            return (0,)
+
+        def cuMemcpyDtoHAsync(self, dst, src, nbytes, stream):
+            ctypes.memmove(dst, device[src].ctypes.data, nbytes)
+            return (0,)
+
+    steps = [SimpleNamespace(kernel=f"k{i}", outputs=(0,)) for i in range(2)]
+    ex = object.__new__(CudaExecutor)
+    ex.cu, ex.stream, ex.ptr = Driver(), 7, {0: 0x1000}
+    ex.plan = SimpleNamespace(steps=steps, buffers=[SimpleNamespace(name="y", type=TensorType(DType.FLOAT32, (2, 3)))])
+    ex._launches = [(f"fn{i}", (1, 1, 1), (32, 1, 1), 0, ((), ()), []) for i in range(2)]
+    seen = []
+    for step in ex.step_by_step():
+        seen.append((step.kernel, list(calls)))
+    assert seen == [("k0", [("launch", "fn0"), ("wait", 7)]),
+                    ("k1", [("launch", "fn0"), ("wait", 7), ("launch", "fn1"), ("wait", 7)])]
+    np.testing.assert_array_equal(ex.read_buffer(0), np.arange(6, dtype=np.float32).reshape(2, 3))

@@ -182,46 +182,37 @@ def test_sibling_products_share_the_accumulator_budget():
 def test_a_column_count_without_divisors_gets_a_partial_last_tile():
     """An LM head of 50257 words (29 x 1733) on the GPU: 128-wide column tiles, the last one
     partial, instead of 29-wide tiles; the interpreter agrees with numpy on it."""
-    import numpy as np
-
-    from tilefuse.target import CUDA_SM90A
-    from tilefuse.tile_ir.interpret import run_program
-
-    graph = _matmul_graph(32, 64, 29 * 11)  # 319 columns: divisors 1, 11, 29, 319
-    (group,) = partition_graph(graph, CUDA_SM90A).groups
-    low = lower_group(group, CUDA_SM90A)
+    low = _gpu_product_interpreted(32, 64, 29 * 11)  # 319 columns: divisors 1, 11, 29, 319
     assert "last column tile" in low.program.notes[0] and low.program.grid[-1] == -(-319 // 128)
-    rng = np.random.default_rng()
-    x = rng.standard_normal((1, 32, 64)).astype(np.float16)
-    w = low.bindings[1].data
-    out = np.zeros((1, 32, 319), np.float16)
-    run_program(low.program, [x, np.ascontiguousarray(w), out])
-    want = (x.astype(np.float32) @ w.astype(np.float32)).astype(np.float16)
-    np.testing.assert_allclose(out.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
 
 
 def test_a_row_count_without_a_tensor_core_divisor_gets_a_partial_last_tile():
     """196 rows (ResNet-50's 14x14 positions at batch 1: divisors 49, 98) on the GPU: row
     tiles of a power of two (wgmma's warp layouts), the last one partial and its
     rows clamped, instead of 49-row tiles on 4 threads; the interpreter agrees with numpy."""
+    low = _gpu_product_interpreted(196, 64, 256)
+    assert "last row tile" in low.program.notes[0]
+    rows = int(low.program.notes[0].split("tiles ")[1].split("x")[0])
+    assert rows & (rows - 1) == 0 and low.program.grid[-2] == -(-196 // rows)
+
+
+def _gpu_product_interpreted(rows: int, k: int, n: int):
+    """An fp16 [1, rows, k] x [k, n] product lowered for the GPU; the tile interpreter runs
+    it on fresh random inputs and must agree with numpy (fp16 tolerance). The lowering."""
     import numpy as np
 
     from tilefuse.target import CUDA_SM90A
     from tilefuse.tile_ir.interpret import run_program
 
-    graph = _matmul_graph(196, 64, 256)
-    (group,) = partition_graph(graph, CUDA_SM90A).groups
+    (group,) = partition_graph(_matmul_graph(rows, k, n), CUDA_SM90A).groups
     low = lower_group(group, CUDA_SM90A)
-    assert "last row tile" in low.program.notes[0]
-    rows = int(low.program.notes[0].split("tiles ")[1].split("x")[0])
-    assert rows & (rows - 1) == 0 and low.program.grid[-2] == -(-196 // rows)
-    rng = np.random.default_rng()
-    x = rng.standard_normal((1, 196, 64)).astype(np.float16)
+    x = np.random.default_rng().standard_normal((1, rows, k)).astype(np.float16)
     w = low.bindings[1].data
-    out = np.zeros((1, 196, 256), np.float16)
+    out = np.zeros((1, rows, n), np.float16)
     run_program(low.program, [x, np.ascontiguousarray(w), out])
     want = (x.astype(np.float32) @ w.astype(np.float32)).astype(np.float16)
     np.testing.assert_allclose(out.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
+    return low
 
 
 def test_a_group_too_large_for_the_gpu_says_so_clearly():

@@ -210,6 +210,28 @@ class CudaExecutor:
             fn, grid, block, smem, args, _ = launch
             self._check(cu.cuLaunchKernel(fn, *grid, *block, smem, self.stream, args, 0), f"launching {step.kernel}")
 
+    def step_by_step(self):
+        """Every step in order, each waited for: yields the step once its outputs are
+        written (``read_buffer`` reads them). For tools that look between kernels; runs do
+        not use it."""
+        cu = self.cu
+        for step, launch in zip(self.plan.steps, self._launches):
+            if launch is None:
+                self._host(step)  # type: ignore[arg-type]
+            else:
+                fn, grid, block, smem, args, _ = launch
+                self._check(cu.cuLaunchKernel(fn, *grid, *block, smem, self.stream, args, 0), f"launching {step.kernel}")
+                self._check(cu.cuStreamSynchronize(self.stream), f"running {step.kernel}")
+            yield step
+
+    def read_buffer(self, b: int) -> np.ndarray:
+        """Plan buffer ``b`` copied to the host now."""
+        buf = self.plan.buffers[b]
+        a = np.empty(buf.type.shape, buf.type.dtype.numpy)
+        self._d2h(a, self.ptr[b])
+        self._check(self.cu.cuStreamSynchronize(self.stream), f"reading buffer {buf.name}")
+        return a
+
     def _host(self, step: HostStep) -> None:
         args = []
         for b in step.inputs:

@@ -299,9 +299,7 @@ class _Emitter:
     def loop(self, s: Loop, depth: int) -> list[str]:
         ind = " " * 4 * depth
         if s.kind is LoopKind.PARALLEL:
-            loops = [s]
-            while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], Loop) and loops[-1].body[0].kind is LoopKind.PARALLEL:
-                loops.append(loops[-1].body[0])  # type: ignore[arg-type]
+            loops = _parallel_nest(s)
             head = f"for {', '.join(self.name(l.var) for l in loops)} in T.Parallel({', '.join(str(l.extent) for l in loops)}):"
             copy = self.tile_copy(loops)
             if copy is not None:
@@ -328,12 +326,7 @@ class _Emitter:
         return [ind + head] + self.block(s.body, depth + 1)
 
     def _copy_nest(self, s: Stmt) -> bool:
-        if not (isinstance(s, Loop) and s.kind is LoopKind.PARALLEL):
-            return False
-        loops = [s]
-        while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], Loop) and loops[-1].body[0].kind is LoopKind.PARALLEL:
-            loops.append(loops[-1].body[0])  # type: ignore[arg-type]
-        return self.tile_copy(loops) is not None
+        return isinstance(s, Loop) and s.kind is LoopKind.PARALLEL and self.tile_copy(_parallel_nest(s)) is not None
 
     def local(self, dtype: DType) -> str:
         if dtype not in self.locals:
@@ -687,12 +680,9 @@ def _parallel_totals(stmts: tuple[Stmt, ...]) -> list[int]:
     out: list[int] = []
     for s in stmts:
         if isinstance(s, Loop) and s.kind is LoopKind.PARALLEL:
-            total, inner = s.extent, s
-            while len(inner.body) == 1 and isinstance(inner.body[0], Loop) and inner.body[0].kind is LoopKind.PARALLEL:
-                inner = inner.body[0]  # type: ignore[assignment]
-                total *= inner.extent
-            out.append(total)
-            out += _parallel_totals(inner.body)
+            nest = _parallel_nest(s)
+            out.append(math.prod(l.extent for l in nest))
+            out += _parallel_totals(nest[-1].body)
         elif isinstance(s, Loop):
             out += _parallel_totals(s.body)
     return out
@@ -803,6 +793,14 @@ def _fragment_reduce(r: ReduceTile, threads: int) -> bool:
     return r.fn in _REDUCE and pow2 and (rows * cols) % threads == 0
 
 
+def _parallel_nest(s: Loop) -> list[Loop]:
+    """``s`` and the parallel loops directly nested in it: one T.Parallel nest."""
+    loops = [s]
+    while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], Loop) and loops[-1].body[0].kind is LoopKind.PARALLEL:
+        loops.append(loops[-1].body[0])  # type: ignore[arg-type]
+    return loops
+
+
 def _last_gemm(stmts: tuple[Stmt, ...], name: str) -> int:
     return max(i for i, st in enumerate(stmts) if name in _gemm_targets((st,)))
 
@@ -816,30 +814,21 @@ def _own_element_epilogue(stmts: tuple[Stmt, ...], acc: Buffer) -> bool:
         return False
     after = stmts[_last_gemm(stmts, acc.name) + 1:]
 
-    def nest_ok(s: Stmt) -> bool:
-        loops = [s]
-        while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], Loop) and loops[-1].body[0].kind is LoopKind.PARALLEL:
-            loops.append(loops[-1].body[0])  # type: ignore[arg-type]
-        own = tuple(l.var for l in loops)
-        if tuple(l.extent for l in loops) != acc.shape:
+    def own_reads_only(s: Stmt) -> bool:
+        nest = _parallel_nest(s) if isinstance(s, Loop) and s.kind is LoopKind.PARALLEL else []
+        if tuple(l.extent for l in nest) != acc.shape:
             return not any(_stmt_reads(x, acc) for x in _statements((s,)))
-        for x in _statements(loops[-1].body):
-            if isinstance(x, Loop):
+        own = tuple(l.var for l in nest)
+        for x in nest[-1].body:
+            if isinstance(x, Loop):  # a loop inside the nest: no reads at all
                 if any(_stmt_reads(y, acc) for y in _statements(x.body)):
                     return False
-                continue
-            for e in _stmt_exprs(x):
-                if any(isinstance(y, Load) and y.buffer == acc and y.indices != own for y in subexpressions(e)):
-                    return False
+            elif any(isinstance(y, Load) and y.buffer == acc and y.indices != own
+                     for e in _stmt_exprs(x) for y in subexpressions(e)):
+                return False
         return True
 
-    for s in after:
-        if isinstance(s, Loop) and s.kind is LoopKind.PARALLEL:
-            if not nest_ok(s):
-                return False
-        elif any(_stmt_reads(x, acc) for x in _statements((s,))):
-            return False
-    return True
+    return all(own_reads_only(s) for s in after)
 
 
 def _stmt_exprs(s: Stmt) -> tuple[Expr, ...]:

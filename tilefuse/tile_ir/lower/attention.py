@@ -36,7 +36,7 @@ from tilefuse.tile_ir.ir import (
     iop,
     subexpressions,
 )
-from tilefuse.tile_ir.lower.common import Names, divisor_tile, fill_cores, parallel
+from tilefuse.tile_ir.lower.common import Names, divisor_tile, fill_cores, parallel, var_ids
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, broadcast_index
 from tilefuse.tile_ir.lower.gemm_epilogue import forward_maps
 from tilefuse.tile_ir.lower.params import kernel_params
@@ -242,5 +242,5 @@ def _contiguous_along(elem, axis: int) -> bool:
     e = elem(*probe)
     mine, other = id(probe[axis]), id(probe[1 - axis])
     loads = [x for x in subexpressions(e) if isinstance(x, Load) and x.buffer.scope is Scope.GLOBAL]
-    lasts = [{id(v) for v in subexpressions(x.indices[-1]) if isinstance(v, Var)} for x in loads if x.indices]
+    lasts = [var_ids(x.indices[-1]) for x in loads if x.indices]
     return bool(lasts) and any(mine in m and other not in m for m in lasts) and not any(other in m for m in lasts)

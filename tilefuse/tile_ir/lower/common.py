@@ -9,7 +9,7 @@ import numpy as np
 
 from tilefuse.ir.dtypes import HALF_FLOATS, DType
 from tilefuse.ir.prims import ReduceFn, ScalarFn
-from tilefuse.tile_ir.ir import Call, Const, Expr, IOp, Loop, LoopKind, Stmt, Var, dtype_of, iop
+from tilefuse.tile_ir.ir import Call, Const, Expr, IOp, Loop, LoopKind, Stmt, Var, dtype_of, iop, subexpressions
 
 
 class Names:
@@ -95,3 +95,9 @@ def fill_cores(extents: tuple[int, ...], tiles: list[int], lead: int, cores: int
 def divisor_tile(n: int, cap: int) -> int:
     """The largest divisor of n not above cap (tiles without tails)."""
     return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
+
+
+def var_ids(e: Expr) -> set[int]:
+    """The variables ``e`` mentions (by id): which loop an index follows, for schedules
+    that order a nest so neighbouring threads touch neighbouring elements."""
+    return {id(x) for x in subexpressions(e) if isinstance(x, Var)}

@@ -53,7 +53,6 @@ from tilefuse.tile_ir.ir import (
     Var,
     const_index,
     iop,
-    subexpressions,
 )
 from tilefuse.tile_ir.lower import conv_rows
 from tilefuse.tile_ir.lower.common import (
@@ -66,6 +65,7 @@ from tilefuse.tile_ir.lower.common import (
     identity,
     narrow,
     parallel,
+    var_ids,
     widen,
 )
 from tilefuse.tile_ir.lower.elements import (
@@ -400,7 +400,7 @@ class _Builder:
         write neighbouring elements."""
         i, j = Var("_row"), Var("_col")
         last = self.fwd[id(v)](self._product_index(tuple(bvars), row(i), column(j)))[-1]
-        mentions = {id(x) for x in subexpressions(last) if isinstance(x, Var)}
+        mentions = var_ids(last)
         return id(i) in mentions and id(j) not in mentions
 
     def _pipeline(self, bm: int, bn: int, bk: int) -> tuple[int, int]:
