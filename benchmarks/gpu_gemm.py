@@ -40,6 +40,7 @@ SHAPES = {
     "ffn_up": ((32, 128), 768, 3072, "bias_gelu"),  # bert-base batch 32 FFN-up
     "ffn_down": ((32, 128), 3072, 768, "bias_residual"),  # bert-base batch 32 FFN-down
     "qkv": ((32, 128), 768, 2304, "bias"),  # the three projections as one product
+    "proj": ((32, 128), 768, 768, "bias_residual"),  # bert-base batch 32 attention output projection
     "square": ((2048,), 2048, 2048, "none"),  # the issue's 2048^3
     "big": ((8192,), 8192, 8192, "none"),
 }
@@ -80,7 +81,7 @@ def codegen_variant(name: str):
     """Code-generation knobs for one variant; restored afterwards."""
     from tilefuse import target as tmod
     from tilefuse.codegen.cuda import emit
-    from tilefuse.tile_ir.lower import attention, rows
+    from tilefuse.tile_ir.lower import attention, gemm_epilogue, rows
 
     if name == "default":
         yield tmod.CUDA_SM90A
@@ -88,7 +89,7 @@ def codegen_variant(name: str):
     knobs = dict(tma="tma" in name.split("-"), regs="mirror" not in name.split("-"))
     inflight = {"s3": 100 * 1024, "s3k128": 200 * 1024}
     saved = (emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, attention.KEY_TILE, emit.MIN_BLOCKS_PER_SM,
-             rows.ROW_THREADS, rows.ROW_TILE_ELEMS)
+             rows.ROW_THREADS, rows.ROW_TILE_ELEMS, gemm_epilogue.FORCE_TILE_M, gemm_epilogue.FORCE_TILE_N)
     emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS = knobs["tma"], knobs["regs"]
     patched = tmod.CUDA_SM90A
     for part in name.split("-"):
@@ -102,11 +103,15 @@ def codegen_variant(name: str):
             emit.MIN_BLOCKS_PER_SM = int(part[2:])
         if part.startswith("kv"):
             attention.KEY_TILE = int(part[2:])
+        if part.startswith("bm") and part[2:].isdigit():
+            gemm_epilogue.FORCE_TILE_M = int(part[2:])
+        if part.startswith("bn") and part[2:].isdigit():
+            gemm_epilogue.FORCE_TILE_N = int(part[2:])
     try:
         yield patched
     finally:
         (emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, attention.KEY_TILE, emit.MIN_BLOCKS_PER_SM,
-         rows.ROW_THREADS, rows.ROW_TILE_ELEMS) = saved
+         rows.ROW_THREADS, rows.ROW_TILE_ELEMS, gemm_epilogue.FORCE_TILE_M, gemm_epilogue.FORCE_TILE_N) = saved
 
 
 def pack(args) -> int:

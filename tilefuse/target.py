@@ -31,6 +31,10 @@ class Target:
     max_threads: int = 128  # threads of a tile's block (GPU; a 128x128 product tile takes two warpgroups)
     accumulator_bytes: int = 1 << 30  # accumulators one plain product tile may hold (GPU: registers)
     inflight_bytes: int = 0  # operand bytes a small product tile keeps loading ahead (GPU); 0: 2 stages of tile_k
+    # sibling products (Q, K, V) run as one product of their weights packed side by side,
+    # each column tile running its own sibling's epilogue (GPU: one full-size accumulator
+    # instead of one per sibling); else the siblings share the A tile, one accumulator each
+    pack_siblings: bool = False
     max_group_nodes: int = 512  # cap that keeps pathological graphs tractable
     window_tile: int = 256  # output elements of a pooling tile (GPU: one per thread of the block)
     # convolution tiles as [out channels x positions] (weights x im2col^T): NCHW outputs are
@@ -66,6 +70,7 @@ CUDA_SM90A = Target(
     min_tile=32,  # 32x32 still splits into m16n8k16 pieces over 4 warps
     gemm_tile=128,  # 128x128x64 fp16 tiles: two warpgroups of wgmma, cp.async double-buffered
     max_threads=256,
+    pack_siblings=True,
     accumulator_bytes=96 * 1024,  # 256 threads x 96 fp32 registers: siblings share it (QKV: 3 x 128x64, one 128x192 tile)
     inflight_bytes=80 * 1024,  # batch-1 tiles (32x32) are latency-bound: 3 stages of 128-deep K (benchmarks/NOTES.md)
 )

@@ -157,12 +157,12 @@ def test_product_epilogues_compute_in_registers_and_store_through_a_shared_tile(
 
 
 def test_an_output_written_transposed_stores_rows_innermost():
-    """Sibling products sharing the A tile, one written transposed: that output goes through
-    a shared copy of its accumulator and a store nest whose inner loop runs along the tile's
-    rows (neighbouring threads write neighbouring elements); the others stay in registers."""
+    """Sibling products (packed), one written transposed: that output goes through a shared
+    copy of its accumulator and a store nest whose inner loop runs along the tile's rows
+    (neighbouring threads write neighbouring elements); the others stay in registers."""
     text = _emitted(_product_graph(siblings=3, transpose_last=True))
     assert "sibling products" in text
-    mirrors = re.findall(r"(c_tile\d)_s = T\.alloc_shared", text)
+    mirrors = re.findall(r"(c_tile\d*)_s = T\.alloc_shared", text)
     assert len(mirrors) == 1
     nest = text[:text.index("out2[")].rsplit("for ", 1)[1]
     outer, inner = re.match(r"(\w+), (\w+) in T\.Parallel", nest).groups()
@@ -183,3 +183,44 @@ def test_the_lowering_reads_its_pass_options_from_the_module(tmp_path):
     assert config == DEFAULT_PASS_CONFIG
     path.write_text(src.text.replace("PASS_CONFIG = ", "IGNORED = "))
     assert _load(path, src.func)[1] == DEFAULT_PASS_CONFIG
+
+
+def _heads_graph(batch=32, seq=128, heads=12, d=64):
+    """BERT's Q, K, V projections (x @ W + b, split into heads; K written [batch, heads, d,
+    seq] for attention)."""
+    import numpy as np
+
+    from tilefuse.ir import Builder, DType, TensorType
+    from tilefuse.ir.prims import ScalarFn
+
+    rng = np.random.default_rng(0)
+    e = heads * d
+    b = Builder("qkv")
+    x = b.input("x", TensorType(DType.FLOAT16, (batch, seq, e)))
+    for name, perm in (("q", (0, 2, 1, 3)), ("k", (0, 2, 3, 1)), ("v", (0, 2, 1, 3))):
+        w = b.const((rng.standard_normal((e, e)) * 0.02).astype(np.float16))
+        y = b.map(ScalarFn.ADD, b.matmul(x, w), b.const((rng.standard_normal(e) * 0.02).astype(np.float16)))
+        b.output(name, b.transpose(b.reshape(y, (batch, seq, heads, d)), perm))
+    return b.graph
+
+
+def test_packed_siblings_branch_per_sibling_and_store_heads_through_shared_tiles():
+    """bert-base's QKV at batch 32 as one product of packed weights: one branch per sibling;
+    Q's and V's epilogues stay in registers and leave through a shared tile copied out one
+    64-wide head at a time (a 128-column tile spans two heads); only K's branch, written
+    transposed, copies the accumulator to shared memory. It lowers and compiles, within
+    the shared memory that two blocks per SM leave."""
+    (group,) = partition_graph(_heads_graph(), CUDA_SM90A).groups
+    program = lower_group(group, CUDA_SM90A).program
+    src = emit_tilelang(program)
+    text = src.text
+    branches = re.findall(r"^        if \(\(bn // 6\) == (\d)\):$", text, re.M)
+    assert sorted(branches) == ["0", "1", "2"]
+    assert text.count("T.copy(c_tile, c_tile_s)") == 1
+    mirrored = text[text.index("T.copy(c_tile, c_tile_s)"):].split("        if ")[0]  # K's branch
+    (k_out,) = set(re.findall(r"(out\d)\[b0, .*c_tile_s\[", mirrored))
+    heads = re.findall(r"T\.copy\(_out\d\[0:128, (\d+):(\d+)\], (out\d)\[b0, [^\]]+, 0:128, 0:64\]\)", text)
+    assert sorted(h[:2] for h in heads) == [("0", "64"), ("0", "64"), ("64", "128"), ("64", "128")]
+    assert len({h[2] for h in heads}) == 2 and k_out not in {h[2] for h in heads}
+    (art,) = build_all([program], arch="sm_90a")
+    assert art.launch["dynamic_smem"] <= 113 * 1024

@@ -167,16 +167,74 @@ def test_product_tiles_shrink_until_the_gpu_is_full():
 
 
 def test_sibling_products_share_the_accumulator_budget():
-    """Three sibling products (Q, K, V) keep 3 accumulators: 128x64 each on the GPU (one
-    128x192 tile on two warpgroups), within its 96 KB of accumulator registers per block."""
+    """Unpacked (a target without ``pack_siblings``), three sibling products (Q, K, V) keep
+    3 accumulators: 128x64 each on the GPU (one 128x192 tile on two warpgroups), within its
+    96 KB of accumulator registers per block."""
+    from dataclasses import replace
+
     from tilefuse.target import CUDA_SM90A
 
-    group = partition_graph(_matmul_graph(4096, 768, 768, siblings=3), CUDA_SM90A).groups[0]
-    program = lower_group(group, CUDA_SM90A).program
+    target = replace(CUDA_SM90A, pack_siblings=False)
+    group = partition_graph(_matmul_graph(4096, 768, 768, siblings=3), target).groups[0]
+    program = lower_group(group, target).program
     accumulators = [b for b in program.allocs if b.name.startswith("c_tile")]
     assert len(accumulators) == 3
-    assert sum(math.prod(b.shape) * 4 for b in accumulators) <= CUDA_SM90A.accumulator_bytes
+    assert sum(math.prod(b.shape) * 4 for b in accumulators) <= target.accumulator_bytes
     assert [b.shape for b in accumulators] == [(128, 64)] * 3 and program.threads == 256
+
+
+def _qkv_graph(batch: int, seq: int, heads: int, d: int):
+    """BERT's Q, K, V projections: x @ W + b per sibling, split into heads; K written
+    [batch, heads, d, seq] (transposed for attention), Q and V [batch, heads, seq, d]."""
+    import numpy as np
+
+    from tilefuse.ir import Builder, DType, TensorType
+    from tilefuse.ir.prims import ScalarFn
+
+    rng = np.random.default_rng(0)
+    e = heads * d
+    b = Builder("qkv")
+    x = b.input("x", TensorType(DType.FLOAT16, (batch, seq, e)))
+    for name, perm in (("q", (0, 2, 1, 3)), ("k", (0, 2, 3, 1)), ("v", (0, 2, 1, 3))):
+        w = b.const((rng.standard_normal((e, e)) * 0.05).astype(np.float16))
+        y = b.map(ScalarFn.ADD, b.matmul(x, w), b.const((rng.standard_normal(e) * 0.05).astype(np.float16)))
+        b.output(name, b.transpose(b.reshape(y, (batch, seq, heads, d)), perm))
+    return b.graph
+
+
+def test_sibling_products_run_as_one_product_of_packed_weights():
+    """On the GPU, Q, K and V run as one product of their weights packed [E, 3E]: one
+    128x128 accumulator, each column tile running its own sibling's epilogue under an If;
+    the interpreter agrees with numpy (fresh random input, fp16 tolerance 1e-2) on every
+    output, K's transposed one included. The CPU keeps siblings sharing the A tile."""
+    import numpy as np
+
+    from tilefuse.target import CUDA_SM90A
+    from tilefuse.tile_ir.interpret import run_program
+    from tilefuse.tile_ir.ir import If
+
+    graph = _qkv_graph(2, 128, 4, 16)  # 16-wide heads: a column tile spans several
+    (group,) = partition_graph(graph, CUDA_SM90A).groups
+    low = lower_group(group, CUDA_SM90A)
+    program = low.program
+    assert "packed [64, 192]" in program.notes[0]
+    assert len([b for b in program.allocs if b.name.startswith("c_tile")]) == 1
+    assert sum(isinstance(s, If) for s in program.body) == 3
+    assert sum(v.is_constant and v.type.shape == (64, 192) for v in low.bindings) == 1  # the weights, side by side
+    x = np.random.default_rng().standard_normal((2, 128, 64)).astype(np.float16)
+    args = [x if k == 0 else np.ascontiguousarray(v.data) if v.is_constant else np.zeros(v.type.shape, np.float16)
+            for k, v in enumerate(low.bindings)]
+    run_program(program, args)
+    products = [n for n in graph.nodes if n.op.name == "MatMul"]
+    biases = [next(n for n in graph.nodes if p.outputs[0] in n.inputs).inputs[1].data for p in products]
+    got = {id(v): a for v, a in zip(low.bindings[-3:], args[-3:])}
+    for name, perm, p, bias in zip("qkv", ((0, 2, 1, 3), (0, 2, 3, 1), (0, 2, 1, 3)), products, biases):
+        y = (x.astype(np.float32) @ p.inputs[1].data.astype(np.float32)).astype(np.float16) + bias
+        want = y.reshape(2, 128, 4, 16).transpose(perm)
+        out = got[id(graph.outputs[name])]
+        np.testing.assert_allclose(out.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
+    (cpu_group,) = partition_graph(graph, CPU).groups
+    assert "sharing the A tile" in lower_group(cpu_group, CPU).program.notes[0]
 
 
 def test_a_column_count_without_divisors_gets_a_partial_last_tile():

@@ -20,6 +20,7 @@ from tilefuse.tile_ir.ir import (
     Expr,
     Fill,
     Gemm,
+    If,
     IndexOp,
     IOp,
     Load,
@@ -84,6 +85,12 @@ class _State:
             self.gemm(s)
         elif isinstance(s, ReduceTile):
             self.reduce(s)
+        elif isinstance(s, If):
+            cond = np.asarray(self.expr(s.cond))
+            if cond.ndim:  # a parallel loop's variable in the condition: threads would diverge
+                raise TileInterpreterError(f"if {s.cond!r}: the condition is not uniform over the tile")
+            if bool(cond):
+                self.run(s.body)
         else:
             raise TileInterpreterError(f"unknown statement {s!r}")
 

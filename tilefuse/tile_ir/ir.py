@@ -4,8 +4,8 @@ Its vocabulary follows TileLang so that the CUDA lowering is close to one-to-one
 
 - a grid of tiles (``block_vars`` range over ``grid``) and a thread count per tile;
 - buffers by scope: ``global`` (kernel parameters), ``shared`` and ``fragment`` (per tile);
-- statements: Fill, Copy (region to region), Gemm, ReduceTile, Store, and loops that are
-  serial, parallel or pipelined with a number of stages.
+- statements: Fill, Copy (region to region), Gemm, ReduceTile, Store, loops that are
+  serial, parallel or pipelined with a number of stages, and If on a tile-uniform condition.
 
 Expressions are scalar: index arithmetic (``IndexOp``), ``Load`` from a buffer, scalar
 functions (``Call`` with a :class:`ScalarFn`, the same functions Map primitives use).
@@ -161,6 +161,16 @@ class ReduceTile(Stmt):
     clear: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class If(Stmt):
+    """Run ``body`` only where ``cond`` (a bool index expression) holds. The condition is
+    uniform over a tile: it may read block variables and serial loop variables, never a
+    parallel loop's (every thread of a tile takes the same branch)."""
+
+    cond: Expr
+    body: tuple[Stmt, ...]
+
+
 class LoopKind(enum.Enum):
     SERIAL = "serial"
     PARALLEL = "parallel"  # iterations are independent: vectorised / spread over threads
@@ -263,6 +273,19 @@ def subexpressions(e: Expr) -> Iterator[Expr]:
         x = stack.pop()
         yield x
         stack.extend(children(x))
+
+
+def substitute(e: Expr, env: dict[Var, Expr]) -> Expr:
+    """``e`` with each variable of ``env`` replaced by its expression."""
+    if isinstance(e, Var):
+        return env.get(e, e)
+    if isinstance(e, IndexOp):
+        return iop(e.op, substitute(e.a, env), substitute(e.b, env))
+    if isinstance(e, Load):
+        return Load(e.buffer, tuple(substitute(i, env) for i in e.indices))
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(substitute(a, env) for a in e.args), e.dtype)
+    return e
 
 
 def dtype_of(e: Expr) -> DType:

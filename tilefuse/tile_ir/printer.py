@@ -8,6 +8,7 @@ from tilefuse.tile_ir.ir import (
     Expr,
     Fill,
     Gemm,
+    If,
     IndexOp,
     Load,
     Loop,
@@ -46,6 +47,10 @@ def _stmt(s: object, indent: int, out: list[str]) -> None:
     if isinstance(s, Loop):
         kind = {LoopKind.SERIAL: "serial", LoopKind.PARALLEL: "Parallel", LoopKind.PIPELINED: f"Pipelined[{s.stages}]"}[s.kind]
         out.append(f"{pad}for {s.var.name} in T.{kind}({s.extent}):")
+        for b in s.body:
+            _stmt(b, indent + 1, out)
+    elif isinstance(s, If):
+        out.append(f"{pad}if {format_expr(s.cond)}:")
         for b in s.body:
             _stmt(b, indent + 1, out)
     elif isinstance(s, Store):

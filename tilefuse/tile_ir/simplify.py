@@ -20,6 +20,7 @@ from tilefuse.tile_ir.ir import (
     Const,
     Copy,
     Expr,
+    If,
     IndexOp,
     IOp,
     Load,
@@ -203,6 +204,8 @@ class _Simplifier:
             return replace(s, body=body)
         if isinstance(s, Store):
             return Store(s.buffer, tuple(self.expr(i) for i in s.indices), self.expr(s.value))
+        if isinstance(s, If):
+            return If(self.expr(s.cond), tuple(self.stmt(b) for b in s.body))
         if isinstance(s, Copy):
             return Copy(self._region(s.src), self._region(s.dst))
         return s
@@ -215,3 +218,8 @@ def simplify_program(p: TileProgram) -> TileProgram:
     """The same program with its index arithmetic simplified (semantics unchanged)."""
     s = _Simplifier({v.name: g for v, g in zip(p.block_vars, p.grid)})
     return replace(p, body=tuple(s.stmt(x) for x in p.body))
+
+
+def simplify_expr(e: Expr, ranges: Mapping[str, int]) -> Expr:
+    """``e`` simplified, its variables ranging over ``[0, ranges[name])``."""
+    return _Simplifier(ranges).expr(e)

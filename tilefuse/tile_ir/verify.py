@@ -4,7 +4,9 @@ from __future__ import annotations
 import math
 
 from tilefuse.errors import GraphError
+from tilefuse.ir.dtypes import DType
 from tilefuse.target import Target
+from tilefuse.tile_ir.printer import format_expr
 from tilefuse.tile_ir.ir import (
     Buffer,
     Call,
@@ -13,6 +15,7 @@ from tilefuse.tile_ir.ir import (
     Expr,
     Fill,
     Gemm,
+    If,
     IndexOp,
     Load,
     Loop,
@@ -21,6 +24,7 @@ from tilefuse.tile_ir.ir import (
     Store,
     TileProgram,
     Var,
+    dtype_of,
 )
 
 
@@ -78,6 +82,12 @@ def _check_stmt(p: TileProgram, s: object, known: dict[str, Buffer], bound: set[
             raise GraphError(f"{p.name}: loop variable {s.var.name} shadows another")
         for b in s.body:
             _check_stmt(p, b, known, bound | {s.var.name})
+    elif isinstance(s, If):
+        if dtype_of(s.cond) is not DType.BOOL:
+            raise GraphError(f"{p.name}: an if condition must be bool, got {format_expr(s.cond)}")
+        _check_expr(p, s.cond, known, bound)
+        for b in s.body:
+            _check_stmt(p, b, known, bound)
     elif isinstance(s, Store):
         _check_buffer(p, s.buffer, known)
         if len(s.indices) != len(s.buffer.shape):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 from tilefuse.codegen.artifact import ParamSpec
@@ -26,7 +26,7 @@ from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
 from tilefuse.codegen.cpu.prelude import PRELUDE
 from tilefuse.codegen.toolchain import kernel_stem
-from tilefuse.tile_ir.ir import Buffer, Copy, Fill, Gemm, Loop, LoopKind, ReduceTile, Stmt, Store, TileProgram
+from tilefuse.tile_ir.ir import Buffer, Copy, Fill, Gemm, If, Loop, LoopKind, ReduceTile, Stmt, Store, TileProgram
 
 STACK_BUFFER_BYTES = 64 * 1024  # a tile buffer above this lives on the heap
 STACK_TOTAL_BYTES = 256 * 1024  # and so do all buffers past this much stack per tile
@@ -137,7 +137,18 @@ class _Emitter:
             return emit_tiles.gemm(s, parallel=not in_parallel and _work(s) >= PARALLEL_MIN_WORK)
         if isinstance(s, ReduceTile):
             return emit_tiles.reduce(s)
+        if isinstance(s, If):
+            return self.branch(s, levels, in_parallel)
         raise TypeError(f"{self.p.name}: unknown statement {s!r}")
+
+    def branch(self, s: If, levels: list[LoopLevel], in_parallel: bool) -> list[str]:
+        """``if (cond) { body }``. Nothing inside is hoisted above the branch (a load the
+        condition guards must not run where it is false): the enclosing loops are not
+        movable from inside it."""
+        se = self.exprs(levels, (s.cond,))
+        fixed = [replace(lv, movable=False) for lv in levels]
+        body = self.block(s.body, fixed, in_parallel)
+        return se.lines + [f"if ({se.root(0)}) {{", *["    " + x for x in body], "}"]
 
     def exprs(self, levels: list[LoopLevel], roots: Sequence[object]) -> StmtExprs:
         ids = [self.table.intern(e) for e in roots]  # type: ignore[arg-type]
@@ -215,7 +226,7 @@ class _Emitter:
 
 def _collect_writes(body: Sequence[Stmt], out: set[str]) -> None:
     for s in body:
-        if isinstance(s, Loop):
+        if isinstance(s, (Loop, If)):
             _collect_writes(s.body, out)
         elif isinstance(s, (Store, Fill)):
             out.add(s.buffer.name)
@@ -237,6 +248,8 @@ def _work(s: Stmt) -> int:
     """A rough count of element operations, to decide what is worth threads."""
     if isinstance(s, Loop):
         return s.extent * sum(_work(b) for b in s.body)
+    if isinstance(s, If):
+        return sum(_work(b) for b in s.body)
     if isinstance(s, Gemm):
         m, k = s.a.shape[::-1] if s.trans_a else s.a.shape
         return m * k * s.c.shape[-1]

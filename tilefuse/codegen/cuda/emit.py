@@ -57,6 +57,7 @@ from tilefuse.tile_ir.ir import (
     Expr,
     Fill,
     Gemm,
+    If,
     IndexOp,
     IOp,
     Load,
@@ -69,8 +70,11 @@ from tilefuse.tile_ir.ir import (
     TileProgram,
     Var,
     dtype_of,
+    iop,
     subexpressions,
+    substitute,
 )
+from tilefuse.tile_ir.simplify import simplify_expr
 
 HALF = {DType.FLOAT16, DType.BFLOAT16}
 T_COPY = True  # plain tile loads through T.copy (cp.async, pipelined; see tile_copy)
@@ -177,6 +181,7 @@ class _Emitter:
         self.pipelines: list[bool] = []  # per pipelined loop: only T.copy tile loads and products
         self.register_accs: set[Buffer] = set()  # accumulators the epilogue reads in registers
         self.staging: list[str] = []  # shared output tiles of staged stores, allocated last
+        self.branch_mirrors: dict[int, list[tuple[Buffer, Buffer]]] = {}  # id(If) -> (accumulator, its shared copy)
 
     def pass_config(self) -> dict[str, bool]:
         """TileLang pass options for this kernel (the lowering reads ``PASS_CONFIG`` from
@@ -252,8 +257,15 @@ class _Emitter:
                 if _own_element_epilogue(p.body, b):
                     self.register_accs.add(b)
                     continue
-                mirrors[b.name] = Buffer(f"{b.name}_s", b.dtype, b.shape, Scope.SHARED)
-                lines.append(f"{ind}{self.name(mirrors[b.name])} = T.alloc_shared({_shape(b.shape)}, {_dt(b.dtype)})")
+                mirror = Buffer(f"{b.name}_s", b.dtype, b.shape, Scope.SHARED)
+                lines.append(f"{ind}{self.name(mirror)} = T.alloc_shared({_shape(b.shape)}, {_dt(b.dtype)})")
+                branches = _mirrored_branches(p.body, b)
+                if branches:
+                    self.register_accs.add(b)
+                    for branch in branches:
+                        self.branch_mirrors.setdefault(id(branch), []).append((b, mirror))
+                    continue
+                mirrors[b.name] = mirror
         # An accumulator whose epilogue reads other threads' elements (whole-row norms,
         # transposed stores) is copied to shared memory once its last product is done, and
         # the statements after read the copy. One read element by element, each by the
@@ -289,12 +301,32 @@ class _Emitter:
             return self.copy_loop(s, depth)
         if isinstance(s, Gemm):
             return self.gemm(s, depth)
+        if isinstance(s, If):  # a tile-uniform branch (a packed sibling's own epilogue)
+            return self.branch(s, depth)
         if isinstance(s, ReduceTile):
             fn = _REDUCE.get(s.fn)
             if fn is not None and _fragment_reduce(s, self.threads):
                 return [f"{ind}{fn}({self.name(s.src)}, {self.name(s.dst)}, dim={s.dim}, clear={s.clear})"]
             return self.reduce_loops(s, depth)
         raise CompileError(f"kernel {self.p.name}: no TileLang form for {type(s).__name__}")
+
+    def branch(self, s: If, depth: int) -> list[str]:
+        """``if cond:`` and its body. A branch that reads other threads' accumulator
+        elements first copies the accumulator to its shared mirror and reads that."""
+        ind = " " * 4 * depth
+        lets, (cond,) = self.render([s.cond], [True])
+        out = [ind + x for x in lets] + [f"{ind}if {cond}:"]
+        mirrored = self.branch_mirrors.get(id(s), [])
+        for acc, mirror in mirrored:
+            out.append(f"{ind}    T.copy({self.name(acc)}, {self.name(mirror)})")
+            self.alias[acc.name] = self.name(mirror)
+            self.register_accs.discard(acc)
+        try:
+            return out + self.block(s.body, depth + 1)
+        finally:
+            for acc, _ in mirrored:
+                del self.alias[acc.name]
+                self.register_accs.add(acc)
 
     def loop(self, s: Loop, depth: int) -> list[str]:
         ind = " " * 4 * depth
@@ -418,17 +450,46 @@ class _Emitter:
         if st.buffer.scope is not Scope.GLOBAL or not any(_reads(st.value, b) for b in self.register_accs):
             return None
         parts = self.region(st.indices, loops)
-        if parts is None:
+        pieces = [(0, loops[1].extent, parts)] if parts is not None else self.column_pieces(st.indices, loops)
+        if not pieces:
             return None
         ind = " " * 4 * depth
         tile = f"_out{len(self.staging)}"
         self.staging.append(f"{tile} = T.alloc_shared({_shape(tuple(l.extent for l in loops))}, {_dt(st.buffer.dtype)})")
         lets, (value,) = self.render([st.value], [False])
         names = [self.name(l.var) for l in loops]
-        return ([f"{ind}for {', '.join(names)} in T.Parallel({', '.join(str(l.extent) for l in loops)}):"]
-                + [f"{ind}    {x}" for x in lets]
-                + [f"{ind}    {tile}[{', '.join(names)}] = {value}",
-                   f"{ind}T.copy({tile}, {self.name(st.buffer)}[{', '.join(parts)}])"])
+        out = ([f"{ind}for {', '.join(names)} in T.Parallel({', '.join(str(l.extent) for l in loops)}):"]
+               + [f"{ind}    {x}" for x in lets]
+               + [f"{ind}    {tile}[{', '.join(names)}] = {value}"])
+        for j0, width, where in pieces:
+            src = tile if len(pieces) == 1 else f"{tile}[0:{loops[0].extent}, {j0}:{j0 + width}]"
+            out.append(f"{ind}T.copy({src}, {self.name(st.buffer)}[{', '.join(where)}])")
+        return out
+
+    def column_pieces(self, indices: tuple[Expr, ...], loops: list[Loop]) -> list[tuple[int, int, list[str]]] | None:
+        """A tile's columns that split into rectangles of the output, ``d`` columns each,
+        where the output index divides the column by ``d`` (a 128-column tile of two 64-wide
+        heads written [batch, head, seq, d]): each piece's first column, width and region."""
+        rows, cols = loops
+        divisors = {int(x.b.value) for e in indices for x in subexpressions(e)  # type: ignore[attr-defined]
+                    if isinstance(x, IndexOp) and x.op in (IOp.FLOORDIV, IOp.MOD) and isinstance(x.b, Const)
+                    and _mentions(x.a, cols.var)}
+        ranges = {v.name: g for v, g in zip(self.p.block_vars, self.p.grid)} | {rows.var.name: rows.extent}
+        for d in sorted(divisors, reverse=True):
+            if d >= cols.extent or cols.extent % d:
+                continue
+            inner = Loop(Var(f"{cols.var.name}_in"), d, LoopKind.PARALLEL, ())
+            pieces = []
+            for j0 in range(0, cols.extent, d):
+                env = {cols.var: iop(IOp.ADD, j0, inner.var)}
+                idx = tuple(simplify_expr(substitute(e, env), ranges | {inner.var.name: d}) for e in indices)
+                where = self.region(idx, [rows, inner])
+                if where is None:
+                    break
+                pieces.append((j0, d, where))
+            else:
+                return pieces
+        return None
 
     def lanes(self, kept: int, red: int) -> int:
         """Threads that share one reduction: the largest power of two up to 32 that divides
@@ -683,7 +744,7 @@ def _parallel_totals(stmts: tuple[Stmt, ...]) -> list[int]:
             nest = _parallel_nest(s)
             out.append(math.prod(l.extent for l in nest))
             out += _parallel_totals(nest[-1].body)
-        elif isinstance(s, Loop):
+        elif isinstance(s, (Loop, If)):
             out += _parallel_totals(s.body)
     return out
 
@@ -736,7 +797,7 @@ def _read_outside(stmts: tuple[Stmt, ...], buffer: Buffer, nest: Stmt) -> bool:
     for s in stmts:
         if s is nest:
             continue
-        if isinstance(s, Loop):
+        if isinstance(s, (Loop, If)):
             if _read_outside(s.body, buffer, nest):
                 return True
         elif _stmt_reads(s, buffer):
@@ -812,23 +873,42 @@ def _own_element_epilogue(stmts: tuple[Stmt, ...], acc: Buffer) -> bool:
     and every thread reads its own registers. EPILOGUE_IN_REGISTERS switches it off."""
     if not EPILOGUE_IN_REGISTERS:
         return False
-    after = stmts[_last_gemm(stmts, acc.name) + 1:]
+    return all(_own_reads_only(s, acc) for s in stmts[_last_gemm(stmts, acc.name) + 1:])
 
-    def own_reads_only(s: Stmt) -> bool:
-        nest = _parallel_nest(s) if isinstance(s, Loop) and s.kind is LoopKind.PARALLEL else []
-        if tuple(l.extent for l in nest) != acc.shape:
-            return not any(_stmt_reads(x, acc) for x in _statements((s,)))
-        own = tuple(l.var for l in nest)
-        for x in nest[-1].body:
-            if isinstance(x, Loop):  # a loop inside the nest: no reads at all
-                if any(_stmt_reads(y, acc) for y in _statements(x.body)):
-                    return False
-            elif any(isinstance(y, Load) and y.buffer == acc and y.indices != own
-                     for e in _stmt_exprs(x) for y in subexpressions(e)):
+
+def _mirrored_branches(stmts: tuple[Stmt, ...], acc: Buffer) -> list[If] | None:
+    """Where the epilogue after ``acc``'s last product is branches of which only some read
+    other threads' elements (packed siblings: one writes K transposed): those branches,
+    which copy the accumulator to shared memory for themselves; the others keep reading
+    registers. None where a read outside a branch needs the copy."""
+    if not EPILOGUE_IN_REGISTERS:
+        return None
+    out = []
+    for s in stmts[_last_gemm(stmts, acc.name) + 1:]:
+        if _own_reads_only(s, acc):
+            continue
+        if not isinstance(s, If) or _reads(s.cond, acc):
+            return None
+        out.append(s)
+    return out
+
+
+def _own_reads_only(s: Stmt, acc: Buffer) -> bool:
+    """Every read of ``acc`` in ``s`` is a thread's own element (see _own_element_epilogue)."""
+    if isinstance(s, If):
+        return not _reads(s.cond, acc) and all(_own_reads_only(x, acc) for x in s.body)
+    nest = _parallel_nest(s) if isinstance(s, Loop) and s.kind is LoopKind.PARALLEL else []
+    if tuple(l.extent for l in nest) != acc.shape:
+        return not any(_stmt_reads(x, acc) for x in _statements((s,)))
+    own = tuple(l.var for l in nest)
+    for x in nest[-1].body:
+        if isinstance(x, Loop):  # a loop inside the nest: no reads at all
+            if any(_stmt_reads(y, acc) for y in _statements(x.body)):
                 return False
-        return True
-
-    return all(own_reads_only(s) for s in after)
+        elif any(isinstance(y, Load) and y.buffer == acc and y.indices != own
+                 for e in _stmt_exprs(x) for y in subexpressions(e)):
+            return False
+    return True
 
 
 def _stmt_exprs(s: Stmt) -> tuple[Expr, ...]:
@@ -840,6 +920,8 @@ def _stmt_exprs(s: Stmt) -> tuple[Expr, ...]:
 def _stmt_reads(s: Stmt, buffer: Buffer) -> bool:
     if isinstance(s, (Gemm, ReduceTile, Copy)):
         return any(b == buffer for b in _stmt_buffers(s))
+    if isinstance(s, If):
+        return _reads(s.cond, buffer) or any(_stmt_reads(x, buffer) for x in s.body)
     return any(_reads(e, buffer) for e in _stmt_exprs(s))
 
 
@@ -857,7 +939,7 @@ def _statements(stmts: tuple[Stmt, ...]):
     """Every statement, loops' bodies included, in order."""
     for s in stmts:
         yield s
-        if isinstance(s, Loop):
+        if isinstance(s, (Loop, If)):
             yield from _statements(s.body)
 
 

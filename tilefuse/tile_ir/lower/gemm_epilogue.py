@@ -42,6 +42,7 @@ from tilefuse.tile_ir.ir import (
     Expr,
     Fill,
     Gemm,
+    If,
     IOp,
     Load,
     Loop,
@@ -79,9 +80,14 @@ from tilefuse.tile_ir.lower.elements import (
     window_needs_guard,
     window_source,
 )
-from tilefuse.tile_ir.lower.params import kernel_params
+from tilefuse.tile_ir.lower.params import DROP, kernel_params
 
 Forward = Callable[[Index], Index]
+
+# Product tile edges forced where they divide the product (None: the schedule's own): a
+# benchmark knob (benchmarks/gpu_gemm.py variants bmM / bnN), not a user setting
+FORCE_TILE_M: int | None = None
+FORCE_TILE_N: int | None = None
 
 
 def _row_reduction(node: Node, ident: set[int], cs: list[Node]) -> bool:
@@ -179,6 +185,27 @@ def lower_gemm_epilogue(group: FusedGroup, name: str, target: Target = CPU) -> t
     return None if program is None else (program, tuple(builder.bindings))
 
 
+def _sibling_of(group: FusedGroup, cs: list[Node]) -> dict[int, int] | None:
+    """For each value downstream of sibling products, the one sibling it comes from; None
+    where a value mixes two (a packed tile holds one sibling's columns), or a weight is
+    read by anything but its product."""
+    weights = {id(c.inputs[1]) for c in cs}
+    if any(id(v) in weights for n in group.nodes if n not in cs for v in n.inputs):
+        return None
+    if len(weights) != len(cs) or any(not c.inputs[1].is_constant for c in cs):
+        return None
+    of = {id(c.outputs[0]): s for s, c in enumerate(cs)}
+    for n in group.nodes:
+        if n in cs:
+            continue
+        srcs = {of[id(v)] for v in n.inputs if id(v) in of}
+        if len(srcs) > 1:
+            return None
+        for v in n.outputs if srcs else ():
+            of[id(v)] = next(iter(srcs))
+    return of
+
+
 class _Builder:
     def __init__(self, group: FusedGroup, cs: list[Node], fwd: dict[int, Forward], reductions: list[Node],
                  name: str, first: Node | None, target: Target) -> None:
@@ -195,6 +222,9 @@ class _Builder:
                      and math.prod(cs[0].outputs[0].type.shape[2:]) >= conv_rows.MIN_POSITIONS)
         self.depthwise = isinstance(cs[0].op, Conv) and cs[0].op.groups != 1  # only when depthwise_ok
         self.flip = self.flip or self.depthwise
+        # siblings as one product of their weights side by side (target.pack_siblings), where
+        # each value downstream of a product comes from one sibling only
+        self.sibling_of = _sibling_of(group, cs) if len(cs) > 1 and target.pack_siblings else None
         self._tile_at: dict[Index, Index] = {}  # product index -> c tile index, for the epilogue
         operands = {v.type.dtype for x in (*cs, *([first] if first else [])) for v in x.inputs[:2]}
         (only,) = operands if len(operands) == 1 else (None,)
@@ -221,23 +251,12 @@ class _Builder:
             self.k = c.inputs[1].type.shape[0] * math.prod(c.inputs[1].type.shape[2:])
 
     def build(self) -> TileProgram | None:
-        bm, bn = divisor_tile(self.m, self.gemm_tile), divisor_tile(self.n, self.gemm_tile)
-        if self.reductions or self.first is not None:  # whole rows on the tile: rows of all N columns
-            bm, bn = divisor_tile(self.m, self.row_tile), self.n
-        else:
-            while len(self.cs) * bm * bn * self.acc_dtype.itemsize > self.acc_budget and max(bm, bn) > 16:
-                if bn >= bm:
-                    bn = divisor_tile(self.n, bn // 2)
-                else:
-                    bm = divisor_tile(self.m, bm // 2)
-            bm, bn = fill_cores((self.m, self.n), [bm, bn], math.prod(self.batch), self.cores, self.min_tile)
-            plain = not isinstance(self.c.op, (Conv, ConvTranspose))  # convolution fills index channels directly
-            if plain and 4 * bn < min(self.n, self.gemm_tile):  # N with no good divisor (a 50257-word LM head)
-                bn = min(self.n, self.gemm_tile)
-            if self.mma_rows > 1 and bm & (bm - 1) and self.m > 16 and not self.flip:
-                # rows without a power-of-two divisor, which the matrix unit's warp layouts take
-                # (ResNet-50's 49 and 112 x 112 positions): a power-of-two tile, the last one partial
-                bm = min(1 << (bm - 1).bit_length(), self.gemm_tile)
+        bm, bn = self._tiles()
+        if self.sibling_of is not None and self.n % bn:  # a column tile across two siblings
+            self.sibling_of = None
+            bm, bn = self._tiles()
+        packed = self.sibling_of is not None
+        accs = 1 if packed else len(self.cs)  # accumulators a tile holds
         tail = self.n % bn  # the last column tile is partial: its columns clamp to the last one
         row_tail = self.m % bm  # likewise the last row tile: its rows clamp to the last row
         if (bm < 8 and self.m > 64) or (bn < 8 and self.n > 64):
@@ -249,7 +268,7 @@ class _Builder:
             bk //= 2
         stages = 2
         if bn != self.n and self.inflight:
-            bk, stages = self._pipeline(bm, bn, bk)
+            bk, stages = self._pipeline(bm, accs * bn, bk)
         conv = isinstance(self.c.op, Conv)
         if self.flip:  # position tiles of whole output rows of one image: no division inside
             inner = math.prod(self.c.outputs[0].type.shape[3:])
@@ -271,6 +290,11 @@ class _Builder:
         # epilogue reads the tile at its own loop indices, which keeps it in registers)
         m0 = iop(IOp.MUL, mt, bm) if self.m > bm else const_index(0)
         n0 = iop(IOp.MUL, nt, bn) if self.n > bn else const_index(0)
+        per_sibling = self.n // bn
+        sibling: Expr = const_index(0)
+        if packed:  # column tile nt is tile nt % per_sibling of sibling nt // per_sibling
+            sibling = iop(IOp.FLOORDIV, nt, per_sibling)
+            n0 = iop(IOp.MUL, iop(IOp.MOD, nt, per_sibling), bn) if per_sibling > 1 else const_index(0)
 
         def row(i: Expr) -> Expr:
             """Row ``i`` of the tile in the product; past a partial last tile, the last row
@@ -285,10 +309,10 @@ class _Builder:
             return iop(IOp.MIN, col, self.n - 1) if tail else col
 
         ta = Buffer("a_tile", self.op_dtype, (bn, bk) if self.flip else (bm, bk), Scope.SHARED)
-        sfx = [f"{s}" if len(self.cs) > 1 else "" for s in range(len(self.cs))]
+        sfx = [f"{s}" if accs > 1 else "" for s in range(accs)]
         tbs = [Buffer(f"b_tile{x}", self.op_dtype, (bk, bm) if self.flip else (bk, bn), Scope.SHARED) for x in sfx]
         tcs = [Buffer(f"c_tile{x}", self.acc_dtype, (bn, bm) if self.flip else (bm, bn), Scope.FRAGMENT) for x in sfx]
-        tile_of = {id(c.outputs[0]): tc for c, tc in zip(self.cs, tcs)}
+        tile_of = {id(c.outputs[0]): tcs[0 if packed else s] for s, c in enumerate(self.cs)}
         rows = {id(r.outputs[0]): Buffer(f"row{k}", self.acc_dtype, (bm,), Scope.FRAGMENT) for k, r in enumerate(self.reductions)}
 
         def read(v: Value, idx: Index) -> Expr:
@@ -319,8 +343,8 @@ class _Builder:
         first_row = iop(IOp.ADD, iop(IOp.MUL, linearize(tuple(bvars), tuple(self.batch)), self.m), m0)
         th = Buffer("h_tile", self.acc_dtype, (bm, bk), Scope.FRAGMENT)
         chain_allocs: tuple[Buffer, ...] = ()
-        for c, tc in zip(self.cs, tcs):
-            buffers[id(c.outputs[0])] = tc
+        for c in self.cs:
+            buffers[id(c.outputs[0])] = tile_of[id(c.outputs[0])]
         if self.first is not None:
             buffers[id(self.first.outputs[0])] = th
         for r in self.reductions:
@@ -352,6 +376,15 @@ class _Builder:
         elif conv:
             k_body = self._conv_fills(el, ta, tbs[0], row, n0, kt, ch_per_tile)
             k_body.append(Gemm(ta, tbs[0], tcs[0], tf32=self.tf32))
+        elif packed:  # the packed weights' columns [nt * bn, +bn)
+            def fill_packed(idx: Index) -> list[Stmt]:
+                row = iop(IOp.ADD, k0, idx[0])
+                val = widen(Load(self.packed, (row, iop(IOp.ADD, iop(IOp.MUL, nt, bn), idx[1]))), self.acc_dtype)
+                guard = [iop(IOp.LT, row, self.k)] if self.k % bk else []
+                return [Store(tbs[0], idx, narrow(guard_all(guard, val, self.acc_dtype), tbs[0].dtype))]
+
+            k_body = [*parallel(self.names, (bm, bk), fill_a), *parallel(self.names, (bk, bn), fill_packed),
+                      Gemm(ta, tbs[0], tcs[0], tf32=self.tf32)]
         else:
             k_body = []
             if self.first is not None:  # this K chunk of the intermediate, on chip
@@ -367,20 +400,27 @@ class _Builder:
         for r in self.reductions:  # in group order: a variance reads the mean before it
             body += self._row_stage(r, rows[id(r.outputs[0])], el, tuple(bvars), m0, bm)
         outs = params[len(params) - len(self.group.outputs):]
+        epilogues: list[list[Stmt]] = [[] for _ in self.cs] if packed else [body]
         for v, ob in zip(self.group.outputs, outs):
             def store(ij: Index, v: Value = v, ob: Buffer = ob) -> list[Stmt]:
                 g = self._product_index(tuple(bvars), row(ij[0]), column(ij[1]))
                 idx = self.fwd[id(v)](g)
                 return [Store(ob, idx, el.at(v, idx))]
 
+            out = epilogues[self.sibling_of[id(v)] if packed else 0]  # type: ignore[index]
             if self.flip:
-                body += conv_rows.stores(self, el, v, ob, mt, n0, bn, bm)
+                out += conv_rows.stores(self, el, v, ob, mt, n0, bn, bm)
             elif self._rows_innermost(v, bvars, row, column):  # e.g. K written transposed for attention
-                body += parallel(self.names, (bn, bm), lambda ji, store=store: store((ji[1], ji[0])))
+                out += parallel(self.names, (bn, bm), lambda ji, store=store: store((ji[1], ji[0])))
             else:
-                body += parallel(self.names, (bm, bn), store)
-        grid = tuple(self.batch) + (-(-self.m // bm), -(-self.n // bn))
+                out += parallel(self.names, (bm, bn), store)
+        if packed:  # each column tile runs its own sibling's epilogue
+            body += [If(iop(IOp.EQ, sibling, s), tuple(e)) for s, e in enumerate(epilogues) if e]
+        grid = tuple(self.batch) + (-(-self.m // bm), len(self.cs) * self.n // bn if packed else -(-self.n // bn))
         wide = f", {len(self.cs)} sibling products sharing the A tile" if len(self.cs) > 1 else ""
+        if packed:
+            wide = (f", {len(self.cs)} sibling products as one of their weights packed [{self.k}, {len(self.cs) * self.n}]"
+                    f" (each column tile runs its sibling's epilogue)")
         if self.first is not None:
             wide = f", the first product of a chain computed {bk} columns at a time on chip"
         if tail:
@@ -391,8 +431,34 @@ class _Builder:
         n_in = len(params) - len(self.group.outputs)
         allocs = (*(() if self.depthwise else (ta, *tbs)), *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()))
         # two warpgroups for 128 rows of at least 128 accumulator columns (siblings together)
-        threads = self.max_threads if bm >= 128 and len(self.cs) * bn >= 128 else 128
+        threads = self.max_threads if bm >= 128 and accs * bn >= 128 else 128
         return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), threads, allocs, tuple(body), notes)
+
+    def _tiles(self) -> tuple[int, int]:
+        """Row and column edges of a product tile, before the K loop's."""
+        bm, bn = divisor_tile(self.m, self.gemm_tile), divisor_tile(self.n, self.gemm_tile)
+        if self.reductions or self.first is not None:  # whole rows on the tile: rows of all N columns
+            return divisor_tile(self.m, self.row_tile), self.n
+        accs = 1 if self.sibling_of is not None else len(self.cs)
+        while accs * bm * bn * self.acc_dtype.itemsize > self.acc_budget and max(bm, bn) > 16:
+            if bn >= bm:
+                bn = divisor_tile(self.n, bn // 2)
+            else:
+                bm = divisor_tile(self.m, bm // 2)
+        lead = math.prod(self.batch) * (len(self.cs) if self.sibling_of is not None else 1)
+        bm, bn = fill_cores((self.m, self.n), [bm, bn], lead, self.cores, self.min_tile)
+        plain = not isinstance(self.c.op, (Conv, ConvTranspose))  # convolution fills index channels directly
+        if plain and 4 * bn < min(self.n, self.gemm_tile):  # N with no good divisor (a 50257-word LM head)
+            bn = min(self.n, self.gemm_tile)
+        if self.mma_rows > 1 and bm & (bm - 1) and self.m > 16 and not self.flip:
+            # rows without a power-of-two divisor, which the matrix unit's warp layouts take
+            # (ResNet-50's 49 and 112 x 112 positions): a power-of-two tile, the last one partial
+            bm = min(1 << (bm - 1).bit_length(), self.gemm_tile)
+        if FORCE_TILE_M and self.m % FORCE_TILE_M == 0:
+            bm = FORCE_TILE_M
+        if FORCE_TILE_N and self.n % FORCE_TILE_N == 0:
+            bn = FORCE_TILE_N
+        return bm, bn
 
     def _rows_innermost(self, v: Value, bvars, row, column) -> bool:
         """Whether output ``v``'s last (contiguous) axis runs along the tile's rows, not
@@ -404,11 +470,12 @@ class _Builder:
         return id(i) in mentions and id(j) not in mentions
 
     def _pipeline(self, bm: int, bn: int, bk: int) -> tuple[int, int]:
-        """K depth and stages of a plain product tile: a third stage, then a K tile twice as
-        deep, while the operand tiles in flight stay within the target's ``inflight_bytes``.
-        Small tiles (batch 1) wait on memory latency and gain from both; 128x128 tiles
-        already keep 64 KB in flight, and more stages cost them occupancy."""
-        per_k = (bm + len(self.cs) * bn) * self.op_dtype.itemsize
+        """K depth and stages of a plain product tile of ``bn`` columns (all its
+        accumulators'): a third stage, then a K tile twice as deep, while the operand tiles
+        in flight stay within the target's ``inflight_bytes``. Small tiles (batch 1) wait on
+        memory latency and gain from both; 128x128 tiles already keep 64 KB in flight, and
+        more stages cost them occupancy."""
+        per_k = (bm + bn) * self.op_dtype.itemsize
         if 3 * per_k * 2 * bk <= self.inflight and self.k >= 4 * bk:
             return 2 * bk, 3
         if 3 * per_k * bk <= self.inflight:
@@ -518,7 +585,19 @@ class _Builder:
             self.packed = Buffer(f"in{k}_kxm", v.type.dtype, packed.shape, Scope.GLOBAL)
             return Value(f"{v.name}.kxm", TensorType(v.type.dtype, packed.shape), data=packed), self.packed
 
-        kp = kernel_params(self.group, pack)
+        weights = [c.inputs[1] for c in self.cs]
+
+        def pack_siblings(k: int, v: Value) -> tuple[Value, Buffer] | str | None:
+            if not any(v is w for w in weights):
+                return None
+            if v is not weights[0]:
+                return DROP  # read through the packed weight
+            packed = np.concatenate([w.data for w in weights], axis=1)  # type: ignore[misc]
+            packed.setflags(write=False)
+            self.packed = Buffer(f"in{k}_siblings", v.type.dtype, packed.shape, Scope.GLOBAL)
+            return Value(f"{v.name}.siblings{len(weights)}", TensorType(v.type.dtype, packed.shape), data=packed), self.packed
+
+        kp = kernel_params(self.group, pack_siblings if self.sibling_of is not None else pack)
         self.bindings = kp.bindings
         return kp.params, kp.buffers
 

@@ -10,8 +10,10 @@ from tilefuse.partition.model import FusedGroup
 from tilefuse.tile_ir.ir import Buffer, Scope
 
 # (input position, value) -> a replacement (bound value, param buffer), e.g. a repacked
-# weight; None keeps the value as it is.
-Substitute = Callable[[int, Value], "tuple[Value, Buffer] | None"]
+# weight; None keeps the value as it is; DROP leaves it out (another param holds it: the
+# sibling weights packed into one).
+DROP = "drop"
+Substitute = Callable[[int, Value], "tuple[Value, Buffer] | str | None"]
 
 
 @dataclass
@@ -34,6 +36,8 @@ def kernel_params(group: FusedGroup, substitute: Substitute | None = None) -> Ke
         if v.is_constant and v.type.size == 1:
             continue
         replaced = substitute(k, v) if substitute is not None else None
+        if replaced == DROP:
+            continue
         if replaced is not None:
             value, buf = replaced
         else:
