@@ -58,7 +58,7 @@ def _assert_warp_rows(text, lanes, reductions):
     if lanes == 32:
         assert "T.alloc_shared" not in text and "T.sync_threads()" not in text
     else:  # the row's warps meet in a (rows, warps) array, one per reduction
-        assert len(re.findall(rf"_warps\d+ = T\.alloc_shared\(\(\d+, {lanes // 32}\), \"float32\"\)", text)) == reductions
+        assert len(re.findall(rf"_warps\d+ = T\.alloc_shared\(\(\d+, {lanes // 32}\), \"float(32|64)\"\)", text)) == reductions
         assert text.count("T.sync_threads()") == reductions
 
 
@@ -123,3 +123,26 @@ def test_rows_without_whole_warps_keep_the_generic_emission():
     assert "T.get_thread_binding" not in text and "x_tile0 = T.alloc_fragment((8, 128)" in text
     (art,) = build_all([narrow], arch="sm_90a")
     assert art.path.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_per_row_outputs_are_written_by_lane_zero():
+    """A row max that is an output itself ([rows, 1], float64), beside exp(x - max), and a
+    row min alone: lane 0 of each row stores the per-row value; max and min start from
+    -inf and inf."""
+    from tilefuse.ir import Builder, DType, TensorType
+    from tilefuse.ir.prims import ReduceFn, ScalarFn
+
+    b = Builder("row_extremes")
+    x = b.input("x", TensorType(DType.FLOAT64, (1024, 256)))
+    m = b.reduce(ReduceFn.MAX, x, (1,), True)
+    b.output("y", b.map(ScalarFn.EXP, b.map(ScalarFn.SUB, x, m)))
+    b.output("m", m)
+    b.output("n", b.reduce(ReduceFn.MIN, x, (1,), True))
+    programs = [lower_group(g, CUDA_SM90A).program for g in partition_graph(b.graph, CUDA_SM90A).groups]
+    assert len(programs) == 2
+    for p, fn, inf in zip(programs, ("max", "min"), ('float("-inf")', 'float("inf")')):
+        text = emit_tilelang(p).text
+        _assert_warp_rows(text, 64, 1)
+        assert f"T.warp_reduce_{fn}(" in text and inf in text
+        assert re.search(r"if _lane == 0:\n\s+i\d+ = 0\n\s+out0\[", text)
+    _compile(programs)
