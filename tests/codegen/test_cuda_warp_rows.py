@@ -146,3 +146,23 @@ def test_per_row_outputs_are_written_by_lane_zero():
         assert f"T.warp_reduce_{fn}(" in text and inf in text
         assert re.search(r"if _lane == 0:\n\s+i\d+ = 0\n\s+out0\[", text)
     _compile(programs)
+
+
+def test_a_tile_read_outside_its_reduction_keeps_the_generic_emission():
+    """The warp form holds no tile: a nest that reads one (here after its reduction) or reads
+    a row buffer at another row sends the program to the generic emission."""
+    from tilefuse.tile_ir.ir import IOp, Load, Loop, LoopKind, Store, Var, iop
+
+    (p,) = _row_programs(_softmax(4096, 128, "float16"), {})
+    tile, row, out = p.allocs[2], p.allocs[0], p.outputs[0]
+    assert tile.name == "x_tile0" and row.name == "row0"
+    i, j = Var("ti"), Var("tj")
+
+    def nest(value):
+        at = (iop(IOp.ADD, iop(IOp.MUL, p.block_vars[0], 8), i), j)
+        return Loop(i, 8, LoopKind.PARALLEL, (Loop(j, 128, LoopKind.PARALLEL, (Store(out, at, value),)),))
+
+    assert "T.get_thread_binding" in emit_tilelang(p).text
+    for value in (Load(tile, (i, j)), Load(row, (iop(IOp.SUB, 7, i),))):
+        changed = dataclasses.replace(p, body=p.body + (nest(value),))
+        assert "T.get_thread_binding" not in emit_tilelang(changed).text

@@ -28,7 +28,20 @@ from typing import Protocol
 
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn
-from tilefuse.tile_ir.ir import Buffer, Expr, Load, Loop, LoopKind, ReduceTile, Scope, Stmt, Store, TileProgram, Var, subexpressions
+from tilefuse.tile_ir.ir import (
+    Buffer,
+    Expr,
+    Load,
+    Loop,
+    LoopKind,
+    ReduceTile,
+    Scope,
+    Stmt,
+    Store,
+    TileProgram,
+    Var,
+    subexpressions,
+)
 
 WARP = 32
 MAX_UNROLL = 32  # longer per-lane loops stay T.serial (nvcc unrolls them in part)
@@ -50,7 +63,7 @@ class Emitter(Protocol):
 
     def name(self, b: Buffer | Var) -> str: ...
     def temp(self) -> str: ...
-    def const(self, value: float | int | bool, dtype: DType) -> str: ...
+    def const(self, value: float | bool, dtype: DType) -> str: ...
     def render(self, roots: list[Expr], is_index: list[bool]) -> tuple[list[str], list[str]]: ...
     def stmt(self, s: Stmt, depth: int) -> list[str]: ...
 
@@ -92,9 +105,9 @@ def _match(p: TileProgram, threads: int) -> _Plan | None:
     if any(b.scope is not Scope.FRAGMENT for b in p.allocs):
         return None
     br = p.allocs[0].shape[0]
-    rows_ = tuple(b for b in p.allocs if b.shape == (br,))
+    row_bufs = tuple(b for b in p.allocs if b.shape == (br,))
     tiles = {b for b in p.allocs if len(b.shape) == 2 and b.shape[0] == br}
-    if len(rows_) + len(tiles) != len(p.allocs) or threads % br or (threads // br) % WARP:
+    if len(row_bufs) + len(tiles) != len(p.allocs) or threads % br or (threads // br) % WARP:
         return None
     lanes = threads // br
     ready: set[Buffer] = set()  # row buffers reduced so far
@@ -103,16 +116,18 @@ def _match(p: TileProgram, threads: int) -> _Plan | None:
     k = 0
     while k < len(body):
         nest = _nest(body[k], br)
-        if nest is None or not _own_rows(nest, ready, {*rows_, *tiles}):
+        if nest is None or not _own_rows(nest, ready, set(p.allocs)):
             return None
         st = nest.store
         if st.buffer in tiles:  # a fill: its reduction comes next
             red = body[k + 1] if k + 1 < len(body) else None
-            if not _reduces(red, st, nest, lanes) or red.dst not in rows_ or red.dst in ready:  # type: ignore[union-attr]
+            if not isinstance(red, ReduceTile) or not _reduces(red, st, nest, lanes):
+                return None
+            if red.dst not in row_bufs or red.dst in ready:
                 return None
             tiles.discard(st.buffer)  # filled once
-            ready.add(red.dst)  # type: ignore[union-attr]
-            steps.append(_Step(nest, red))  # type: ignore[arg-type]
+            ready.add(red.dst)
+            steps.append(_Step(nest, red))
             k += 2
         elif st.buffer.scope is Scope.GLOBAL and (nest.width == 1 or nest.width % lanes == 0):
             steps.append(_Step(nest, None))
@@ -121,7 +136,7 @@ def _match(p: TileProgram, threads: int) -> _Plan | None:
             return None
     if not ready:
         return None
-    return _Plan(br, lanes, tuple(steps), rows_)
+    return _Plan(br, lanes, tuple(steps), row_bufs)
 
 
 def _nest(s: Stmt, br: int) -> _Nest | None:
@@ -135,10 +150,10 @@ def _nest(s: Stmt, br: int) -> _Nest | None:
     return _Nest(s.var, inner.var, inner.extent, st) if isinstance(st, Store) else None
 
 
-def _reduces(red: Stmt | None, fill: Store, nest: _Nest, lanes: int) -> bool:
+def _reduces(red: ReduceTile, fill: Store, nest: _Nest, lanes: int) -> bool:
     """``red`` folds the whole tile ``fill`` writes, element (i, j) at (i, j), along its
     rows, in a float type warps shuffle, with lanes that cover a row without a tail."""
-    if not isinstance(red, ReduceTile) or red.src != fill.buffer or red.dim != 1 or not red.clear:
+    if red.src != fill.buffer or red.dim != 1 or not red.clear:
         return False
     width = fill.buffer.shape[1]
     return (red.fn in _FOLD and red.dst.dtype in _FLOATS and red.src.dtype is red.dst.dtype
