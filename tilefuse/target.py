@@ -42,6 +42,9 @@ class Target:
     conv_channel_rows: bool = False
     # float32 products may round operands to TF32 on tensor cores (--precision tf32; GPU only)
     tf32_products: bool = False
+    # threads that run in lockstep and combine values by shuffles (GPU: a warp of 32); 0: none.
+    # Row reductions then give each row whole warps
+    warp: int = 0
 
     def row_epilogue_bytes(self, row_elems: int) -> int:
         """On-chip bytes for a tile of whole fp32 accumulator rows of ``row_elems``."""
@@ -73,6 +76,7 @@ CUDA_SM90A = Target(
     pack_siblings=True,
     accumulator_bytes=96 * 1024,  # 256 threads x 96 fp32 registers: siblings share it (QKV: 3 x 128x64, one 128x192 tile)
     inflight_bytes=80 * 1024,  # batch-1 tiles (32x32) are latency-bound: 3 stages of 128-deep K (benchmarks/NOTES.md)
+    warp=32,
 )
 
 # A conservative x86-64 server core set (the 2-core development box and CI): AVX2 FMA at

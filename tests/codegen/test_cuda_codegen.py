@@ -72,13 +72,17 @@ def test_emission_is_deterministic_and_names_the_kernel_by_content(zoo_cache):
 
 def test_operand_tiles_load_through_t_copy_and_rows_reduce_across_threads(zoo_cache):
     """fp16 products: plain operand tiles become T.copy inside the pipelined K loop (cp.async
-    on Hopper); a norm's row sums use several threads per row (partials in shared memory)."""
+    on Hopper); a norm's row sums use several threads per row: whole warps in a row-schedule
+    kernel (test_cuda_warp_rows.py), partials in shared memory in a product's epilogue."""
     graph = import_onnx(models.build("bert", "tiny", "float16", cache_dir=zoo_cache), models.ZOO["bert"].shapes("tiny"))
     texts = [emit_tilelang(lower_group(g, CUDA_SM90A).program).text for g in partition_graph(graph, CUDA_SM90A).groups]
     pipelined = [t.split("T.Pipelined(", 1)[1] for t in texts if "T.gemm(" in t and "T.Pipelined(" in t]
     assert pipelined and all(re.search(r"T\.copy\(in\d+\[", t) for t in pipelined)
     norms = [t for t in texts if "T.sqrt(" in t]
-    assert norms and all(re.search(r"_part\d+ = T\.alloc_shared\(\(\d+, (2|4|8|16|32)\)", t) for t in norms)
+    rows = [t for t in norms if "\nrows: " in t]
+    epilogues = [t for t in norms if "\ngemm+epilogue: " in t]
+    assert rows and all("T.warp_reduce_sum(" in t for t in rows)
+    assert epilogues and all(re.search(r"_part\d+ = T\.alloc_shared\(\(\d+, (2|4|8|16|32)\)", t) for t in epilogues)
 
 
 def _pool_programs():

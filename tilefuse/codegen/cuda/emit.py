@@ -24,6 +24,7 @@ and hands it to TileLang. The mapping is close to one-to-one, as the tile IR was
                                 written with ``T.copy`` (whole-line stores); else the
                                 accumulator is copied to shared memory first (row norms,
                                 transposed outputs)
+    row-schedule programs    -> whole warps per row: registers and shuffles, no tile (warp_rows.py)
     loops                    -> ``T.Parallel`` (directly nested parallel loops merge into
                                 one), ``T.serial``, ``T.Pipelined(num_stages=...)``
 
@@ -45,6 +46,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from tilefuse.codegen.artifact import ParamSpec
+from tilefuse.codegen.cuda.warp_rows import warp_rows
 from tilefuse.codegen.toolchain import kernel_stem
 from tilefuse.errors import CompileError
 from tilefuse.ir.dtypes import DType
@@ -245,6 +247,9 @@ class _Emitter:
                 unfold.append(f"{v} = (_bx // {stride}) % {g}")
         ind = " " * 8
         lines += [ind + x for x in unfold]
+        rows = warp_rows(self, threads, 2)  # norms and softmax rows: whole warps per row
+        if rows is not None:
+            return lines + rows
         register = _register_buffers(p.body, threads)
         if MIN_BLOCKS_PER_SM > 1 and any(isinstance(s, Gemm) and _tensor_core(s, threads) for s in _statements(p.body)):
             lines.append(f"{ind}T.annotate_min_blocks_per_sm({MIN_BLOCKS_PER_SM})")

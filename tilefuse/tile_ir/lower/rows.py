@@ -94,13 +94,29 @@ class _Rows:
     def __init__(self, group: FusedGroup, reductions: list[Node], shape: tuple[int, ...], name: str,
                  target: Target) -> None:
         self.group, self.reductions, self.shape, self.name = group, reductions, shape, name
-        self.cores = target.cores
+        self.cores, self.warp = target.cores, target.warp
         self.names = Names()
+
+    def row_tile(self, rows: int, e: int) -> int:
+        """Rows per tile. At most ROW_TILE_ELEMS per tile; where the target has warps and
+        there are reductions, a power of two of rows that gives each row whole warps of
+        ROW_THREADS // br lanes dividing E (the CUDA emitter's one-warp-per-row form) where
+        one exists. Fewer tiles than cores: fewer rows per tile (down to one), as long as
+        rows keep those whole warps."""
+        cap = max(1, ROW_TILE_ELEMS // e)
+        br, floor = divisor_tile(rows, cap), 1
+        if self.warp and self.reductions:
+            most = ROW_THREADS // self.warp  # rows of one warp each
+            fits = [t for t in (2**k for k in range(most.bit_length()))
+                    if t <= cap and rows % t == 0 and e % (ROW_THREADS // t) == 0]
+            if fits:
+                br, floor = max(fits), min(fits)
+        (br,) = fill_cores((rows,), [br], 1, self.cores, floor)
+        return br
 
     def build(self) -> tuple[TileProgram, tuple[Value, ...]] | None:
         rows, e = math.prod(self.shape[:-1]), self.shape[-1]
-        br = divisor_tile(rows, max(1, ROW_TILE_ELEMS // e))
-        (br,) = fill_cores((rows,), [br], 1, self.cores, 1)  # fewer rows per tile than cores: one row each
+        br = self.row_tile(rows, e)
         kp = kernel_params(self.group)
         params, buffers = kp.params, kp.buffers
         rt = Var("br")

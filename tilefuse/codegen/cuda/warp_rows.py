@@ -1,0 +1,240 @@
+"""Row reductions as whole warps per row: the CUDA form of the row schedule's programs.
+
+The row schedule (``tile_ir/lower/rows.py``) writes a norm or a softmax as tiles of ``br``
+whole rows of ``E``: per reduction, a parallel nest fills a ``(br, E)`` tile that a
+ReduceTile folds into a per-row buffer ``(br,)``; then parallel nests over ``(br, width)``
+write the outputs, reading the per-row results at their own row. The generic emission
+keeps that tile and the reduction's partials in shared memory and lets one thread per row
+fold the partials: latency-bound. Here each row gets ``L = threads // br`` lanes, whole
+warps, and the tile never exists:
+
+    fill + ReduceTile  -> every lane folds its elements ``j = jj * L + lane`` (neighbouring
+                          lanes read neighbouring elements) into a register, the warp
+                          combines its lanes with ``T.warp_reduce_*`` (shuffles; every lane
+                          gets the result) and, with several warps per row, the warps'
+                          results meet in a small shared array after one barrier
+    per-row buffer     -> a register; every lane of the row holds the row's value
+    output nest        -> every lane writes its elements ``j = jj * L + lane``; a per-row
+                          output (width 1) is written by lane 0
+
+A program of any other shape (no reduction, a tail: ``E % L``, lanes that are not whole
+warps, a product or integer reduction, a row buffer read at another row) is not matched:
+``warp_rows`` returns None and the generic emission runs unchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from tilefuse.ir.dtypes import DType
+from tilefuse.ir.prims import ReduceFn
+from tilefuse.tile_ir.ir import (
+    Buffer,
+    Expr,
+    Load,
+    Loop,
+    LoopKind,
+    ReduceTile,
+    Scope,
+    Stmt,
+    Store,
+    TileProgram,
+    Var,
+    subexpressions,
+)
+
+WARP = 32
+MAX_UNROLL = 32  # longer per-lane loops stay T.serial (nvcc unrolls them in part)
+
+# the fold of one lane's terms (its text and identity) and the warp's shuffle reduction
+_FOLD = {ReduceFn.SUM: ("({a} + {b})", 0.0, "T.warp_reduce_sum"),
+         ReduceFn.MAX: ("T.max({a}, {b})", float("-inf"), "T.warp_reduce_max"),
+         ReduceFn.MIN: ("T.min({a}, {b})", float("inf"), "T.warp_reduce_min")}
+_FLOATS = (DType.FLOAT32, DType.FLOAT64)
+
+
+class Emitter(Protocol):
+    """What this module uses of the CUDA emitter (emit._Emitter): names, typed constants,
+    expression rendering with let lines, statement rendering, and loads it reads from a
+    register instead of their buffer."""
+
+    p: TileProgram
+    replaced: dict[tuple[str, tuple[Expr, ...]], str]
+
+    def name(self, b: Buffer | Var) -> str: ...
+    def temp(self) -> str: ...
+    def const(self, value: float | bool, dtype: DType) -> str: ...
+    def render(self, roots: list[Expr], is_index: list[bool]) -> tuple[list[str], list[str]]: ...
+    def stmt(self, s: Stmt, depth: int) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class _Nest:
+    """A parallel nest ``for i, j in (br, width): store``."""
+
+    row: Var
+    col: Var
+    width: int
+    store: Store
+
+
+@dataclass(frozen=True)
+class _Step:
+    nest: _Nest
+    reduce: ReduceTile | None  # the fill's reduction; None: an output nest
+
+
+@dataclass(frozen=True)
+class _Plan:
+    rows: int  # br: rows of a tile
+    lanes: int  # L: threads per row
+    steps: tuple[_Step, ...]
+    row_buffers: tuple[Buffer, ...]
+
+
+def warp_rows(em: Emitter, threads: int, depth: int) -> list[str] | None:
+    """The kernel body (inside ``T.Kernel``, at ``depth``) of a row-schedule program with
+    whole warps per row, or None where the program is not of that shape."""
+    plan = _match(em.p, threads)
+    return None if plan is None else _Writer(em, plan, depth).lines()
+
+
+def _match(p: TileProgram, threads: int) -> _Plan | None:
+    if len(p.grid) != 1 or threads != p.threads or not p.allocs:
+        return None
+    if any(b.scope is not Scope.FRAGMENT for b in p.allocs):
+        return None
+    br = p.allocs[0].shape[0]
+    row_bufs = tuple(b for b in p.allocs if b.shape == (br,))
+    tiles = {b for b in p.allocs if len(b.shape) == 2 and b.shape[0] == br}
+    if len(row_bufs) + len(tiles) != len(p.allocs) or threads % br or (threads // br) % WARP:
+        return None
+    lanes = threads // br
+    ready: set[Buffer] = set()  # row buffers reduced so far
+    steps: list[_Step] = []
+    body = p.body
+    k = 0
+    while k < len(body):
+        nest = _nest(body[k], br)
+        if nest is None or not _own_rows(nest, ready, set(p.allocs)):
+            return None
+        st = nest.store
+        if st.buffer in tiles:  # a fill: its reduction comes next
+            red = body[k + 1] if k + 1 < len(body) else None
+            if not isinstance(red, ReduceTile) or not _reduces(red, st, nest, lanes):
+                return None
+            if red.dst not in row_bufs or red.dst in ready:
+                return None
+            tiles.discard(st.buffer)  # filled once
+            ready.add(red.dst)
+            steps.append(_Step(nest, red))
+            k += 2
+        elif st.buffer.scope is Scope.GLOBAL and (nest.width == 1 or nest.width % lanes == 0):
+            steps.append(_Step(nest, None))
+            k += 1
+        else:
+            return None
+    if not ready:
+        return None
+    return _Plan(br, lanes, tuple(steps), row_bufs)
+
+
+def _nest(s: Stmt, br: int) -> _Nest | None:
+    """``s`` as ``for i, j in T.Parallel(br, width): one store``."""
+    if not (isinstance(s, Loop) and s.kind is LoopKind.PARALLEL and s.extent == br and len(s.body) == 1):
+        return None
+    inner = s.body[0]
+    if not (isinstance(inner, Loop) and inner.kind is LoopKind.PARALLEL and len(inner.body) == 1):
+        return None
+    st = inner.body[0]
+    return _Nest(s.var, inner.var, inner.extent, st) if isinstance(st, Store) else None
+
+
+def _reduces(red: ReduceTile, fill: Store, nest: _Nest, lanes: int) -> bool:
+    """``red`` folds the whole tile ``fill`` writes, element (i, j) at (i, j), along its
+    rows, in a float type warps shuffle, with lanes that cover a row without a tail."""
+    if red.src != fill.buffer or red.dim != 1 or not red.clear:
+        return False
+    width = fill.buffer.shape[1]
+    return (red.fn in _FOLD and red.dst.dtype in _FLOATS and red.src.dtype is red.dst.dtype
+            and fill.indices == (nest.row, nest.col) and nest.width == width and width % lanes == 0)
+
+
+def _own_rows(nest: _Nest, ready: set[Buffer], on_chip: set[Buffer]) -> bool:
+    """The nest reads on-chip buffers only as reduced row buffers at its own row."""
+    st = nest.store
+    for e in (st.value, *st.indices):
+        for x in subexpressions(e):
+            if isinstance(x, Load) and x.buffer in on_chip and (x.buffer not in ready or x.indices != (nest.row,)):
+                return False
+    return True
+
+
+class _Writer:
+    def __init__(self, em: Emitter, plan: _Plan, depth: int) -> None:
+        self.em, self.plan, self.depth = em, plan, depth
+        self.ind = " " * 4 * depth
+        self.shared: list[str] = []  # the warps' meeting arrays, allocated before the body
+
+    def lines(self) -> list[str]:
+        em, plan, ind = self.em, self.plan, self.ind
+        out = [f"{ind}_tx = T.get_thread_binding()",
+               f"{ind}_row = _tx // {plan.lanes}  # the tile's row this thread works on",
+               f"{ind}_lane = _tx % {plan.lanes}"]
+        for b in plan.row_buffers:  # a register per thread: every lane of a row holds its value
+            out.append(f'{ind}{em.name(b)} = T.alloc_local((1,), "{b.dtype.value}")')
+        for step in plan.steps:
+            st = step.nest.store
+            for x in (y for e in (st.value, *st.indices) for y in subexpressions(e)):
+                if isinstance(x, Load) and x.buffer in plan.row_buffers:
+                    em.replaced[(x.buffer.name, x.indices)] = f"{em.name(x.buffer)}[0]"
+        body: list[str] = []
+        for step in plan.steps:
+            body.append(f"{ind}{em.name(step.nest.row)} = _row")
+            body += self.reduction(step.nest, step.reduce) if step.reduce else self.output(step.nest)
+        return out + self.shared + body
+
+    def lanes_loop(self, count: int) -> tuple[str, str]:
+        """The per-lane loop head over ``count`` elements per lane and its variable."""
+        jj = self.em.temp()
+        kind = "T.unroll" if count <= MAX_UNROLL else "T.serial"
+        return f"for {jj} in {kind}({count}):", jj
+
+    def reduction(self, nest: _Nest, red: ReduceTile) -> list[str]:
+        em, ind, lanes = self.em, self.ind, self.plan.lanes
+        combine, identity, shuffle = _FOLD[red.fn]
+        dt = red.dst.dtype
+        acc = f"{em.name(red.dst)}[0]"
+        head, jj = self.lanes_loop(nest.width // lanes)
+        lets, (value,) = em.render([nest.store.value], [False])
+        out = [f"{ind}{acc} = {em.const(identity, dt)}",
+               f"{ind}{head}",
+               f"{ind}    {em.name(nest.col)} = {jj} * {lanes} + _lane"]
+        out += [f"{ind}    {x}" for x in lets]
+        out += [f"{ind}    {acc} = {combine.format(a=acc, b=value)}",
+                f"{ind}{acc} = {shuffle}({acc})"]
+        warps = lanes // WARP
+        if warps == 1:
+            return out
+        # the row's warps meet in shared memory: one array per reduction, so no warp
+        # overwrites a value another has yet to read
+        part = f"_warps{len(self.shared)}"
+        self.shared.append(f'{ind}{part} = T.alloc_shared(({self.plan.rows}, {warps}), "{dt.value}")')
+        w = em.temp()
+        return out + [f"{ind}if _lane % {WARP} == 0:",
+                      f"{ind}    {part}[_row, _lane // {WARP}] = {acc}",
+                      f"{ind}T.sync_threads()",
+                      f"{ind}{acc} = {part}[_row, 0]",
+                      f"{ind}for {w} in T.serial(1, {warps}):",
+                      f"{ind}    {acc} = {combine.format(a=acc, b=f'{part}[_row, {w}]')}"]
+
+    def output(self, nest: _Nest) -> list[str]:
+        em, ind, lanes = self.em, self.ind, self.plan.lanes
+        if nest.width == 1:  # a per-row value: lane 0 writes it
+            return [f"{ind}if _lane == 0:",
+                    f"{ind}    {em.name(nest.col)} = 0",
+                    *em.stmt(nest.store, self.depth + 1)]
+        head, jj = self.lanes_loop(nest.width // lanes)
+        return [f"{ind}{head}",
+                f"{ind}    {em.name(nest.col)} = {jj} * {lanes} + _lane",
+                *em.stmt(nest.store, self.depth + 1)]
