@@ -64,12 +64,23 @@ def pack(args) -> int:
 
 
 def _roofline(compiled) -> dict:
+    """The model's floor, and each kernel's (summed over the groups it runs): max(FLOPs /
+    matrix rate, bytes / DRAM bandwidth) from the partition's cost model."""
+    from tilefuse.codegen.cuda import emit_tilelang
     from tilefuse.target import CUDA_SM90A as T
+
+    def floor_ms(flops: float, nbytes: float) -> float:
+        return 1e3 * max(flops / T.matrix_flops, nbytes / T.dram_bandwidth)
 
     flops = sum(g.cost.flops for g in compiled.partition.groups)
     nbytes = sum(g.cost.bytes for g in compiled.partition.groups)
-    return {"flops": flops, "bytes": nbytes,
-            "floor_ms": 1e3 * max(flops / T.matrix_flops, nbytes / T.dram_bandwidth)}
+    kernels: dict[str, float] = {}
+    for g in compiled.partition.groups:
+        low = compiled.lowered.get(g.id)
+        if low is not None:
+            func = emit_tilelang(low.program).func
+            kernels[func] = kernels.get(func, 0.0) + floor_ms(g.cost.flops, g.cost.bytes)
+    return {"flops": flops, "bytes": nbytes, "floor_ms": floor_ms(flops, nbytes), "kernels_floor_ms": kernels}
 
 
 def run(args) -> int:
@@ -115,10 +126,13 @@ def run(args) -> int:
         per_kernel: dict[str, list[float]] = {}
         for kernel, ms in ex.timed_steps(5):
             per_kernel.setdefault(kernel, []).append(ms)
-        row["kernels_ms"] = sorted(((k, sum(v), len(v)) for k, v in per_kernel.items()), key=lambda x: -x[1])
+        floors = row.pop("kernels_floor_ms", {})
+        row["kernels_ms"] = sorted(((k, sum(v), len(v), floors.get(k)) for k, v in per_kernel.items()),
+                                   key=lambda x: -x[1])
         rows.append(row)
-        for k, total, n in row["kernels_ms"][:6]:
-            print(f"    {k:40s} {n:3d} x  {total:9.3f} ms in all", flush=True)
+        for k, total, n, floor in row["kernels_ms"][:8]:  # what holds the model back
+            against = f"roofline {floor:.3f} ms ({total / floor:5.1f}x)" if floor else "roofline n/a"
+            print(f"    {k:44s} {n:3d} x {1e3 * total / n:7.1f} us = {total:7.3f} ms; {against}", flush=True)
         print(f"{tag:28s} {row['ms_median']:8.3f} ms (p10 {row['ms_p10']:.3f}, p90 {row['ms_p90']:.3f}); "
               f"roofline {row['floor_ms']:.3f} ms; {row['steps']} launches in one graph: {row['cuda_graph']}; "
               f"replays equal: {row['replays_equal']}", flush=True)
