@@ -230,10 +230,10 @@ def test_dlpack_is_preferred_to_the_cuda_array_interface():
 
 
 @pytest.mark.parametrize("made, message", [
-    (dict(shape=(2, 3), strides=(1, 2), bits=16), r"a strided device tensor \(strides \(1, 2\) elements\)"),
-    (dict(shape=(2, 3), code=5, bits=64), "DLPack dtype complex64 has no tilefuse dtype"),
-    (dict(shape=(2, 3), bits=32), r"expected dtype float16, got float32 \(on the GPU\)"),
-    (dict(shape=(3, 2), bits=16), r"expected shape \[2, 3\], got \[3, 2\] \(on the GPU\)"),
+    ({"shape": (2, 3), "strides": (1, 2), "bits": 16}, r"a strided device tensor \(strides \(1, 2\) elements\)"),
+    ({"shape": (2, 3), "code": 5, "bits": 64}, "DLPack dtype complex64 has no tilefuse dtype"),
+    ({"shape": (2, 3), "bits": 32}, r"expected dtype float16, got float32 \(on the GPU\)"),
+    ({"shape": (3, 2), "bits": 16}, r"expected shape \[2, 3\], got \[3, 2\] \(on the GPU\)"),
 ])
 def test_wrong_dlpack_feeds_are_refused_and_handed_back(made, message):
     tensor = HandMade(**made)

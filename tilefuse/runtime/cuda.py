@@ -25,8 +25,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from tilefuse.errors import ExecutionError, PlanError
-from tilefuse.plan.model import BufferKind, HostStep, KernelStep, Plan
 from tilefuse.feeds import DeviceView, FeedDevice
+from tilefuse.plan.model import BufferKind, HostStep, KernelStep, Plan
 from tilefuse.runtime.device_array import DeviceArray
 
 
