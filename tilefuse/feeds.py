@@ -171,7 +171,12 @@ def _device_feed(name: str, value: object, t: TensorType, device: FeedDevice | N
     except ValueError as e:
         raise InputError(f"input {name!r}: {e}") from None
     assert view is not None
-    _check_type(name, view.dtype, view.shape, t, "on the GPU")
+    try:
+        _check_type(name, view.dtype, view.shape, t, "on the GPU")
+    except InputError:
+        if isinstance(view.keep, dlpack.Imported):
+            view.keep.release()  # now, not whenever the traceback goes
+        raise
     return view
 
 

@@ -1,6 +1,6 @@
-"""GPU tensors as feeds (``__cuda_array_interface__``; DLPack ones in test_dlpack.py): checked like host arrays, refused
-by CPU plans with a clear error. Running them on a GPU is in test_cuda_runtime.py and
-benchmarks/gpu_check.py (device feeds through torch there)."""
+"""GPU tensors as feeds (``__cuda_array_interface__``; DLPack ones in test_dlpack.py):
+checked like host arrays, refused by CPU plans with a clear error. Running them on a GPU
+is in test_cuda_runtime.py and benchmarks/gpu_check.py (device feeds through torch there)."""
 import numpy as np
 import pytest
 
