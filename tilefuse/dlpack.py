@@ -115,10 +115,10 @@ def dtype_of(code: int, bits: int, lanes: int = 1) -> DType:
     dtype = _DTYPES.get((code, bits)) if lanes == 1 else None
     if dtype is None:
         try:
-            kind = DLDataTypeCode(code).name.lower()
+            name = f"{DLDataTypeCode(code).name.lower()}{bits}"
         except ValueError:
-            kind = f"code {code} "
-        raise ValueError(f"DLPack dtype {kind}{bits}" + (f"x{lanes}" if lanes != 1 else "") + " has no tilefuse dtype")
+            name = f"(code {code}, {bits} bits)"
+        raise ValueError(f"DLPack dtype {name}" + (f"x{lanes}" if lanes != 1 else "") + " has no tilefuse dtype")
     return dtype
 
 
