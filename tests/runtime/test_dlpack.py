@@ -140,7 +140,7 @@ def test_the_importer_calls_the_producers_deleter_exactly_once():
 
 
 @pytest.mark.parametrize("code, bits, lanes, message", [
-    (5, 64, 1, "complex64"), (2, 8, 1, "float8"), (2, 32, 4, r"float32x4"), (9, 32, 1, "code 9"),
+    (5, 64, 1, "complex64"), (2, 8, 1, "float8"), (2, 32, 4, r"float32x4"), (9, 32, 1, r"\(code 9, 32 bits\)"),
 ])
 def test_an_unsupported_dtype_is_refused_and_handed_back(code, bits, lanes, message):
     made = HandMade((2,), code=code, bits=bits, lanes=lanes)
