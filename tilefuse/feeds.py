@@ -1,24 +1,43 @@
-"""Checking user-supplied inputs against what a model or plan expects."""
+"""Checking user-supplied inputs against what a model or plan expects.
+
+Host feeds become numpy arrays. A GPU tensor is recognised by DLPack (``__dlpack__`` with a
+non-CPU ``__dlpack_device__``: torch, CuPy, JAX) or, failing that, by
+``__cuda_array_interface__`` (Numba, older CuPy), and becomes a ``DeviceView`` that the CUDA
+runtime copies device to device. DLPack is preferred where a tensor has both: it names the
+tensor's device, and lets the producer order its pending work before the runtime's
+stream. A CPU DLPack tensor is a host feed like any other.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
 
+from tilefuse import dlpack
 from tilefuse.errors import InputError
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.types import TensorType
 
 
+@dataclass(frozen=True)
+class FeedDevice:
+    """Where a runtime reads GPU feeds: CUDA device ``index``, and the ``stream`` it reads
+    them on (a CUstream handle as an integer; None: the legacy default stream). DLPack
+    producers are asked to make their tensor ready on that stream."""
+
+    index: int = 0
+    stream: int | None = None
+
+
 def check_feeds(expected: Sequence[tuple[str, TensorType]], feeds: Mapping[str, object],
-                allow_device: bool = False) -> dict[str, np.ndarray]:
+                device: FeedDevice | None = None) -> dict[str, np.ndarray]:
     """Return the feeds as numpy arrays, or raise InputError naming what is wrong.
 
     Every expected input must be given with exactly its dtype and shape; unknown names
-    are an error too (a typo would otherwise be silently ignored). With ``allow_device``,
-    a GPU tensor (``__cuda_array_interface__``) is checked the same way and returned as a
-    DeviceView, which the CUDA runtime copies device to device.
+    are an error too (a typo would otherwise be silently ignored). With ``device`` (a
+    runtime that reads GPU memory), a GPU tensor is checked the same way and returned as
+    a DeviceView; without, it is refused.
     """
     names = [n for n, _ in expected]
     unknown = sorted(set(feeds) - set(names))
@@ -29,14 +48,25 @@ def check_feeds(expected: Sequence[tuple[str, TensorType]], feeds: Mapping[str, 
         raise InputError(f"missing input(s) {missing}; the model's inputs are {names}")
     out: dict[str, np.ndarray] = {}
     for name, t in expected:
-        device = _device_feed(name, feeds[name], t, allow_device)
-        if device is not None:
-            out[name] = device  # type: ignore[assignment]
+        view = _device_feed(name, feeds[name], t, device)
+        if view is not None:
+            out[name] = view  # type: ignore[assignment]
             continue
-        array = np.asarray(feeds[name])
+        array = _host_array(name, feeds[name])
         _check_type(name, array.dtype, tuple(array.shape), t)
         out[name] = array
     return out
+
+
+def _host_array(name: str, value: object) -> np.ndarray:
+    # torch CPU tensors and the like convert through __array__; a bare DLPack producer
+    # (only __dlpack__) is read in place by numpy.
+    if dlpack.device_of(value) is None or hasattr(value, "__array__"):
+        return np.asarray(value)
+    try:
+        return np.from_dlpack(value)
+    except (BufferError, RuntimeError, TypeError, ValueError) as e:
+        raise InputError(f"input {name!r}: numpy cannot read this DLPack tensor: {e}") from None
 
 
 def _check_type(name: str, dtype: np.dtype, shape: tuple[int, ...], t: TensorType, where: str = "") -> None:
@@ -55,50 +85,98 @@ def _check_type(name: str, dtype: np.dtype, shape: tuple[int, ...], t: TensorTyp
 
 @dataclass(frozen=True)
 class DeviceView:
-    """A borrowed, C-contiguous device tensor: where it is, its dtype and shape."""
+    """A borrowed, C-contiguous device tensor: where it is, its dtype and shape. ``keep``
+    holds what must stay alive while the runtime reads it (a consumed DLPack tensor, handed
+    back to its producer when the view is dropped)."""
 
     ptr: int
     dtype: np.dtype
     shape: tuple[int, ...]
+    keep: object = field(default=None, compare=False, repr=False)
 
     @property
     def nbytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
 
-def device_view(obj: object) -> DeviceView | None:
-    """The device tensor behind ``obj``, or None if it is not one. Raises ValueError for
-    a device tensor the runtime cannot read as it is (strided, or a dtype numpy lacks)."""
+def on_device(obj: object) -> bool:
+    """True if ``obj`` is a tensor in device memory (DLPack on a device other than the
+    CPU, or ``__cuda_array_interface__``)."""
+    where = dlpack.device_of(obj)
+    if where is not None:
+        return where[0] != dlpack.DLDeviceType.CPU
+    return hasattr(obj, "__cuda_array_interface__")
+
+
+def device_view(obj: object, device: FeedDevice = FeedDevice()) -> DeviceView | None:
+    """The device tensor behind ``obj``, or None if it is not one. Raises ValueError for a
+    device tensor the runtime cannot read as it is (strided, a dtype tilefuse lacks, not
+    on ``device``). A DLPack tensor is consumed here: the view keeps it until dropped."""
+    where = dlpack.device_of(obj)
+    if where is not None and where[0] != dlpack.DLDeviceType.CPU:
+        return _dlpack_view(obj, where, device)
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is None:
         return None
     shape = tuple(int(d) for d in cai["shape"])
     dtype = np.dtype(cai["typestr"])
     strides = cai.get("strides")
-    if strides is not None and tuple(strides) != _c_strides(shape, dtype.itemsize):
+    if strides is not None and not _c_contiguous(shape, tuple(strides), dtype.itemsize):
         raise ValueError(f"a strided device tensor (strides {tuple(strides)}); pass a contiguous one")
     ptr, _readonly = cai["data"]
     return DeviceView(int(ptr or 0), dtype, shape)
 
 
-def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    out, step = [], itemsize
-    for d in reversed(shape):
-        out.append(step)
-        step *= d
-    return tuple(reversed(out))
-
-
-def _device_feed(name: str, value: object, t: TensorType, allow: bool) -> DeviceView | None:
+def _dlpack_view(obj: object, where: tuple[int, int], device: FeedDevice) -> DeviceView:
+    kind, index = where
+    if kind not in (dlpack.DLDeviceType.CUDA, dlpack.DLDeviceType.CUDA_MANAGED):
+        raise ValueError(f"a tensor on {dlpack.device_name(kind)}; this runtime reads CUDA tensors")
+    if index != device.index:
+        raise ValueError(f"a tensor on cuda:{index}; this session runs on cuda:{device.index}")
+    # The array API's stream rule for CUDA: our stream's handle, or None for the legacy
+    # default stream; the producer makes that stream wait for its pending writes.
     try:
-        view = device_view(value)
+        capsule = obj.__dlpack__(stream=device.stream)  # type: ignore[attr-defined]
+    except (BufferError, RuntimeError, TypeError, ValueError) as e:
+        raise ValueError(f"its __dlpack__ failed: {e}") from None
+    tensor = dlpack.consume(capsule)
+    itemsize = tensor.dtype.itemsize
+    if tensor.strides is not None and not _c_contiguous(tensor.shape, tuple(s * itemsize for s in tensor.strides),
+                                                        itemsize):
+        tensor.release()
+        raise ValueError(f"a strided device tensor (strides {tensor.strides} elements); pass a contiguous one")
+    return DeviceView(tensor.data, tensor.dtype.numpy, tensor.shape, keep=tensor)
+
+
+def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    """True if byte ``strides`` lay ``shape`` out row-major without gaps (the stride of an
+    axis of length 1 is never used, so it may be anything; an empty tensor reads nothing)."""
+    if 0 in shape:
+        return True
+    step = itemsize
+    for d, s in zip(reversed(shape), reversed(strides)):
+        if d != 1 and s != step:
+            return False
+        step *= d
+    return True
+
+
+def _device_feed(name: str, value: object, t: TensorType, device: FeedDevice | None) -> DeviceView | None:
+    if not on_device(value):
+        return None
+    if device is None:
+        raise InputError(f"input {name!r} is a GPU tensor; this plan runs on the CPU: pass a host array")
+    try:
+        view = device_view(value, device)
     except ValueError as e:
         raise InputError(f"input {name!r}: {e}") from None
-    if view is None:
-        return None
-    if not allow:
-        raise InputError(f"input {name!r} is a GPU tensor; this plan runs on the CPU: pass a host array")
-    _check_type(name, view.dtype, view.shape, t, "on the GPU")
+    assert view is not None
+    try:
+        _check_type(name, view.dtype, view.shape, t, "on the GPU")
+    except InputError:
+        if isinstance(view.keep, dlpack.Imported):
+            view.keep.release()  # now, not whenever the traceback goes
+        raise
     return view
 
 
@@ -107,9 +185,9 @@ class FeedChecker:
     (every feed already a numpy array of the right dtype and shape); anything else goes
     through ``check_feeds``, which converts or raises the InputError."""
 
-    def __init__(self, expected: Sequence[tuple[str, TensorType]], allow_device: bool = False) -> None:
+    def __init__(self, expected: Sequence[tuple[str, TensorType]], device: FeedDevice | None = None) -> None:
         self._expected = list(expected)
-        self._allow_device = allow_device
+        self._device = device
         self._want = [(n, t.dtype.numpy, tuple(t.shape)) for n, t in expected]
 
     def __call__(self, feeds: Mapping[str, object]) -> Mapping[str, np.ndarray]:
@@ -120,4 +198,4 @@ class FeedChecker:
                     break
             else:
                 return feeds  # type: ignore[return-value]
-        return check_feeds(self._expected, feeds, self._allow_device)
+        return check_feeds(self._expected, feeds, self._device)

@@ -49,8 +49,9 @@ def test_mlp_plan_matches_onnxruntime_on_the_gpu(tmp_path, zoo_cache):
 
 @pytest.mark.skipif(not _gpu_available(), reason="no CUDA GPU here")
 def test_gpu_tensors_in_and_out_without_host_copies(tmp_path, zoo_cache):
-    """torch CUDA tensors as feeds: the outputs stay on the GPU (DeviceArray, readable by
-    torch through __cuda_array_interface__) and equal the host path's."""
+    """torch CUDA tensors as feeds (through DLPack): the outputs stay on the GPU
+    (DeviceArray, readable by torch through DLPack and __cuda_array_interface__, without
+    a copy) and equal the host path's."""
     torch = pytest.importorskip("torch")
     import models
     from tilefuse.compiler import compile
@@ -66,6 +67,9 @@ def test_gpu_tensors_in_and_out_without_host_copies(tmp_path, zoo_cache):
     for h, d in zip(host, device):
         assert isinstance(d, DeviceArray)
         np.testing.assert_array_equal(torch.as_tensor(d, device="cuda").cpu().numpy(), h)
+        t = torch.from_dlpack(d)
+        assert t.data_ptr() == d.ptr
+        np.testing.assert_array_equal(t.cpu().numpy(), h)
         np.testing.assert_array_equal(d.numpy(), h)
 
 

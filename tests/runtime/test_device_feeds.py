@@ -1,13 +1,13 @@
-"""GPU tensors as feeds (``__cuda_array_interface__``): checked like host arrays, refused
-by CPU plans with a clear error. Running them on a GPU is in test_cuda_runtime.py and
-benchmarks/gpu_check.py (device feeds through torch there)."""
+"""GPU tensors as feeds (``__cuda_array_interface__``; DLPack ones in test_dlpack.py):
+checked like host arrays, refused by CPU plans with a clear error. Running them on a GPU
+is in test_cuda_runtime.py and benchmarks/gpu_check.py (device feeds through torch there)."""
 import numpy as np
 import pytest
 
 from tilefuse.errors import InputError
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.types import TensorType
-from tilefuse.feeds import DeviceView, check_feeds, device_view
+from tilefuse.feeds import DeviceView, FeedDevice, check_feeds, device_view
 
 
 class FakeGpuTensor:
@@ -22,7 +22,7 @@ EXPECTED = [("x", TensorType(DType.FLOAT32, (2, 3)))]
 
 
 def test_a_gpu_tensor_of_the_right_type_becomes_a_device_view():
-    out = check_feeds(EXPECTED, {"x": FakeGpuTensor((2, 3))}, allow_device=True)
+    out = check_feeds(EXPECTED, {"x": FakeGpuTensor((2, 3))}, device=FeedDevice())
     assert out["x"] == DeviceView(0x7000_0000, np.dtype("float32"), (2, 3))
     assert out["x"].nbytes == 24
 
@@ -34,7 +34,7 @@ def test_a_gpu_tensor_of_the_right_type_becomes_a_device_view():
 ])
 def test_wrong_gpu_feeds_name_the_input_and_the_problem(tensor, message):
     with pytest.raises(InputError, match=rf"input 'x': .*{message}"):
-        check_feeds(EXPECTED, {"x": tensor}, allow_device=True)
+        check_feeds(EXPECTED, {"x": tensor}, device=FeedDevice())
 
 
 def test_contiguous_strides_are_accepted():

@@ -9,8 +9,10 @@ pointers, and TMA descriptors encoded once per buffer address (``cuTensorMapEnco
 with the arguments TileLang recorded at compile time).
 
 A run copies the feeds in, replays the plan's steps, and copies the requested outputs
-back; device feeds (``__cuda_array_interface__``: torch, CuPy) are copied device to device
-and then the outputs stay on the device too (``runtime/device_array.py``). A plan of kernels only is captured once as a CUDA graph (every address is fixed at
+back; device feeds (DLPack or ``__cuda_array_interface__``: torch, CuPy, JAX; read in
+``tilefuse/feeds.py``) are copied device to device and then the outputs stay on the device
+too (``runtime/device_array.py``). DLPack producers are handed the session's stream, and a
+run returns only once its stream is done. A plan of kernels only is captured once as a CUDA graph (every address is fixed at
 load) and replayed as one launch; a plan with host steps (opaque primitives, run by their
 reference on copies) launches step by step. One arena per session: runs are serialised.
 """
@@ -23,8 +25,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from tilefuse.errors import ExecutionError, PlanError
+from tilefuse.feeds import DeviceView, FeedDevice
 from tilefuse.plan.model import BufferKind, HostStep, KernelStep, Plan
-from tilefuse.feeds import DeviceView
 from tilefuse.runtime.device_array import DeviceArray
 
 
@@ -39,6 +41,7 @@ def _driver():
 class CudaExecutor:
     def __init__(self, plan: Plan, device: int = 0) -> None:
         self.plan = plan
+        self.device = device
         self.cu = cu = _driver()
         self._check(cu.cuInit(0), "cuInit")
         dev = self._check(cu.cuDeviceGet(device), "cuDeviceGet")
@@ -73,6 +76,11 @@ class CudaExecutor:
         finally:
             graph = self._check(cu.cuStreamEndCapture(self.stream), "cuStreamEndCapture")
         return self._check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+
+    @property
+    def feed_device(self) -> FeedDevice:
+        """The device and stream GPU feeds are read on (see ``InferenceSession``)."""
+        return FeedDevice(self.device, int(self.stream))
 
     # -- driver helpers ------------------------------------------------------------------
     def _check(self, result, what: str):
@@ -147,7 +155,7 @@ class CudaExecutor:
         with self._lock:
             self._check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
             on_device = any(isinstance(a, DeviceView) for a in feeds.values())
-            if on_device:  # the producer's stream is not ours: let its work finish first
+            if on_device:  # __cuda_array_interface__ feeds name no stream: let all pending work finish
                 self._check(cu.cuCtxSynchronize(), "waiting for the device feeds")
             held = []
             for name, a in feeds.items():
@@ -165,7 +173,7 @@ class CudaExecutor:
                 buf = self.plan.buffers[self._outputs[name]]
                 if on_device:
                     ptr = int(self._check(cu.cuMemAlloc(max(buf.nbytes, 256)), "cuMemAlloc"))
-                    out = DeviceArray(ptr, buf.type.dtype.numpy, buf.type.shape, self)
+                    out = DeviceArray(ptr, buf.type.dtype.numpy, buf.type.shape, self, self.device)
                     if buf.nbytes:
                         self._check(cu.cuMemcpyDtoDAsync(ptr, self.ptr[buf.id], buf.nbytes, self.stream),
                                     f"copying output {name}")

@@ -1,28 +1,50 @@
 """Outputs that stay on the GPU.
 
-A feed that exposes ``__cuda_array_interface__`` (a torch CUDA tensor, a CuPy or Numba
-array) is read where it lives (``tilefuse.feeds.DeviceView``: the CUDA runtime copies it
-device to device into the plan's input buffer). When any feed is such a tensor, the
-outputs come back as ``DeviceArray``: device memory of their own that exposes
-``__cuda_array_interface__`` too (``torch.as_tensor(out, device="cuda")``,
-``cupy.asarray(out)``), with ``numpy()`` for a host copy.
+A GPU tensor fed to a CUDA plan (DLPack or ``__cuda_array_interface__``: torch, CuPy, JAX;
+see ``tilefuse/feeds.py``) is read where it lives: the CUDA runtime copies it device to
+device into the plan's input buffer. When any feed is such a tensor, the outputs come back
+as ``DeviceArray``: device memory of their own that other libraries take without a copy,
+through DLPack (``torch.from_dlpack(out)``, ``cupy.from_dlpack(out)``,
+``jax.dlpack.from_dlpack(out)``) or ``__cuda_array_interface__``
+(``torch.as_tensor(out, device="cuda")``, ``cupy.asarray(out)``), with ``numpy()`` for a
+host copy.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from tilefuse import dlpack
+from tilefuse.ir.dtypes import DType
+
 
 class DeviceArray:
-    """An output in device memory owned by this object (freed with it)."""
+    """An output in device memory owned by this object (freed with it, and not before
+    every tensor that borrowed it through DLPack is gone)."""
 
-    def __init__(self, ptr: int, dtype: np.dtype, shape: tuple[int, ...], executor) -> None:
-        self.ptr, self.dtype, self.shape = ptr, np.dtype(dtype), tuple(shape)
+    def __init__(self, ptr: int, dtype: np.dtype, shape: tuple[int, ...], executor, device: int = 0) -> None:
+        self.ptr, self.dtype, self.shape, self.device = ptr, np.dtype(dtype), tuple(shape), device
         self._executor = executor
 
     @property
     def __cuda_array_interface__(self) -> dict:
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "strides": None,
                 "version": 3, "stream": None}
+
+    def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> object:
+        """A DLPack capsule over this array's memory, which stays allocated until the
+        consumer lets go of it. The capsule is the unversioned "dltensor" whatever
+        ``max_version`` asks (consumers accept it). ``stream`` is not waited on: ``run``
+        returns only when the outputs are written, so any stream may read them at once."""
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"{self!r} is on cuda:{self.device}; it cannot be exported to device {tuple(dl_device)}")
+        if copy:
+            raise BufferError(f"{self!r} exports its own memory only; copy it on the consumer's side")
+        return dlpack.export_capsule(self.ptr, DType.from_numpy(self.dtype), self.shape,
+                                     self.__dlpack_device__(), owner=self)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return int(dlpack.DLDeviceType.CUDA), self.device
 
     @property
     def nbytes(self) -> int:

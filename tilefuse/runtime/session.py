@@ -4,6 +4,8 @@ The session checks inputs and picks the executor for the plan's target; executor
 (``cpu.CpuExecutor``, later ``cuda``) only run steps. An executor is built as
 ``Executor(plan)`` and offers ``run(feeds, output_names) -> list[np.ndarray]``, taking
 checked feeds and returning fresh arrays; it must be safe to call from several threads.
+An executor that reads GPU tensors says where as ``feed_device`` (a ``feeds.FeedDevice``);
+the session then lets GPU feeds through as ``DeviceView``s.
 """
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ class InferenceSession:
         if executor is None:
             raise PlanError(f"no runtime for target {self.plan.target!r} in this tilefuse; runtimes: {sorted(EXECUTORS)}")
         self._executor = executor(self.plan)
-        self._check = FeedChecker(self.plan.input_types(), allow_device=hasattr(self._executor, "download"))
+        self._check = FeedChecker(self.plan.input_types(), getattr(self._executor, "feed_device", None))
         self._outputs = [name for name, _ in self.plan.output_types()]
 
     def get_inputs(self) -> list[NodeArg]:
@@ -66,8 +68,9 @@ class InferenceSession:
 
     def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, object]) -> list[np.ndarray]:
         """The requested outputs (all when None), in that order, as fresh arrays. On a CUDA
-        plan, feeds may be GPU tensors (``__cuda_array_interface__``: torch, CuPy); then
-        the outputs are ``DeviceArray``s that stay on the GPU."""
+        plan, feeds may be GPU tensors (DLPack or ``__cuda_array_interface__``: torch, CuPy,
+        JAX); then the outputs are ``DeviceArray``s that stay on the GPU and export both
+        (``torch.from_dlpack(out)``)."""
         names = list(self._outputs) if output_names is None else list(output_names)
         unknown = [n for n in names if n not in self._outputs]
         if unknown:
