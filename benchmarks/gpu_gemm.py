@@ -80,7 +80,7 @@ def _model(shape: str) -> bytes:
 def codegen_variant(name: str):
     """Code-generation knobs for one variant; restored afterwards."""
     from tilefuse import target as tmod
-    from tilefuse.codegen.cuda import emit
+    from tilefuse.codegen.cuda import emit, warp_rows
     from tilefuse.tile_ir.lower import attention, gemm_epilogue, rows
 
     if name == "default":
@@ -88,8 +88,9 @@ def codegen_variant(name: str):
         return
     knobs = dict(tma="tma" in name.split("-"), regs="mirror" not in name.split("-"))
     inflight = {"s3": 100 * 1024, "s3k128": 200 * 1024}
-    saved = (emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, attention.KEY_TILE, emit.MIN_BLOCKS_PER_SM,
-             rows.ROW_THREADS, rows.ROW_TILE_ELEMS, gemm_epilogue.FORCE_TILE_M, gemm_epilogue.FORCE_TILE_N)
+    saved = (emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, attention.KEY_TILE, attention.QUERY_TILE, emit.MIN_BLOCKS_PER_SM,
+             rows.ROW_THREADS, rows.ROW_TILE_ELEMS, gemm_epilogue.FORCE_TILE_M, gemm_epilogue.FORCE_TILE_N,
+             warp_rows.ENABLED, warp_rows.VECTOR_BYTES, emit.STAGING_PAD)
     emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS = knobs["tma"], knobs["regs"]
     patched = tmod.CUDA_SM90A
     for part in name.split("-"):
@@ -103,6 +104,14 @@ def codegen_variant(name: str):
             emit.MIN_BLOCKS_PER_SM = int(part[2:])
         if part.startswith("kv"):
             attention.KEY_TILE = int(part[2:])
+        if part.startswith("qt"):
+            attention.QUERY_TILE = int(part[2:])
+        if part == "nowarp":
+            warp_rows.ENABLED = False
+        if part == "nopad":
+            emit.STAGING_PAD = False
+        if part.startswith("wv"):
+            warp_rows.VECTOR_BYTES = int(part[2:])
         if part.startswith("bm") and part[2:].isdigit():
             gemm_epilogue.FORCE_TILE_M = int(part[2:])
         if part.startswith("bn") and part[2:].isdigit():
@@ -110,8 +119,9 @@ def codegen_variant(name: str):
     try:
         yield patched
     finally:
-        (emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, attention.KEY_TILE, emit.MIN_BLOCKS_PER_SM,
-         rows.ROW_THREADS, rows.ROW_TILE_ELEMS, gemm_epilogue.FORCE_TILE_M, gemm_epilogue.FORCE_TILE_N) = saved
+        (emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, attention.KEY_TILE, attention.QUERY_TILE, emit.MIN_BLOCKS_PER_SM,
+         rows.ROW_THREADS, rows.ROW_TILE_ELEMS, gemm_epilogue.FORCE_TILE_M, gemm_epilogue.FORCE_TILE_N, warp_rows.ENABLED,
+         warp_rows.VECTOR_BYTES, emit.STAGING_PAD) = saved
 
 
 def pack(args) -> int:

@@ -83,10 +83,32 @@ def _roofline(compiled) -> dict:
     return {"flops": flops, "bytes": nbytes, "floor_ms": floor_ms(flops, nbytes), "kernels_floor_ms": kernels}
 
 
-def run(args) -> int:
+def prepare(plan_dir: Path):
+    """A session of a packed plan, its weights synthesised (seeded), and feeds for it."""
     from safetensors.numpy import save_file
 
     from tilefuse.runtime import InferenceSession
+
+    manifest = json.loads((plan_dir / "manifest.json").read_text())
+    rng = np.random.default_rng(0)
+    weights = {}
+    for b in manifest["buffers"]:
+        if b["kind"] == "constant":
+            dt = np.dtype(b["dtype"]) if b["dtype"] != "bfloat16" else np.float32
+            w = rng.standard_normal(b["shape"], dtype=np.float32) * 0.02 if dt.kind == "f" else np.zeros(b["shape"])
+            weights[b["name"]] = np.ascontiguousarray(w.astype(dt))
+    save_file(weights, str(plan_dir / "weights.safetensors"))
+    sess = InferenceSession(plan_dir)
+    feeds = {}
+    for i in sess.get_inputs():
+        dtype = {"tensor(int64)": np.int64, "tensor(float16)": np.float16, "tensor(float)": np.float32}[i.type]
+        feeds[i.name] = (np.ones(i.shape, dtype) if "mask" in i.name else
+                         rng.integers(0, 100, i.shape).astype(dtype) if dtype is np.int64 else
+                         rng.standard_normal(i.shape).astype(dtype))
+    return sess, feeds
+
+
+def run(args) -> int:
 
     root = Path(args.plans) if args.plans else ROOT
     out_dir = Path(args.out or os.environ.get("OUT") or root)
@@ -95,21 +117,7 @@ def run(args) -> int:
     for plan_dir in sorted(root.glob(args.match)):
         tag = plan_dir.name.removesuffix(".tfplan")
         manifest = json.loads((plan_dir / "manifest.json").read_text())
-        rng = np.random.default_rng(0)
-        weights = {}
-        for b in manifest["buffers"]:
-            if b["kind"] == "constant":
-                dt = np.dtype(b["dtype"]) if b["dtype"] != "bfloat16" else np.float32
-                w = rng.standard_normal(b["shape"], dtype=np.float32) * 0.02 if dt.kind == "f" else np.zeros(b["shape"])
-                weights[b["name"]] = np.ascontiguousarray(w.astype(dt))
-        save_file(weights, str(plan_dir / "weights.safetensors"))
-        sess = InferenceSession(plan_dir)
-        feeds = {}
-        for i in sess.get_inputs():
-            dtype = {"tensor(int64)": np.int64, "tensor(float16)": np.float16, "tensor(float)": np.float32}[i.type]
-            feeds[i.name] = (np.ones(i.shape, dtype) if "mask" in i.name else
-                             rng.integers(0, 100, i.shape).astype(dtype) if dtype is np.int64 else
-                             rng.standard_normal(i.shape).astype(dtype))
+        sess, feeds = prepare(plan_dir)
         outs = sess.run(None, feeds)
         finite = all(np.isfinite(o.astype(np.float32)).all() for o in outs)
         # the same inputs replayed: every replay of the graph gives the same bits
@@ -124,7 +132,7 @@ def run(args) -> int:
                "replays_equal": f"{args.replays} of {args.replays}" if replays_equal else "NO",
                **json.loads((plan_dir / "roofline.json").read_text())}
         per_kernel: dict[str, list[float]] = {}
-        for kernel, ms in ex.timed_steps(5):
+        for kernel, ms in ex.timed_steps(20):
             per_kernel.setdefault(kernel, []).append(ms)
         floors = row.pop("kernels_floor_ms", {})
         row["kernels_ms"] = sorted(((k, sum(v), len(v), floors.get(k)) for k, v in per_kernel.items()),

@@ -29,8 +29,10 @@ def random_inputs(path_or_model: str | Path | onnx.ModelProto,
                   ranges: Mapping[str, tuple[int, int]] | None = None) -> dict[str, np.ndarray]:
     """Fresh random feeds for every graph input (initializers excluded).
 
-    Shapes: ``shapes[name]`` if given, else the model's recorded shape, else its static
-    shape; a symbolic dimension left unbound raises ``ValueError``. Values: floats are
+    Shapes: ``shapes[name]`` if given; else, where ``shapes`` binds every symbolic dimension
+    of the input by name (``{"batch": 32, "seq": 128}``), the input's dims with those
+    values; else the model's recorded shape, else its static shape; a symbolic dimension
+    left unbound raises ``ValueError``. Values: floats are
     normal(0, 1) in the input's dtype; integers uniform in ``ranges[name]`` (else the
     recorded range, else ``DEFAULT_INT_RANGE``), half-open; bools fair coin flips.
     An input named ``attention_mask`` is a padding mask: ones, with the last quarter of
@@ -41,7 +43,8 @@ def random_inputs(path_or_model: str | Path | onnx.ModelProto,
     meta = get_metadata(model)
     recorded_shapes = json.loads(meta.get(META_SHAPES, "{}"))
     recorded_ranges = json.loads(meta.get(META_RANGES, "{}"))
-    shapes = {**recorded_shapes, **(shapes or {})}
+    given = dict(shapes or {})
+    dims = {k: v for k, v in given.items() if isinstance(v, int)}  # symbolic dims by name
     ranges = {**recorded_ranges, **(ranges or {})}
     rng = np.random.default_rng(seed)
 
@@ -52,9 +55,32 @@ def random_inputs(path_or_model: str | Path | onnx.ModelProto,
             continue
         tensor_type = vi.type.tensor_type
         dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
-        shape = tuple(shapes[vi.name]) if vi.name in shapes else static_shape(vi)
+        bound = _bound_shape(vi, dims)
+        if vi.name in given and not isinstance(given[vi.name], int):
+            shape = tuple(given[vi.name])
+        elif bound is not None:
+            shape = bound
+        elif vi.name in recorded_shapes:
+            shape = tuple(recorded_shapes[vi.name])
+        else:
+            shape = static_shape(vi)
         feeds[vi.name] = random_array(vi.name, dtype, shape, rng, ranges.get(vi.name))
     return feeds
+
+
+def _bound_shape(vi: onnx.ValueInfoProto, dims: Mapping[str, int]) -> Shape | None:
+    """The input's shape with its symbolic dims taken from ``dims``; None if it has none
+    or one is not bound there."""
+    out, symbolic = [], False
+    for d in vi.type.tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            out.append(d.dim_value)
+        elif d.dim_param in dims:
+            out.append(dims[d.dim_param])
+            symbolic = True
+        else:
+            return None
+    return tuple(out) if symbolic else None
 
 
 def static_shape(vi: onnx.ValueInfoProto) -> Shape:

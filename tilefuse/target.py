@@ -28,6 +28,7 @@ class Target:
     tile_k: int = 256  # K depth of a contraction tile (operand tiles are rows x tile_k, tile_k x cols)
     min_tile: int = 64  # smallest tile edge the lowering shrinks to where a grid would leave cores idle
     gemm_tile: int = 64  # edge of a plain contraction tile before shrinking for parallelism
+    gemm_rows: int = 0  # its rows where they differ from gemm_tile (0: the same)
     max_threads: int = 128  # threads of a tile's block (GPU; a 128x128 product tile takes two warpgroups)
     accumulator_bytes: int = 1 << 30  # accumulators one plain product tile may hold (GPU: registers)
     inflight_bytes: int = 0  # operand bytes a small product tile keeps loading ahead (GPU); 0: 2 stages of tile_k
@@ -71,7 +72,10 @@ CUDA_SM90A = Target(
     half_operand_tiles=True,
     tile_k=64,  # operand tiles, accumulators and a chain's intermediate share 227 KB
     min_tile=32,  # 32x32 still splits into m16n8k16 pieces over 4 warps
-    gemm_tile=128,  # 128x128x64 fp16 tiles: two warpgroups of wgmma, cp.async double-buffered
+    # 64x128x64 fp16 tiles, one warpgroup of wgmma, 3 stages of cp.async: bert-base b32's four
+    # products ran 11-21% faster than on 128x128 tiles of two warpgroups (benchmarks/NOTES.md)
+    gemm_tile=128,
+    gemm_rows=64,
     max_threads=256,
     pack_siblings=True,
     accumulator_bytes=96 * 1024,  # 256 threads x 96 fp32 registers: siblings share it (QKV: 3 x 128x64, one 128x192 tile)

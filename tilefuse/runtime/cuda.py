@@ -256,7 +256,9 @@ class CudaExecutor:
         self._check(self.cu.cuStreamSynchronize(self.stream), f"after host step {step.label}")
 
     def timed_steps(self, repeats: int) -> list[tuple[str, float]]:
-        """(kernel, median ms) of every kernel step, each timed alone with CUDA events."""
+        """(kernel, ms) of every kernel step: CUDA events around ``repeats`` launches of it
+        back to back, divided (launch latency overlaps the previous launch, as in a graph,
+        where events around one launch would count it whole)."""
         cu = self.cu
         out = []
         with self._lock:
@@ -266,14 +268,13 @@ class CudaExecutor:
                 if launch is None:
                     continue
                 fn, grid, block, smem, args, _ = launch
-                times = []
+                self._check(cu.cuLaunchKernel(fn, *grid, *block, smem, self.stream, args, 0), f"launching {step.kernel}")
+                self._check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
                 for _ in range(repeats):
-                    self._check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
                     self._check(cu.cuLaunchKernel(fn, *grid, *block, smem, self.stream, args, 0), f"launching {step.kernel}")
-                    self._check(cu.cuEventRecord(stop, self.stream), "cuEventRecord")
-                    self._check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
-                    times.append(float(self._check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")))
-                out.append((step.kernel, sorted(times)[len(times) // 2]))
+                self._check(cu.cuEventRecord(stop, self.stream), "cuEventRecord")
+                self._check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
+                out.append((step.kernel, float(self._check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")) / repeats))
         return out
 
     def timed(self, repeats: int, graph: bool = True) -> list[float]:

@@ -90,6 +90,7 @@ TMA_PIPELINES = False
 MIN_BLOCKS_PER_SM = 2
 EPILOGUE_IN_REGISTERS = True  # accumulators read element by element stay in registers (_own_element_epilogue)
 STAGED_STORES = True  # epilogue results through a shared tile of the output type, copied out (staged_store)
+STAGING_PAD = True  # those tiles' rows padded by 16 bytes against bank conflicts (staging_tile)
 MAX_ELEMENTS = 2**31 - 1
 MAX_THREADS = 1024
 
@@ -184,6 +185,9 @@ class _Emitter:
         self.register_accs: set[Buffer] = set()  # accumulators the epilogue reads in registers
         self.staging: list[str] = []  # shared output tiles of staged stores, allocated last
         self.branch_mirrors: dict[int, list[tuple[Buffer, Buffer]]] = {}  # id(If) -> (accumulator, its shared copy)
+        # id(nest) -> (accumulator, pieces) of epilogue nests written with the tile's rows
+        # innermost (K transposed for attention), staged from registers (transposed_store)
+        self.transposed: dict[int, tuple[Buffer, list[tuple[int, int, list[str]]]]] = {}
 
     def pass_config(self) -> dict[str, bool]:
         """TileLang pass options for this kernel (the lowering reads ``PASS_CONFIG`` from
@@ -259,12 +263,13 @@ class _Emitter:
             alloc = "T.alloc_fragment" if b.scope is Scope.FRAGMENT and b.name in register else "T.alloc_shared"
             lines.append(f"{ind}{self.name(b)} = {alloc}({_shape(b.shape)}, {_dt(b.dtype)})")
             if b.name in register and b.name not in reduced:
-                if _own_element_epilogue(p.body, b):
+                self.find_transposed_stores(b)
+                if _own_element_epilogue(p.body, b, self.transposed):
                     self.register_accs.add(b)
                     continue
                 mirror = Buffer(f"{b.name}_s", b.dtype, b.shape, Scope.SHARED)
                 lines.append(f"{ind}{self.name(mirror)} = T.alloc_shared({_shape(b.shape)}, {_dt(b.dtype)})")
-                branches = _mirrored_branches(p.body, b)
+                branches = _mirrored_branches(p.body, b, self.transposed)
                 if branches:
                     self.register_accs.add(b)
                     for branch in branches:
@@ -341,6 +346,8 @@ class _Emitter:
             copy = self.tile_copy(loops)
             if copy is not None:
                 return [ind + copy]
+            if id(s) in self.transposed and self.transposed[id(s)][0] in self.register_accs:
+                return self.transposed_store(loops, depth)
             staged = self.staged_store(loops, depth)
             if staged is not None:
                 return staged
@@ -459,23 +466,78 @@ class _Emitter:
         if not pieces:
             return None
         ind = " " * 4 * depth
-        tile = f"_out{len(self.staging)}"
-        self.staging.append(f"{tile} = T.alloc_shared({_shape(tuple(l.extent for l in loops))}, {_dt(st.buffer.dtype)})")
+        tile = self.staging_tile(loops[0].extent, loops[1].extent, st.buffer.dtype)
         lets, (value,) = self.render([st.value], [False])
         names = [self.name(l.var) for l in loops]
         out = ([f"{ind}for {', '.join(names)} in T.Parallel({', '.join(str(l.extent) for l in loops)}):"]
                + [f"{ind}    {x}" for x in lets]
                + [f"{ind}    {tile}[{', '.join(names)}] = {value}"])
         for j0, width, where in pieces:
-            src = tile if len(pieces) == 1 else f"{tile}[0:{loops[0].extent}, {j0}:{j0 + width}]"
-            out.append(f"{ind}T.copy({src}, {self.name(st.buffer)}[{', '.join(where)}])")
+            out.append(f"{ind}T.copy({tile}[0:{loops[0].extent}, {j0}:{j0 + width}], {self.name(st.buffer)}[{', '.join(where)}])")
         return out
 
-    def column_pieces(self, indices: tuple[Expr, ...], loops: list[Loop]) -> list[tuple[int, int, list[str]]] | None:
-        """A tile's columns that split into rectangles of the output, ``d`` columns each,
-        where the output index divides the column by ``d`` (a 128-column tile of two 64-wide
-        heads written [batch, head, seq, d]): each piece's first column, width and region."""
-        rows, cols = loops
+    def staging_tile(self, rows: int, cols: int, dtype: DType) -> str:
+        """A shared tile for staged stores, its rows padded by 16 bytes: a thread's
+        accumulator elements sit 8 rows apart, and unpadded rows of a power-of-two length
+        would put them in one bank (Nsight: 7-way conflicts on the QKV kernel's stores).
+        The padding keeps each row's start 16-byte aligned for the vector copies out."""
+        tile = f"_out{len(self.staging)}"
+        pad = max(1, 16 // dtype.itemsize) if STAGING_PAD else 0
+        self.staging.append(f"{tile} = T.alloc_shared({_shape((rows, cols + pad))}, {_dt(dtype)})")
+        return tile
+
+    def find_transposed_stores(self, acc: Buffer) -> None:
+        """Epilogue nests over (columns, rows) of ``acc`` that store ``f(acc[row, col])`` to
+        a rectangle (or per-head rectangles) of a global output whose contiguous axis runs
+        along the rows: written from registers into a shared tile of the output's type laid
+        out [col, row], then copied out (transposed_store). Recorded in ``self.transposed``."""
+        if not (STAGED_STORES and EPILOGUE_IN_REGISTERS):
+            return
+        for s in _statements(self.p.body):
+            if not (isinstance(s, Loop) and s.kind is LoopKind.PARALLEL):
+                continue
+            nest = _parallel_nest(s)
+            body = nest[-1].body
+            if len(nest) != 2 or tuple(l.extent for l in nest) != acc.shape[::-1] or len(body) != 1:
+                continue
+            st = body[0]
+            if not isinstance(st, Store) or st.buffer.scope is not Scope.GLOBAL or not _reads(st.value, acc):
+                continue
+            cols, rows = nest
+            if any(_reads(i, acc) for i in st.indices) or any(
+                    isinstance(y, Load) and y.buffer == acc and y.indices != (rows.var, cols.var)
+                    for y in subexpressions(st.value)):
+                continue
+            parts = self.region(st.indices, nest)
+            pieces = [(0, cols.extent, parts)] if parts is not None else self.column_pieces(st.indices, nest, split=0)
+            if pieces:
+                self.transposed[id(s)] = (acc, pieces)
+
+    def transposed_store(self, loops: list[Loop], depth: int) -> list[str]:
+        """A nest of find_transposed_stores: the loops run in the accumulator's order (each
+        thread its own registers), the results land in a shared [col, row] tile of the
+        output's type, and T.copy writes each piece out along the rows."""
+        ind = " " * 4 * depth
+        cols, rows = loops
+        st = loops[-1].body[0]
+        _, pieces = self.transposed[id(loops[0])]
+        tile = self.staging_tile(cols.extent, rows.extent, st.buffer.dtype)  # type: ignore[union-attr]
+        lets, (value,) = self.render([st.value], [False])  # type: ignore[union-attr]
+        r, c = self.name(rows.var), self.name(cols.var)
+        out = ([f"{ind}for {r}, {c} in T.Parallel({rows.extent}, {cols.extent}):"]
+               + [f"{ind}    {x}" for x in lets] + [f"{ind}    {tile}[{c}, {r}] = {value}"])
+        for j0, width, where in pieces:
+            out.append(f"{ind}T.copy({tile}[{j0}:{j0 + width}, 0:{rows.extent}], "
+                       f"{self.name(st.buffer)}[{', '.join(where)}])")  # type: ignore[union-attr]
+        return out
+
+    def column_pieces(self, indices: tuple[Expr, ...], loops: list[Loop],
+                      split: int = 1) -> list[tuple[int, int, list[str]]] | None:
+        """A tile's columns (the nest's loop ``split``) that split into rectangles of the
+        output, ``d`` columns each, where the output index divides the column by ``d`` (a
+        128-column tile of two 64-wide heads written [batch, head, seq, d]): each piece's
+        first column, width and region."""
+        cols, rows = loops[split], loops[1 - split]
         divisors = {int(x.b.value) for e in indices for x in subexpressions(e)  # type: ignore[attr-defined]
                     if isinstance(x, IndexOp) and x.op in (IOp.FLOORDIV, IOp.MOD) and isinstance(x.b, Const)
                     and _mentions(x.a, cols.var)}
@@ -484,11 +546,12 @@ class _Emitter:
             if d >= cols.extent or cols.extent % d:
                 continue
             inner = Loop(Var(f"{cols.var.name}_in"), d, LoopKind.PARALLEL, ())
+            nest = [rows, inner] if split == 1 else [inner, rows]
             pieces = []
             for j0 in range(0, cols.extent, d):
                 env = {cols.var: iop(IOp.ADD, j0, inner.var)}
                 idx = tuple(simplify_expr(substitute(e, env), ranges | {inner.var.name: d}) for e in indices)
-                where = self.region(idx, [rows, inner])
+                where = self.region(idx, nest)
                 if where is None:
                     break
                 pieces.append((j0, d, where))
@@ -871,17 +934,18 @@ def _last_gemm(stmts: tuple[Stmt, ...], name: str) -> int:
     return max(i for i, st in enumerate(stmts) if name in _gemm_targets((st,)))
 
 
-def _own_element_epilogue(stmts: tuple[Stmt, ...], acc: Buffer) -> bool:
+def _own_element_epilogue(stmts: tuple[Stmt, ...], acc: Buffer, staged: dict | None = None) -> bool:
     """True where every read of accumulator ``acc`` after its last product is
     ``acc[i, j]`` inside a parallel nest over exactly ``acc``'s shape (i, j its loop
     variables in order): TileLang then lays the nest out as the accumulator's fragment,
-    and every thread reads its own registers. EPILOGUE_IN_REGISTERS switches it off."""
+    and every thread reads its own registers. Nests in ``staged`` (transposed stores the
+    emitter stages from registers) count as such. EPILOGUE_IN_REGISTERS switches it off."""
     if not EPILOGUE_IN_REGISTERS:
         return False
-    return all(_own_reads_only(s, acc) for s in stmts[_last_gemm(stmts, acc.name) + 1:])
+    return all(_own_reads_only(s, acc, staged or {}) for s in stmts[_last_gemm(stmts, acc.name) + 1:])
 
 
-def _mirrored_branches(stmts: tuple[Stmt, ...], acc: Buffer) -> list[If] | None:
+def _mirrored_branches(stmts: tuple[Stmt, ...], acc: Buffer, staged: dict | None = None) -> list[If] | None:
     """Where the epilogue after ``acc``'s last product is branches of which only some read
     other threads' elements (packed siblings: one writes K transposed): those branches,
     which copy the accumulator to shared memory for themselves; the others keep reading
@@ -890,7 +954,7 @@ def _mirrored_branches(stmts: tuple[Stmt, ...], acc: Buffer) -> list[If] | None:
         return None
     out = []
     for s in stmts[_last_gemm(stmts, acc.name) + 1:]:
-        if _own_reads_only(s, acc):
+        if _own_reads_only(s, acc, staged or {}):
             continue
         if not isinstance(s, If) or _reads(s.cond, acc):
             return None
@@ -898,10 +962,12 @@ def _mirrored_branches(stmts: tuple[Stmt, ...], acc: Buffer) -> list[If] | None:
     return out
 
 
-def _own_reads_only(s: Stmt, acc: Buffer) -> bool:
+def _own_reads_only(s: Stmt, acc: Buffer, staged: dict) -> bool:
     """Every read of ``acc`` in ``s`` is a thread's own element (see _own_element_epilogue)."""
+    if id(s) in staged and staged[id(s)][0] == acc:
+        return True
     if isinstance(s, If):
-        return not _reads(s.cond, acc) and all(_own_reads_only(x, acc) for x in s.body)
+        return not _reads(s.cond, acc) and all(_own_reads_only(x, acc, staged) for x in s.body)
     nest = _parallel_nest(s) if isinstance(s, Loop) and s.kind is LoopKind.PARALLEL else []
     if tuple(l.extent for l in nest) != acc.shape:
         return not any(_stmt_reads(x, acc) for x in _statements((s,)))

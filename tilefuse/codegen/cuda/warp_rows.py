@@ -45,6 +45,10 @@ from tilefuse.tile_ir.ir import (
 
 WARP = 32
 MAX_UNROLL = 32  # longer per-lane loops stay T.serial (nvcc unrolls them in part)
+ENABLED = True  # off: row programs keep the block-wide emission (a benchmark knob: variant "nowarp")
+# Each lane takes runs of this many bytes of the row's narrowest input type, read as one vector
+# load into registers (where the row width allows); 0: one element a lane (variant "wv0")
+VECTOR_BYTES = 16
 
 # the fold of one lane's terms (its text and identity) and the warp's shuffle reduction
 _FOLD = {ReduceFn.SUM: ("({a} + {b})", 0.0, "T.warp_reduce_sum"),
@@ -95,7 +99,7 @@ class _Plan:
 def warp_rows(em: Emitter, threads: int, depth: int) -> list[str] | None:
     """The kernel body (inside ``T.Kernel``, at ``depth``) of a row-schedule program with
     whole warps per row, or None where the program is not of that shape."""
-    plan = _match(em.p, threads)
+    plan = _match(em.p, threads) if ENABLED else None
     return None if plan is None else _Writer(em, plan, depth).lines()
 
 
@@ -175,6 +179,7 @@ class _Writer:
         self.em, self.plan, self.depth = em, plan, depth
         self.ind = " " * 4 * depth
         self.shared: list[str] = []  # the warps' meeting arrays, allocated before the body
+        self.runs: list[str] = []  # per-lane registers of vector runs
 
     def lines(self) -> list[str]:
         em, plan, ind = self.em, self.plan, self.ind
@@ -192,27 +197,54 @@ class _Writer:
         for step in plan.steps:
             body.append(f"{ind}{em.name(step.nest.row)} = _row")
             body += self.reduction(step.nest, step.reduce) if step.reduce else self.output(step.nest)
-        return out + self.shared + body
+        return out + self.shared + self.runs + body
 
     def lanes_loop(self, count: int) -> tuple[str, str]:
-        """The per-lane loop head over ``count`` elements per lane and its variable."""
+        """The per-lane loop head over ``count`` elements (or runs) per lane and its variable."""
         jj = self.em.temp()
         kind = "T.unroll" if count <= MAX_UNROLL else "T.serial"
         return f"for {jj} in {kind}({count}):", jj
+
+    def run_length(self, nest: _Nest) -> int:
+        """Elements a lane takes at a time: VECTOR_BYTES of the narrowest type the nest
+        reads from global memory, where the width splits into whole runs for every lane."""
+        sizes = [x.buffer.dtype.itemsize for e in (nest.store.value,) for x in subexpressions(e)
+                 if isinstance(x, Load) and x.buffer in self.em.p.params]
+        if not VECTOR_BYTES or not sizes:
+            return 1
+        v = max(1, VECTOR_BYTES // min(sizes))
+        while v > 1 and nest.width % (self.plan.lanes * v):
+            v //= 2
+        return v
+
+    def column(self, nest: _Nest, jj: str, v: int, vv: str) -> str:
+        """The column a lane's element ``vv`` of run ``jj`` sits at."""
+        lanes = self.plan.lanes
+        return f"{jj} * {lanes} + _lane" if v == 1 else f"({jj} * {lanes} + _lane) * {v} + {vv}"
 
     def reduction(self, nest: _Nest, red: ReduceTile) -> list[str]:
         em, ind, lanes = self.em, self.ind, self.plan.lanes
         combine, identity, shuffle = _FOLD[red.fn]
         dt = red.dst.dtype
         acc = f"{em.name(red.dst)}[0]"
-        head, jj = self.lanes_loop(nest.width // lanes)
+        v = self.run_length(nest)
+        head, jj = self.lanes_loop(nest.width // (lanes * v))
         lets, (value,) = em.render([nest.store.value], [False])
-        out = [f"{ind}{acc} = {em.const(identity, dt)}",
-               f"{ind}{head}",
-               f"{ind}    {em.name(nest.col)} = {jj} * {lanes} + _lane"]
-        out += [f"{ind}    {x}" for x in lets]
-        out += [f"{ind}    {acc} = {combine.format(a=acc, b=value)}",
-                f"{ind}{acc} = {shuffle}({acc})"]
+        out = [f"{ind}{acc} = {em.const(identity, dt)}", f"{ind}{head}"]
+        if v == 1:
+            out += [f"{ind}    {em.name(nest.col)} = {self.column(nest, jj, 1, '')}"]
+            out += [f"{ind}    {x}" for x in lets]
+            out += [f"{ind}    {acc} = {combine.format(a=acc, b=value)}"]
+        else:  # the run's terms into registers with one vector load, then folded in order
+            run, vv = f"_run{len(self.runs)}", em.temp()
+            self.runs.append(f'{ind}{run} = T.alloc_local(({v},), "{dt.value}")')
+            out += [f"{ind}    for {vv} in T.vectorized({v}):",
+                    f"{ind}        {em.name(nest.col)} = {self.column(nest, jj, v, vv)}"]
+            out += [f"{ind}        {x}" for x in lets]
+            out += [f"{ind}        {run}[{vv}] = {value}",
+                    f"{ind}    for {vv} in T.unroll({v}):",
+                    f"{ind}        {acc} = {combine.format(a=acc, b=f'{run}[{vv}]')}"]
+        out += [f"{ind}{acc} = {shuffle}({acc})"]
         warps = lanes // WARP
         if warps == 1:
             return out
@@ -234,7 +266,14 @@ class _Writer:
             return [f"{ind}if _lane == 0:",
                     f"{ind}    {em.name(nest.col)} = 0",
                     *em.stmt(nest.store, self.depth + 1)]
-        head, jj = self.lanes_loop(nest.width // lanes)
+        v = self.run_length(nest)
+        head, jj = self.lanes_loop(nest.width // (lanes * v))
+        if v == 1:
+            return [f"{ind}{head}",
+                    f"{ind}    {em.name(nest.col)} = {self.column(nest, jj, 1, '')}",
+                    *em.stmt(nest.store, self.depth + 1)]
+        vv = em.temp()
         return [f"{ind}{head}",
-                f"{ind}    {em.name(nest.col)} = {jj} * {lanes} + _lane",
-                *em.stmt(nest.store, self.depth + 1)]
+                f"{ind}    for {vv} in T.vectorized({v}):",
+                f"{ind}        {em.name(nest.col)} = {self.column(nest, jj, v, vv)}",
+                *em.stmt(nest.store, self.depth + 2)]

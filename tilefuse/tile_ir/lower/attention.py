@@ -225,7 +225,8 @@ class _Flash:
         grid = tuple(batch) + (m // bm,)
         notes = (f"flash attention: query tiles {bm}, key tiles {bn}, head dims {d}/{dv}, grid {grid}",)
         allocs = (q, kt_, s, p, v_, o, mrow, lrow, tmax, tsum, alpha, *([ph] if ph is not p else []))
-        program = TileProgram(self.name, tuple(params), len(params) - len(outs), grid, (*bvars, mt), 128, allocs,
+        threads = 256 if bm >= 128 else 128  # two warpgroups for 128 query rows
+        program = TileProgram(self.name, tuple(params), len(params) - len(outs), grid, (*bvars, mt), threads, allocs,
                               tuple(body), notes)
         return program, tuple(bindings)
 

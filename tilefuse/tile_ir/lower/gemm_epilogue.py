@@ -212,6 +212,7 @@ class _Builder:
         self.group, self.cs, self.fwd, self.reductions, self.name = group, cs, fwd, reductions, name
         self.tile_k, self.row_tile, self.onchip = target.tile_k, target.row_tile, target.onchip_bytes
         self.cores, self.min_tile, self.gemm_tile = target.cores, target.min_tile, target.gemm_tile
+        self.gemm_rows = target.gemm_rows or target.gemm_tile
         self.max_threads, self.acc_budget = target.max_threads, target.accumulator_bytes
         self.inflight = target.inflight_bytes
         self.mma_rows = target.mma_rows
@@ -436,11 +437,15 @@ class _Builder:
 
     def _tiles(self) -> tuple[int, int]:
         """Row and column edges of a product tile, before the K loop's."""
-        bm, bn = divisor_tile(self.m, self.gemm_tile), divisor_tile(self.n, self.gemm_tile)
+        bm, bn = divisor_tile(self.m, self.gemm_rows), divisor_tile(self.n, self.gemm_tile)
         if self.reductions or self.first is not None:  # whole rows on the tile: rows of all N columns
             return divisor_tile(self.m, self.row_tile), self.n
         accs = 1 if self.sibling_of is not None else len(self.cs)
-        while accs * bm * bn * self.acc_dtype.itemsize > self.acc_budget and max(bm, bn) > 16:
+
+        def budget(bm: int) -> int:  # accumulator registers: a tile of fewer than 128 rows gets 128 threads
+            return self.acc_budget if bm >= 128 else self.acc_budget * 128 // max(self.max_threads, 128)
+
+        while accs * bm * bn * self.acc_dtype.itemsize > budget(bm) and max(bm, bn) > 16:
             if bn >= bm:
                 bn = divisor_tile(self.n, bn // 2)
             else:
@@ -453,7 +458,7 @@ class _Builder:
         if self.mma_rows > 1 and bm & (bm - 1) and self.m > 16 and not self.flip:
             # rows without a power-of-two divisor, which the matrix unit's warp layouts take
             # (ResNet-50's 49 and 112 x 112 positions): a power-of-two tile, the last one partial
-            bm = min(1 << (bm - 1).bit_length(), self.gemm_tile)
+            bm = min(1 << (bm - 1).bit_length(), self.gemm_rows)
         if FORCE_TILE_M and self.m % FORCE_TILE_M == 0:
             bm = FORCE_TILE_M
         if FORCE_TILE_N and self.n % FORCE_TILE_N == 0:
