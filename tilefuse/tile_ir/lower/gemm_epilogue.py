@@ -284,6 +284,9 @@ class _Builder:
             if self.mma_rows > 1 and (ch_per_tile * taps) % 16 and cin % step == 0 and not self.flip:
                 ch_per_tile = step * divisor_tile(cin // step, max(1, self.tile_k // (taps * step)))
             bk = ch_per_tile * taps
+        # a constant weight whose rows are not whole 16-byte vectors (GPT-2's 50257-word LM
+        # head): bound padded to whole column tiles, so its tiles load as aligned rectangles
+        self.pad_to = -(-self.n // bn) * bn if self._pads_weight() else 0
         params, buffers = self._params()
         bvars = [Var(f"b{i}") for i in range(len(self.batch))]
         mt, nt = Var("bm"), Var("bn")
@@ -364,7 +367,10 @@ class _Builder:
         def fill_b(b_elem, tb: Buffer):
             def fill(idx: Index) -> list[Stmt]:
                 row = iop(IOp.ADD, k0, idx[0])
-                val = b_elem(row, column(idx[1]))
+                if self.pad_to:  # the padded weight: whole tiles, no clamp
+                    val = widen(Load(self.packed, (row, iop(IOp.ADD, n0, idx[1]))), self.acc_dtype)  # type: ignore[arg-type]
+                else:
+                    val = b_elem(row, column(idx[1]))
                 return [Store(tb, idx, narrow(guard_all([iop(IOp.LT, row, self.k)] if self.k % bk else [], val, self.acc_dtype), tb.dtype))]
 
             return fill
@@ -602,9 +608,30 @@ class _Builder:
             self.packed = Buffer(f"in{k}_siblings", v.type.dtype, packed.shape, Scope.GLOBAL)
             return Value(f"{v.name}.siblings{len(weights)}", TensorType(v.type.dtype, packed.shape), data=packed), self.packed
 
-        kp = kernel_params(self.group, pack_siblings if self.sibling_of is not None else pack)
+        def pad(k: int, v: Value) -> tuple[Value, Buffer] | None:
+            if v is not self.c.inputs[1]:
+                return None
+            padded = np.zeros((v.type.shape[0], self.pad_to), v.data.dtype)  # type: ignore[union-attr]
+            padded[:, :self.n] = v.data
+            padded.setflags(write=False)
+            self.packed = Buffer(f"in{k}_padded", v.type.dtype, padded.shape, Scope.GLOBAL)
+            return Value(f"{v.name}.padded{self.pad_to}", TensorType(v.type.dtype, padded.shape), data=padded), self.packed
+
+        substitute = pack_siblings if self.sibling_of is not None else pad if self.pad_to else pack
+        kp = kernel_params(self.group, substitute)
         self.bindings = kp.bindings
         return kp.params, kp.buffers
+
+    def _pads_weight(self) -> bool:
+        """A single product by a constant [K, N] weight read only by it, on a target whose
+        tiles load with 16-byte copies, where N elements are not whole 16-byte vectors."""
+        c = self.c
+        if self.mma_rows <= 1 or len(self.cs) > 1 or self.first is not None or not isinstance(c.op, MatMul):
+            return False
+        w = c.inputs[1]
+        uses = sum(x is w for n in self.group.nodes for x in n.inputs)
+        return (w.is_constant and w.type.rank == 2 and uses == 1
+                and (self.n * w.type.dtype.itemsize) % 16 != 0)
 
     def _product_index(self, bidx: Index, row: Expr, col: Expr) -> Index:
         """The product's own index for GEMM row/column (a conv's rows are positions)."""
