@@ -152,6 +152,7 @@ def run(args) -> int:
                 row = torch_peers.time_peer(name, batch, mode, args.repeats)
                 rows.append(row)
                 print(f"torch {name} b{batch} {mode:28s} {row['ms_median']:8.3f} ms", flush=True)
+                (out_dir / "gpu_peers.json").write_text(json.dumps(rows, indent=1))  # kept if the call is cut short
     (out_dir / "gpu_peers.json").write_text(json.dumps(rows, indent=1))
     return 0
 
