@@ -88,7 +88,8 @@ def codegen_variant(name: str):
         return
     knobs = dict(tma="tma" in name.split("-"), regs="mirror" not in name.split("-"))
     inflight = {"s3": 100 * 1024, "s3k128": 200 * 1024}
-    saved = (emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, attention.KEY_TILE, attention.QUERY_TILE, emit.MIN_BLOCKS_PER_SM,
+    saved = (emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, attention.KEY_TILE, attention.QUERY_TILE, attention.ONE_WAVE_OCCUPANCY,
+             emit.MIN_BLOCKS_PER_SM,
              rows.ROW_THREADS, rows.ROW_TILE_ELEMS, gemm_epilogue.FORCE_TILE_M, gemm_epilogue.FORCE_TILE_N,
              warp_rows.ENABLED, warp_rows.VECTOR_BYTES, emit.STAGING_PAD)
     emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS = knobs["tma"], knobs["regs"]
@@ -106,6 +107,8 @@ def codegen_variant(name: str):
             attention.KEY_TILE = int(part[2:])
         if part.startswith("qt"):
             attention.QUERY_TILE = int(part[2:])
+        if part.startswith("ow"):
+            attention.ONE_WAVE_OCCUPANCY = int(part[2:])
         if part == "nowarp":
             warp_rows.ENABLED = False
         if part == "nopad":
@@ -119,7 +122,8 @@ def codegen_variant(name: str):
     try:
         yield patched
     finally:
-        (emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, attention.KEY_TILE, attention.QUERY_TILE, emit.MIN_BLOCKS_PER_SM,
+        (emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, attention.KEY_TILE, attention.QUERY_TILE,
+         attention.ONE_WAVE_OCCUPANCY, emit.MIN_BLOCKS_PER_SM,
          rows.ROW_THREADS, rows.ROW_TILE_ELEMS, gemm_epilogue.FORCE_TILE_M, gemm_epilogue.FORCE_TILE_N, warp_rows.ENABLED,
          warp_rows.VECTOR_BYTES, emit.STAGING_PAD) = saved
 

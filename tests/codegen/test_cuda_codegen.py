@@ -227,3 +227,26 @@ def test_packed_siblings_branch_per_sibling_and_store_heads_through_shared_tiles
     assert len({h[2] for h in heads}) == 2 and {h[2] for h in k_heads}.isdisjoint(h[2] for h in heads)
     (art,) = build_all([program], arch="sm_90a")
     assert art.launch["dynamic_smem"] <= 76 * 1024  # three blocks per SM
+
+
+def test_a_schedule_may_ask_for_its_blocks_per_sm(zoo_cache, monkeypatch):
+    """TileProgram.occupancy becomes the kernel's min-blocks-per-SM bound. Attention can ask
+    for every tile resident in one wave (bert-base b32: 768 tiles, 6 a SM, K/V loads
+    unpipelined); off by default, where it spilled and ran slower on the H200."""
+    from tilefuse.tile_ir.ir import Loop
+    from tilefuse.tile_ir.lower import attention
+
+    graph = import_onnx(models.build("bert", "real", "float16", cache_dir=zoo_cache), {"batch": 32, "seq": 128})
+
+    def flash():
+        (group,) = [g for g in partition_graph(graph, CUDA_SM90A).groups
+                    if lower_group(g, CUDA_SM90A).program.notes[0].startswith("flash attention")][:1]
+        return lower_group(group, CUDA_SM90A).program
+
+    default = flash()
+    assert default.occupancy == 0 and "T.annotate_min_blocks_per_sm(2)" in emit_tilelang(default).text
+    monkeypatch.setattr(attention, "ONE_WAVE_OCCUPANCY", 6)
+    program = flash()
+    assert program.occupancy == 6 and "one wave" in program.notes[0]
+    assert [s.stages for s in program.body if isinstance(s, Loop) and s.stages] == [1]
+    assert "T.annotate_min_blocks_per_sm(6)" in emit_tilelang(program).text

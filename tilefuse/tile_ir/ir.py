@@ -201,6 +201,9 @@ class TileProgram:
     allocs: tuple[Buffer, ...]
     body: tuple[Stmt, ...]
     notes: tuple[str, ...] = field(default=())  # the schedule's choices, for people
+    # tiles the schedule wants resident on one core at once (GPU: blocks per SM, a register
+    # bound for the compiler); 0: the code generator's default
+    occupancy: int = 0
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:

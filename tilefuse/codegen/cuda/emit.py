@@ -255,7 +255,9 @@ class _Emitter:
         if rows is not None:
             return lines + rows
         register = _register_buffers(p.body, threads)
-        if MIN_BLOCKS_PER_SM > 1 and any(isinstance(s, Gemm) and _tensor_core(s, threads) for s in _statements(p.body)):
+        if p.occupancy > 1:  # the schedule's own: e.g. every attention tile resident in one wave
+            lines.append(f"{ind}T.annotate_min_blocks_per_sm({p.occupancy})")
+        elif MIN_BLOCKS_PER_SM > 1 and any(isinstance(s, Gemm) and _tensor_core(s, threads) for s in _statements(p.body)):
             lines.append(f"{ind}T.annotate_min_blocks_per_sm({MIN_BLOCKS_PER_SM})")
         reduced = _reduce_buffers(p.body)
         mirrors: dict[str, Buffer] = {}  # tensor-core accumulator -> its shared copy

@@ -108,6 +108,11 @@ def lower_attention(group: FusedGroup, name: str, target: Target = CPU) -> tuple
 
 QUERY_TILE = 64  # query rows of a tile before fill_cores shrinks it
 KEY_TILE = 64  # keys per step of the online softmax
+# Where the grid is a few waves of tiles (bert-base b32: 768 tiles, 4 resident per SM by
+# registers and shared memory: 1.45 waves), ask for as many resident per SM as one wave
+# needs, up to this many, with K/V loads unpipelined to make room (short key loops).
+# Off (0): at 6 a SM the kernel spilled (80 registers) and ran 31 us against 22 (NOTES).
+ONE_WAVE_OCCUPANCY = 0
 
 
 class _Flash:
@@ -214,7 +219,10 @@ class _Flash:
             *parallel(self.names, (bn, dv), lambda ix: [Store(v_, ix, tile(el.at(vb, vbb + (iop(IOp.ADD, n0, ix[0]), ix[1])), vb))]),
             Gemm(ph, v_, o, tf32=tf32),
         ]
-        body.append(Loop(jt, n // bn, LoopKind.PIPELINED, tuple(step), stages=2))
+        blocks = math.prod(batch) * (m // bm)
+        waves = -(-blocks // self.target.cores)  # tiles per core for one wave
+        one_wave = self.target.mma_rows > 1 and 2 < waves <= ONE_WAVE_OCCUPANCY and n // bn <= 4
+        body.append(Loop(jt, n // bn, LoopKind.PIPELINED, tuple(step), stages=1 if one_wave else 2))
         for val, ob in zip(self.group.outputs, outs):
             def store(ix: Index, val: Value = val, ob: Buffer = ob) -> list[Stmt]:
                 g = bvars + (iop(IOp.ADD, m0, ix[0]), ix[1])
@@ -226,8 +234,10 @@ class _Flash:
         notes = (f"flash attention: query tiles {bm}, key tiles {bn}, head dims {d}/{dv}, grid {grid}",)
         allocs = (q, kt_, s, p, v_, o, mrow, lrow, tmax, tsum, alpha, *([ph] if ph is not p else []))
         threads = 256 if bm >= 128 else 128  # two warpgroups for 128 query rows
+        if one_wave:
+            notes = (notes[0] + f", {waves} tiles resident per SM (one wave), K/V loads unpipelined",)
         program = TileProgram(self.name, tuple(params), len(params) - len(outs), grid, (*bvars, mt), threads, allocs,
-                              tuple(body), notes)
+                              tuple(body), notes, occupancy=waves if one_wave else 0)
         return program, tuple(bindings)
 
 
