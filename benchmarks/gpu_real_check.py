@@ -40,7 +40,7 @@ def _shapes(name: str, batch: int) -> dict:
     import models
 
     spec = models.ZOO[name]
-    if spec.family == "cnn":
+    if "input_ids" not in spec.shapes("real"):  # images (CNNs, ViT): the real shapes at this batch
         return {k: (batch, *v[1:]) for k, v in spec.shapes("real").items()}
     return {"batch": batch, "seq": SEQ}
 

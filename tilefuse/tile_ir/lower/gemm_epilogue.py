@@ -172,7 +172,8 @@ def lower_gemm_epilogue(group: FusedGroup, name: str, target: Target = CPU) -> t
             return None
     if not isinstance(c.op, (MatMul, Conv, ConvTranspose)):
         return None
-    if not isinstance(c.op, MatMul) and c.op.groups != 1 and not (target.conv_channel_rows and conv_rows.depthwise_ok(c)):
+    if not isinstance(c.op, MatMul) and c.op.groups != 1 and not (conv_rows.depthwise_ok(c) and (
+            target.conv_channel_rows or _wide_rows(c))):
         return None
     maps = forward_maps(group, contractions)
     if maps is None:
@@ -183,6 +184,14 @@ def lower_gemm_epilogue(group: FusedGroup, name: str, target: Target = CPU) -> t
     builder = _Builder(group, contractions, fwd, reductions, name, first, target)
     program = builder.build()
     return None if program is None else (program, tuple(builder.bindings))
+
+
+def _wide_rows(c: Node) -> bool:
+    """A depthwise convolution whose output rows are at least twice its kernel's width: the
+    per-tap row runs of its schedule are long enough for TileLang's parallel-loop layouts
+    on the GPU (MobileNetV2's 3x3 on 7 to 112 wide maps; a 4x4 kernel on a 5-wide map made
+    runs of 3 that TileLang could not lay out). Others run the staged schedule there."""
+    return c.outputs[0].type.shape[-1] >= 2 * c.inputs[1].type.shape[-1]
 
 
 def _sibling_of(group: FusedGroup, cs: list[Node]) -> dict[int, int] | None:
@@ -284,6 +293,10 @@ class _Builder:
             if self.mma_rows > 1 and (ch_per_tile * taps) % 16 and cin % step == 0 and not self.flip:
                 ch_per_tile = step * divisor_tile(cin // step, max(1, self.tile_k // (taps * step)))
             bk = ch_per_tile * taps
+            # the stages were chosen for the K depth before whole channels: keep the operand
+            # tiles in flight on chip (ViT's float32 16x16 patches: K tiles of 256 taps)
+            while stages > 2 and stages * (bm + bn) * bk * self.op_dtype.itemsize > self.onchip * 3 // 4:
+                stages -= 1
         # a constant weight whose rows are not whole 16-byte vectors (GPT-2's 50257-word LM
         # head): bound padded to whole column tiles, so its tiles load as aligned rectangles
         self.pad_to = -(-self.n // bn) * bn if self._pads_weight() else 0
@@ -465,6 +478,20 @@ class _Builder:
             # rows without a power-of-two divisor, which the matrix unit's warp layouts take
             # (ResNet-50's 49 and 112 x 112 positions): a power-of-two tile, the last one partial
             bm = min(1 << (bm - 1).bit_length(), self.gemm_rows)
+        if self.mma_rows > 1 and not self.flip and self.n > 16 and bn & (bn - 1):
+            # the matrix unit's operand layouts take power-of-two column tiles (a 40-wide B
+            # tile of MobileNetV2's 160 channels was refused): the largest dividing one, else
+            # a power-of-two tile with a partial last one
+            p2 = 1 << (bn.bit_length() - 1)
+            while self.n % p2:
+                p2 //= 2
+            bn = p2 if p2 >= 16 else min(1 << (bn - 1).bit_length(), self.gemm_tile)
+        if self.mma_rows > 1 and not self.flip and self.m > 16 and bm < 16:
+            # rows with no divisor worth a tile (ViT's 197 tokens, a prime): power-of-two
+            # tiles, halved while the grid leaves cores idle, the last one partial
+            bm = self.gemm_rows
+            while bm > self.min_tile and lead * -(-self.m // bm) * -(-self.n // bn) < self.cores:
+                bm //= 2
         if FORCE_TILE_M and self.m % FORCE_TILE_M == 0:
             bm = FORCE_TILE_M
         if FORCE_TILE_N and self.n % FORCE_TILE_N == 0:
