@@ -15,7 +15,8 @@ from tilefuse.codegen.cpu import build_all
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn, ScalarFn
 from tilefuse.tile_ir.ir import (
-    Buffer, Call, Const, Copy, Fill, Gemm, IOp, Loop, LoopKind, ReduceTile, Region, Scope, Store, Var, const_index, iop,
+    Buffer, Call, Const, Copy, Fill, Gemm, If, IOp, Loop, LoopKind, ReduceTile, Region, Scope, Store, Var, const_index,
+    iop,
 )
 
 F = ScalarFn
@@ -223,7 +224,29 @@ def _grid_program():
     return [(tiles, [], {}), (program("wide", [a], [wide], [nest]), [arr], {"wide": 8e-3})]
 
 
+def _branch_program():
+    """Tile-uniform branches on the block index (packed siblings' epilogues): tile bx writes
+    its own output only, inside a loop nest and around a hoistable load."""
+    x = param("x", DType.FLOAT32, (3, 40))
+    outs = [param(f"y{k}", DType.FLOAT32, (40,)) for k in range(3)]
+    bx = Var("bx")
+    scale = Call(F.CAST, (iop(IOp.ADD, bx, 1),), DType.FLOAT32)  # differs per tile: a branch run by every
+    body = [If(iop(IOp.EQ, bx, k), (elementwise(o, lambda i: Call(F.MUL, (load(x, (const_index(k), i[0])), scale),
+                                                                  DType.FLOAT32)),))  # tile would show
+            for k, o in enumerate(outs)]
+    arr = np.random.default_rng(3).standard_normal((3, 40)).astype(np.float32)
+    return program("branches", [x], outs, body, grid=(3,)), [arr], {}
+
+
+def test_branches_run_only_in_their_tile(artifacts):
+    p, arrays, _ = CASES["branches"]
+    got, _ = run_both(p, artifacts["branches"], arrays)
+    for k, y in enumerate(got):
+        np.testing.assert_allclose(y, arrays[0][k] * (k + 1), rtol=1e-6)
+
+
 CASES = {
+    "branches": _branch_program(),
     **{f"scalars_{d}": _scalar_program(d) for d in (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.BFLOAT16,
                                                      DType.INT8, DType.INT32, DType.INT64, DType.UINT8)},
     "int_pow": _int_pow_program(), "casts": _cast_program(), "index": _index_program(), "copies": _copy_program(),

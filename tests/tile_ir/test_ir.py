@@ -99,3 +99,41 @@ def test_reduce_tile_running():
     out = np.zeros(2, np.float32)
     run_program(prog, [x, out])
     assert out.tolist() == [5, 7]
+
+
+def test_if_takes_a_bool_uniform_condition():
+    """If: the verifier wants a bool condition; the interpreter refuses one that differs
+    between a tile's threads (a parallel loop's variable); the printer shows it."""
+    import numpy as np
+    import pytest
+
+    from tilefuse.errors import GraphError
+    from tilefuse.ir.dtypes import DType
+    from tilefuse.tile_ir.interpret import TileInterpreterError
+    from tilefuse.ir.prims import ScalarFn
+    from tilefuse.tile_ir.ir import Buffer, Call, If, IOp, Loop, LoopKind, Scope, Store, TileProgram, Var, iop
+    from tilefuse.tile_ir.printer import format_program
+    from tilefuse.tile_ir.verify import verify_program
+
+    out = Buffer("out", DType.FLOAT32, (4,), Scope.GLOBAL)
+    bx, i = Var("bx"), Var("i")
+    tile = Call(ScalarFn.CAST, (iop(IOp.ADD, bx, 1),), DType.FLOAT32)  # 1 in tile 0, 2 in tile 1
+
+    def prog(cond, inside_loop=False):
+        store = Store(out, (i,), tile)
+        body = (Loop(i, 4, LoopKind.PARALLEL, (If(cond, (store,)),)),) if inside_loop else \
+            (If(cond, (Loop(i, 4, LoopKind.PARALLEL, (store,)),)),)
+        return TileProgram("p", (out,), 0, (2,), (bx,), 1, (), body)
+
+    good = prog(iop(IOp.EQ, bx, 0))
+    verify_program(good)
+    assert "if (bx == 0):" in format_program(good)
+    with pytest.raises(GraphError, match="must be bool"):
+        verify_program(prog(iop(IOp.ADD, bx, 1)))
+    from tilefuse.tile_ir.interpret import run_program
+
+    a = np.zeros(4, np.float32)
+    run_program(good, [a])
+    assert a.tolist() == [1.0] * 4  # only tile 0 wrote (tile 1, run after it, would write 2)
+    with pytest.raises(TileInterpreterError, match="not uniform"):
+        run_program(prog(iop(IOp.LT, i, 2), inside_loop=True), [np.zeros(4, np.float32)])
