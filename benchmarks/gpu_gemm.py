@@ -86,46 +86,36 @@ def codegen_variant(name: str):
     if name == "default":
         yield tmod.CUDA_SM90A
         return
-    knobs = dict(tma="tma" in name.split("-"), regs="mirror" not in name.split("-"))
+    # the knobs a variant may set, saved and restored as they are
+    knobs = [(emit, "TMA_PIPELINES"), (emit, "EPILOGUE_IN_REGISTERS"), (emit, "MIN_BLOCKS_PER_SM"),
+             (emit, "STAGING_PAD"), (attention, "KEY_TILE"), (attention, "QUERY_TILE"),
+             (attention, "ONE_WAVE_OCCUPANCY"), (rows, "ROW_THREADS"), (rows, "ROW_TILE_ELEMS"),
+             (gemm_epilogue, "FORCE_TILE_M"), (gemm_epilogue, "FORCE_TILE_N"), (warp_rows, "ENABLED"),
+             (warp_rows, "VECTOR_BYTES")]
+    saved = [getattr(m, a) for m, a in knobs]
+    # name part -> knob: "prefixN" sets an integer knob, a flag word sets a constant
+    numbers = {"rt": (rows, "ROW_THREADS"), "re": (rows, "ROW_TILE_ELEMS"), "mb": (emit, "MIN_BLOCKS_PER_SM"),
+               "kv": (attention, "KEY_TILE"), "qt": (attention, "QUERY_TILE"), "ow": (attention, "ONE_WAVE_OCCUPANCY"),
+               "wv": (warp_rows, "VECTOR_BYTES"), "bm": (gemm_epilogue, "FORCE_TILE_M"),
+               "bn": (gemm_epilogue, "FORCE_TILE_N")}
+    flags = {"tma": (emit, "TMA_PIPELINES", True), "mirror": (emit, "EPILOGUE_IN_REGISTERS", False),
+             "nowarp": (warp_rows, "ENABLED", False), "nopad": (emit, "STAGING_PAD", False)}
     inflight = {"s3": 100 * 1024, "s3k128": 200 * 1024}
-    saved = (emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, attention.KEY_TILE, attention.QUERY_TILE, attention.ONE_WAVE_OCCUPANCY,
-             emit.MIN_BLOCKS_PER_SM,
-             rows.ROW_THREADS, rows.ROW_TILE_ELEMS, gemm_epilogue.FORCE_TILE_M, gemm_epilogue.FORCE_TILE_N,
-             warp_rows.ENABLED, warp_rows.VECTOR_BYTES, emit.STAGING_PAD)
-    emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS = knobs["tma"], knobs["regs"]
+    emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS = False, True
     patched = tmod.CUDA_SM90A
     for part in name.split("-"):
         if part in inflight:
             patched = dataclasses.replace(patched, inflight_bytes=inflight[part])
-        if part.startswith("rt"):
-            rows.ROW_THREADS = int(part[2:])
-        if part.startswith("re"):
-            rows.ROW_TILE_ELEMS = int(part[2:])
-        if part.startswith("mb"):
-            emit.MIN_BLOCKS_PER_SM = int(part[2:])
-        if part.startswith("kv"):
-            attention.KEY_TILE = int(part[2:])
-        if part.startswith("qt"):
-            attention.QUERY_TILE = int(part[2:])
-        if part.startswith("ow"):
-            attention.ONE_WAVE_OCCUPANCY = int(part[2:])
-        if part == "nowarp":
-            warp_rows.ENABLED = False
-        if part == "nopad":
-            emit.STAGING_PAD = False
-        if part.startswith("wv"):
-            warp_rows.VECTOR_BYTES = int(part[2:])
-        if part.startswith("bm") and part[2:].isdigit():
-            gemm_epilogue.FORCE_TILE_M = int(part[2:])
-        if part.startswith("bn") and part[2:].isdigit():
-            gemm_epilogue.FORCE_TILE_N = int(part[2:])
+        elif part in flags:
+            module, attr, value = flags[part]
+            setattr(module, attr, value)
+        elif part[:2] in numbers and part[2:].isdigit():
+            setattr(*numbers[part[:2]], int(part[2:]))
     try:
         yield patched
     finally:
-        (emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS, attention.KEY_TILE, attention.QUERY_TILE,
-         attention.ONE_WAVE_OCCUPANCY, emit.MIN_BLOCKS_PER_SM,
-         rows.ROW_THREADS, rows.ROW_TILE_ELEMS, gemm_epilogue.FORCE_TILE_M, gemm_epilogue.FORCE_TILE_N, warp_rows.ENABLED,
-         warp_rows.VECTOR_BYTES, emit.STAGING_PAD) = saved
+        for (module, attr), value in zip(knobs, saved):
+            setattr(module, attr, value)
 
 
 def pack(args) -> int:

@@ -66,7 +66,7 @@ def pack(args) -> int:
 def _roofline(compiled) -> dict:
     """The model's floor, and each kernel's (summed over the groups it runs): max(FLOPs /
     matrix rate, bytes / DRAM bandwidth) from the partition's cost model."""
-    from tilefuse.codegen.cuda import emit_tilelang
+    from tilefuse.plan.model import KernelStep
     from tilefuse.target import CUDA_SM90A as T
 
     def floor_ms(flops: float, nbytes: float) -> float:
@@ -74,12 +74,12 @@ def _roofline(compiled) -> dict:
 
     flops = sum(g.cost.flops for g in compiled.partition.groups)
     nbytes = sum(g.cost.bytes for g in compiled.partition.groups)
+    groups = {g.id: g for g in compiled.partition.groups}
     kernels: dict[str, float] = {}
-    for g in compiled.partition.groups:
-        low = compiled.lowered.get(g.id)
-        if low is not None:
-            func = emit_tilelang(low.program).func
-            kernels[func] = kernels.get(func, 0.0) + floor_ms(g.cost.flops, g.cost.bytes)
+    for step in compiled.plan.steps:
+        if isinstance(step, KernelStep):
+            g = groups[step.group]
+            kernels[step.kernel] = kernels.get(step.kernel, 0.0) + floor_ms(g.cost.flops, g.cost.bytes)
     return {"flops": flops, "bytes": nbytes, "floor_ms": floor_ms(flops, nbytes), "kernels_floor_ms": kernels}
 
 

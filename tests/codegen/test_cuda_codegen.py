@@ -188,32 +188,15 @@ def test_the_lowering_reads_its_pass_options_from_the_module(tmp_path):
     assert _load(path, src.func)[1] == DEFAULT_PASS_CONFIG
 
 
-def _heads_graph(batch=32, seq=128, heads=12, d=64):
-    """BERT's Q, K, V projections (x @ W + b, split into heads; K written [batch, heads, d,
-    seq] for attention)."""
-    import numpy as np
-
-    from tilefuse.ir import Builder, DType, TensorType
-    from tilefuse.ir.prims import ScalarFn
-
-    rng = np.random.default_rng(0)
-    e = heads * d
-    b = Builder("qkv")
-    x = b.input("x", TensorType(DType.FLOAT16, (batch, seq, e)))
-    for name, perm in (("q", (0, 2, 1, 3)), ("k", (0, 2, 3, 1)), ("v", (0, 2, 1, 3))):
-        w = b.const((rng.standard_normal((e, e)) * 0.02).astype(np.float16))
-        y = b.map(ScalarFn.ADD, b.matmul(x, w), b.const((rng.standard_normal(e) * 0.02).astype(np.float16)))
-        b.output(name, b.transpose(b.reshape(y, (batch, seq, heads, d)), perm))
-    return b.graph
-
-
 def test_packed_siblings_branch_per_sibling_and_store_heads_through_shared_tiles():
     """bert-base's QKV at batch 32 as one product of packed weights (64x128 tiles): one
     branch per sibling, each reading the accumulator in registers; Q and V leave through a
     shared [row, col] tile copied out one 64-wide head at a time (a 128-column tile spans
     two heads), K (written transposed) through a [col, row] tile, one [d, seq] piece per
     head. It lowers and compiles within the shared memory of three blocks per SM."""
-    (group,) = partition_graph(_heads_graph(), CUDA_SM90A).groups
+    from tests.tile_ir.graphs import qkv_graph
+
+    (group,) = partition_graph(qkv_graph(32, 128, 12, 64), CUDA_SM90A).groups
     program = lower_group(group, CUDA_SM90A).program
     src = emit_tilelang(program)
     text = src.text

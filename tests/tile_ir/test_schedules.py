@@ -185,25 +185,6 @@ def test_sibling_products_share_the_accumulator_budget():
     assert [b.shape for b in accumulators] == [(64, 64)] * 3 and program.threads == 128
 
 
-def _qkv_graph(batch: int, seq: int, heads: int, d: int):
-    """BERT's Q, K, V projections: x @ W + b per sibling, split into heads; K written
-    [batch, heads, d, seq] (transposed for attention), Q and V [batch, heads, seq, d]."""
-    import numpy as np
-
-    from tilefuse.ir import Builder, DType, TensorType
-    from tilefuse.ir.prims import ScalarFn
-
-    rng = np.random.default_rng(0)
-    e = heads * d
-    b = Builder("qkv")
-    x = b.input("x", TensorType(DType.FLOAT16, (batch, seq, e)))
-    for name, perm in (("q", (0, 2, 1, 3)), ("k", (0, 2, 3, 1)), ("v", (0, 2, 1, 3))):
-        w = b.const((rng.standard_normal((e, e)) * 0.05).astype(np.float16))
-        y = b.map(ScalarFn.ADD, b.matmul(x, w), b.const((rng.standard_normal(e) * 0.05).astype(np.float16)))
-        b.output(name, b.transpose(b.reshape(y, (batch, seq, heads, d)), perm))
-    return b.graph
-
-
 def test_sibling_products_run_as_one_product_of_packed_weights():
     """On the GPU, Q, K and V run as one product of their weights packed [E, 3E]: one
     128x128 accumulator, each column tile running its own sibling's epilogue under an If;
@@ -215,7 +196,9 @@ def test_sibling_products_run_as_one_product_of_packed_weights():
     from tilefuse.tile_ir.interpret import run_program
     from tilefuse.tile_ir.ir import If
 
-    graph = _qkv_graph(2, 128, 4, 16)  # 16-wide heads: a column tile spans several
+    from tests.tile_ir.graphs import qkv_graph
+
+    graph = qkv_graph(2, 128, 4, 16)  # 16-wide heads: a column tile spans several
     (group,) = partition_graph(graph, CUDA_SM90A).groups
     low = lower_group(group, CUDA_SM90A)
     program = low.program

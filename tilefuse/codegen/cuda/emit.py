@@ -463,8 +463,7 @@ class _Emitter:
         st = body[0]
         if st.buffer.scope is not Scope.GLOBAL or not any(_reads(st.value, b) for b in self.register_accs):
             return None
-        parts = self.region(st.indices, loops)
-        pieces = [(0, loops[1].extent, parts)] if parts is not None else self.column_pieces(st.indices, loops)
+        pieces = self.pieces(st.indices, loops)
         if not pieces:
             return None
         ind = " " * 4 * depth
@@ -510,8 +509,7 @@ class _Emitter:
                     isinstance(y, Load) and y.buffer == acc and y.indices != (rows.var, cols.var)
                     for y in subexpressions(st.value)):
                 continue
-            parts = self.region(st.indices, nest)
-            pieces = [(0, cols.extent, parts)] if parts is not None else self.column_pieces(st.indices, nest, split=0)
+            pieces = self.pieces(st.indices, nest, split=0)
             if pieces:
                 self.transposed[id(s)] = (acc, pieces)
 
@@ -533,13 +531,17 @@ class _Emitter:
                        f"{self.name(st.buffer)}[{', '.join(where)}])")  # type: ignore[union-attr]
         return out
 
-    def column_pieces(self, indices: tuple[Expr, ...], loops: list[Loop],
-                      split: int = 1) -> list[tuple[int, int, list[str]]] | None:
-        """A tile's columns (the nest's loop ``split``) that split into rectangles of the
-        output, ``d`` columns each, where the output index divides the column by ``d`` (a
-        128-column tile of two 64-wide heads written [batch, head, seq, d]): each piece's
-        first column, width and region."""
+    def pieces(self, indices: tuple[Expr, ...], loops: list[Loop],
+               split: int = 1) -> list[tuple[int, int, list[str]]] | None:
+        """The rectangles of the output a two-loop nest writes: the whole tile when
+        ``indices`` are one region over it, else its columns (the nest's loop ``split``) in
+        pieces of ``d``, where the output index divides the column by ``d`` (a 128-column
+        tile of two 64-wide heads written [batch, head, seq, d]): each piece's first
+        column, width and region; None if neither."""
         cols, rows = loops[split], loops[1 - split]
+        whole = self.region(indices, loops)
+        if whole is not None:
+            return [(0, cols.extent, whole)]
         divisors = {int(x.b.value) for e in indices for x in subexpressions(e)  # type: ignore[attr-defined]
                     if isinstance(x, IndexOp) and x.op in (IOp.FLOORDIV, IOp.MOD) and isinstance(x.b, Const)
                     and _mentions(x.a, cols.var)}
@@ -936,7 +938,7 @@ def _last_gemm(stmts: tuple[Stmt, ...], name: str) -> int:
     return max(i for i, st in enumerate(stmts) if name in _gemm_targets((st,)))
 
 
-def _own_element_epilogue(stmts: tuple[Stmt, ...], acc: Buffer, staged: dict | None = None) -> bool:
+def _own_element_epilogue(stmts: tuple[Stmt, ...], acc: Buffer, staged: dict) -> bool:
     """True where every read of accumulator ``acc`` after its last product is
     ``acc[i, j]`` inside a parallel nest over exactly ``acc``'s shape (i, j its loop
     variables in order): TileLang then lays the nest out as the accumulator's fragment,
@@ -944,10 +946,10 @@ def _own_element_epilogue(stmts: tuple[Stmt, ...], acc: Buffer, staged: dict | N
     emitter stages from registers) count as such. EPILOGUE_IN_REGISTERS switches it off."""
     if not EPILOGUE_IN_REGISTERS:
         return False
-    return all(_own_reads_only(s, acc, staged or {}) for s in stmts[_last_gemm(stmts, acc.name) + 1:])
+    return all(_own_reads_only(s, acc, staged) for s in stmts[_last_gemm(stmts, acc.name) + 1:])
 
 
-def _mirrored_branches(stmts: tuple[Stmt, ...], acc: Buffer, staged: dict | None = None) -> list[If] | None:
+def _mirrored_branches(stmts: tuple[Stmt, ...], acc: Buffer, staged: dict) -> list[If] | None:
     """Where the epilogue after ``acc``'s last product is branches of which only some read
     other threads' elements (packed siblings: one writes K transposed): those branches,
     which copy the accumulator to shared memory for themselves; the others keep reading
@@ -956,7 +958,7 @@ def _mirrored_branches(stmts: tuple[Stmt, ...], acc: Buffer, staged: dict | None
         return None
     out = []
     for s in stmts[_last_gemm(stmts, acc.name) + 1:]:
-        if _own_reads_only(s, acc, staged or {}):
+        if _own_reads_only(s, acc, staged):
             continue
         if not isinstance(s, If) or _reads(s.cond, acc):
             return None

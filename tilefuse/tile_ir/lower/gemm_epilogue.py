@@ -377,11 +377,13 @@ class _Builder:
             val = a_elem(row(idx[0]), col)
             return [Store(ta, idx, narrow(guard_all([iop(IOp.LT, col, self.k)] if self.k % bk else [], val, self.acc_dtype), ta.dtype))]
 
+        weight_col0 = iop(IOp.MUL, nt, bn) if packed else n0  # this tile's first column of a bound weight
+
         def fill_b(b_elem, tb: Buffer):
             def fill(idx: Index) -> list[Stmt]:
                 row = iop(IOp.ADD, k0, idx[0])
-                if self.pad_to:  # the padded weight: whole tiles, no clamp
-                    val = widen(Load(self.packed, (row, iop(IOp.ADD, n0, idx[1]))), self.acc_dtype)  # type: ignore[arg-type]
+                if self.packed is not None:  # siblings packed or a weight padded (convolutions fill their own)
+                    val = widen(Load(self.packed, (row, iop(IOp.ADD, weight_col0, idx[1]))), self.acc_dtype)
                 else:
                     val = b_elem(row, column(idx[1]))
                 return [Store(tb, idx, narrow(guard_all([iop(IOp.LT, row, self.k)] if self.k % bk else [], val, self.acc_dtype), tb.dtype))]
@@ -396,16 +398,7 @@ class _Builder:
         elif conv:
             k_body = self._conv_fills(el, ta, tbs[0], row, n0, kt, ch_per_tile)
             k_body.append(Gemm(ta, tbs[0], tcs[0], tf32=self.tf32))
-        elif packed:  # the packed weights' columns [nt * bn, +bn)
-            def fill_packed(idx: Index) -> list[Stmt]:
-                row = iop(IOp.ADD, k0, idx[0])
-                val = widen(Load(self.packed, (row, iop(IOp.ADD, iop(IOp.MUL, nt, bn), idx[1]))), self.acc_dtype)
-                guard = [iop(IOp.LT, row, self.k)] if self.k % bk else []
-                return [Store(tbs[0], idx, narrow(guard_all(guard, val, self.acc_dtype), tbs[0].dtype))]
-
-            k_body = [*parallel(self.names, (bm, bk), fill_a), *parallel(self.names, (bk, bn), fill_packed),
-                      Gemm(ta, tbs[0], tcs[0], tf32=self.tf32)]
-        else:
+        else:  # packed siblings: one B tile and accumulator (zip stops at them)
             k_body = []
             if self.first is not None:  # this K chunk of the intermediate, on chip
                 chain_allocs, h_body = self._chain_chunk(el, th, first_row, k0)
@@ -610,20 +603,23 @@ class _Builder:
         ))]
 
     def _params(self) -> tuple[list[Buffer], dict[int, Buffer]]:
-        """Kernel params and the values bound to them. A constant convolution weight is
-        bound in a packed [K, M] copy, so weight tiles are contiguous rows."""
+        """Kernel params and the values bound to them. A weight may be bound as a derived
+        constant (``self.packed``): a convolution's as a [K, M] copy (weight tiles are
+        contiguous rows), sibling products' side by side, a product's padded to whole
+        column tiles (rows of whole 16-byte vectors)."""
         self.packed: Buffer | None = None
         w = self.c.inputs[1] if isinstance(self.c.op, Conv) else None
+        weights = [c.inputs[1] for c in self.cs]
+
+        def bind(k: int, v: Value, data: np.ndarray, tag: str, value_tag: str) -> tuple[Value, Buffer]:
+            data.setflags(write=False)
+            self.packed = Buffer(f"in{k}_{tag}", v.type.dtype, data.shape, Scope.GLOBAL)
+            return Value(f"{v.name}.{value_tag}", TensorType(v.type.dtype, data.shape), data=data), self.packed
 
         def pack(k: int, v: Value) -> tuple[Value, Buffer] | None:
             if self.flip or v is not w or not v.is_constant or sum(x is v for n in self.group.nodes for x in n.inputs) != 1:
                 return None
-            packed = np.ascontiguousarray(v.data.reshape(v.type.shape[0], -1).T)  # type: ignore[union-attr]
-            packed.setflags(write=False)
-            self.packed = Buffer(f"in{k}_kxm", v.type.dtype, packed.shape, Scope.GLOBAL)
-            return Value(f"{v.name}.kxm", TensorType(v.type.dtype, packed.shape), data=packed), self.packed
-
-        weights = [c.inputs[1] for c in self.cs]
+            return bind(k, v, np.ascontiguousarray(v.data.reshape(v.type.shape[0], -1).T), "kxm", "kxm")  # type: ignore[union-attr]
 
         def pack_siblings(k: int, v: Value) -> tuple[Value, Buffer] | str | None:
             if not any(v is w for w in weights):
@@ -631,18 +627,14 @@ class _Builder:
             if v is not weights[0]:
                 return DROP  # read through the packed weight
             packed = np.concatenate([w.data for w in weights], axis=1)  # type: ignore[misc]
-            packed.setflags(write=False)
-            self.packed = Buffer(f"in{k}_siblings", v.type.dtype, packed.shape, Scope.GLOBAL)
-            return Value(f"{v.name}.siblings{len(weights)}", TensorType(v.type.dtype, packed.shape), data=packed), self.packed
+            return bind(k, v, packed, "siblings", f"siblings{len(weights)}")
 
         def pad(k: int, v: Value) -> tuple[Value, Buffer] | None:
             if v is not self.c.inputs[1]:
                 return None
             padded = np.zeros((v.type.shape[0], self.pad_to), v.data.dtype)  # type: ignore[union-attr]
             padded[:, :self.n] = v.data
-            padded.setflags(write=False)
-            self.packed = Buffer(f"in{k}_padded", v.type.dtype, padded.shape, Scope.GLOBAL)
-            return Value(f"{v.name}.padded{self.pad_to}", TensorType(v.type.dtype, padded.shape), data=padded), self.packed
+            return bind(k, v, padded, "padded", f"padded{self.pad_to}")
 
         substitute = pack_siblings if self.sibling_of is not None else pad if self.pad_to else pack
         kp = kernel_params(self.group, substitute)
