@@ -90,22 +90,27 @@ def codegen_variant(name: str):
     knobs = [(emit, "TMA_PIPELINES"), (emit, "EPILOGUE_IN_REGISTERS"), (emit, "MIN_BLOCKS_PER_SM"),
              (emit, "STAGING_PAD"), (attention, "KEY_TILE"), (attention, "QUERY_TILE"),
              (attention, "ONE_WAVE_OCCUPANCY"), (rows, "ROW_THREADS"), (rows, "ROW_TILE_ELEMS"),
-             (gemm_epilogue, "FORCE_TILE_M"), (gemm_epilogue, "FORCE_TILE_N"), (warp_rows, "ENABLED"),
+             (emit, "REGISTER_ROWS"), (emit, "PRODUCER_BLOCKS_PER_SM"), (warp_rows, "CACHE_ROWS"), (gemm_epilogue, "FORCE_TILE_M"), (gemm_epilogue, "FORCE_TILE_N"), (warp_rows, "ENABLED"),
              (warp_rows, "VECTOR_BYTES")]
     saved = [getattr(m, a) for m, a in knobs]
     # name part -> knob: "prefixN" sets an integer knob, a flag word sets a constant
     numbers = {"rt": (rows, "ROW_THREADS"), "re": (rows, "ROW_TILE_ELEMS"), "mb": (emit, "MIN_BLOCKS_PER_SM"),
                "kv": (attention, "KEY_TILE"), "qt": (attention, "QUERY_TILE"), "ow": (attention, "ONE_WAVE_OCCUPANCY"),
                "wv": (warp_rows, "VECTOR_BYTES"), "bm": (gemm_epilogue, "FORCE_TILE_M"),
-               "bn": (gemm_epilogue, "FORCE_TILE_N")}
+               "bn": (gemm_epilogue, "FORCE_TILE_N"), "pb": (emit, "PRODUCER_BLOCKS_PER_SM")}
+    # target fields: "psN" producer K steps a core (0: no producer tiles), "ptMxN" their tile
+    fields = {"ps": lambda t, v: dataclasses.replace(t, producer_steps=int(v)),
+              "pt": lambda t, v: dataclasses.replace(t, producer_tile=tuple(int(x) for x in v.split("x")))}
     flags = {"tma": (emit, "TMA_PIPELINES", True), "mirror": (emit, "EPILOGUE_IN_REGISTERS", False),
-             "nowarp": (warp_rows, "ENABLED", False), "nopad": (emit, "STAGING_PAD", False)}
+             "nowarp": (warp_rows, "ENABLED", False), "nopad": (emit, "STAGING_PAD", False), "noregrows": (emit, "REGISTER_ROWS", False), "nocache": (warp_rows, "CACHE_ROWS", False)}
     inflight = {"s3": 100 * 1024, "s3k128": 200 * 1024}
     emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS = False, True
     patched = tmod.CUDA_SM90A
     for part in name.split("-"):
         if part in inflight:
             patched = dataclasses.replace(patched, inflight_bytes=inflight[part])
+        elif part[:2] in fields and part[2:3].isdigit():
+            patched = fields[part[:2]](patched, part[2:])
         elif part in flags:
             module, attr, value = flags[part]
             setattr(module, attr, value)

@@ -46,6 +46,12 @@ class Target:
     # threads that run in lockstep and combine values by shuffles (GPU: a warp of 32); 0: none.
     # Row reductions then give each row whole warps
     warp: int = 0
+    # large plain half-float products take ``producer_tile`` tiles (rows, columns) whose operand
+    # loads a producer warp issues ahead of the matrix unit (sm_90a: TMA, warp-specialised,
+    # one block a core), where each core then runs at least ``producer_steps`` K steps of
+    # them (the pipeline's fill and drain amortised); 0: never
+    producer_steps: int = 0
+    producer_tile: tuple[int, int] = (128, 256)
 
     def row_epilogue_bytes(self, row_elems: int) -> int:
         """On-chip bytes for a tile of whole fp32 accumulator rows of ``row_elems``."""
@@ -81,6 +87,10 @@ CUDA_SM90A = Target(
     accumulator_bytes=96 * 1024,  # 256 threads x 96 fp32 registers: siblings share it (QKV: 3 x 128x64, one 128x192 tile)
     inflight_bytes=80 * 1024,  # batch-1 tiles (32x32) are latency-bound: 3 stages of 128-deep K (benchmarks/NOTES.md)
     warp=32,
+    # 128x256 tiles, TMA, a producer warp and two consumer warpgroups, 3 stages: bert-base b32's
+    # FFN products 54.2 -> 50.7 and 42.3 -> 40.1 us; products with under ~32 K steps a core
+    # (the 768-wide projection, 9 steps) lost to the 64x128 cp.async tiles (benchmarks/NOTES.md)
+    producer_steps=32,
 )
 
 # A conservative x86-64 server core set (the 2-core development box and CI): AVX2 FMA at

@@ -83,12 +83,18 @@ def test_bert_layer_norms_are_whole_warps_per_row(batch, rows_per_tile, lanes, z
     for p in programs:
         assert f"tiles of {rows_per_tile} rows x 768" in p.notes[0]
         _assert_warp_rows(emit_tilelang(p).text, lanes, 2)
-    for art in _compile(programs):
+    for p, art in zip(programs, _compile(programs)):
         source = art.source.read_text()
         if lanes == 32:  # nothing shared: no barrier at all; runs of 8 fp16 read as one 16-byte load
             assert art.launch["dynamic_smem"] == 0 and "__syncthreads" not in source
             assert "*(uint4*)(in0" in source
-        else:
+        if lanes == 32 and len(p.params) == 4:  # the layers' norm: its input read once, kept in registers
+            text = emit_tilelang(p).text
+            assert len(re.findall(r"\bin0\[", text)) == 1 and "_row_in0 = T.alloc_local((24,), \"float16\")" in text
+            assert source.count("*(uint4*)(in0") == 1
+            # 512 tiles of 8 rows: all resident at once, 4 a core (registers kept to 64)
+            assert "T.annotate_min_blocks_per_sm(4)" in text and "4 tiles resident per core" in p.notes[0]
+        if lanes != 32:
             assert 0 < art.launch["dynamic_smem"] <= 1024
 
 

@@ -204,6 +204,9 @@ class TileProgram:
     # tiles the schedule wants resident on one core at once (GPU: blocks per SM, a register
     # bound for the compiler); 0: the code generator's default
     occupancy: int = 0
+    # the K loop's operand tiles are loaded by a producer ahead of the products (GPU: TMA and
+    # a warp-specialised pipeline, where every pipelined load is a plain tile copy)
+    producer: bool = False
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:

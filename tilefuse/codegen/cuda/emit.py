@@ -82,14 +82,25 @@ HALF = {DType.FLOAT16, DType.BFLOAT16}
 T_COPY = True  # plain tile loads through T.copy (cp.async, pipelined; see tile_copy)
 # Kernels whose pipelined K loops hold only T.copy tile loads and products may lower with
 # TMA and a warp-specialised producer (TileLang's default on sm_90a); the rest keep
-# cp.async (see pass_config). Part of the module text, so of the build cache key. Off: with
-# two blocks per SM every such kernel hung on the H200 (benchmarks/NOTES.md, session 4).
+# cp.async (see pass_config). Part of the module text, so of the build cache key. Programs
+# whose schedule asks for a producer (TileProgram.producer: large tiles, one block per SM)
+# get it; for every kernel (this knob) it is off: with two blocks per SM every such kernel
+# hung on the H200 (benchmarks/NOTES.md, session 4).
 TMA_PIPELINES = False
 # Blocks of a tensor-core kernel the compiler keeps registers for on one SM (TileLang's default
 # is 1): two let one block's epilogue overlap another's K loop (bert-base b32 2.81 -> 2.70 ms)
 MIN_BLOCKS_PER_SM = 2
+# Blocks per SM of a producer-loaded kernel (TileProgram.producer). Above one, the warp
+# roles' register budgets (setmaxnreg) are set to fit that many blocks: TileLang's defaults
+# (consumers 240, producer 24) fit one, and an increase the SM cannot grant waits forever.
+# A benchmark knob (variant "pbN"): on the H200 two blocks of 128x128 tiles still hung with
+# these budgets, and two of 64x128 ran but no faster than cp.async (benchmarks/NOTES.md)
+PRODUCER_BLOCKS_PER_SM = 1
+REGISTERS_PER_SM = 65536
+PRODUCER_REGISTERS = 24
 EPILOGUE_IN_REGISTERS = True  # accumulators read element by element stay in registers (_own_element_epilogue)
 STAGED_STORES = True  # epilogue results through a shared tile of the output type, copied out (staged_store)
+REGISTER_ROWS = True  # a fragment A operand and row vectors beside register reductions stay in registers (_register_buffers)
 STAGING_PAD = True  # those tiles' rows padded by 16 bytes against bank conflicts (staging_tile)
 MAX_ELEMENTS = 2**31 - 1
 MAX_THREADS = 1024
@@ -193,7 +204,7 @@ class _Emitter:
         """TileLang pass options for this kernel (the lowering reads ``PASS_CONFIG`` from
         the module): TMA loads and warp specialisation only where every pipelined loop is
         plain tile copies and products, else cp.async under TileLang's software pipeline."""
-        if TMA_PIPELINES and self.pipelines and all(self.pipelines):
+        if (TMA_PIPELINES or self.p.producer) and self.pipelines and all(self.pipelines):
             return {}
         return {"tl.disable_tma_lower": True, "tl.disable_warp_specialized": True}
 
@@ -253,18 +264,22 @@ class _Emitter:
         lines += [ind + x for x in unfold]
         rows = warp_rows(self, threads, 2)  # norms and softmax rows: whole warps per row
         if rows is not None:
-            return lines + rows
-        register = _register_buffers(p.body, threads)
+            bound = [f"{ind}T.annotate_min_blocks_per_sm({p.occupancy})"] if p.occupancy > 1 else []
+            return lines + bound + rows
+        register = _register_buffers(p.body, threads, p.allocs)
+        accumulators = _gemm_targets(p.body)
         if p.occupancy > 1:  # the schedule's own: e.g. every attention tile resident in one wave
             lines.append(f"{ind}T.annotate_min_blocks_per_sm({p.occupancy})")
-        elif MIN_BLOCKS_PER_SM > 1 and any(isinstance(s, Gemm) and _tensor_core(s, threads) for s in _statements(p.body)):
+        elif p.producer and PRODUCER_BLOCKS_PER_SM > 1:
+            lines += [ind + x for x in _producer_registers(threads, PRODUCER_BLOCKS_PER_SM)]
+        elif MIN_BLOCKS_PER_SM > 1 and not p.producer and any(isinstance(s, Gemm) and _tensor_core(s, threads) for s in _statements(p.body)):
             lines.append(f"{ind}T.annotate_min_blocks_per_sm({MIN_BLOCKS_PER_SM})")
         reduced = _reduce_buffers(p.body)
         mirrors: dict[str, Buffer] = {}  # tensor-core accumulator -> its shared copy
         for b in p.allocs:
             alloc = "T.alloc_fragment" if b.scope is Scope.FRAGMENT and b.name in register else "T.alloc_shared"
             lines.append(f"{ind}{self.name(b)} = {alloc}({_shape(b.shape)}, {_dt(b.dtype)})")
-            if b.name in register and b.name not in reduced:
+            if b.name in register and b.name in accumulators and b.name not in reduced:
                 self.find_transposed_stores(b)
                 if _own_element_epilogue(p.body, b, self.transposed):
                     self.register_accs.add(b)
@@ -483,7 +498,8 @@ class _Emitter:
         would put them in one bank (Nsight: 7-way conflicts on the QKV kernel's stores).
         The padding keeps each row's start 16-byte aligned for the vector copies out."""
         tile = f"_out{len(self.staging)}"
-        pad = max(1, 16 // dtype.itemsize) if STAGING_PAD else 0
+        # not under a producer (TMA stores the tile as one contiguous box)
+        pad = max(1, 16 // dtype.itemsize) if STAGING_PAD and not self.p.producer else 0
         self.staging.append(f"{tile} = T.alloc_shared({_shape((rows, cols + pad))}, {_dt(dtype)})")
         return tile
 
@@ -918,6 +934,25 @@ def _reads(e: Expr, buffer: Buffer) -> bool:
     return any(isinstance(x, Load) and x.buffer == buffer for x in subexpressions(e))
 
 
+def _producer_registers(threads: int, blocks: int) -> list[str]:
+    """Register budgets of a warp-specialised kernel's roles for ``blocks`` per SM:
+    ``threads`` consumers (TileLang adds a producer warpgroup of 128) at the most whole
+    8-register steps that fit beside the producer's ``PRODUCER_REGISTERS``."""
+    consumers = (REGISTERS_PER_SM // blocks - 128 * PRODUCER_REGISTERS) // threads // 8 * 8
+    return [f"T.annotate_min_blocks_per_sm({blocks})",
+            f"T.annotate_producer_reg_dealloc({PRODUCER_REGISTERS})",
+            f"T.annotate_consumer_reg_alloc({min(consumers, 240)})"]
+
+
+def _warpgroup_rows(g: Gemm, threads: int) -> bool:
+    """A half-float product whose rows split into 64 per warpgroup: wgmma, where an A
+    operand in registers has the accumulator's layout (what rounding P from the scores
+    needs). The m16 MMA path lays its A fragments out differently (TileLang refuses the
+    element-wise nest between them)."""
+    groups = threads // 128
+    return g.a.dtype in HALF and threads % 128 == 0 and g.c.shape[0] % (64 * groups) == 0
+
+
 def _fragment_reduce(r: ReduceTile, threads: int) -> bool:
     """TileLang's register reductions lay a tile out over the threads evenly only for
     power-of-two tiles (seen: an 8 x 768 tile on 128 threads has no layout)."""
@@ -1026,14 +1061,24 @@ def _reduce_buffers(stmts: tuple[Stmt, ...]) -> set[str]:
     return {b.name for s in _statements(stmts) if isinstance(s, ReduceTile) for b in (s.src, s.dst)}
 
 
-def _register_buffers(stmts: tuple[Stmt, ...], threads: int) -> set[str]:
-    """Fragments TileLang must own: tensor-core accumulators and tile reductions. Other
-    fragment buffers become shared memory, where any thread may read any element (the
-    elementwise code indexes them freely, which register layouts cannot always serve)."""
+def _register_buffers(stmts: tuple[Stmt, ...], threads: int, allocs: tuple[Buffer, ...] = ()) -> set[str]:
+    """Fragments TileLang must own: tensor-core accumulators and tile reductions, and
+    (``REGISTER_ROWS``) what TileLang lays out from them: a product's A operand held as a
+    fragment (attention's P, read by wgmma from registers) and per-row vectors the length
+    of a register reduction's result (attention's running max and sum), so the online
+    softmax needs no shared memory and no barriers. Other fragment buffers become shared
+    memory, where any thread may read any element (the elementwise code indexes them
+    freely, which register layouts cannot always serve)."""
     out: set[str] = set()
+    rows: set[tuple[int, ...]] = set()
     for s in _statements(stmts):
         if isinstance(s, Gemm) and _tensor_core(s, threads):
             out.add(s.c.name)
+            if REGISTER_ROWS and s.a.scope is Scope.FRAGMENT and not s.trans_a and _warpgroup_rows(s, threads):
+                out.add(s.a.name)
         elif isinstance(s, ReduceTile) and _fragment_reduce(s, threads):
             out |= {s.src.name, s.dst.name}
+            rows.add(s.dst.shape)
+    if REGISTER_ROWS:
+        out |= {b.name for b in allocs if b.scope is Scope.FRAGMENT and len(b.shape) == 1 and b.shape in rows}
     return out

@@ -16,6 +16,10 @@ warps, and the tile never exists:
     per-row buffer     -> a register; every lane of the row holds the row's value
     output nest        -> every lane writes its elements ``j = jj * L + lane``; a per-row
                           output (width 1) is written by lane 0
+    a global element   -> read once: a lane loads its elements of a row into registers
+    several steps read    before the first step (``CACHE_ROWS``), and the steps read those
+                          registers (a LayerNorm reads its input for the mean, the variance
+                          and the output)
 
 A program of any other shape (no reduction, a tail: ``E % L``, lanes that are not whole
 warps, a product or integer reduction, a row buffer read at another row) is not matched:
@@ -41,6 +45,7 @@ from tilefuse.tile_ir.ir import (
     TileProgram,
     Var,
     subexpressions,
+    substitute,
 )
 
 WARP = 32
@@ -49,6 +54,7 @@ ENABLED = True  # off: row programs keep the block-wide emission (a benchmark kn
 # Each lane takes runs of this many bytes of the row's narrowest input type, read as one vector
 # load into registers (where the row width allows); 0: one element a lane (variant "wv0")
 VECTOR_BYTES = 16
+CACHE_ROWS = True  # global elements several steps read are loaded once into registers (_Writer.cached)
 
 # the fold of one lane's terms (its text and identity) and the warp's shuffle reduction
 _FOLD = {ReduceFn.SUM: ("({a} + {b})", 0.0, "T.warp_reduce_sum"),
@@ -193,11 +199,84 @@ class _Writer:
             for x in (y for e in (st.value, *st.indices) for y in subexpressions(e)):
                 if isinstance(x, Load) and x.buffer in plan.row_buffers:
                     em.replaced[(x.buffer.name, x.indices)] = f"{em.name(x.buffer)}[0]"
+        self.cache = self.cached()
         body: list[str] = []
         for step in plan.steps:
             body.append(f"{ind}{em.name(step.nest.row)} = _row")
             body += self.reduction(step.nest, step.reduce) if step.reduce else self.output(step.nest)
-        return out + self.shared + self.runs + body
+        return out + self.shared + self.runs + self.preload() + body
+
+    # -- global elements read once ---------------------------------------------------------
+    _ROW, _COL = Var("_cache_row"), Var("_cache_col")
+
+    def canonical(self, nest: _Nest, x: Load) -> Load:
+        return substitute(x, {nest.row: self._ROW, nest.col: self._COL})  # type: ignore[return-value]
+
+    def global_loads(self, nest: _Nest) -> list[Load]:
+        params = set(self.em.p.params)
+        return [x for x in subexpressions(nest.store.value) if isinstance(x, Load) and x.buffer in params
+                and nest.col in _vars(x)]
+
+    def cached(self) -> dict[Load, tuple[str, int]]:
+        """Global elements (canonical: the nest's row and column as two fixed variables)
+        that more than one full-width step reads, each with the register array holding a
+        lane's share of the row and the run length the steps read them in. Only where
+        every such step splits the row the same way: the array's slot of an element is
+        then the same in each."""
+        if not CACHE_ROWS:
+            return {}
+        width = max(st.nest.width for st in self.plan.steps)
+        readers: dict[Load, list[_Nest]] = {}
+        for st in self.plan.steps:
+            if st.nest.width == width:
+                for x in dict.fromkeys(self.canonical(st.nest, x) for x in self.global_loads(st.nest)):  # in order
+                    readers.setdefault(x, []).append(st.nest)
+        out: dict[Load, tuple[str, int]] = {}
+        for x, nests in readers.items():
+            runs = {self.run_length(n) for n in nests}
+            if len(nests) > 1 and len(runs) == 1:
+                out[x] = (f"_row_in{len(out)}", runs.pop())
+        return out
+
+    def preload(self) -> list[str]:
+        """Each cached element into its register array, before the first step."""
+        em, ind = self.em, self.ind
+        out: list[str] = []
+        width = max(st.nest.width for st in self.plan.steps)
+        for x, (reg, v) in self.cache.items():
+            count = width // self.plan.lanes
+            out.append(f'{ind}{reg} = T.alloc_local(({count},), "{x.buffer.dtype.value}")')
+            rv, cv = Var(f"{reg}_r"), Var(f"{reg}_c")
+            row, col = em.name(rv), em.name(cv)
+            local = substitute(x, {self._ROW: rv, self._COL: cv})
+            head, jj = self.lanes_loop(count // v)
+            lets, (value,) = em.render([local], [False])
+            out += [f"{ind}{row} = _row", f"{ind}{head}"]
+            if v == 1:
+                out += [f"{ind}    {col} = {self.column(None, jj, 1, '')}", *(f"{ind}    {t}" for t in lets),
+                        f"{ind}    {reg}[{jj}] = {value}"]
+            else:
+                vv = em.temp()
+                out += [f"{ind}    for {vv} in T.vectorized({v}):",
+                        f"{ind}        {col} = {self.column(None, jj, v, vv)}", *(f"{ind}        {t}" for t in lets),
+                        f"{ind}        {reg}[{jj} * {v} + {vv}] = {value}"]
+        return out
+
+    def bind(self, nest: _Nest, jj: str, vv: str, v: int) -> list[tuple[str, tuple[Expr, ...]]]:
+        """Point the nest's cached loads at their registers for its rendering; the keys,
+        to unbind after."""
+        keys = []
+        for x in self.global_loads(nest):
+            hit = self.cache.get(self.canonical(nest, x))
+            if hit is not None and hit[1] == v and nest.width == max(st.nest.width for st in self.plan.steps):
+                key = (x.buffer.name, x.indices)
+                self.em.replaced[key] = f"{hit[0]}[{jj}]" if v == 1 else f"{hit[0]}[{jj} * {v} + {vv}]"
+                keys.append(key)
+        return keys
+
+    def unbind(self, keys: list[tuple[str, tuple[Expr, ...]]]) -> None:
+        for key in keys:
+            self.em.replaced.pop(key, None)
 
     def lanes_loop(self, count: int) -> tuple[str, str]:
         """The per-lane loop head over ``count`` elements (or runs) per lane and its variable."""
@@ -217,7 +296,7 @@ class _Writer:
             v //= 2
         return v
 
-    def column(self, nest: _Nest, jj: str, v: int, vv: str) -> str:
+    def column(self, nest: _Nest | None, jj: str, v: int, vv: str) -> str:
         """The column a lane's element ``vv`` of run ``jj`` sits at."""
         lanes = self.plan.lanes
         return f"{jj} * {lanes} + _lane" if v == 1 else f"({jj} * {lanes} + _lane) * {v} + {vv}"
@@ -229,14 +308,17 @@ class _Writer:
         acc = f"{em.name(red.dst)}[0]"
         v = self.run_length(nest)
         head, jj = self.lanes_loop(nest.width // (lanes * v))
+        vv = em.temp() if v > 1 else ""
+        keys = self.bind(nest, jj, vv, v)
         lets, (value,) = em.render([nest.store.value], [False])
+        self.unbind(keys)
         out = [f"{ind}{acc} = {em.const(identity, dt)}", f"{ind}{head}"]
         if v == 1:
             out += [f"{ind}    {em.name(nest.col)} = {self.column(nest, jj, 1, '')}"]
             out += [f"{ind}    {x}" for x in lets]
             out += [f"{ind}    {acc} = {combine.format(a=acc, b=value)}"]
         else:  # the run's terms into registers with one vector load, then folded in order
-            run, vv = f"_run{len(self.runs)}", em.temp()
+            run = f"_run{len(self.runs)}"
             self.runs.append(f'{ind}{run} = T.alloc_local(({v},), "{dt.value}")')
             out += [f"{ind}    for {vv} in T.vectorized({v}):",
                     f"{ind}        {em.name(nest.col)} = {self.column(nest, jj, v, vv)}"]
@@ -269,11 +351,21 @@ class _Writer:
         v = self.run_length(nest)
         head, jj = self.lanes_loop(nest.width // (lanes * v))
         if v == 1:
+            keys = self.bind(nest, jj, "", 1)
+            store = em.stmt(nest.store, self.depth + 1)
+            self.unbind(keys)
             return [f"{ind}{head}",
                     f"{ind}    {em.name(nest.col)} = {self.column(nest, jj, 1, '')}",
-                    *em.stmt(nest.store, self.depth + 1)]
+                    *store]
         vv = em.temp()
+        keys = self.bind(nest, jj, vv, v)
+        store = em.stmt(nest.store, self.depth + 2)
+        self.unbind(keys)
         return [f"{ind}{head}",
                 f"{ind}    for {vv} in T.vectorized({v}):",
                 f"{ind}        {em.name(nest.col)} = {self.column(nest, jj, v, vv)}",
-                *em.stmt(nest.store, self.depth + 2)]
+                *store]
+
+
+def _vars(e: Expr) -> set[Var]:
+    return {x for x in subexpressions(e) if isinstance(x, Var)}

@@ -225,6 +225,7 @@ class _Builder:
         self.max_threads, self.acc_budget = target.max_threads, target.accumulator_bytes
         self.inflight = target.inflight_bytes
         self.mma_rows = target.mma_rows
+        self.target = target
         # channels as tile rows (conv_rows.py): weights x im2col^T, stored along positions;
         # not for few positions per image (deep layers: 7x7), where positions x channels tiles
         # fill the product core better
@@ -261,7 +262,18 @@ class _Builder:
             self.k = c.inputs[1].type.shape[0] * math.prod(c.inputs[1].type.shape[2:])
 
     def build(self) -> TileProgram | None:
-        bm, bn = self._tiles()
+        producer = self._producer_tile()
+        if producer is not None:
+            program = self._build(producer)
+            if program is not None and _plain_fills(program.body):
+                return program
+            # an operand converted or gathered on its way to its tile: the cp.async tiles
+        return self._build(None)
+
+    def _build(self, producer: tuple[int, int] | None) -> TileProgram | None:
+        """The program with ``producer``'s tile and a producer-loaded pipeline, or (None)
+        the tiles ``_tiles`` picks."""
+        bm, bn = producer or self._tiles()
         if self.sibling_of is not None and self.n % bn:  # a column tile across two siblings
             self.sibling_of = None
             bm, bn = self._tiles()
@@ -277,7 +289,9 @@ class _Builder:
         while bn == self.n and bk > 16 and bk % 2 == 0 and bk * bn * self.op_dtype.itemsize > self.onchip // 4:
             bk //= 2
         stages = 2
-        if bn != self.n and self.inflight:
+        if producer:
+            stages = 3
+        elif bn != self.n and self.inflight:
             bk, stages = self._pipeline(bm, accs * bn, bk)
         conv = isinstance(self.c.op, Conv)
         if self.flip:  # position tiles of whole output rows of one image: no division inside
@@ -445,7 +459,23 @@ class _Builder:
         allocs = (*(() if self.depthwise else (ta, *tbs)), *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()))
         # two warpgroups for 128 rows of at least 128 accumulator columns (siblings together)
         threads = self.max_threads if bm >= 128 and accs * bn >= 128 else 128
-        return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), threads, allocs, tuple(body), notes)
+        if producer:
+            notes = (notes[0] + ", operand tiles loaded by a producer warp",)
+        return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), threads, allocs, tuple(body), notes,
+                           producer=producer is not None)
+
+    def _producer_tile(self) -> tuple[int, int] | None:
+        """The target's large tile for a large plain product: a MatMul (no convolution, no
+        epilogue row reduction, no chain, not packed siblings) of half-float operands that
+        splits into whole tiles, with enough K steps per core to amortise the pipeline."""
+        steps = self.target.producer_steps
+        bm, bn = self.target.producer_tile
+        if not steps or not isinstance(self.c.op, MatMul) or len(self.cs) > 1 or self.reductions or self.first is not None:
+            return None
+        if self.op_dtype not in HALF_FLOATS or self.m % bm or self.n % bn or self._pads_weight():
+            return None
+        tiles = math.prod(self.batch) * (self.m // bm) * (self.n // bn)
+        return (bm, bn) if tiles * (self.k // self.tile_k) >= steps * self.cores else None
 
     def _tiles(self) -> tuple[int, int]:
         """Row and column edges of a product tile, before the K loop's."""
@@ -715,3 +745,24 @@ class _Builder:
 
         return a_elem, b_elem
 
+
+def _plain_fills(body: list[Stmt]) -> bool:
+    """Every store of a pipelined K loop copies a global element into its tile as it is
+    (a producer's bulk copies can do nothing else)."""
+    for s in body:
+        if isinstance(s, Loop) and s.kind is LoopKind.PIPELINED:
+            for st in _stores(s.body):
+                if not (isinstance(st.value, Load) and st.value.buffer.scope is Scope.GLOBAL
+                        and st.value.buffer.dtype is st.buffer.dtype):
+                    return False
+    return True
+
+
+def _stores(stmts) -> list[Store]:
+    out: list[Store] = []
+    for s in stmts:
+        if isinstance(s, Store):
+            out.append(s)
+        elif isinstance(s, Loop):
+            out += _stores(s.body)
+    return out

@@ -29,6 +29,7 @@ from tilefuse.tile_ir.lower.staged import STAGED
 
 ROW_TILE_ELEMS = 8192  # br x E of one reduction tile: 32 KB of fp32
 MAX_ROW = 16384  # longer rows: the staged schedule
+MAX_RESIDENT = 4  # row tiles a GPU core is asked to hold at once: 256 threads x 64 registers each
 ROW_THREADS = 256  # threads of a row tile's block (GPU; bert-base b32 norms 15 -> 14 us against 128)
 
 
@@ -169,5 +170,12 @@ class _Rows:
         what = f"{len(self.reductions)} row reductions" if self.reductions else "elementwise"
         notes = (f"rows: {what}, tiles of {br} rows x {e}, grid {grid}",)
         allocs = (*row_of.values(), *tiles)
-        program = TileProgram(self.name, tuple(params), kp.num_inputs, grid, (rt,), ROW_THREADS, allocs, tuple(body), notes)
+        # warps per row (GPU): every tile resident at once where a few per core do it, so the
+        # code generator keeps the registers to that (bert-base b32's 512 norm tiles: 4 a core)
+        waves = -(-math.prod(grid) // self.cores)
+        occupancy = waves if self.warp and self.reductions and 1 < waves <= MAX_RESIDENT else 0
+        if occupancy:
+            notes = (notes[0] + f", {occupancy} tiles resident per core",)
+        program = TileProgram(self.name, tuple(params), kp.num_inputs, grid, (rt,), ROW_THREADS, allocs, tuple(body), notes,
+                              occupancy=occupancy)
         return program, tuple(kp.bindings)
