@@ -174,3 +174,19 @@ def test_a_tile_read_outside_its_reduction_keeps_the_generic_emission():
     for value in (Load(tile, (i, j)), Load(row, (iop(IOp.SUB, 7, i),))):
         changed = dataclasses.replace(p, body=p.body + (nest(value),))
         assert "T.get_thread_binding" not in emit_tilelang(changed).text
+
+
+def test_loads_under_a_where_branch_are_not_read_ahead():
+    """Only loads evaluated whatever a WHERE decides may be read into registers before the
+    steps: a branch's loads may be out of range where it is not taken."""
+    from tilefuse.codegen.cuda.warp_rows import _unconditional
+    from tilefuse.ir import DType
+    from tilefuse.ir.prims import ScalarFn
+    from tilefuse.tile_ir.ir import Buffer, Call, Load, Scope, Var
+
+    x, y, m = (Buffer(n, DType.FLOAT32, (8, 64), Scope.GLOBAL) for n in ("x", "y", "m"))
+    i, j = Var("i"), Var("j")
+    cond, a, b = Load(m, (i, j)), Load(x, (i, j)), Load(y, (i, j))
+    e = Call(ScalarFn.ADD, (Call(ScalarFn.WHERE, (cond, a, b), DType.FLOAT32), a), DType.FLOAT32)
+    seen = [z for z in _unconditional(e) if isinstance(z, Load)]
+    assert cond in seen and a in seen and b not in seen  # a also read outside the branch

@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tilefuse.ir.dtypes import DType
-from tilefuse.ir.prims import ReduceFn
+from tilefuse.ir.prims import ReduceFn, ScalarFn
 from tilefuse.tile_ir.ir import (
     Buffer,
+    Call,
     Expr,
     Load,
     Loop,
@@ -44,6 +45,7 @@ from tilefuse.tile_ir.ir import (
     Store,
     TileProgram,
     Var,
+    children,
     subexpressions,
     substitute,
 )
@@ -213,8 +215,10 @@ class _Writer:
         return substitute(x, {nest.row: self._ROW, nest.col: self._COL})  # type: ignore[return-value]
 
     def global_loads(self, nest: _Nest) -> list[Load]:
+        """The nest's loads of global elements along its row, outside WHERE branches (a
+        branch's loads may be out of range where it is not taken: they stay where they are)."""
         params = set(self.em.p.params)
-        return [x for x in subexpressions(nest.store.value) if isinstance(x, Load) and x.buffer in params
+        return [x for x in _unconditional(nest.store.value) if isinstance(x, Load) and x.buffer in params
                 and nest.col in _vars(x)]
 
     def cached(self) -> dict[Load, tuple[str, int]]:
@@ -369,3 +373,14 @@ class _Writer:
 
 def _vars(e: Expr) -> set[Var]:
     return {x for x in subexpressions(e) if isinstance(x, Var)}
+
+
+def _unconditional(e: Expr) -> list[Expr]:
+    """``e`` and the expressions inside it that are evaluated whatever a WHERE decides (its
+    condition, not its branches)."""
+    out = [e]
+    if isinstance(e, Call) and e.fn is ScalarFn.WHERE:
+        return out + _unconditional(e.args[0])
+    for c in children(e):
+        out += _unconditional(c)
+    return out
