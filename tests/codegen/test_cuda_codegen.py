@@ -313,3 +313,19 @@ def test_attention_keeps_its_softmax_state_and_p_in_registers(zoo_cache):
     (art,) = build_all([program], arch="sm_90a")
     source = art.source.read_text()
     assert "wgmma_rs" in source and source.count("__syncthreads()") <= 8
+
+
+def test_attention_over_a_prime_sequence_takes_whole_tiles_and_compiles():
+    """ViT-base's attention (197 tokens, a prime; 12 heads of 64), fp16, batch 1: keys 64 a
+    step with a partial last tile (scores past the sequence -inf) and power-of-two query
+    tiles halved until the 12 heads fill the SMs (16 rows: 13 tiles a head), instead of
+    1-row tiles of one key each; it lowers and compiles for sm_90a."""
+    from tests.tile_ir.test_attention_tails import attention_model
+
+    graph = import_onnx(attention_model(197, heads=12, d=64, dtype="float16"))
+    (group,) = [g for g in partition_graph(graph, CUDA_SM90A).groups if str(g.kind) != "opaque"]
+    program = lower_group(group, CUDA_SM90A).program
+    assert "key tiles 64" in program.notes[0] and "last key tile 5" in program.notes[0], program.notes
+    assert "query tiles 16" in program.notes[0] and program.grid == (1, 12, 13)
+    (art,) = build_all([program], arch="sm_90a")
+    assert "mma" in art.source.read_text() and art.launch["grid"] == [1, 12, 13]

@@ -133,9 +133,18 @@ class _Flash:
         dv = c2.outputs[0].type.shape[-1]
         if c2.outputs[0].type.shape[:-2] != batch:
             return None
-        bm, bn = divisor_tile(m, QUERY_TILE), divisor_tile(n, KEY_TILE)
-        # query tiles down to half the target's smallest tile where heads x tiles leave cores idle
-        (bm,) = fill_cores((m,), [bm], math.prod(batch), self.target.cores, self.target.min_tile // 2)
+        bm, bn = _edge(m, QUERY_TILE), _edge(n, KEY_TILE)
+        if m % bm:  # power-of-two query tiles, the last one partial: halved while cores idle
+            while bm > self.target.min_tile // 2 and math.prod(batch) * -(-m // bm) < self.target.cores:
+                bm //= 2
+        else:  # query tiles down to half the target's smallest tile where heads x tiles leave cores idle
+            (bm,) = fill_cores((m,), [bm], math.prod(batch), self.target.cores, self.target.min_tile // 2)
+        # Partial last tiles: global reads past the sequence are clamped (in_range), so a
+        # query row past m computes row m - 1 again and writes it there (the same values);
+        # keys past n score -inf and weigh nothing (the first key tile is whole, so every
+        # row has a finite max)
+        q_tail, k_tail = m % bm, n % bn
+        qtiles, ktiles = -(-m // bm), -(-n // bn)
         kp = kernel_params(self.group)
         params, buffers, bindings, outs = kp.params, kp.buffers, kp.bindings, kp.outputs
 
@@ -156,16 +165,31 @@ class _Flash:
         bvars = tuple(Var(f"b{i}") for i in range(len(batch)))
         mt, jt = Var("bm"), self.names.var("kv")
         m0, n0 = iop(IOp.MUL, mt, bm), iop(IOp.MUL, jt, bn)
+
         c1_out, c2_out = c1.outputs[0], c2.outputs[0]
+        tails = bool(q_tail or k_tail)
+
+        tile_vars = {id(mt), id(jt)}
+
+        def in_range(val: Value, idx: Index) -> Index:
+            """A global element's index with each axis that follows the query tile or the
+            key step clamped to the tensor (partial tiles: a row past m reads row m - 1, a
+            key past n key n - 1)."""
+            if not tails:
+                return idx
+            return tuple(iop(IOp.MIN, e, dim - 1) if dim > 1 and var_ids(e) & tile_vars else e
+                         for e, dim in zip(idx, val.type.shape))
+
+        own_row: list[Expr] = []  # while an output is stored: the tile row it comes from
 
         def read(val: Value, idx: Index) -> Expr:
             if val is c1_out:
                 return _cast(Load(s, (iop(IOp.SUB, idx[-2], m0), iop(IOp.SUB, idx[-1], n0))), val.type.dtype)
-            if val is c2_out:
-                r = iop(IOp.SUB, idx[-2], m0)
+            if val is c2_out:  # its own row of the tile (a clamped row past m reads its replica)
+                r = own_row[0] if own_row else iop(IOp.SUB, idx[-2], m0)
                 ratio = Call(ScalarFn.DIV, (Load(o, (r, idx[-1])), Load(lrow, (r,))), F32)
                 return _cast(ratio, val.type.dtype)
-            return Load(buffers[id(val)], idx)
+            return Load(buffers[id(val)], in_range(val, idx))
 
         buffers[id(c1_out)] = s
         buffers[id(c2_out)] = o
@@ -189,18 +213,24 @@ class _Flash:
         ]
         x = self.sm.scores
         xb = broadcast_index(bvars, x.type.shape[:-2], batch)
-        def k_elem(dd: Expr, key: Expr) -> Expr:
-            return tile(el.at(kb, kbb + (dd, iop(IOp.ADD, n0, key))), kb)
+        def k_elem(dd: Expr, j: Expr) -> Expr:
+            return tile(el.at(kb, kbb + (dd, iop(IOp.ADD, n0, j))), kb)
 
         if _contiguous_along(k_elem, 0):  # K stored [keys, d] (K^T made by a Transpose): d innermost
             k_fill = parallel(self.names, (bn, d), lambda jx: [Store(kt_, (jx[1], jx[0]), k_elem(jx[1], jx[0]))])
         else:  # K^T stored as it is read (written transposed by the projection's epilogue)
             k_fill = parallel(self.names, (d, bn), lambda ix: [Store(kt_, ix, k_elem(ix[0], ix[1]))])
+        def score(ix: Index) -> Expr:  # the softmax's input at tile element ix; -inf past the last key
+            val = f32(el.at(x, xb + (iop(IOp.ADD, m0, ix[0]), iop(IOp.ADD, n0, ix[1]))), x)
+            if not k_tail:
+                return val
+            return Call(ScalarFn.WHERE, (iop(IOp.LT, iop(IOp.ADD, n0, ix[1]), n), val, neg_inf), F32)
+
         step: list[Stmt] = [
             *k_fill,
             Fill(s, Const(0.0, F32)),
             Gemm(q, kt_, s, tf32=tf32),
-            *parallel(self.names, (bm, bn), lambda ix: [Store(p, ix, f32(el.at(x, xb + (iop(IOp.ADD, m0, ix[0]), iop(IOp.ADD, n0, ix[1]))), x))]),
+            *parallel(self.names, (bm, bn), lambda ix: [Store(p, ix, score(ix))]),
             ReduceTile(p, tmax, ReduceFn.MAX, 1),
             *parallel(self.names, (bm,), lambda ix: [
                 Store(tmax, ix, Call(ScalarFn.MAX, (Load(mrow, ix), Load(tmax, ix)), F32)),
@@ -223,19 +253,30 @@ class _Flash:
             *parallel(self.names, (bn, dv), lambda ix: [Store(v_, ix, tile(el.at(vb, vbb + (iop(IOp.ADD, n0, ix[0]), ix[1])), vb))]),
             Gemm(ph, v_, o, tf32=tf32),
         ]
-        blocks = math.prod(batch) * (m // bm)
+        blocks = math.prod(batch) * qtiles
         waves = -(-blocks // self.target.cores)  # tiles per core for one wave
-        one_wave = self.target.mma_rows > 1 and 2 < waves <= ONE_WAVE_OCCUPANCY and n // bn <= 4
-        body.append(Loop(jt, n // bn, LoopKind.PIPELINED, tuple(step), stages=1 if one_wave else 2))
+        one_wave = self.target.mma_rows > 1 and 2 < waves <= ONE_WAVE_OCCUPANCY and ktiles <= 4
+        if op is F32 and not tf32 and self.target.mma_rows > 1:
+            # exact float32 products are FMA loops on the GPU: nothing for a pipeline to
+            # overlap, and TileLang's unrolled stages of them took nvcc minutes
+            body.append(Loop(jt, ktiles, LoopKind.SERIAL, tuple(step)))
+        else:
+            body.append(Loop(jt, ktiles, LoopKind.PIPELINED, tuple(step), stages=1 if one_wave else 2))
         for val, ob in zip(self.group.outputs, outs):
             def store(ix: Index, val: Value = val, ob: Buffer = ob) -> list[Stmt]:
-                g = bvars + (iop(IOp.ADD, m0, ix[0]), ix[1])
-                idx = self.fwd[id(val)](g)
-                return [Store(ob, idx, el.at(val, idx))]
+                # a row past m (a partial tile) holds row m - 1's values, computed from the
+                # same clamped inputs: it writes them there again, read from its own row
+                row = iop(IOp.ADD, m0, ix[0])
+                idx = self.fwd[id(val)](bvars + (iop(IOp.MIN, row, m - 1) if q_tail else row, ix[1]))
+                own_row[:] = [ix[0]]
+                value = el.at(val, idx)
+                own_row.clear()
+                return [Store(ob, idx, value)]
 
             body += parallel(self.names, (bm, dv), store)
-        grid = tuple(batch) + (m // bm,)
-        notes = (f"flash attention: query tiles {bm}, key tiles {bn}, head dims {d}/{dv}, grid {grid}",)
+        grid = tuple(batch) + (qtiles,)
+        last = "".join(f", last {what} tile {t}" for what, t in (("query", q_tail), ("key", k_tail)) if t)
+        notes = (f"flash attention: query tiles {bm}, key tiles {bn}, head dims {d}/{dv}, grid {grid}{last}",)
         allocs = (q, kt_, s, v_, o, mrow, lrow, tmax, tsum, alpha, *([ph] if ph is not p else []))
         threads = 256 if bm >= 128 else 128  # two warpgroups for 128 query rows
         if one_wave:
@@ -243,6 +284,16 @@ class _Flash:
         program = TileProgram(self.name, tuple(params), len(params) - len(outs), grid, (*bvars, mt), threads, allocs,
                               tuple(body), notes, occupancy=waves if one_wave else 0)
         return program, tuple(bindings)
+
+
+def _edge(n: int, cap: int) -> int:
+    """A tile edge for a sequence of ``n``: its largest divisor up to ``cap``, unless that is
+    under a quarter of what a tile could hold (ViT's 197 tokens, a prime, gave 1): then the
+    power of two that covers ``n``, up to ``cap``, with a partial last tile."""
+    d = divisor_tile(n, cap)
+    if 4 * d >= min(n, cap):
+        return d
+    return min(cap, 1 << (n - 1).bit_length())
 
 
 def _cast(e: Expr, dtype: DType) -> Expr:
