@@ -17,8 +17,9 @@ from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
 from tilefuse.reference import evaluate_all
 from tilefuse.target import CPU, CUDA_SM90A
-from tilefuse.tile_ir.interpret import run_program
 from tilefuse.tile_ir.lower import lower_group
+
+from tests.tile_ir.interpreted import interpret
 
 
 def attention_model(seq: int, heads: int = 2, d: int = 16, dtype: str = "float32", merge: bool = True) -> bytes:
@@ -68,11 +69,7 @@ def test_partial_attention_tiles_interpret_like_the_reference(seq, tiles, target
     assert note.startswith("flash attention") and "last key tile" in note, note
     if target is CPU:
         assert tiles in note
-    n_in = lowered.program.num_inputs
-    args = [v.data if v.is_constant else values[id(v)] for v in lowered.bindings[:n_in]]
-    outs = [np.zeros(v.type.shape, v.type.dtype.numpy) for v in lowered.bindings[n_in:]]
-    run_program(lowered.program, [np.ascontiguousarray(a) for a in args] + outs)
-    for v, got in zip(lowered.bindings[n_in:], outs):
+    for v, got in interpret(lowered, values):
         c = compare_output(v.name, got, values[id(v)])
         assert c.ok, f"seq {seq} {target.name} {dtype} seed={seed}: {c.problem}"
 

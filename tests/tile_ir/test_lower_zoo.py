@@ -2,7 +2,6 @@
 interpreter agrees with the reference executor on it (fresh random inputs)."""
 import random
 
-import numpy as np
 import pytest
 
 import models
@@ -11,8 +10,9 @@ from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
 from tilefuse.reference import evaluate_all
 from tilefuse.target import CPU, CUDA_SM90A
-from tilefuse.tile_ir.interpret import run_program
 from tilefuse.tile_ir.lower import lower_group
+
+from tests.tile_ir.interpreted import interpret
 
 NAMES = [n for n, s in models.ZOO.items() if s.runs_in_ort]
 
@@ -37,11 +37,6 @@ def _check(name, dtype, target, zoo_cache):
     for group in partition_graph(graph, target).groups:
         if str(group.kind) == "opaque":
             continue
-        lowered = lower_group(group, target)
-        n_in = lowered.program.num_inputs
-        args = [v.data if v.is_constant else values[id(v)] for v in lowered.bindings[:n_in]]
-        outs = [np.zeros(v.type.shape, v.type.dtype.numpy) for v in lowered.bindings[n_in:]]
-        run_program(lowered.program, [np.ascontiguousarray(a) for a in args] + outs)
-        for v, got in zip(lowered.bindings[n_in:], outs):
+        for v, got in interpret(lower_group(group, target), values):
             c = compare_output(v.name, got, values[id(v)])
             assert c.ok, f"{name} seed={seed} group {group.name}: {v.name}: {c.problem}"

@@ -281,6 +281,14 @@ def subexpressions(e: Expr) -> Iterator[Expr]:
         stack.extend(children(x))
 
 
+def statements(stmts: tuple[Stmt, ...] | list[Stmt]) -> Iterator[Stmt]:
+    """Every statement, loops' and branches' bodies included, in order."""
+    for s in stmts:
+        yield s
+        if isinstance(s, (Loop, If)):
+            yield from statements(s.body)
+
+
 def substitute(e: Expr, env: dict[Var, Expr]) -> Expr:
     """``e`` with each variable of ``env`` replaced by its expression."""
     if isinstance(e, Var):

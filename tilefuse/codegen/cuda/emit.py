@@ -73,6 +73,7 @@ from tilefuse.tile_ir.ir import (
     Var,
     dtype_of,
     iop,
+    statements,
     subexpressions,
     substitute,
 )
@@ -272,7 +273,7 @@ class _Emitter:
             lines.append(f"{ind}T.annotate_min_blocks_per_sm({p.occupancy})")
         elif p.producer and PRODUCER_BLOCKS_PER_SM > 1:
             lines += [ind + x for x in _producer_registers(threads, PRODUCER_BLOCKS_PER_SM)]
-        elif MIN_BLOCKS_PER_SM > 1 and not p.producer and any(isinstance(s, Gemm) and _tensor_core(s, threads) for s in _statements(p.body)):
+        elif MIN_BLOCKS_PER_SM > 1 and not p.producer and any(isinstance(s, Gemm) and _tensor_core(s, threads) for s in statements(p.body)):
             lines.append(f"{ind}T.annotate_min_blocks_per_sm({MIN_BLOCKS_PER_SM})")
         reduced = _reduce_buffers(p.body)
         mirrors: dict[str, Buffer] = {}  # tensor-core accumulator -> its shared copy
@@ -510,7 +511,7 @@ class _Emitter:
         out [col, row], then copied out (transposed_store). Recorded in ``self.transposed``."""
         if not (STAGED_STORES and EPILOGUE_IN_REGISTERS):
             return
-        for s in _statements(self.p.body):
+        for s in statements(self.p.body):
             if not (isinstance(s, Loop) and s.kind is LoopKind.PARALLEL):
                 continue
             nest = _parallel_nest(s)
@@ -1009,11 +1010,11 @@ def _own_reads_only(s: Stmt, acc: Buffer, staged: dict) -> bool:
         return not _reads(s.cond, acc) and all(_own_reads_only(x, acc, staged) for x in s.body)
     nest = _parallel_nest(s) if isinstance(s, Loop) and s.kind is LoopKind.PARALLEL else []
     if tuple(l.extent for l in nest) != acc.shape:
-        return not any(_stmt_reads(x, acc) for x in _statements((s,)))
+        return not any(_stmt_reads(x, acc) for x in statements((s,)))
     own = tuple(l.var for l in nest)
     for x in nest[-1].body:
         if isinstance(x, Loop):  # a loop inside the nest: no reads at all
-            if any(_stmt_reads(y, acc) for y in _statements(x.body)):
+            if any(_stmt_reads(y, acc) for y in statements(x.body)):
                 return False
         elif any(isinstance(y, Load) and y.buffer == acc and y.indices != own
                  for e in _stmt_exprs(x) for y in subexpressions(e)):
@@ -1045,20 +1046,12 @@ def _stmt_buffers(s: Stmt) -> tuple[Buffer, ...]:
     return ()
 
 
-def _statements(stmts: tuple[Stmt, ...]):
-    """Every statement, loops' bodies included, in order."""
-    for s in stmts:
-        yield s
-        if isinstance(s, (Loop, If)):
-            yield from _statements(s.body)
-
-
 def _gemm_targets(stmts: tuple[Stmt, ...]) -> set[str]:
-    return {s.c.name for s in _statements(stmts) if isinstance(s, Gemm)}
+    return {s.c.name for s in statements(stmts) if isinstance(s, Gemm)}
 
 
 def _reduce_buffers(stmts: tuple[Stmt, ...]) -> set[str]:
-    return {b.name for s in _statements(stmts) if isinstance(s, ReduceTile) for b in (s.src, s.dst)}
+    return {b.name for s in statements(stmts) if isinstance(s, ReduceTile) for b in (s.src, s.dst)}
 
 
 def _register_buffers(stmts: tuple[Stmt, ...], threads: int, allocs: tuple[Buffer, ...] = ()) -> set[str]:
@@ -1071,7 +1064,7 @@ def _register_buffers(stmts: tuple[Stmt, ...], threads: int, allocs: tuple[Buffe
     freely, which register layouts cannot always serve)."""
     out: set[str] = set()
     rows: set[tuple[int, ...]] = set()
-    for s in _statements(stmts):
+    for s in statements(stmts):
         if isinstance(s, Gemm) and _tensor_core(s, threads):
             out.add(s.c.name)
             if REGISTER_ROWS and s.a.scope is Scope.FRAGMENT and not s.trans_a and _warpgroup_rows(s, threads):

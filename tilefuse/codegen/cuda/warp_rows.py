@@ -201,6 +201,7 @@ class _Writer:
             for x in (y for e in (st.value, *st.indices) for y in subexpressions(e)):
                 if isinstance(x, Load) and x.buffer in plan.row_buffers:
                     em.replaced[(x.buffer.name, x.indices)] = f"{em.name(x.buffer)}[0]"
+        self.width = max(st.nest.width for st in plan.steps)  # the row's (per-row outputs: 1)
         self.cache = self.cached()
         body: list[str] = []
         for step in plan.steps:
@@ -229,10 +230,9 @@ class _Writer:
         then the same in each."""
         if not CACHE_ROWS:
             return {}
-        width = max(st.nest.width for st in self.plan.steps)
         readers: dict[Load, list[_Nest]] = {}
         for st in self.plan.steps:
-            if st.nest.width == width:
+            if st.nest.width == self.width:
                 for x in dict.fromkeys(self.canonical(st.nest, x) for x in self.global_loads(st.nest)):  # in order
                     readers.setdefault(x, []).append(st.nest)
         out: dict[Load, tuple[str, int]] = {}
@@ -246,9 +246,8 @@ class _Writer:
         """Each cached element into its register array, before the first step."""
         em, ind = self.em, self.ind
         out: list[str] = []
-        width = max(st.nest.width for st in self.plan.steps)
         for x, (reg, v) in self.cache.items():
-            count = width // self.plan.lanes
+            count = self.width // self.plan.lanes
             out.append(f'{ind}{reg} = T.alloc_local(({count},), "{x.buffer.dtype.value}")')
             rv, cv = Var(f"{reg}_r"), Var(f"{reg}_c")
             row, col = em.name(rv), em.name(cv)
@@ -272,7 +271,7 @@ class _Writer:
         keys = []
         for x in self.global_loads(nest):
             hit = self.cache.get(self.canonical(nest, x))
-            if hit is not None and hit[1] == v and nest.width == max(st.nest.width for st in self.plan.steps):
+            if hit is not None and hit[1] == v and nest.width == self.width:
                 key = (x.buffer.name, x.indices)
                 self.em.replaced[key] = f"{hit[0]}[{jj}]" if v == 1 else f"{hit[0]}[{jj} * {v} + {vv}]"
                 keys.append(key)

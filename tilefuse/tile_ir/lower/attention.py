@@ -36,7 +36,7 @@ from tilefuse.tile_ir.ir import (
     iop,
     subexpressions,
 )
-from tilefuse.tile_ir.lower.common import Names, divisor_tile, fill_cores, parallel, var_ids
+from tilefuse.tile_ir.lower.common import Names, divisor_tile, fill_cores, halve_while_idle, parallel, var_ids
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, broadcast_index
 from tilefuse.tile_ir.lower.gemm_epilogue import forward_maps
 from tilefuse.tile_ir.lower.params import kernel_params
@@ -135,8 +135,7 @@ class _Flash:
             return None
         bm, bn = _edge(m, QUERY_TILE), _edge(n, KEY_TILE)
         if m % bm:  # power-of-two query tiles, the last one partial: halved while cores idle
-            while bm > self.target.min_tile // 2 and math.prod(batch) * -(-m // bm) < self.target.cores:
-                bm //= 2
+            bm = halve_while_idle(m, bm, math.prod(batch), self.target.cores, self.target.min_tile // 2)
         else:  # query tiles down to half the target's smallest tile where heads x tiles leave cores idle
             (bm,) = fill_cores((m,), [bm], math.prod(batch), self.target.cores, self.target.min_tile // 2)
         # Partial last tiles: global reads past the sequence are clamped (in_range), so a
@@ -165,10 +164,8 @@ class _Flash:
         bvars = tuple(Var(f"b{i}") for i in range(len(batch)))
         mt, jt = Var("bm"), self.names.var("kv")
         m0, n0 = iop(IOp.MUL, mt, bm), iop(IOp.MUL, jt, bn)
-
         c1_out, c2_out = c1.outputs[0], c2.outputs[0]
         tails = bool(q_tail or k_tail)
-
         tile_vars = {id(mt), id(jt)}
 
         def in_range(val: Value, idx: Index) -> Index:
@@ -180,20 +177,24 @@ class _Flash:
             return tuple(iop(IOp.MIN, e, dim - 1) if dim > 1 and var_ids(e) & tile_vars else e
                          for e, dim in zip(idx, val.type.shape))
 
-        own_row: list[Expr] = []  # while an output is stored: the tile row it comes from
+        def reader(own_row: Expr | None = None):
+            """How the group's values are read; for an output stored from tile row
+            ``own_row``, the attention result at that row (a clamped row past m reads its
+            replica there, not another thread's row)."""
+            def read(val: Value, idx: Index) -> Expr:
+                if val is c1_out:
+                    return _cast(Load(s, (iop(IOp.SUB, idx[-2], m0), iop(IOp.SUB, idx[-1], n0))), val.type.dtype)
+                if val is c2_out:
+                    r = own_row if own_row is not None else iop(IOp.SUB, idx[-2], m0)
+                    ratio = Call(ScalarFn.DIV, (Load(o, (r, idx[-1])), Load(lrow, (r,))), F32)
+                    return _cast(ratio, val.type.dtype)
+                return Load(buffers[id(val)], in_range(val, idx))
 
-        def read(val: Value, idx: Index) -> Expr:
-            if val is c1_out:
-                return _cast(Load(s, (iop(IOp.SUB, idx[-2], m0), iop(IOp.SUB, idx[-1], n0))), val.type.dtype)
-            if val is c2_out:  # its own row of the tile (a clamped row past m reads its replica)
-                r = own_row[0] if own_row else iop(IOp.SUB, idx[-2], m0)
-                ratio = Call(ScalarFn.DIV, (Load(o, (r, idx[-1])), Load(lrow, (r,))), F32)
-                return _cast(ratio, val.type.dtype)
-            return Load(buffers[id(val)], in_range(val, idx))
+            return read
 
         buffers[id(c1_out)] = s
         buffers[id(c2_out)] = o
-        el = ElementBuilder(buffers, read)
+        el = ElementBuilder(buffers, reader())
         qa, kb = c1.inputs
         vb = c2.inputs[1]
         qb = broadcast_index(bvars, qa.type.shape[:-2], batch)
@@ -268,10 +269,7 @@ class _Flash:
                 # same clamped inputs: it writes them there again, read from its own row
                 row = iop(IOp.ADD, m0, ix[0])
                 idx = self.fwd[id(val)](bvars + (iop(IOp.MIN, row, m - 1) if q_tail else row, ix[1]))
-                own_row[:] = [ix[0]]
-                value = el.at(val, idx)
-                own_row.clear()
-                return [Store(ob, idx, value)]
+                return [Store(ob, idx, ElementBuilder(buffers, reader(ix[0])).at(val, idx))]
 
             body += parallel(self.names, (bm, dv), store)
         grid = tuple(batch) + (qtiles,)

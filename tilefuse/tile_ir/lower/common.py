@@ -92,6 +92,14 @@ def fill_cores(extents: tuple[int, ...], tiles: list[int], lead: int, cores: int
     return tiles
 
 
+def halve_while_idle(extent: int, tile: int, lead: int, cores: int, floor: int) -> int:
+    """A power-of-two ``tile`` over ``extent`` (the last tile partial), halved while ``lead``
+    x its tiles leave some of ``cores`` idle and it stays above ``floor``."""
+    while tile > floor and lead * -(-extent // tile) < cores:
+        tile //= 2
+    return tile
+
+
 def divisor_tile(n: int, cap: int) -> int:
     """The largest divisor of n not above cap (tiles without tails)."""
     return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)

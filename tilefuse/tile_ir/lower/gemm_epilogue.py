@@ -54,6 +54,7 @@ from tilefuse.tile_ir.ir import (
     Var,
     const_index,
     iop,
+    statements,
 )
 from tilefuse.tile_ir.lower import conv_rows
 from tilefuse.tile_ir.lower.common import (
@@ -63,6 +64,7 @@ from tilefuse.tile_ir.lower.common import (
     divisor_tile,
     fill_cores,
     guard_all,
+    halve_while_idle,
     identity,
     narrow,
     parallel,
@@ -512,9 +514,7 @@ class _Builder:
         if self.mma_rows > 1 and not self.flip and self.m > 16 and bm < 16:
             # rows with no divisor worth a tile (ViT's 197 tokens, a prime): power-of-two
             # tiles, halved while the grid leaves cores idle, the last one partial
-            bm = self.gemm_rows
-            while bm > self.min_tile and lead * -(-self.m // bm) * -(-self.n // bn) < self.cores:
-                bm //= 2
+            bm = halve_while_idle(self.m, self.gemm_rows, lead * -(-self.n // bn), self.cores, self.min_tile)
         if FORCE_TILE_M and self.m % FORCE_TILE_M == 0:
             bm = FORCE_TILE_M
         if FORCE_TILE_N and self.n % FORCE_TILE_N == 0:
@@ -749,20 +749,6 @@ class _Builder:
 def _plain_fills(body: list[Stmt]) -> bool:
     """Every store of a pipelined K loop copies a global element into its tile as it is
     (a producer's bulk copies can do nothing else)."""
-    for s in body:
-        if isinstance(s, Loop) and s.kind is LoopKind.PIPELINED:
-            for st in _stores(s.body):
-                if not (isinstance(st.value, Load) and st.value.buffer.scope is Scope.GLOBAL
-                        and st.value.buffer.dtype is st.buffer.dtype):
-                    return False
-    return True
-
-
-def _stores(stmts) -> list[Store]:
-    out: list[Store] = []
-    for s in stmts:
-        if isinstance(s, Store):
-            out.append(s)
-        elif isinstance(s, Loop):
-            out += _stores(s.body)
-    return out
+    loops = [s for s in body if isinstance(s, Loop) and s.kind is LoopKind.PIPELINED]
+    return all(isinstance(st.value, Load) and st.value.buffer.scope is Scope.GLOBAL and st.value.buffer.dtype is st.buffer.dtype
+               for loop in loops for st in statements(loop.body) if isinstance(st, Store))
