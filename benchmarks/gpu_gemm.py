@@ -91,7 +91,8 @@ def codegen_variant(name: str):
              (emit, "STAGING_PAD"), (attention, "KEY_TILE"), (attention, "QUERY_TILE"),
              (attention, "ONE_WAVE_OCCUPANCY"), (rows, "ROW_THREADS"), (rows, "ROW_TILE_ELEMS"),
              (emit, "REGISTER_ROWS"), (emit, "PRODUCER_BLOCKS_PER_SM"), (warp_rows, "CACHE_ROWS"), (gemm_epilogue, "FORCE_TILE_M"), (gemm_epilogue, "FORCE_TILE_N"), (warp_rows, "ENABLED"),
-             (warp_rows, "VECTOR_BYTES")]
+             (warp_rows, "VECTOR_BYTES"), (emit, "PROGRAMMATIC_LAUNCH"),
+             (emit, "FAST_ERF_SUM")]
     saved = [getattr(m, a) for m, a in knobs]
     # name part -> knob: "prefixN" sets an integer knob, a flag word sets a constant
     numbers = {"rt": (rows, "ROW_THREADS"), "re": (rows, "ROW_TILE_ELEMS"), "mb": (emit, "MIN_BLOCKS_PER_SM"),
@@ -102,7 +103,9 @@ def codegen_variant(name: str):
     fields = {"ps": lambda t, v: dataclasses.replace(t, producer_steps=int(v)),
               "pt": lambda t, v: dataclasses.replace(t, producer_tile=tuple(int(x) for x in v.split("x")))}
     flags = {"tma": (emit, "TMA_PIPELINES", True), "mirror": (emit, "EPILOGUE_IN_REGISTERS", False),
-             "nowarp": (warp_rows, "ENABLED", False), "nopad": (emit, "STAGING_PAD", False), "noregrows": (emit, "REGISTER_ROWS", False), "nocache": (warp_rows, "CACHE_ROWS", False)}
+             "nowarp": (warp_rows, "ENABLED", False), "nopad": (emit, "STAGING_PAD", False), "noregrows": (emit, "REGISTER_ROWS", False), "nocache": (warp_rows, "CACHE_ROWS", False),
+             "pdl": (emit, "PROGRAMMATIC_LAUNCH", "release-first"), "pdlwait": (emit, "PROGRAMMATIC_LAUNCH", "wait-first"),
+             "noerfsum": (emit, "FAST_ERF_SUM", False)}
     inflight = {"s3": 100 * 1024, "s3k128": 200 * 1024}
     emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS = False, True
     patched = tmod.CUDA_SM90A

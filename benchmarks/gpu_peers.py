@@ -108,42 +108,52 @@ def prepare(plan_dir: Path):
     return sess, feeds
 
 
+def _time_plan(plan_dir: Path, tag: str, args) -> dict:
+    """Outputs finite and equal across replays, the median of timed graph replays, and
+    each kernel's share (what holds the model back)."""
+    manifest = json.loads((plan_dir / "manifest.json").read_text())
+    sess, feeds = prepare(plan_dir)
+    outs = sess.run(None, feeds)
+    finite = all(np.isfinite(o.astype(np.float32)).all() for o in outs)
+    # the same inputs replayed: every replay of the graph gives the same bits
+    replays_equal = all(all(np.array_equal(a, b) for a, b in zip(outs, sess.run(None, feeds)))
+                        for _ in range(args.replays))
+    ex = sess._executor
+    ex.timed(20)
+    times = sorted(ex.timed(args.repeats))
+    row = {"model": tag, "ms_median": statistics.median(times), "ms_p10": times[len(times) // 10],
+           "ms_p90": times[(9 * len(times)) // 10], "cuda_graph": ex._graph is not None,
+           "kernels": len(manifest["kernels"]), "steps": len(manifest["steps"]), "finite_outputs": finite,
+           "replays_equal": f"{args.replays} of {args.replays}" if replays_equal else "NO",
+           **json.loads((plan_dir / "roofline.json").read_text())}
+    per_kernel: dict[str, list[float]] = {}
+    for kernel, ms in ex.timed_steps(20):
+        per_kernel.setdefault(kernel, []).append(ms)
+    floors = row.pop("kernels_floor_ms", {})
+    row["kernels_ms"] = sorted(((k, sum(v), len(v), floors.get(k)) for k, v in per_kernel.items()),
+                               key=lambda x: -x[1])
+    for k, total, n, floor in row["kernels_ms"][:8]:  # what holds the model back
+        against = f"roofline {floor:.3f} ms ({total / floor:5.1f}x)" if floor else "roofline n/a"
+        print(f"    {k:44s} {n:3d} x {1e3 * total / n:7.1f} us = {total:7.3f} ms; {against}", flush=True)
+    print(f"{tag:28s} {row['ms_median']:8.3f} ms (p10 {row['ms_p10']:.3f}, p90 {row['ms_p90']:.3f}); "
+          f"roofline {row['floor_ms']:.3f} ms; {row['steps']} launches in one graph: {row['cuda_graph']}; "
+          f"replays equal: {row['replays_equal']}", flush=True)
+    return row
+
+
 def run(args) -> int:
+    from tilefuse.runtime import cuda as cuda_runtime
 
     root = Path(args.plans) if args.plans else ROOT
     out_dir = Path(args.out or os.environ.get("OUT") or root)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
+    launches = [("", True)] + ([("-plainlaunch", False)] if args.plain_launch else [])
     for plan_dir in sorted(root.glob(args.match)):
-        tag = plan_dir.name.removesuffix(".tfplan")
-        manifest = json.loads((plan_dir / "manifest.json").read_text())
-        sess, feeds = prepare(plan_dir)
-        outs = sess.run(None, feeds)
-        finite = all(np.isfinite(o.astype(np.float32)).all() for o in outs)
-        # the same inputs replayed: every replay of the graph gives the same bits
-        replays_equal = all(all(np.array_equal(a, b) for a, b in zip(outs, sess.run(None, feeds)))
-                            for _ in range(args.replays))
-        ex = sess._executor
-        ex.timed(20)
-        times = sorted(ex.timed(args.repeats))
-        row = {"model": tag, "ms_median": statistics.median(times), "ms_p10": times[len(times) // 10],
-               "ms_p90": times[(9 * len(times)) // 10], "cuda_graph": ex._graph is not None,
-               "kernels": len(manifest["kernels"]), "steps": len(manifest["steps"]), "finite_outputs": finite,
-               "replays_equal": f"{args.replays} of {args.replays}" if replays_equal else "NO",
-               **json.loads((plan_dir / "roofline.json").read_text())}
-        per_kernel: dict[str, list[float]] = {}
-        for kernel, ms in ex.timed_steps(20):
-            per_kernel.setdefault(kernel, []).append(ms)
-        floors = row.pop("kernels_floor_ms", {})
-        row["kernels_ms"] = sorted(((k, sum(v), len(v), floors.get(k)) for k, v in per_kernel.items()),
-                                   key=lambda x: -x[1])
-        rows.append(row)
-        for k, total, n, floor in row["kernels_ms"][:8]:  # what holds the model back
-            against = f"roofline {floor:.3f} ms ({total / floor:5.1f}x)" if floor else "roofline n/a"
-            print(f"    {k:44s} {n:3d} x {1e3 * total / n:7.1f} us = {total:7.3f} ms; {against}", flush=True)
-        print(f"{tag:28s} {row['ms_median']:8.3f} ms (p10 {row['ms_p10']:.3f}, p90 {row['ms_p90']:.3f}); "
-              f"roofline {row['floor_ms']:.3f} ms; {row['steps']} launches in one graph: {row['cuda_graph']}; "
-              f"replays equal: {row['replays_equal']}", flush=True)
+        for suffix, programmatic in launches:
+            cuda_runtime.PROGRAMMATIC = programmatic
+            rows.append(_time_plan(plan_dir, plan_dir.name.removesuffix(".tfplan") + suffix, args))
+    cuda_runtime.PROGRAMMATIC = True
     import torch_peers
 
     for name in args.torch_models:
@@ -171,6 +181,8 @@ def main() -> int:
     r.add_argument("--match", default="*.tfplan", help="which plans of that folder to run (a glob)")
     r.add_argument("--repeats", type=int, default=100)
     r.add_argument("--replays", type=int, default=100, help="runs whose outputs must equal the first, bit for bit")
+    r.add_argument("--plain-launch", action="store_true",
+                   help="also time each plan with every kernel launched in plain stream order (no programmatic launch)")
     r.add_argument("--torch-models", nargs="*", default=["bert"], help="plain-torch peers (benchmarks/torch_peers.py)")
     r.add_argument("--torch-batches", nargs="*", type=int, default=[], help="batches to time the peers at")
     r.add_argument("--torch-modes", nargs="+", default=["eager", "default", "max-autotune-no-cudagraphs",

@@ -1,7 +1,7 @@
 """Real-size correctness on the GPU machine, without carrying the weights there.
 
     python benchmarks/gpu_real_check.py pack [--models bert gpt2 llama] [--batches 1] [--dtype float16]   # here
-    PYTHONPATH=. python benchmarks/gpu_real_check.py run [--out DIR]                                     # on the H200
+    PYTHONPATH=. python benchmarks/gpu_real_check.py run [--out DIR] [--root DIR]                        # on the H200
 
 Real-size weights do not fit what travels to the GPU machine (64 MiB). ``pack`` compiles
 the real config for cuda:sm_90a and keeps, under build/gpu_real_check/TAG/: the plan
@@ -54,7 +54,7 @@ def pack(args) -> int:
     for name in args.models:
         for batch in args.batches:
             tag = f"{name}-{args.dtype}-b{batch}"
-            out = ROOT / tag
+            out = args.root / tag
             out.mkdir(parents=True, exist_ok=True)
             t0 = time.perf_counter()
             path = models.build(name, "real", args.dtype)
@@ -144,10 +144,10 @@ def run(args) -> int:
     from tilefuse.compare import compare_output
     from tilefuse.runtime import InferenceSession
 
-    out_dir = Path(args.out or os.environ.get("OUT") or ROOT)
+    out_dir = Path(args.out or os.environ.get("OUT") or args.root)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows, failed = [], 0
-    for case in sorted(p for p in ROOT.glob(args.match) if (p / "skeleton.onnx").exists()):
+    for case in sorted(p for p in args.root.glob(args.match) if (p / "skeleton.onnx").exists()):
         meta = json.loads((case / "emptied.json").read_text())
         shapes = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["shapes"].items()}
         t0 = time.perf_counter()
@@ -218,6 +218,9 @@ def main() -> int:
     r = sub.add_parser("run")
     r.add_argument("--out")
     r.add_argument("--match", default="*", help="which packed cases to run (a glob)")
+    for a in (p, r):
+        a.add_argument("--root", type=Path, default=ROOT,
+                       help="folder of packed cases (default build/gpu_real_check; several fit calls of <= 64 MiB)")
     r.add_argument("--probe", action="store_true", help="on a mismatch, find the first kernel that disagrees "
                    "with the reference executor (runs the plan kernel by kernel)")
     args = ap.parse_args()

@@ -43,7 +43,24 @@ def test_every_kernel_lowers_and_compiles_for_sm90a(name, zoo_cache):
         assert {a["param"] for a in launch["args"]} == set(range(len(program.params)))
         source = art.source.read_text()
         assert re.search(rf'extern "C" __global__ void (__launch_bounds__\([^)]*\) )?{art.symbol}\(', source)
+        assert launch["programmatic"] is False and "cudaGridDependencySynchronize" not in source
         json.dumps(launch)  # plain data for the plan's manifest
+
+
+def _waits_before_touching_memory(source, symbol):
+    """A kernel launched programmatically may start while the previous kernel still runs:
+    it must release its dependents and then wait (griddepcontrol.wait) before it reads or
+    writes any global buffer or issues a bulk copy. Only set-up may come first (shared
+    memory carving, barrier init, tensor-map prefetch)."""
+    head, body = re.split(rf"{symbol}\(([^)]*)\) {{\n", source, maxsplit=1)[-2:]
+    pointers = re.findall(r"\*\s*(\w+)$", "\n".join(p.strip() for p in head.split(",")), flags=re.M)
+    assert pointers or "CUtensorMap" in head
+    before = body.split("cudaGridDependencySynchronize();", 1)
+    assert len(before) == 2, f"{symbol} never waits for the previous kernel"
+    assert "cudaTriggerProgrammaticLaunchCompletion();" in body
+    assert before[0].count("{") == before[0].count("}"), f"{symbol} waits under a branch, not in every thread"
+    touched = [p for p in pointers if re.search(rf"\b{p}\b", before[0])]
+    assert not touched and not re.search(r"tma_load|tma_store|cp_async|cp\.async", before[0]), (symbol, touched)
 
 
 def test_float32_products_stay_float32(zoo_cache):
@@ -280,6 +297,23 @@ def test_large_products_take_producer_tiles_loaded_by_tma():
     assert kinds.count("tensormap") == 3 and art.launch["block"][0] == 384  # A, B, output; producer + 2 warpgroups
     small = lower_group(partition_graph(_product_graph(rows=4096, k=768, n=768), CUDA_SM90A).groups[0], CUDA_SM90A).program
     assert not small.producer and "tiles 64x128x64" in small.notes[0]
+
+
+@pytest.mark.parametrize("order", ["release-first", "wait-first"])
+def test_programmatic_launch_waits_before_any_memory_access(order, zoo_cache, monkeypatch):
+    """With programmatic dependent launch on (a benchmark knob), every kernel, the
+    producer-loaded one included (both warp roles), waits for the previous kernel before
+    touching global memory, and its launch metadata says so."""
+    from tilefuse.codegen.cuda import emit
+
+    monkeypatch.setattr(emit, "PROGRAMMATIC_LAUNCH", order)
+    graph = import_onnx(models.build("bert", "tiny", "float16", cache_dir=zoo_cache), models.ZOO["bert"].shapes("tiny"))
+    programs = [lower_group(g, CUDA_SM90A).program for g in partition_graph(graph, CUDA_SM90A).groups]
+    producer = lower_group(partition_graph(_product_graph(rows=4096, k=768, n=3072), CUDA_SM90A).groups[0], CUDA_SM90A).program
+    assert producer.producer
+    for art in build_all([*programs, producer], arch="sm_90a"):
+        assert art.launch["programmatic"] is True
+        _waits_before_touching_memory(art.source.read_text(), art.symbol)
 
 
 def test_a_product_of_converted_operands_keeps_cp_async_tiles():

@@ -81,7 +81,7 @@ def test_step_by_step_waits_for_each_kernel_and_reads_buffers_back():
     from types import SimpleNamespace
 
     from tilefuse.ir import DType, TensorType
-    from tilefuse.runtime.cuda import CudaExecutor
+    from tilefuse.runtime.cuda import CudaExecutor, _Launch
 
     calls = []
     device = {0x1000: np.arange(6, dtype=np.float32)}
@@ -105,10 +105,66 @@ def test_step_by_step_waits_for_each_kernel_and_reads_buffers_back():
     ex = object.__new__(CudaExecutor)
     ex.cu, ex.stream, ex.ptr = Driver(), 7, {0: 0x1000}
     ex.plan = SimpleNamespace(steps=steps, buffers=[SimpleNamespace(name="y", type=TensorType(DType.FLOAT32, (2, 3)))])
-    ex._launches = [(f"fn{i}", (1, 1, 1), (32, 1, 1), 0, ((), ()), []) for i in range(2)]
+    ex._launches = [_Launch(f"fn{i}", (1, 1, 1), (32, 1, 1), 0, ((), ()), [], None) for i in range(2)]
     seen = []
     for step in ex.step_by_step():
         seen.append((step.kernel, list(calls)))
     assert seen == [("k0", [("launch", "fn0"), ("wait", 7)]),
                     ("k1", [("launch", "fn0"), ("wait", 7), ("launch", "fn1"), ("wait", 7)])]
     np.testing.assert_array_equal(ex.read_buffer(0), np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+def test_programmatic_kernels_launch_with_stream_serialisation(monkeypatch):
+    """A kernel whose launch metadata says ``programmatic`` (it waits for the previous
+    kernel itself) is launched with cuLaunchKernelEx and the programmatic-stream-
+    serialisation attribute, with its grid, block, shared memory and stream; the others
+    with cuLaunchKernel. Off in the runtime (PROGRAMMATIC), every kernel launches plainly.
+    Checked against a recording driver."""
+    from types import SimpleNamespace
+
+    from tilefuse.runtime import cuda as cuda_runtime
+    from tilefuse.runtime.cuda import CudaExecutor
+
+    calls = []
+
+    class Driver:
+        CUresult = SimpleNamespace(CUDA_SUCCESS=0)
+        CUlaunchAttributeID = SimpleNamespace(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION=6)
+
+        class CUlaunchAttribute:
+            def __init__(self):
+                self.id, self.value = None, SimpleNamespace(programmaticStreamSerializationAllowed=0)
+
+        class CUlaunchConfig:
+            pass
+
+        def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, smem, stream, args, extra):
+            calls.append(("plain", fn, (gx, gy, gz), (bx, by, bz), smem, stream))
+            return (0,)
+
+        def cuLaunchKernelEx(self, config, fn, args, extra):
+            (attr,) = config.attrs[: config.numAttrs]
+            calls.append(("programmatic", fn, (config.gridDimX, config.gridDimY, config.gridDimZ),
+                          (config.blockDimX, config.blockDimY, config.blockDimZ), config.sharedMemBytes,
+                          config.hStream, attr.id, attr.value.programmaticStreamSerializationAllowed))
+            return (0,)
+
+    def executor():
+        ex = object.__new__(CudaExecutor)
+        ex.cu, ex.stream, ex.ptr = Driver(), 7, {0: 0x1000}
+        kernels = {f"k{i}": SimpleNamespace(name=f"k{i}", launch={"grid": [4, 1, 2], "block": [384, 1, 1],
+                   "dynamic_smem": 1024, "programmatic": i == 1, "args": [{"kind": "pointer", "param": 0}]})
+                   for i in range(2)}
+        steps = [SimpleNamespace(kernel=f"k{i}", inputs=(0,), outputs=()) for i in range(2)]
+        ex.plan = SimpleNamespace(steps=steps, kernels=kernels)
+        ex._functions = {"k0": "fn0", "k1": "fn1"}
+        ex._launches = [ex._launch_args(s) for s in steps]
+        return ex
+
+    executor().launch_steps()
+    assert calls == [("plain", "fn0", (4, 1, 2), (384, 1, 1), 1024, 7),
+                     ("programmatic", "fn1", (4, 1, 2), (384, 1, 1), 1024, 7, 6, 1)]
+    calls.clear()
+    monkeypatch.setattr(cuda_runtime, "PROGRAMMATIC", False)
+    executor().launch_steps()
+    assert [c[0] for c in calls] == ["plain", "plain"]

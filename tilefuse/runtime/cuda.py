@@ -15,11 +15,17 @@ too (``runtime/device_array.py``). DLPack producers are handed the session's str
 run returns only once its stream is done. A plan of kernels only is captured once as a CUDA graph (every address is fixed at
 load) and replayed as one launch; a plan with host steps (opaque primitives, run by their
 reference on copies) launches step by step. One arena per session: runs are serialised.
+
+Kernels whose launch metadata says ``programmatic`` wait for the previous kernel
+themselves (griddepcontrol.wait before any memory access): they are launched with
+programmatic stream serialisation, so each one's launch and block set-up overlap the end
+of the one before (in the graph too: capture turns the attribute into programmatic edges).
 """
 from __future__ import annotations
 
 import ctypes
 import threading
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -28,6 +34,24 @@ from tilefuse.errors import ExecutionError, PlanError
 from tilefuse.feeds import DeviceView, FeedDevice
 from tilefuse.plan.model import BufferKind, HostStep, KernelStep, Plan
 from tilefuse.runtime.device_array import DeviceArray
+
+
+# Benchmarks set this to False to time the same plan launched in plain stream order.
+PROGRAMMATIC = True
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """One kernel step's launch, fixed at load: function, shape, arguments (and the
+    objects they point into, kept alive), and the launch config where it is programmatic."""
+
+    fn: object
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+    args: tuple
+    keep: list
+    config: object | None
 
 
 def _driver():
@@ -144,8 +168,31 @@ class CudaExecutor:
             else:
                 raise PlanError(f"kernel {kernel.name}: unknown argument kind {arg['kind']!r}")
         launch = kernel.launch
-        return (self._functions[step.kernel], tuple(launch["grid"]), tuple(launch["block"]),  # type: ignore[arg-type]
-                int(launch.get("dynamic_smem", 0)), (tuple(values), tuple(types)), keep)
+        grid, block = tuple(launch["grid"]), tuple(launch["block"])  # type: ignore[arg-type]
+        smem = int(launch.get("dynamic_smem", 0))  # type: ignore[arg-type]
+        config = None
+        if PROGRAMMATIC and launch.get("programmatic"):
+            attr = cu.CUlaunchAttribute()
+            attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value.programmaticStreamSerializationAllowed = 1
+            config = cu.CUlaunchConfig()
+            config.gridDimX, config.gridDimY, config.gridDimZ = grid
+            config.blockDimX, config.blockDimY, config.blockDimZ = block
+            config.sharedMemBytes = smem
+            config.hStream = self.stream
+            config.attrs = [attr]
+            config.numAttrs = 1
+            keep.append(attr)
+        return _Launch(self._functions[step.kernel], grid, block, smem, (tuple(values), tuple(types)), keep, config)
+
+    def _start(self, launch: _Launch, kernel: str) -> None:
+        """Launch one kernel step on the session's stream (asynchronous)."""
+        cu = self.cu
+        if launch.config is not None:
+            self._check(cu.cuLaunchKernelEx(launch.config, launch.fn, launch.args, 0), f"launching {kernel}")
+        else:
+            self._check(cu.cuLaunchKernel(launch.fn, *launch.grid, *launch.block, launch.smem, self.stream,
+                                          launch.args, 0), f"launching {kernel}")
 
     # -- running -------------------------------------------------------------------------
     def run(self, feeds: Mapping[str, np.ndarray | DeviceView], outputs: Sequence[str]) -> list:
@@ -210,13 +257,11 @@ class CudaExecutor:
 
     def launch_steps(self) -> None:
         """Every step, in order, on the session's stream (asynchronous except host steps)."""
-        cu = self.cu
         for step, launch in zip(self.plan.steps, self._launches):
             if launch is None:
                 self._host(step)  # type: ignore[arg-type]
                 continue
-            fn, grid, block, smem, args, _ = launch
-            self._check(cu.cuLaunchKernel(fn, *grid, *block, smem, self.stream, args, 0), f"launching {step.kernel}")
+            self._start(launch, step.kernel)
 
     def step_by_step(self):
         """Every step in order, each waited for: yields the step once its outputs are
@@ -227,8 +272,7 @@ class CudaExecutor:
             if launch is None:
                 self._host(step)  # type: ignore[arg-type]
             else:
-                fn, grid, block, smem, args, _ = launch
-                self._check(cu.cuLaunchKernel(fn, *grid, *block, smem, self.stream, args, 0), f"launching {step.kernel}")
+                self._start(launch, step.kernel)
                 self._check(cu.cuStreamSynchronize(self.stream), f"running {step.kernel}")
             yield step
 
@@ -267,11 +311,10 @@ class CudaExecutor:
             for step, launch in zip(self.plan.steps, self._launches):
                 if launch is None:
                     continue
-                fn, grid, block, smem, args, _ = launch
-                self._check(cu.cuLaunchKernel(fn, *grid, *block, smem, self.stream, args, 0), f"launching {step.kernel}")
+                self._start(launch, step.kernel)
                 self._check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
                 for _ in range(repeats):
-                    self._check(cu.cuLaunchKernel(fn, *grid, *block, smem, self.stream, args, 0), f"launching {step.kernel}")
+                    self._start(launch, step.kernel)
                 self._check(cu.cuEventRecord(stop, self.stream), "cuEventRecord")
                 self._check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
                 out.append((step.kernel, float(self._check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")) / repeats))

@@ -5,8 +5,9 @@
 ``emit`` writes the TileLang module (pure), ``tilelang_lower`` lowers it on the host (no
 GPU needed) and reads the launch metadata, ``build`` runs nvcc and keeps the cache. The
 artifact's ``launch`` holds what the CUDA runtime needs, as JSON data: entry, grid, block,
-dynamic shared memory and the kernel's params (device pointers and TMA descriptors, each
-naming the TileProgram param it covers).
+dynamic shared memory, the kernel's params (device pointers and TMA descriptors, each
+naming the TileProgram param it covers) and whether the kernel waits for the previous one
+itself (``programmatic``: launched with programmatic stream serialisation).
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def build_all(programs: Sequence[TileProgram], arch: str = "sm_90a", jobs: int |
         stem, low = lowered[src.func]
         launch = {
             "entry": low.entry, "grid": list(low.grid), "block": list(low.block),
-            "dynamic_smem": low.dynamic_smem, "arch": arch,
+            "dynamic_smem": low.dynamic_smem, "arch": arch, "programmatic": low.programmatic,
             "args": [asdict(p) for p in low.params],
         }
         out.append(KernelArtifact(src.func, low.entry, paths[src.func], src.params, launch, stem.with_suffix(".cu")))

@@ -110,4 +110,5 @@ def compile_cubin(stem: Path, arch: str, kernel: str) -> Path:
 def _read_meta(path: Path, source: str) -> Lowered:
     d = json.loads(path.read_text())
     params = tuple(KernelParam(**p) for p in d["params"])
-    return Lowered(source, d["entry"], tuple(d["grid"]), tuple(d["block"]), d["dynamic_smem"], params)  # type: ignore[arg-type]
+    return Lowered(source, d["entry"], tuple(d["grid"]), tuple(d["block"]), d["dynamic_smem"], params,  # type: ignore[arg-type]
+                   bool(d.get("programmatic", False)))

@@ -46,6 +46,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from tilefuse.codegen.artifact import ParamSpec
+from tilefuse.codegen.cuda.fast_math import Intrinsic, fast_forms
 from tilefuse.codegen.cuda.warp_rows import warp_rows
 from tilefuse.codegen.toolchain import kernel_stem
 from tilefuse.errors import CompileError
@@ -97,6 +98,21 @@ MIN_BLOCKS_PER_SM = 2
 # A benchmark knob (variant "pbN"): on the H200 two blocks of 128x128 tiles still hung with
 # these budgets, and two of 64x128 ran but no faster than cp.async (benchmarks/NOTES.md)
 PRODUCER_BLOCKS_PER_SM = 1
+# Programmatic dependent launch (sm_90+), off by default. "release-first": every kernel
+# starts by releasing the next kernel in the stream (griddepcontrol.launch_dependents) and
+# then waits for the previous one to finish and its writes to be visible
+# (griddepcontrol.wait), before any memory access; "wait-first" waits, then releases (at
+# most one kernel ahead is resident). The runtime launches such kernels with programmatic
+# stream serialisation (launch metadata "programmatic"), so a kernel's launch and block
+# set-up overlap the previous kernel instead of following its completion. TileLang drops
+# __restrict__ from such kernels (no read-only load may move above the wait). Measured on
+# the H200 (benchmarks/NOTES.md, session 7): bert-base b1 0.430 -> 0.507 ms with
+# "release-first" (0.471 launched in plain stream order: the lost __restrict__ alone),
+# b32 1.901 -> 1.891 (noise). A benchmark knob (variants "pdl", "pdlwait").
+PROGRAMMATIC_LAUNCH: str | None = None
+# ``1 + erf(u)`` in float32 through a cheaper erfc (fast_math.erf_plus_one): the exact
+# GELU's epilogue (benchmarks/NOTES.md, session 7)
+FAST_ERF_SUM = True
 REGISTERS_PER_SM = 65536
 PRODUCER_REGISTERS = 24
 EPILOGUE_IN_REGISTERS = True  # accumulators read element by element stay in registers (_own_element_epilogue)
@@ -263,6 +279,9 @@ class _Emitter:
                 unfold.append(f"{v} = (_bx // {stride}) % {g}")
         ind = " " * 8
         lines += [ind + x for x in unfold]
+        if PROGRAMMATIC_LAUNCH is not None:
+            pdl = [f"{ind}T.pdl_trigger()", f"{ind}T.pdl_sync()"]
+            lines += pdl if PROGRAMMATIC_LAUNCH == "release-first" else pdl[::-1]
         rows = warp_rows(self, threads, 2)  # norms and softmax rows: whole warps per row
         if rows is not None:
             bound = [f"{ind}T.annotate_min_blocks_per_sm({p.occupancy})"] if p.occupancy > 1 else []
@@ -719,6 +738,8 @@ class _Emitter:
     def render(self, roots: list[Expr], is_index: list[bool]) -> tuple[list[str], list[str]]:
         """Text of each root, with ``let`` lines for subexpressions used more than once
         (outside WHERE branches)."""
+        if FAST_ERF_SUM:
+            roots = [fast_forms(r) for r in roots]
         counts: Counter = Counter()
         seen: set[int] = set()
 
@@ -737,6 +758,9 @@ class _Emitter:
             elif isinstance(e, Call):
                 for k, x in enumerate(e.args):
                     count(x, e.fn is ScalarFn.WHERE and k > 0)
+            elif isinstance(e, Intrinsic):
+                for x in e.args:
+                    count(x, False)
 
         for r in roots:
             count(r, False)
@@ -783,6 +807,9 @@ class _Emitter:
             return f"{name}[{', '.join(sub(i) for i in e.indices)}]"
         if isinstance(e, Call):
             return self._call(e, sub)
+        if isinstance(e, Intrinsic):
+            args = ", ".join(sub(a) for a in e.args)
+            return f'T.call_extern("float32", "{e.name}", {args})' if e.extern else f"T.{e.name}({args})"
         raise CompileError(f"kernel {self.p.name}: unknown expression {e!r}")
 
     def _call(self, e: Call, sub) -> str:

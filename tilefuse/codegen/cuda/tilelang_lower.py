@@ -49,6 +49,7 @@ class Lowered:
     block: tuple[int, int, int]
     dynamic_smem: int
     params: tuple[KernelParam, ...]
+    programmatic: bool = False  # waits for the previous kernel itself (griddepcontrol.wait)
 
 
 @functools.cache
@@ -137,7 +138,8 @@ def _lower(prim, arch: str, config: dict) -> Lowered:
             params.append(KernelParam(kp.name, "pointer", data_param[arg.name]))
         else:
             raise CompileError(f"kernel {entry}: unexpected kernel argument {kp.name} = {arg}")
-    return Lowered(art.kernel_source, entry, grid, block, smem, tuple(params))  # type: ignore[arg-type]
+    programmatic = "has_cuda_pdl_sync" in df.attrs  # TileLang's mark for T.pdl_sync
+    return Lowered(art.kernel_source, entry, grid, block, smem, tuple(params), programmatic)  # type: ignore[arg-type]
 
 
 def _tensormap(name: str, args: list, data_param: dict[str, int]) -> KernelParam:
