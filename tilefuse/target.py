@@ -88,9 +88,11 @@ CUDA_SM90A = Target(
     inflight_bytes=80 * 1024,  # batch-1 tiles (32x32) are latency-bound: 3 stages of 128-deep K (benchmarks/NOTES.md)
     warp=32,
     # 128x256 tiles, TMA, a producer warp and two consumer warpgroups, 3 stages: bert-base b32's
-    # FFN products 54.2 -> 50.7 and 42.3 -> 40.1 us; products with under ~32 K steps a core
-    # (the 768-wide projection, 9 steps) lost to the 64x128 cp.async tiles (benchmarks/NOTES.md)
-    producer_steps=32,
+    # FFN products 54.2 -> 50.7 and 42.3 -> 40.1 us (35 K steps a core), 2048^3 49.8 -> 27.6 us
+    # (31 steps); products with fewer K steps a core lost to the 64x128 cp.async tiles: the
+    # 768-wide projection (9 steps) 15.7 -> 17.2 us, the [768, 2304] QKV product (26 steps)
+    # 33.8 -> 34.7 (benchmarks/NOTES.md)
+    producer_steps=28,
 )
 
 # A conservative x86-64 server core set (the 2-core development box and CI): AVX2 FMA at
