@@ -1,7 +1,7 @@
 """nvcc and the CUDA kernel cache.
 
 A kernel is built once per (TileLang module text, TileLang version, nvcc version, flags,
-arch): ``$TILEFUSE_CACHE/kernels/cuda`` holds ``FUNC-KEY.py`` (the TileLang module),
+arch, tilefuse's device-function header, which nvcc includes ahead of each kernel): ``$TILEFUSE_CACHE/kernels/cuda`` holds ``FUNC-KEY.py`` (the TileLang module),
 ``.cu`` (what TileLang generated), ``.cubin`` and ``.json`` (launch metadata). Files are
 written under temporary names and renamed into place, as for the CPU cache.
 
@@ -20,6 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tilefuse.codegen.cuda.emit import TileLangSource
+from tilefuse.codegen.cuda.fast_math import HEADER
 from tilefuse.codegen.cuda.tilelang_lower import DEFAULT_PASS_CONFIG, KernelParam, Lowered, lower_module, tilelang_version
 from tilefuse.codegen.toolchain import compiler_failed, write_atomic
 from tilefuse.errors import CompileError
@@ -57,7 +58,8 @@ def arch_flags(arch: str) -> list[str]:
 def cache_key(source: TileLangSource, arch: str) -> str:
     _, nvcc_version = find_nvcc()
     h = hashlib.sha256()
-    for part in (source.text, tilelang_version(), repr(sorted(DEFAULT_PASS_CONFIG.items())), nvcc_version, " ".join(NVCC_FLAGS), arch):
+    for part in (source.text, tilelang_version(), repr(sorted(DEFAULT_PASS_CONFIG.items())), nvcc_version, " ".join(NVCC_FLAGS), arch,
+                 HEADER.read_text()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -93,7 +95,8 @@ def compile_cubin(stem: Path, arch: str, kernel: str) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{stem.name}.", suffix=".cubin.tmp", dir=stem.parent)
     os.close(fd)
     try:
-        cmd = [nvcc, *NVCC_FLAGS, *arch_flags(arch), *(f"-I{d}" for d in include_dirs()), "-o", tmp, str(cu)]
+        cmd = [nvcc, *NVCC_FLAGS, *arch_flags(arch), *(f"-I{d}" for d in include_dirs()), "-include", str(HEADER),
+               "-o", tmp, str(cu)]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
         except subprocess.TimeoutExpired:

@@ -46,7 +46,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from tilefuse.codegen.artifact import ParamSpec
-from tilefuse.codegen.cuda.fast_math import Intrinsic, fast_forms
+from tilefuse.codegen.cuda.fast_math import DeviceCall, fast_forms
 from tilefuse.codegen.cuda.warp_rows import warp_rows
 from tilefuse.codegen.toolchain import kernel_stem
 from tilefuse.errors import CompileError
@@ -110,7 +110,7 @@ PRODUCER_BLOCKS_PER_SM = 1
 # "release-first" (0.471 launched in plain stream order: the lost __restrict__ alone),
 # b32 1.901 -> 1.891 (noise). A benchmark knob (variants "pdl", "pdlwait").
 PROGRAMMATIC_LAUNCH: str | None = None
-# ``1 + erf(u)`` in float32 through a cheaper erfc (fast_math.erf_plus_one): the exact
+# ``1 + erf(u)`` in float32 through a cheaper erfc (fast_math, tf_erf_plus_one): the exact
 # GELU's epilogue (benchmarks/NOTES.md, session 7)
 FAST_ERF_SUM = True
 REGISTERS_PER_SM = 65536
@@ -758,7 +758,7 @@ class _Emitter:
             elif isinstance(e, Call):
                 for k, x in enumerate(e.args):
                     count(x, e.fn is ScalarFn.WHERE and k > 0)
-            elif isinstance(e, Intrinsic):
+            elif isinstance(e, DeviceCall):
                 for x in e.args:
                     count(x, False)
 
@@ -807,9 +807,8 @@ class _Emitter:
             return f"{name}[{', '.join(sub(i) for i in e.indices)}]"
         if isinstance(e, Call):
             return self._call(e, sub)
-        if isinstance(e, Intrinsic):
-            args = ", ".join(sub(a) for a in e.args)
-            return f'T.call_extern("float32", "{e.name}", {args})' if e.extern else f"T.{e.name}({args})"
+        if isinstance(e, DeviceCall):
+            return f'T.call_extern("float32", "{e.name}", {", ".join(sub(a) for a in e.args)})'
         raise CompileError(f"kernel {self.p.name}: unknown expression {e!r}")
 
     def _call(self, e: Call, sub) -> str:
