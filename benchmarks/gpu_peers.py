@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
+from torch_peers import spread  # noqa: E402  (torch imported only when a peer is timed)
 
 ROOT = Path(__file__).resolve().parent.parent / "build" / "gpu_real"
 SEQ = 128
@@ -120,9 +120,7 @@ def _time_plan(plan_dir: Path, tag: str, args) -> dict:
                         for _ in range(args.replays))
     ex = sess._executor
     ex.timed(20)
-    times = sorted(ex.timed(args.repeats))
-    row = {"model": tag, "ms_median": statistics.median(times), "ms_p10": times[len(times) // 10],
-           "ms_p90": times[(9 * len(times)) // 10], "cuda_graph": ex._graph is not None,
+    row = {"model": tag, **spread(ex.timed(args.repeats)), "cuda_graph": ex._graph is not None,
            "kernels": len(manifest["kernels"]), "steps": len(manifest["steps"]), "finite_outputs": finite,
            "replays_equal": f"{args.replays} of {args.replays}" if replays_equal else "NO",
            **json.loads((plan_dir / "roofline.json").read_text())}
@@ -149,11 +147,13 @@ def run(args) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     launches = [("", True)] + ([("-plainlaunch", False)] if args.plain_launch else [])
-    for plan_dir in sorted(root.glob(args.match)):
-        for suffix, programmatic in launches:
-            cuda_runtime.PROGRAMMATIC = programmatic
-            rows.append(_time_plan(plan_dir, plan_dir.name.removesuffix(".tfplan") + suffix, args))
-    cuda_runtime.PROGRAMMATIC = True
+    try:
+        for plan_dir in sorted(root.glob(args.match)):
+            for suffix, programmatic in launches:
+                cuda_runtime.PROGRAMMATIC = programmatic
+                rows.append(_time_plan(plan_dir, plan_dir.name.removesuffix(".tfplan") + suffix, args))
+    finally:
+        cuda_runtime.PROGRAMMATIC = True
     import torch_peers
 
     for name in args.torch_models:

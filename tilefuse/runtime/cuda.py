@@ -170,20 +170,25 @@ class CudaExecutor:
         launch = kernel.launch
         grid, block = tuple(launch["grid"]), tuple(launch["block"])  # type: ignore[arg-type]
         smem = int(launch.get("dynamic_smem", 0))  # type: ignore[arg-type]
-        config = None
-        if PROGRAMMATIC and launch.get("programmatic"):
-            attr = cu.CUlaunchAttribute()
-            attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-            attr.value.programmaticStreamSerializationAllowed = 1
-            config = cu.CUlaunchConfig()
-            config.gridDimX, config.gridDimY, config.gridDimZ = grid
-            config.blockDimX, config.blockDimY, config.blockDimZ = block
-            config.sharedMemBytes = smem
-            config.hStream = self.stream
-            config.attrs = [attr]
-            config.numAttrs = 1
-            keep.append(attr)
+        config = self._programmatic(grid, block, smem, keep) if PROGRAMMATIC and launch.get("programmatic") else None
         return _Launch(self._functions[step.kernel], grid, block, smem, (tuple(values), tuple(types)), keep, config)
+
+    def _programmatic(self, grid, block, smem: int, keep: list):
+        """cuLaunchKernelEx's config for a kernel that waits for its predecessor itself:
+        programmatic stream serialisation allowed (its attribute kept alive in ``keep``)."""
+        cu = self.cu
+        attr = cu.CUlaunchAttribute()
+        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        keep.append(attr)
+        config = cu.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = grid
+        config.blockDimX, config.blockDimY, config.blockDimZ = block
+        config.sharedMemBytes = smem
+        config.hStream = self.stream
+        config.attrs = [attr]
+        config.numAttrs = 1
+        return config
 
     def _start(self, launch: _Launch, kernel: str) -> None:
         """Launch one kernel step on the session's stream (asynchronous)."""

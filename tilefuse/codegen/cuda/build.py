@@ -1,8 +1,9 @@
 """nvcc and the CUDA kernel cache.
 
 A kernel is built once per (TileLang module text, TileLang version, nvcc version, flags,
-arch, tilefuse's device-function header, which nvcc includes ahead of each kernel): ``$TILEFUSE_CACHE/kernels/cuda`` holds ``FUNC-KEY.py`` (the TileLang module),
-``.cu`` (what TileLang generated), ``.cubin`` and ``.json`` (launch metadata). Files are
+arch, tilefuse's device-function header, which nvcc includes ahead of each kernel):
+``$TILEFUSE_CACHE/kernels/cuda`` holds ``FUNC-KEY.py`` (the TileLang module), ``.cu``
+(what TileLang generated), ``.cubin`` and ``.json`` (launch metadata). Files are
 written under temporary names and renamed into place, as for the CPU cache.
 
 nvcc is ``$NVCC`` if set, else ``nvcc`` on PATH, else ``/usr/local/cuda/bin/nvcc``.
@@ -20,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tilefuse.codegen.cuda.emit import TileLangSource
-from tilefuse.codegen.cuda.fast_math import HEADER
+from tilefuse.codegen.cuda.fast_math import HEADER, header_text
 from tilefuse.codegen.cuda.tilelang_lower import DEFAULT_PASS_CONFIG, KernelParam, Lowered, lower_module, tilelang_version
 from tilefuse.codegen.toolchain import compiler_failed, write_atomic
 from tilefuse.errors import CompileError
@@ -59,7 +60,7 @@ def cache_key(source: TileLangSource, arch: str) -> str:
     _, nvcc_version = find_nvcc()
     h = hashlib.sha256()
     for part in (source.text, tilelang_version(), repr(sorted(DEFAULT_PASS_CONFIG.items())), nvcc_version, " ".join(NVCC_FLAGS), arch,
-                 HEADER.read_text()):
+                 header_text()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()

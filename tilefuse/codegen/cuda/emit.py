@@ -738,8 +738,8 @@ class _Emitter:
     def render(self, roots: list[Expr], is_index: list[bool]) -> tuple[list[str], list[str]]:
         """Text of each root, with ``let`` lines for subexpressions used more than once
         (outside WHERE branches)."""
-        if FAST_ERF_SUM:
-            roots = [fast_forms(r) for r in roots]
+        if FAST_ERF_SUM:  # values only: index arithmetic holds no erf
+            roots = [r if index else fast_forms(r) for r, index in zip(roots, is_index)]
         counts: Counter = Counter()
         seen: set[int] = set()
 
