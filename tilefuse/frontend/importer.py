@@ -33,15 +33,18 @@ def import_onnx(
     *,
     constants: Mapping[str, np.ndarray] | None = None,
     check_shapes: bool = True,
+    external_data_dir: str | os.PathLike[str] | None = None,
 ) -> Graph:
     """Load an ONNX model as a verified tilefuse Graph with static shapes.
 
     ``shapes`` binds dynamic dims (by input name or by dim symbol). ``constants``
-    freezes graph inputs to values known at compile time. Raises ModelLoadError,
+    freezes graph inputs to values known at compile time. ``external_data_dir`` is the
+    folder external weights are read from (default: the model file's; a model given as
+    bytes or a ModelProto with external data needs it). Raises ModelLoadError,
     UnsupportedOpError (listing every unsupported op), ShapeError, InputError or
     ConversionError.
     """
-    proto = load_model(model)
+    proto = load_model(model, external_data_dir)
     check_model(proto)
     check_supported(proto, any_opset=True)  # first: the version converter trips on unknown ops
     proto = upgrade_opset(proto)
