@@ -16,7 +16,8 @@ from tilefuse.ir.graph import Graph
 from tilefuse.partition import Partition, partition_graph
 from tilefuse.partition.kinds import FusionKind
 from tilefuse.plan import Plan, link
-from tilefuse.target import Target, get_target
+from tilefuse.plan.memory import check_fits
+from tilefuse.target import Target, get_target, memory_limit
 from tilefuse.tile_ir import Lowered, lower_group
 
 
@@ -63,6 +64,7 @@ def compile_graph(graph: Graph, target: Target, source_sha: str = "", onnx_nodes
     kernels = {g.id: a for g, a in zip(kernel_groups, artifacts)}
     bindings = {gid: low.bindings for gid, low in lowered.items()}
     plan = link(graph, partition, kernels, target.name, source_sha, bindings=bindings)
+    check_fits(plan, *memory_limit(target))
     return Compiled(graph, partition, lowered, plan, onnx_nodes)
 
 

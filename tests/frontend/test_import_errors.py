@@ -312,3 +312,38 @@ def test_sparse_constants_and_subgraph_tensors_are_confined_like_initializers(tm
     onnx.save(nested, folder / "nested.onnx")
     with pytest.raises(ModelLoadError, match="tensor 'v'.*outside the model's folder"):
         import_onnx(folder / "nested.onnx")
+
+
+@pytest.mark.parametrize("declared", [-1, -3])
+def test_negative_dims_are_dynamic_as_in_onnxruntime(declared):
+    import onnxruntime as ort
+
+    m = _model(
+        [h.make_node("Relu", ["x"], ["y"])],
+        [h.make_tensor_value_info("x", T.FLOAT, [declared, 4])],
+        [h.make_tensor_value_info("y", T.FLOAT, [declared, 4])],
+    )
+    with pytest.raises(ShapeError, match=rf"input 'x' dim 0 \(declared {declared}\) is dynamic; bind it, e.g. --shape x=N,4"):
+        import_onnx(m)
+    x = np.random.default_rng().standard_normal((3, 4)).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(run_graph(import_onnx(m, {"x": (3, 4)}), {"x": x})["y"], want)
+    with pytest.raises(ShapeError, match="dim 1 is fixed at 4"):
+        import_onnx(m, {"x": (3, 5)})
+
+
+def test_a_zero_dim_is_fixed_as_in_onnxruntime():
+    m = _model(
+        [h.make_node("Relu", ["x"], ["y"])],
+        [h.make_tensor_value_info("x", T.FLOAT, [0, 4])],
+        [h.make_tensor_value_info("y", T.FLOAT, [0, 4])],
+    )
+    assert import_onnx(m).inputs[0].type.shape == (0, 4)
+    with pytest.raises(ShapeError, match="dim 0 is fixed at 0, but 3 was given"):
+        import_onnx(m, {"x": (3, 4)})
+
+
+@pytest.mark.parametrize("shapes", [{"x": (-2, 4)}, {"batch": -1}, {"x": "ab"}, {"batch": 2.5}])
+def test_bad_bound_sizes_are_shape_errors(shapes):
+    with pytest.raises(ShapeError, match="must be non-negative integers"):
+        import_onnx(_relu_model(), shapes)

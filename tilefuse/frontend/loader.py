@@ -177,6 +177,32 @@ def check_model(model: onnx.ModelProto) -> None:
     except onnx.checker.ValidationError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else "invalid"
         raise ModelLoadError(f"model {model.graph.name!r} is not valid ONNX: {first}") from None
+    undefined = _undefined_element_type(model)
+    if undefined:
+        raise ModelLoadError(f"model {model.graph.name!r} is not valid ONNX: {undefined}")
+
+
+def _undefined_element_type(model: onnx.ModelProto) -> str:
+    """What declares an element type no ONNX version defines (the checker lets it pass)."""
+    defined = set(onnx.TensorProto.DataType.values())
+    for graph in _graphs(model.graph):
+        for vi in (*graph.input, *graph.output, *graph.value_info):
+            code = vi.type.tensor_type.elem_type
+            if vi.type.HasField("tensor_type") and code not in defined:
+                return f"value {vi.name!r} has element type {code}, which is no ONNX type"
+    for t in _all_tensors(model):
+        if t.data_type not in defined:
+            return f"tensor {t.name!r} has data type {t.data_type}, which is no ONNX type"
+    return ""
+
+
+def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and every subgraph inside it."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
+                yield from _graphs(sub)
 
 
 def upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto:

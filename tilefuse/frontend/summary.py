@@ -12,7 +12,7 @@ from tilefuse.frontend.context import ONNX_DTYPES
 from tilefuse.frontend.coverage import _walk, find_unsupported, opsets_of
 from tilefuse.frontend.importer import ModelLike, import_onnx
 from tilefuse.frontend.loader import check_model, load_model, upgrade_opset
-from tilefuse.frontend.shapes import ShapeSpec, runtime_inputs
+from tilefuse.frontend.shapes import ShapeSpec, fixed_size, runtime_inputs
 from tilefuse.ir.graph import Graph
 
 
@@ -47,7 +47,7 @@ class ModelSummary:
 def _value_info(vi: onnx.ValueInfoProto) -> dict[str, object]:
     tt = vi.type.tensor_type
     dtype = ONNX_DTYPES.get(tt.elem_type)
-    dims: list[object] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+    dims: list[object] = [fixed_size(d) if fixed_size(d) is not None else (d.dim_param or "?") for d in tt.shape.dim]
     return {"name": vi.name, "dtype": str(dtype) if dtype else onnx.TensorProto.DataType.Name(tt.elem_type), "shape": dims}
 
 
