@@ -347,3 +347,30 @@ def test_a_zero_dim_is_fixed_as_in_onnxruntime():
 def test_bad_bound_sizes_are_shape_errors(shapes):
     with pytest.raises(ShapeError, match="must be non-negative integers"):
         import_onnx(_relu_model(), shapes)
+
+
+def test_element_types_no_onnx_version_defines_are_clean_errors():
+    bad_input = _model(
+        [h.make_node("Relu", ["x"], ["y"])],
+        [h.make_tensor_value_info("x", 99, [2])],
+        [h.make_tensor_value_info("y", 99, [2])],
+    )
+    with pytest.raises(ModelLoadError, match="value 'x' has element type 99, which is no ONNX type"):
+        import_onnx(bad_input)
+    w = numpy_helper.from_array(np.ones(2, np.float32), "w")
+    w.data_type = 99
+    bad_weight = _model(
+        [h.make_node("Add", ["x", "w"], ["y"])],
+        [h.make_tensor_value_info("x", T.FLOAT, [2])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2])],
+        inits=[w],
+    )
+    with pytest.raises(ModelLoadError, match="tensor 'w' has data type 99"):
+        import_onnx(bad_weight)
+    bad_cast = _model(
+        [h.make_node("Cast", ["x"], ["y"], to=99, name="cast")],
+        [h.make_tensor_value_info("x", T.FLOAT, [2])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2])],
+    )
+    with pytest.raises(UnsupportedOpError, match=r"Cast .* at cast \[element type 99 \(no ONNX type has this number\)\]"):
+        import_onnx(bad_cast)
