@@ -50,6 +50,7 @@ def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeS
     source_sha = _sha256(model, proto)
     graph = with_precision(import_onnx(proto, shapes), precision)  # ONNX -> ir.Graph (verified)
     compiled = compile_graph(graph, target, source_sha, len(proto.graph.node))
+    compiled.plan.precision = precision
     if isinstance(model, (str, os.PathLike)):
         compiled.plan.source_path = str(Path(model).resolve())
     return compiled

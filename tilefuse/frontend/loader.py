@@ -151,6 +151,15 @@ def _non_negative(fields: Mapping[str, str], key: str, what: str) -> int | None:
     return int(text)
 
 
+def read_structure(path: str | os.PathLike[str]) -> onnx.ModelProto:
+    """The model at ``path`` parsed with its external data left unread: for what needs
+    only its graph and shapes, not its weights."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelLoadError(f"{path}: no such file")
+    return _parse(path.read_bytes(), str(path))
+
+
 def _parse(data: bytes, where: str) -> onnx.ModelProto:
     proto = onnx.ModelProto()
     try:
