@@ -148,3 +148,18 @@ def test_random_integers_span_the_inputs_valid_range(tmp_path):
         ids, n = np.load(out / "ids64.npy"), np.load(out / "n1.npy") - 1
         assert ids.min() >= 0 and ids.max() < 50 and len(np.unique(ids)) > 10  # the vocabulary, not {0, 1}
         assert n.min() >= 0 and n.max() < 100 and n.max() >= 50  # nothing bounds n: [0, 100)
+
+
+def test_random_integers_of_a_plan_without_its_model_stay_valid_for_any_index(tmp_path):
+    vocab = numpy_helper.from_array(np.random.default_rng().standard_normal((3, 4)).astype(np.float32), "vocab")
+    path = _save(tmp_path / "m.onnx", [h.make_node("Gather", ["vocab", "ids"], ["e"]), h.make_node("Identity", ["ids"], ["i"])],
+                 [h.make_tensor_value_info("ids", T.INT64, [64])],
+                 [h.make_tensor_value_info("e", T.FLOAT, [64, 4]), h.make_tensor_value_info("i", T.INT64, [64])], [vocab])
+    plan = tmp_path / "p.tfplan"
+    assert tilefuse("optimize", path, "-o", plan).returncode == 0
+    path.unlink()  # the plan's source model is gone: nothing says what ids index
+    proc = tilefuse("run", plan, "--random", "--save", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    assert set(np.load(tmp_path / "out" / "i.npy").tolist()) <= {0, 1}
+    proc = tilefuse("bench", plan, "--repeats", "2", "--warmup", "0")
+    assert proc.returncode == 0 and "tilefuse" in proc.stdout, proc.stderr

@@ -15,12 +15,17 @@ from tilefuse.frontend.input_ranges import DEFAULT_INT_RANGE, MASK_RANGE, META_R
 from tilefuse.frontend.loader import read_structure
 from tilefuse.ir.types import TensorType
 
+# Integers of a plan whose source model is not at hand: nothing says what they index, and
+# {0, 1} is valid for any index of a non-trivial dim.
+NO_MODEL_RANGE = (0, 2)
+
 RANDOM_HELP = (
     "fill inputs not given with random values: floats normal(0, 1); integers uniform in the range the "
     f"model gives them: its '{META_RANGES}' metadata, else [0, rows) for the indices of a Gather "
     "(GatherElements, GatherND, Scatter*) of data with that many rows, else "
     f"[{MASK_RANGE[0]}, {MASK_RANGE[1]}) for inputs named like a mask, else "
-    f"[{DEFAULT_INT_RANGE[0]}, {DEFAULT_INT_RANGE[1]}); bools fair coin flips"
+    f"[{DEFAULT_INT_RANGE[0]}, {DEFAULT_INT_RANGE[1]}) (for a plan whose source model is not at hand: "
+    f"[{NO_MODEL_RANGE[0]}, {NO_MODEL_RANGE[1]}), valid for any index); bools fair coin flips"
 )
 CHECK_HELP = (
     "compare with onnxruntime; exit 1 beyond tolerance. By default every output's max abs error must be "
@@ -87,14 +92,15 @@ def _load_inputs(items: list[str] | None) -> dict[str, np.ndarray]:
     return out
 
 
-def _plan_ranges(model: str, inputs: list[tuple[str, TensorType]]) -> dict[str, tuple[int, int]]:
-    """Integer ranges from the plan's source model when it is at hand, else none (defaults)."""
-    if not model or not Path(model).is_file():
-        return {}
+def plan_ranges(model: str, inputs: list[tuple[str, TensorType]]) -> dict[str, tuple[int, int]]:
+    """The ranges of a plan's integer inputs, from its source ``model`` when it is at hand,
+    else NO_MODEL_RANGE."""
     try:
-        proto = read_structure(model)
-    except ModelLoadError:
-        return {}  # --random needs no model; --check reports a broken one
+        proto = read_structure(model) if model else None
+    except ModelLoadError:  # --random needs no model; --check reports a broken one
+        proto = None
+    if proto is None:
+        return {name: NO_MODEL_RANGE for name, t in inputs if t.dtype.is_int}
     return integer_ranges(proto, dict(inputs))
 
 
@@ -109,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         inputs = session.plan.input_types()
         model = args.model or session.plan.source_path
         precision = session.plan.precision
-        ranges = _plan_ranges(model, inputs) if args.random else {}
+        ranges = plan_ranges(model, inputs) if args.random else {}
         feeds = random_feeds(inputs, given, args.seed, ranges) if args.random else given
         names = [o.name for o in session.get_outputs()]
         outputs = dict(zip(names, session.run(None, feeds)))
