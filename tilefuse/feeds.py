@@ -221,8 +221,8 @@ class FeedChecker:
         self._want = [(n, t.dtype.numpy, tuple(t.shape)) for n, t in expected]
 
     def __call__(self, feeds: Mapping[str, object]) -> Mapping[str, np.ndarray]:
-        _check_mapping(feeds)
-        if len(feeds) == len(self._want):
+        # A dict holding exactly the expected names needs no further check of its keys.
+        if isinstance(feeds, dict) and len(feeds) == len(self._want):
             for name, dtype, shape in self._want:
                 a = feeds.get(name)
                 if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape:
