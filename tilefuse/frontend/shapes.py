@@ -44,7 +44,7 @@ def bind_input_types(model: onnx.ModelProto, shapes: ShapeSpec | None) -> dict[s
         dims = list(tt.shape.dim)
         given = shapes.get(vi.name)
         if given is not None:
-            given = _given_shape(vi.name, given)
+            given = _given_sizes(f"input {vi.name!r}", given)
             if tt.HasField("shape") and len(given) != len(dims):
                 raise ShapeError(f"input {vi.name!r} has rank {len(dims)}, but the shape given is {list(given)}")
             for k, (d, g) in enumerate(zip(dims, given)):
@@ -81,18 +81,18 @@ def fixed_size(dim: onnx.TensorShapeProto.Dimension) -> int | None:
     return None
 
 
-def _given_shape(name: str, given: Sequence[int] | int) -> tuple[int, ...]:
+def _given_sizes(what: str, given: Sequence[int] | int) -> tuple[int, ...]:
     try:
         dims = (given,) if isinstance(given, int) else tuple(given)
     except TypeError:
         dims = (given,)  # type: ignore[assignment]
     if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims):
-        raise ShapeError(f"the shape given for input {name!r} must be non-negative integers, got {list(dims)}")
+        raise ShapeError(f"the sizes given for {what} must be non-negative integers, got {list(dims)}")
     return tuple(int(d) for d in dims)
 
 
 def _symbol_size(symbol: str, given: Sequence[int] | int) -> int:
-    dims = _given_shape(f"dim symbol {symbol!r}", given)
+    dims = _given_sizes(f"dim symbol {symbol!r}", given)
     if len(dims) != 1:
         raise ShapeError(f"dim symbol {symbol!r} takes one size, got {list(dims)}")
     return dims[0]
