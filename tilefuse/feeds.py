@@ -90,7 +90,7 @@ def _host_array(name: str, value: object, t: TensorType) -> np.ndarray:
             array = np.asarray(value)
         except (TypeError, ValueError) as e:  # ragged nested lists, objects numpy cannot read
             raise InputError(f"input {name!r}: not an array of {t}: {e}") from None
-        if array.dtype.kind in "OSUV":  # objects, strings, raw bytes: numpy found no numbers
+        if array.dtype.kind in "OSU":  # objects or strings: numpy found no numbers (bfloat16 is "V")
             raise InputError(f"input {name!r}: expected an array of {t}, got {_show(value)}")
         return array
     try:

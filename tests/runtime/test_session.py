@@ -201,3 +201,14 @@ def test_feeds_are_read_at_run_time(mlp):
     x += 1
     assert not np.array_equal(sess.run(["h1"], {"x": x})[0], first)
     np.testing.assert_allclose(sess.run(["h1"], {"x": x - 1})[0], first, rtol=1e-5, atol=1e-5)
+
+
+def test_half_float_feeds_pass_the_checks():
+    from tilefuse.feeds import check_feeds
+    from tilefuse.ir.dtypes import DType
+    from tilefuse.ir.types import TensorType
+
+    for dtype in (DType.BFLOAT16, DType.FLOAT16):
+        x = np.random.default_rng().standard_normal((2, 3)).astype(dtype.numpy)  # bfloat16's numpy kind is "V"
+        got = check_feeds([("x", TensorType(dtype, (2, 3)))], {"x": x})["x"]
+        assert got.dtype == dtype.numpy and np.array_equal(got, x)
