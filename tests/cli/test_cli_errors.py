@@ -79,8 +79,19 @@ def test_dims_of_2_to_the_40_are_refused_when_compiling(tmp_path):
     path = _relu(tmp_path / "m.onnx", [2**40])
     assert_one_line_error(tilefuse("optimize", path, "-o", tmp_path / "p.tfplan"), "the plan needs 8.0 TiB", "buffer 'x'")
     assert not (tmp_path / "p.tfplan").exists()
-    # the reference executor has no plan to refuse: drawing 4 TiB of inputs fails, in one line
-    assert_one_line_error(tilefuse("run", path, "--random"), "out of memory")
+    # the reference executor has no plan to refuse; 4 TiB of random inputs are refused alike
+    assert_one_line_error(tilefuse("run", path, "--random"), "--random: input 'x' float32[1099511627776] takes 4096.0 GiB")
+
+
+def test_a_memory_error_is_one_line(monkeypatch, capsys):
+    from tilefuse.cli import main as cli, run_cmd
+
+    def allocate(args):
+        raise MemoryError("Unable to allocate 8.00 TiB for an array")
+
+    monkeypatch.setattr(run_cmd, "run", allocate)
+    assert cli.main(["run", "model.onnx"]) == 2
+    assert capsys.readouterr().err == "tilefuse: error: out of memory: Unable to allocate 8.00 TiB for an array\n"
 
 
 def test_external_data_outside_the_folder_is_one_line(tmp_path):

@@ -14,6 +14,7 @@ from tilefuse.errors import InputError, ModelLoadError
 from tilefuse.frontend.input_ranges import DEFAULT_INT_RANGE, MASK_RANGE, META_RANGES, integer_ranges
 from tilefuse.frontend.loader import read_structure
 from tilefuse.ir.types import TensorType
+from tilefuse.target import CPU, memory_limit
 
 # Integers of a plan whose source model is not at hand: nothing says what they index, and
 # {0, 1} is valid for any index of a non-trivial dim.
@@ -65,9 +66,13 @@ def random_feeds(inputs: list[tuple[str, TensorType]], given: dict[str, np.ndarr
     DEFAULT_INT_RANGE; random bools. Inputs in ``given`` are kept as they are."""
     rng = np.random.default_rng(seed)
     feeds = dict(given)
+    limit, whose = memory_limit(CPU)
     for name, t in inputs:
         if name in feeds:
             continue
+        if t.nbytes > limit:  # refused before numpy tries (and the kernel may not refuse)
+            raise InputError(f"--random: input {name!r} {t} takes {t.nbytes / 2**30:.1f} GiB, "
+                             f"more than the {limit / 2**30:.1f} GiB of {whose}")
         if t.dtype.is_float:
             feeds[name] = rng.standard_normal(t.shape).astype(t.dtype.numpy)
         elif t.dtype.is_int:
