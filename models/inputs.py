@@ -73,7 +73,7 @@ def _bound_shape(vi: onnx.ValueInfoProto, dims: Mapping[str, int]) -> Shape | No
     or one is not bound there."""
     out, symbolic = [], False
     for d in vi.type.tensor_type.shape.dim:
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value >= 0:  # -1: dynamic, as onnxruntime reads it
             out.append(d.dim_value)
         elif d.dim_param in dims:
             out.append(dims[d.dim_param])
@@ -86,7 +86,7 @@ def _bound_shape(vi: onnx.ValueInfoProto, dims: Mapping[str, int]) -> Shape | No
 def static_shape(vi: onnx.ValueInfoProto) -> Shape:
     dims = []
     for d in vi.type.tensor_type.shape.dim:
-        if not d.HasField("dim_value"):
+        if not d.HasField("dim_value") or d.dim_value < 0:
             raise ValueError(f"input {vi.name!r}: dimension {d.dim_param or '?'} is symbolic;"
                              " pass its shape in `shapes`")
         dims.append(d.dim_value)

@@ -16,7 +16,8 @@ from tilefuse.ir.graph import Graph
 from tilefuse.partition import Partition, partition_graph
 from tilefuse.partition.kinds import FusionKind
 from tilefuse.plan import Plan, link
-from tilefuse.target import Target, get_target
+from tilefuse.plan.memory import check_fits
+from tilefuse.target import Target, get_target, memory_limit
 from tilefuse.tile_ir import Lowered, lower_group
 
 
@@ -33,20 +34,23 @@ class Compiled:
 
 
 def compile(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None,
-            precision: str = "fp32") -> Plan:
+            precision: str = "fp32", *, external_data_dir: str | os.PathLike[str] | None = None) -> Plan:
     """Compile ``model`` for ``target`` into an in-memory Plan (``plan.save(path)``);
     ``precision`` "fp16"/"bf16" runs a float32 model's arithmetic in that type; "tf32" lets
-    float32 products round their operands to TF32 on GPU tensor cores."""
-    return compile_model(model, target, shapes, precision).plan
+    float32 products round their operands to TF32 on GPU tensor cores. External weights are
+    read from ``external_data_dir``, by default the model file's folder; a model given as
+    bytes or a ModelProto that has external weights needs it."""
+    return compile_model(model, target, shapes, precision, external_data_dir=external_data_dir).plan
 
 
 def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None,
-                  precision: str = "fp32") -> Compiled:
+                  precision: str = "fp32", *, external_data_dir: str | os.PathLike[str] | None = None) -> Compiled:
     target = precision_target(get_target(target) if isinstance(target, str) else target, precision)
-    proto = load_model(model)
+    proto = load_model(model, external_data_dir)
     source_sha = _sha256(model, proto)
     graph = with_precision(import_onnx(proto, shapes), precision)  # ONNX -> ir.Graph (verified)
     compiled = compile_graph(graph, target, source_sha, len(proto.graph.node))
+    compiled.plan.precision = precision
     if isinstance(model, (str, os.PathLike)):
         compiled.plan.source_path = str(Path(model).resolve())
     return compiled
@@ -61,6 +65,7 @@ def compile_graph(graph: Graph, target: Target, source_sha: str = "", onnx_nodes
     kernels = {g.id: a for g, a in zip(kernel_groups, artifacts)}
     bindings = {gid: low.bindings for gid, low in lowered.items()}
     plan = link(graph, partition, kernels, target.name, source_sha, bindings=bindings)
+    check_fits(plan, *memory_limit(target))
     return Compiled(graph, partition, lowered, plan, onnx_nodes)
 
 

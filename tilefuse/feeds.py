@@ -39,6 +39,7 @@ def check_feeds(expected: Sequence[tuple[str, TensorType]], feeds: Mapping[str, 
     runtime that reads GPU memory), a GPU tensor is checked the same way and returned as
     a DeviceView; without, it is refused.
     """
+    _check_mapping(feeds)
     names = [n for n, _ in expected]
     unknown = sorted(set(feeds) - set(names))
     if unknown:
@@ -52,17 +53,46 @@ def check_feeds(expected: Sequence[tuple[str, TensorType]], feeds: Mapping[str, 
         if view is not None:
             out[name] = view  # type: ignore[assignment]
             continue
-        array = _host_array(name, feeds[name])
-        _check_type(name, array.dtype, tuple(array.shape), t)
+        value = feeds[name]
+        array = _host_array(name, value, t)
+        try:
+            _check_type(name, array.dtype, tuple(array.shape), t)
+        except InputError as e:
+            if isinstance(value, (list, tuple)):  # numpy picked the dtype: say how to choose it
+                raise InputError(f"{e} (from a Python {type(value).__name__}: pass np.asarray(..., dtype=np.{t.dtype.numpy.name}))") from None
+            raise
         out[name] = array
     return out
 
 
-def _host_array(name: str, value: object) -> np.ndarray:
+def _check_mapping(feeds: object) -> None:
+    """InputError unless ``feeds`` maps input names (strings) to values, as onnxruntime's do."""
+    if not isinstance(feeds, Mapping):
+        raise InputError(f"feeds must be a dict of input name -> array, got {_show(feeds)}")
+    keys = [k for k in feeds if not isinstance(k, str)]
+    if keys:
+        raise InputError(f"feed names must be input names (strings), got {', '.join(_show(k) for k in keys[:3])}")
+
+
+def _show(x: object) -> str:
+    """``x`` for an error message: its type, and its repr when that is short."""
+    text = repr(x)
+    return type(x).__name__ + (f" {text}" if len(text) <= 40 and x is not None else "")
+
+
+def _host_array(name: str, value: object, t: TensorType) -> np.ndarray:
+    if value is None or isinstance(value, (str, bytes)):
+        raise InputError(f"input {name!r}: expected an array of {t}, got {_show(value)}")
     # torch CPU tensors and the like convert through __array__; a bare DLPack producer
     # (only __dlpack__) is read in place by numpy.
     if dlpack.device_of(value) is None or hasattr(value, "__array__"):
-        return np.asarray(value)
+        try:
+            array = np.asarray(value)
+        except (TypeError, ValueError) as e:  # ragged nested lists, objects numpy cannot read
+            raise InputError(f"input {name!r}: not an array of {t}: {e}") from None
+        if array.dtype.kind in "OSU":  # objects or strings: numpy found no numbers (bfloat16 is "V")
+            raise InputError(f"input {name!r}: expected an array of {t}, got {_show(value)}")
+        return array
     try:
         return np.from_dlpack(value)
     except (BufferError, RuntimeError, TypeError, ValueError) as e:
@@ -191,7 +221,8 @@ class FeedChecker:
         self._want = [(n, t.dtype.numpy, tuple(t.shape)) for n, t in expected]
 
     def __call__(self, feeds: Mapping[str, object]) -> Mapping[str, np.ndarray]:
-        if len(feeds) == len(self._want):
+        # A dict holding exactly the expected names needs no further check of its keys.
+        if isinstance(feeds, dict) and len(feeds) == len(self._want):
             for name, dtype, shape in self._want:
                 a = feeds.get(name)
                 if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape:

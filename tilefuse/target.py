@@ -5,6 +5,7 @@ asks "is this CUDA?"; it reads a field of the Target it was given.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from tilefuse.errors import TilefuseError
@@ -52,6 +53,9 @@ class Target:
     # them (the pipeline's fill and drain amortised); 0: never
     producer_steps: int = 0
     producer_tile: tuple[int, int] = (128, 256)
+    # bytes a plan's weights, inputs and arena may take together (GPU: device memory);
+    # 0: the physical memory of the host that compiles (a CPU plan runs in host memory)
+    memory_bytes: int = 0
 
     def row_epilogue_bytes(self, row_elems: int) -> int:
         """On-chip bytes for a tile of whole fp32 accumulator rows of ``row_elems``."""
@@ -93,6 +97,9 @@ CUDA_SM90A = Target(
     # 768-wide projection (9 steps) 15.7 -> 17.2 us, the [768, 2304] QKV product (26 steps)
     # 33.8 -> 34.7 (benchmarks/NOTES.md)
     producer_steps=28,
+    # H200's 141 GB of HBM3e, the largest sm_90a part (H100: 80 GB): a plan over it fits on
+    # no GPU of this target
+    memory_bytes=141 * 10**9,
 )
 
 # A conservative x86-64 server core set (the 2-core development box and CI): AVX2 FMA at
@@ -116,6 +123,17 @@ CPU = Target(
 
 TARGETS = {t.name: t for t in (CPU, CUDA_SM90A)}
 ALIASES = {"cuda": "cuda:sm_90a", "sm_90a": "cuda:sm_90a"}
+
+
+def memory_limit(target: Target) -> tuple[int, str]:
+    """The bytes a plan for ``target`` may take, and whose memory that is (for errors)."""
+    if target.memory_bytes:
+        return target.memory_bytes, f"memory of a {target.name} device"
+    try:
+        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):  # not a POSIX host: no bound to check
+        return 1 << 62, "memory"
+    return host, "memory this host has"
 
 
 def get_target(name: str) -> Target:

@@ -96,6 +96,46 @@ def test_input_errors(mlp, feeds, message):
         mlp[1].run(None, feeds)
 
 
+_X = np.zeros((4, 8), np.float32)
+
+
+@pytest.mark.parametrize(
+    "feeds, message",
+    [
+        (None, "feeds must be a dict of input name -> array, got NoneType"),
+        ([_X], "feeds must be a dict of input name -> array, got list"),
+        ((_X,), "feeds must be a dict of input name -> array, got tuple"),
+        ({0: _X}, r"feed names must be input names \(strings\), got int 0"),
+        ({0: _X, "x": _X}, r"feed names must be input names \(strings\), got int 0"),
+        ({"x": "abc"}, r"input 'x': expected an array of float32\[4,8\], got str 'abc'"),
+        ({"x": None}, r"input 'x': expected an array of float32\[4,8\], got NoneType"),
+        ({"x": object()}, r"input 'x': expected an array of float32\[4,8\], got object"),
+        ({"x": [[1.0, 2.0], [3.0]]}, r"input 'x': not an array of float32\[4,8\]"),
+        ({"x": [[1.0] * 8] * 4}, r"expected dtype float32, got float64 \(from a Python list: pass np.asarray\(\.\.\., dtype=np.float32\)\)"),
+        ({"x": [[1.0] * 8] * 3}, r"expected dtype float32, got float64"),
+    ],
+)
+def test_feeds_that_are_not_a_dict_of_arrays(mlp, feeds, message):
+    with pytest.raises(InputError, match=message):
+        mlp[1].run(None, feeds)
+
+
+@pytest.mark.parametrize(
+    "names, message",
+    [
+        (5, "output_names must be a list of output names or None, got int 5"),
+        ("h1", "output_names must be a list of output names or None, got str 'h1'"),
+        ([5], r"unknown output name\(s\) \[5\]"),
+        (["h1", "nope"], r"unknown output name\(s\) \['nope'\]; the plan's outputs are \['h0', 'h1', 'x_again', 'table'\]"),
+    ],
+)
+def test_bad_output_names(mlp, names, message):
+    graph, sess = mlp
+    with pytest.raises(InputError, match=message):
+        sess.run(names, random_feeds(graph))
+    assert [a.shape for a in sess.run(("h1",), random_feeds(graph))] == [(4, 8)]  # any sequence of names
+
+
 def test_plan_compiled_for_other_shapes(tmp_path):
     # The plan records the shapes it was compiled for: a batch of 2 is not a batch of 4.
     graph, plan = mlp_plan(tmp_path / "build", m=2)
@@ -161,3 +201,14 @@ def test_feeds_are_read_at_run_time(mlp):
     x += 1
     assert not np.array_equal(sess.run(["h1"], {"x": x})[0], first)
     np.testing.assert_allclose(sess.run(["h1"], {"x": x - 1})[0], first, rtol=1e-5, atol=1e-5)
+
+
+def test_half_float_feeds_pass_the_checks():
+    from tilefuse.feeds import check_feeds
+    from tilefuse.ir.dtypes import DType
+    from tilefuse.ir.types import TensorType
+
+    for dtype in (DType.BFLOAT16, DType.FLOAT16):
+        x = np.random.default_rng().standard_normal((2, 3)).astype(dtype.numpy)  # bfloat16's numpy kind is "V"
+        got = check_feeds([("x", TensorType(dtype, (2, 3)))], {"x": x})["x"]
+        assert got.dtype == dtype.numpy and np.array_equal(got, x)

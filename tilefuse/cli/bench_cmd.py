@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tilefuse.bench import measure
 from tilefuse.cli.args import add_shape_arg, parse_shapes
-from tilefuse.cli.run_cmd import random_feeds
+from tilefuse.cli.run_cmd import plan_ranges, random_feeds
 from tilefuse.errors import InputError
 
 
@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
 
         session = InferenceSession(compile(args.target, args.device, parse_shapes(args.shape)))
     plan = session.plan
-    feeds = random_feeds(plan.input_types(), {}, seed=0)
+    source = args.model or plan.source_path or (args.target if not Path(args.target).is_dir() else "")
+    feeds = random_feeds(plan.input_types(), {}, 0, plan_ranges(source, plan.input_types()))
     result = {"plan_target": plan.target, "threads": args.threads}
     t = measure(lambda: session.run(None, feeds), warmup=args.warmup, repeats=args.repeats)
     result["tilefuse_ms"] = t.median_ms
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.against:
         import onnxruntime as ort
 
-        model = args.model or plan.source_path or (args.target if not Path(args.target).is_dir() else "")
+        model = source
         if not model or not Path(model).is_file():
             raise InputError("--against needs the source model: pass --model")
         so = ort.SessionOptions()

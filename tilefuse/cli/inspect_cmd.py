@@ -55,4 +55,6 @@ def run(args: argparse.Namespace) -> int:
         print(format_summary(summary))
     if summary.unsupported:
         raise UnsupportedOpError(summary.unsupported)
+    if summary.error is not None:  # printed in the summary too; the exit status must say it
+        raise summary.error
     return 0

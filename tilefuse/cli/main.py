@@ -32,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     except argparse.ArgumentTypeError as e:
         print(f"tilefuse: error: {e}", file=sys.stderr)
         return 2
+    except MemoryError as e:  # inputs or a reference run larger than this host holds
+        if args.debug:
+            traceback.print_exc()
+        print(f"tilefuse: error: out of memory: {e or 'an allocation failed'}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `tilefuse ... | head`: the reader left; not an error

@@ -4,13 +4,45 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
 from tilefuse.cli.args import add_shape_arg, parse_shapes
 from tilefuse.compare import compare_output
-from tilefuse.errors import InputError
+from tilefuse.errors import InputError, ModelLoadError
+from tilefuse.frontend.input_ranges import DEFAULT_INT_RANGE, MASK_RANGE, META_RANGES, integer_ranges
+from tilefuse.frontend.loader import read_structure
 from tilefuse.ir.types import TensorType
+from tilefuse.target import CPU, memory_limit
+
+# Integers of a plan whose source model is not at hand: nothing says what they index, and
+# {0, 1} is valid for any index of a non-trivial dim.
+NO_MODEL_RANGE = (0, 2)
+
+RANDOM_HELP = (
+    "fill inputs not given with random values: floats normal(0, 1); integers uniform in the range the "
+    f"model gives them: its '{META_RANGES}' metadata, else [0, rows) for the indices of a Gather "
+    "(GatherElements, GatherND, Scatter*) of data with that many rows, else "
+    f"[{MASK_RANGE[0]}, {MASK_RANGE[1]}) for inputs named like a mask, else "
+    f"[{DEFAULT_INT_RANGE[0]}, {DEFAULT_INT_RANGE[1]}) (for a plan whose source model is not at hand: "
+    f"[{NO_MODEL_RANGE[0]}, {NO_MODEL_RANGE[1]}), valid for any index); bools fair coin flips"
+)
+CHECK_HELP = (
+    "compare with onnxruntime; exit 1 beyond tolerance. By default every output's max abs error must be "
+    "within tol x max(1, max |reference|), tol from the output's dtype and the precision the plan "
+    "computed in (float32 1e-4, tf32 1e-3, fp16 1e-2, bf16 5e-2; integers exact)"
+)
+
+
+def _non_negative(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not x >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a non-negative number")
+    return x
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,25 +50,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("target", metavar="PLAN_OR_MODEL", help="a .tfplan directory or an .onnx file")
     add_shape_arg(p)
     p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file; repeatable")
-    p.add_argument("--random", action="store_true", help="fill inputs not given with random values")
+    p.add_argument("--random", action="store_true", help=RANDOM_HELP)
     p.add_argument("--seed", type=int, default=None, help="seed for --random (default: fresh)")
-    p.add_argument("--check", action="store_true", help="compare with onnxruntime; exit 1 beyond tolerance")
+    p.add_argument("--check", action="store_true", help=CHECK_HELP)
+    p.add_argument("--rtol", type=_non_negative, help="with --check: hold every element to |out - ref| <= atol + rtol x |ref| instead")
+    p.add_argument("--atol", type=_non_negative, help="with --check: the absolute part of that bound (default 0 when --rtol is given)")
     p.add_argument("--model", metavar="MODEL.onnx", help="the source model for --check (default: the one the plan records)")
     p.add_argument("--save", metavar="DIR", help="write each output to DIR/NAME.npy")
     p.set_defaults(func=run)
 
 
-def random_feeds(inputs: list[tuple[str, TensorType]], given: dict[str, np.ndarray], seed: int | None) -> dict[str, np.ndarray]:
-    """Normal floats; ints in [0, 2) so that ids, masks and indices are all valid; random bools."""
+def random_feeds(inputs: list[tuple[str, TensorType]], given: dict[str, np.ndarray], seed: int | None,
+                 ranges: Mapping[str, tuple[int, int]] | None = None) -> dict[str, np.ndarray]:
+    """Normal floats; integers uniform in ``ranges[name]`` (half-open), else in
+    DEFAULT_INT_RANGE; random bools. Inputs in ``given`` are kept as they are."""
     rng = np.random.default_rng(seed)
     feeds = dict(given)
+    limit, whose = memory_limit(CPU)
     for name, t in inputs:
         if name in feeds:
             continue
+        if t.nbytes > limit:  # refused before numpy tries (and the kernel may not refuse)
+            raise InputError(f"--random: input {name!r} {t} takes {t.nbytes / 2**30:.1f} GiB, "
+                             f"more than the {limit / 2**30:.1f} GiB of {whose}")
         if t.dtype.is_float:
             feeds[name] = rng.standard_normal(t.shape).astype(t.dtype.numpy)
         elif t.dtype.is_int:
-            feeds[name] = rng.integers(0, 2, t.shape).astype(t.dtype.numpy)
+            low, high = (ranges or {}).get(name, DEFAULT_INT_RANGE)
+            info = np.iinfo(t.dtype.numpy)
+            feeds[name] = rng.integers(max(low, info.min), min(high, int(info.max) + 1), t.shape).astype(t.dtype.numpy)
         else:
             feeds[name] = rng.integers(0, 2, t.shape).astype(bool)
     return feeds
@@ -55,29 +97,47 @@ def _load_inputs(items: list[str] | None) -> dict[str, np.ndarray]:
     return out
 
 
+def plan_ranges(model: str, inputs: list[tuple[str, TensorType]]) -> dict[str, tuple[int, int]]:
+    """The ranges of a plan's integer inputs, from its source ``model`` when it is at hand,
+    else NO_MODEL_RANGE."""
+    try:
+        proto = read_structure(model) if model else None
+    except ModelLoadError:  # --random needs no model; --check reports a broken one
+        proto = None
+    if proto is None:
+        return {name: NO_MODEL_RANGE for name, t in inputs if t.dtype.is_int}
+    return integer_ranges(proto, dict(inputs))
+
+
 def run(args: argparse.Namespace) -> int:
+    if (args.rtol is not None or args.atol is not None) and not args.check:
+        raise InputError("--rtol and --atol set the tolerance of --check; pass --check too")
     given = _load_inputs(args.input)
     if Path(args.target).is_dir():
         from tilefuse.runtime import InferenceSession
 
         session = InferenceSession(args.target)
         inputs = session.plan.input_types()
-        feeds = random_feeds(inputs, given, args.seed) if args.random else given
+        model = args.model or session.plan.source_path
+        precision = session.plan.precision
+        ranges = plan_ranges(model, inputs) if args.random else {}
+        feeds = random_feeds(inputs, given, args.seed, ranges) if args.random else given
         names = [o.name for o in session.get_outputs()]
         outputs = dict(zip(names, session.run(None, feeds)))
-        model = args.model or session.plan.source_path
     else:
-        from tilefuse.frontend import import_onnx
+        from tilefuse.frontend import import_onnx, load_model
         from tilefuse.reference import run_graph
 
         shapes = parse_shapes(args.shape)
         for name, a in given.items():
             shapes.setdefault(name, a.shape)
-        graph = import_onnx(args.target, shapes)
+        proto = load_model(args.target)
+        graph = import_onnx(proto, shapes)
         inputs = [(v.name, v.type) for v in graph.inputs]
-        feeds = random_feeds(inputs, given, args.seed) if args.random else given
+        ranges = integer_ranges(proto, dict(inputs)) if args.random else {}
+        feeds = random_feeds(inputs, given, args.seed, ranges) if args.random else given
         outputs = run_graph(graph, feeds)
-        model = args.target
+        model, precision = args.target, "fp32"
     for name, y in outputs.items():
         stats = f"mean {float(np.mean(y)):.4g}, std {float(np.std(y)):.4g}" if y.size and y.dtype.kind in "fiu" else ""
         print(f"{name}: {y.dtype}{list(y.shape)} {stats}")
@@ -88,14 +148,35 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not model or not Path(model).is_file():
         raise InputError(f"--check needs the source model; {model or 'the plan records none'} is not a file: pass --model")
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    expected = onnxruntime_outputs(str(model), feeds)
     worst = 0
     for name, y in outputs.items():
-        c = compare_output(name, y, expected[name])
-        verdict = "ok" if c.ok else f"FAIL: {c.problem}"
-        print(f"check {name}: max abs error {c.max_abs_error:.3g} (scale {c.scale:.3g}, tolerance {c.tolerance:g} x scale) {verdict}")
+        if name not in expected:
+            raise InputError(f"--check: {model} has no output {name!r} (its outputs: {sorted(expected)})")
+        c = compare_output(name, y, expected[name], precision=precision, rtol=args.rtol, atol=args.atol)
+        print(f"check {name}: {c.describe()}")
         worst = worst or (0 if c.ok else 1)
     return worst
+
+
+def onnxruntime_outputs(model: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """onnxruntime's outputs for ``feeds`` on its CPU provider; its refusal (of the model or
+    of the inputs) as a one-line error."""
+    import onnxruntime as ort
+
+    # onnxruntime raises its own exception classes (Fail, InvalidArgument, NotImplemented,
+    # InvalidGraph, ...), all bare Exception subclasses with no common base of their own.
+    try:
+        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise ModelLoadError(f"--check: onnxruntime cannot load {model}: {_one_line(e)}") from None
+    try:
+        values = session.run(None, dict(feeds))
+    except Exception as e:
+        raise InputError(f"--check: onnxruntime refuses the inputs: {_one_line(e)}") from None
+    return dict(zip([o.name for o in session.get_outputs()], values))
+
+
+def _one_line(e: Exception) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= 500 else text[:497] + "..."

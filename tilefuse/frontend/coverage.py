@@ -72,7 +72,11 @@ def _unsupported_dtypes(node: onnx.NodeProto, typed: dict[str, int]) -> list[str
 
 
 def _type_name(code: int) -> str:
-    return "non-tensor (sequence/map/optional)" if code == NOT_A_TENSOR else onnx.TensorProto.DataType.Name(code)
+    if code == NOT_A_TENSOR:
+        return "non-tensor (sequence/map/optional)"
+    if code not in onnx.TensorProto.DataType.values():
+        return f"{code} (no ONNX type has this number)"
+    return onnx.TensorProto.DataType.Name(code)
 
 
 def check_supported(model: onnx.ModelProto, *, any_opset: bool = False) -> None:

@@ -14,7 +14,7 @@ from tilefuse.frontend import registry
 from tilefuse.frontend.context import NodeContext, onnx_dtype
 from tilefuse.frontend.coverage import check_supported, opsets_of
 from tilefuse.frontend.loader import check_model, load_model, onnx_opset, upgrade_opset, without_weights
-from tilefuse.frontend.shapes import ShapeSpec, bind_input_types, runtime_inputs
+from tilefuse.frontend.shapes import ShapeSpec, bind_input_types, fixed_size, runtime_inputs
 from tilefuse.ir.builder import Builder
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Graph, Value
@@ -33,15 +33,18 @@ def import_onnx(
     *,
     constants: Mapping[str, np.ndarray] | None = None,
     check_shapes: bool = True,
+    external_data_dir: str | os.PathLike[str] | None = None,
 ) -> Graph:
     """Load an ONNX model as a verified tilefuse Graph with static shapes.
 
     ``shapes`` binds dynamic dims (by input name or by dim symbol). ``constants``
-    freezes graph inputs to values known at compile time. Raises ModelLoadError,
+    freezes graph inputs to values known at compile time. ``external_data_dir`` is the
+    folder external weights are read from (default: the model file's; a model given as
+    bytes or a ModelProto with external data needs it). Raises ModelLoadError,
     UnsupportedOpError (listing every unsupported op), ShapeError, InputError or
     ConversionError.
     """
-    proto = load_model(model)
+    proto = load_model(model, external_data_dir)
     check_model(proto)
     check_supported(proto, any_opset=True)  # first: the version converter trips on unknown ops
     proto = upgrade_opset(proto)
@@ -136,7 +139,7 @@ def _cross_check_outputs(proto: onnx.ModelProto, graph: Graph, input_types: Mapp
         shape = vi.type.tensor_type.shape
         if not vi.type.tensor_type.HasField("shape") or vi.name not in graph.outputs:
             continue
-        if all(d.HasField("dim_value") for d in shape.dim):
+        if all(fixed_size(d) is not None for d in shape.dim):  # -1: a dynamic dim, as onnxruntime reads it
             theirs = tuple(d.dim_value for d in shape.dim)
             ours = graph.outputs[vi.name].type.shape
             if theirs != ours:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import numpy as np
 import onnx
@@ -16,36 +16,148 @@ from tilefuse.errors import ModelLoadError
 MIN_OPSET = 13
 
 
-def load_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.ModelProto:
+def load_model(
+    model: str | os.PathLike[str] | bytes | onnx.ModelProto,
+    external_data_dir: str | os.PathLike[str] | None = None,
+) -> onnx.ModelProto:
     """Parse a model (path, bytes or proto) and load its external data.
 
-    External data must live inside the model's folder: a location that escapes it
-    (``../secret``, an absolute path, a symlink out) is refused.
+    External data is read from ``external_data_dir``, by default the model file's folder.
+    A model given as bytes or as a ModelProto has no folder: its external data is refused
+    unless ``external_data_dir`` names one (never the working directory). Every tensor is
+    confined alike, initializers and the tensors inside attributes, sparse tensors and
+    subgraphs: a location must name a regular file inside the folder (``../secret``, an
+    absolute path or a symlink out is refused), and its offset and length must be
+    non-negative integers that stay inside the file. A ModelProto given is not modified.
     """
+    base: Path | None = None
     if isinstance(model, onnx.ModelProto):
-        return model
-    if isinstance(model, bytes):
-        return _parse(model, "<bytes>")
-    path = Path(model)
+        proto, where = model, "<ModelProto>"
+    elif isinstance(model, bytes):
+        proto, where = _parse(model, "<bytes>"), "<bytes>"
+    else:
+        path = Path(model)
+        if not path.is_file():
+            raise ModelLoadError(f"{path}: no such file")
+        proto, where, base = _parse(path.read_bytes(), str(path)), str(path), path.resolve().parent
+    if external_data_dir is not None:
+        base = Path(external_data_dir).resolve()
+        if not base.is_dir():
+            raise ModelLoadError(f"{where}: external_data_dir {str(external_data_dir)!r} is not a directory")
+    external = [t for t in _all_tensors(proto) if external_data_helper.uses_external_data(t)]
+    if not external:
+        return proto
+    if base is None:
+        raise ModelLoadError(
+            f"{where}: tensor {external[0].name!r} keeps its data in an external file "
+            f"({_location(external[0])!r}), but a model given as {'bytes' if where == '<bytes>' else 'a ModelProto'} "
+            "has no folder to read it from: pass external_data_dir=FOLDER (or the model's path)"
+        )
+    if proto is model:  # the caller's proto keeps pointing at its files
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)  # type: ignore[arg-type]
+        external = [t for t in _all_tensors(proto) if external_data_helper.uses_external_data(t)]
+    for tensor in external:
+        tensor.raw_data = _read_external(tensor, base, where)
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        del tensor.external_data[:]
+    return proto
+
+
+def _all_tensors(proto: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every TensorProto of the model that may hold data: initializers (dense and sparse),
+    attribute tensors (dense and sparse), in the main graph, its subgraphs and functions."""
+    yield from _graph_tensors(proto.graph)
+    for function in proto.functions:
+        for node in function.node:
+            yield from _attribute_tensors(node)
+
+
+def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield from (sparse.values, sparse.indices)
+    for node in graph.node:
+        yield from _attribute_tensors(node)
+
+
+def _attribute_tensors(node: onnx.NodeProto) -> Iterator[onnx.TensorProto]:
+    for attr in node.attribute:
+        if attr.HasField("t"):
+            yield attr.t
+        yield from attr.tensors
+        for sparse in (*([attr.sparse_tensor] if attr.HasField("sparse_tensor") else []), *attr.sparse_tensors):
+            yield from (sparse.values, sparse.indices)
+        if attr.HasField("g"):
+            yield from _graph_tensors(attr.g)
+        for g in attr.graphs:
+            yield from _graph_tensors(g)
+
+
+def _location(tensor: onnx.TensorProto) -> str:
+    return next((e.value for e in tensor.external_data if e.key == "location"), "")
+
+
+def _read_external(tensor: onnx.TensorProto, base: Path, where: str) -> bytes:
+    """The bytes of one external tensor, read only from a regular file inside ``base``."""
+    what = f"{where}: external data of tensor {tensor.name!r}"
+    fields = {e.key: e.value for e in tensor.external_data}
+    location = fields.get("location", "")
+    if not location:
+        raise ModelLoadError(f"{what} names no location")
+    if "\x00" in location:
+        raise ModelLoadError(f"{what}: location {location!r} contains a NUL byte")
+    offset = _non_negative(fields, "offset", what)
+    length = _non_negative(fields, "length", what)
+    try:
+        target = (base / location).resolve()  # symlinks followed: where the bytes really are
+    except (OSError, RuntimeError) as e:  # a symlink loop
+        raise ModelLoadError(f"{what}: cannot resolve {location!r}: {e}") from None
+    if Path(location).is_absolute() or not target.is_relative_to(base):
+        raise ModelLoadError(f"{what}: {location!r} is outside the model's folder {str(base)!r}")
+    if not target.exists():
+        raise ModelLoadError(f"{what}: file {location!r} is missing")
+    if not target.is_file():
+        raise ModelLoadError(f"{what}: {location!r} is not a regular file")
+    try:
+        # O_NOFOLLOW: the path was resolved above; a symlink put there since is refused.
+        fd = os.open(target, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            start = offset or 0
+            if start > size:
+                raise ModelLoadError(f"{what}: offset {start} is past the end of {location!r} ({size} bytes)")
+            count = size - start if length is None else length
+            if start + count > size:
+                raise ModelLoadError(
+                    f"{what}: {count} bytes from offset {start} run past the end of {location!r} ({size} bytes)"
+                )
+            f.seek(start)
+            data = f.read(count)
+    except OSError as e:
+        raise ModelLoadError(f"{what}: cannot read {location!r}: {e}") from None
+    if len(data) != count:
+        raise ModelLoadError(f"{what}: read {len(data)} of {count} bytes from {location!r} (file changed?)")
+    return data
+
+
+def _non_negative(fields: Mapping[str, str], key: str, what: str) -> int | None:
+    """``fields[key]`` as a non-negative integer (None when absent); onnx writes decimals."""
+    if key not in fields:
+        return None
+    text = fields[key]
+    if not text.isascii() or not text.isdigit():
+        raise ModelLoadError(f"{what}: {key} {text!r} is not a non-negative integer")
+    return int(text)
+
+
+def read_structure(path: str | os.PathLike[str]) -> onnx.ModelProto:
+    """The model at ``path`` parsed with its external data left unread: for what needs
+    only its graph and shapes, not its weights."""
+    path = Path(path)
     if not path.is_file():
         raise ModelLoadError(f"{path}: no such file")
-    proto = _parse(path.read_bytes(), str(path))
-    base = path.resolve().parent
-    for tensor in external_data_helper._get_all_tensors(proto):
-        if external_data_helper.uses_external_data(tensor):
-            info = external_data_helper.ExternalDataInfo(tensor)
-            target = (base / info.location).resolve()
-            if not target.is_relative_to(base):
-                raise ModelLoadError(
-                    f"{path}: external data {info.location!r} of tensor {tensor.name!r} is outside the model's folder"
-                )
-            if not target.is_file():
-                raise ModelLoadError(f"{path}: external data file {info.location!r} is missing")
-    try:
-        external_data_helper.load_external_data_for_model(proto, str(base))
-    except (OSError, ValueError) as e:
-        raise ModelLoadError(f"{path}: cannot load external data: {e}") from None
-    return proto
+    return _parse(path.read_bytes(), str(path))
 
 
 def _parse(data: bytes, where: str) -> onnx.ModelProto:
@@ -74,6 +186,32 @@ def check_model(model: onnx.ModelProto) -> None:
     except onnx.checker.ValidationError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else "invalid"
         raise ModelLoadError(f"model {model.graph.name!r} is not valid ONNX: {first}") from None
+    undefined = _undefined_element_type(model)
+    if undefined:
+        raise ModelLoadError(f"model {model.graph.name!r} is not valid ONNX: {undefined}")
+
+
+def _undefined_element_type(model: onnx.ModelProto) -> str:
+    """What declares an element type no ONNX version defines (the checker lets it pass)."""
+    defined = set(onnx.TensorProto.DataType.values())
+    for graph in _graphs(model.graph):
+        for vi in (*graph.input, *graph.output, *graph.value_info):
+            code = vi.type.tensor_type.elem_type
+            if vi.type.HasField("tensor_type") and code not in defined:
+                return f"value {vi.name!r} has element type {code}, which is no ONNX type"
+    for t in _all_tensors(model):
+        if t.data_type not in defined:
+            return f"tensor {t.name!r} has data type {t.data_type}, which is no ONNX type"
+    return ""
+
+
+def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and every subgraph inside it."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
+                yield from _graphs(sub)
 
 
 def upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import numpy as np
 import onnx
 
 from tilefuse.errors import InputError, ShapeError
@@ -22,7 +23,8 @@ def bind_input_types(model: onnx.ModelProto, shapes: ShapeSpec | None) -> dict[s
     """Concrete types for every runtime input.
 
     ``shapes`` maps an input name to its whole shape, or a symbolic dim name (such as
-    ``batch``) to its size. A dim left unbound is a ShapeError naming input and dim.
+    ``batch``) to its size. A dynamic dim (a symbol, a dim without a value, or a negative
+    value such as ``-1``) left unbound is a ShapeError naming input and dim.
     """
     shapes = dict(shapes or {})
     inputs = runtime_inputs(model)
@@ -42,11 +44,11 @@ def bind_input_types(model: onnx.ModelProto, shapes: ShapeSpec | None) -> dict[s
         dims = list(tt.shape.dim)
         given = shapes.get(vi.name)
         if given is not None:
-            given = (given,) if isinstance(given, int) else tuple(int(d) for d in given)
+            given = _given_sizes(f"input {vi.name!r}", given)
             if tt.HasField("shape") and len(given) != len(dims):
                 raise ShapeError(f"input {vi.name!r} has rank {len(dims)}, but the shape given is {list(given)}")
             for k, (d, g) in enumerate(zip(dims, given)):
-                if d.HasField("dim_value") and d.dim_value != g:
+                if fixed_size(d) not in (None, g):
                     raise ShapeError(f"input {vi.name!r} dim {k} is fixed at {d.dim_value}, but {g} was given")
             out[vi.name] = TensorType(dtype, given)
             continue
@@ -54,24 +56,43 @@ def bind_input_types(model: onnx.ModelProto, shapes: ShapeSpec | None) -> dict[s
             raise ShapeError(f"input {vi.name!r} has no shape; give one with --shape {vi.name}=D0,D1,...")
         bound = []
         for k, d in enumerate(dims):
-            if d.HasField("dim_value"):
-                bound.append(d.dim_value)
+            size = fixed_size(d)
+            if size is not None:
+                bound.append(size)
             elif d.dim_param and d.dim_param in shapes:
                 bound.append(_symbol_size(d.dim_param, shapes[d.dim_param]))
             else:
-                sym = f" ({d.dim_param!r})" if d.dim_param else ""
+                sym = f" ({d.dim_param!r})" if d.dim_param else f" (declared {d.dim_value})" if d.HasField("dim_value") else ""
                 raise ShapeError(
                     f"input {vi.name!r} dim {k}{sym} is dynamic; bind it, e.g. --shape {vi.name}="
-                    + ",".join(str(x.dim_value) if x.HasField("dim_value") else "N" for x in dims)
+                    + ",".join(str(fixed_size(x)) if fixed_size(x) is not None else "N" for x in dims)
                     + (f" or --shape {d.dim_param}=N" if d.dim_param else "")
                 )
         out[vi.name] = TensorType(dtype, tuple(bound))
     return out
 
 
+def fixed_size(dim: onnx.TensorShapeProto.Dimension) -> int | None:
+    """The size a dim is fixed at, or None when it is dynamic: a symbol, no value at all, or
+    a negative value (exporters write ``-1`` for a dynamic dim, and onnxruntime reads every
+    negative value as dynamic; ``0`` is a fixed, empty dim, as in onnxruntime)."""
+    if dim.HasField("dim_value") and dim.dim_value >= 0:
+        return dim.dim_value
+    return None
+
+
+def _given_sizes(what: str, given: Sequence[int] | int) -> tuple[int, ...]:
+    try:
+        dims = (given,) if isinstance(given, int) else tuple(given)
+    except TypeError:
+        dims = (given,)  # type: ignore[assignment]
+    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims):
+        raise ShapeError(f"the sizes given for {what} must be non-negative integers, got {list(dims)}")
+    return tuple(int(d) for d in dims)
+
+
 def _symbol_size(symbol: str, given: Sequence[int] | int) -> int:
-    if isinstance(given, int):
-        return given
-    if len(given) != 1:
-        raise ShapeError(f"dim symbol {symbol!r} takes one size, got {list(given)}")
-    return int(given[0])
+    dims = _given_sizes(f"dim symbol {symbol!r}", given)
+    if len(dims) != 1:
+        raise ShapeError(f"dim symbol {symbol!r} takes one size, got {list(dims)}")
+    return dims[0]

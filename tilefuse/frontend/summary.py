@@ -12,7 +12,7 @@ from tilefuse.frontend.context import ONNX_DTYPES
 from tilefuse.frontend.coverage import _walk, find_unsupported, opsets_of
 from tilefuse.frontend.importer import ModelLike, import_onnx
 from tilefuse.frontend.loader import check_model, load_model, upgrade_opset
-from tilefuse.frontend.shapes import ShapeSpec, runtime_inputs
+from tilefuse.frontend.shapes import ShapeSpec, bind_input_types, fixed_size, runtime_inputs
 from tilefuse.ir.graph import Graph
 
 
@@ -34,9 +34,13 @@ class ModelSummary:
     primitives: dict[str, int] | None = None
     primitive_kinds: dict[str, int] | None = None
     not_imported: str = ""  # why flops/primitives are missing
+    # The error that stopped the import, when something is wrong with the model or the
+    # shapes given (a dynamic model inspected without shapes has none: it is not wrong)
+    error: TilefuseError | None = None
 
     def to_json(self) -> dict[str, object]:
         d = dict(vars(self))
+        del d["error"]
         d["unsupported"] = [
             {"domain": u.domain or "ai.onnx", "op_type": u.op_type, "opset": u.opset, "nodes": list(u.nodes), "reason": u.reason}
             for u in self.unsupported
@@ -47,7 +51,7 @@ class ModelSummary:
 def _value_info(vi: onnx.ValueInfoProto) -> dict[str, object]:
     tt = vi.type.tensor_type
     dtype = ONNX_DTYPES.get(tt.elem_type)
-    dims: list[object] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+    dims: list[object] = [fixed_size(d) if fixed_size(d) is not None else (d.dim_param or "?") for d in tt.shape.dim]
     return {"name": vi.name, "dtype": str(dtype) if dtype else onnx.TensorProto.DataType.Name(tt.elem_type), "shape": dims}
 
 
@@ -84,12 +88,18 @@ def summarize(model: ModelLike, shapes: ShapeSpec | None = None) -> ModelSummary
         summary.not_imported = "unsupported ops"
         return summary
     try:
-        graph = import_onnx(proto, shapes)
+        bind_input_types(proto, shapes)
     except ShapeError as e:
-        summary.not_imported = str(e)
-        return summary
+        if not shapes:  # FLOPs need every dim bound; none were given, and nothing is wrong
+            summary.not_imported = str(e)
+            return summary
+    except TilefuseError:
+        pass  # import_onnx raises it again below
+    try:
+        graph = import_onnx(proto, shapes)
     except TilefuseError as e:
         summary.not_imported = f"{type(e).__name__}: {e}"
+        summary.error = e
         return summary
     summary.flops = graph_flops(graph)
     summary.primitives = dict(Counter(n.op.name for n in graph.nodes).most_common())

@@ -87,6 +87,7 @@ def load_plan(path: str | Path) -> Plan:
         target=header["target"],  # type: ignore[arg-type]
         source_sha256=header["source_model_sha256"],  # type: ignore[arg-type]
         source_path=header["source_model_path"],  # type: ignore[arg-type]
+        precision=header["precision"],  # type: ignore[arg-type]
         tilefuse_version=header["tilefuse_version"],  # type: ignore[arg-type]
         buffers=buffers,
         inputs=dec.bindings("inputs", buffers),

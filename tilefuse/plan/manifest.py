@@ -13,7 +13,7 @@ from tilefuse.errors import PlanError
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.types import TensorType
 from tilefuse.plan.hostops import primitive_from_json, primitive_to_json
-from tilefuse.plan.model import FORMAT_VERSION, Binding, Buffer, BufferKind, HostStep, Kernel, KernelStep, Plan, Step
+from tilefuse.plan.model import FORMAT_VERSION, PRECISIONS, Binding, Buffer, BufferKind, HostStep, Kernel, KernelStep, Plan, Step
 
 
 def encode(plan: Plan, kernel_files: dict[str, str]) -> dict[str, object]:
@@ -32,6 +32,7 @@ def encode(plan: Plan, kernel_files: dict[str, str]) -> dict[str, object]:
         "source_model_sha256": plan.source_sha256,
         "source_model_path": plan.source_path,
         "target": plan.target,
+        "precision": plan.precision,
         "inputs": [_binding(plan, b) for b in plan.inputs],
         "outputs": [_binding(plan, b) for b in plan.outputs],
         "arena_bytes": plan.arena_bytes,
@@ -114,8 +115,16 @@ class Decoder:
             "source_model_sha256": self.get(d, "source_model_sha256", str, ""),
             "source_model_path": d.get("source_model_path", "") if isinstance(d.get("source_model_path", ""), str) else "",
             "target": self.get(d, "target", str, ""),
+            "precision": self.precision(d),
             "arena_bytes": self.get(d, "arena_bytes", int, ""),
         }
+
+    def precision(self, d: dict) -> str:
+        """Plans written before the field was added computed in float32."""
+        x = d.get("precision", "fp32")
+        if x not in PRECISIONS:
+            raise self.fail("precision", f"expected one of {PRECISIONS}, got {x!r}")
+        return x
 
     def buffers(self) -> tuple[Buffer, ...]:
         out = []

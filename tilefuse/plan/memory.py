@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from tilefuse.errors import PlanError
-from tilefuse.plan.model import ALIGN, Buffer, BufferKind, Step
+from tilefuse.errors import PlanError, ShapeError
+from tilefuse.plan.model import ALIGN, Buffer, BufferKind, Plan, Step
 
 Lifetime = tuple[int, int]  # first and last step index, both inclusive
 
@@ -102,3 +102,29 @@ def verify_memory(buffers: Sequence[Buffer], steps: Sequence[Step], arena_bytes:
                 break
             if f <= l2 and f2 <= l:
                 raise PlanError(f"buffers {b} and {b2} overlap in the arena while both are live")
+
+
+def check_fits(plan: Plan, limit: int, whose: str) -> None:
+    """ShapeError unless the plan's weights, inputs and arena fit in ``limit`` bytes, the
+    ``whose`` memory it runs in: caught when compiling, not as a MemoryError (or a failed
+    device allocation) at the first run."""
+    arena = plan.arena_bytes
+    inputs = sum(b.nbytes for b in plan.buffers if b.kind is BufferKind.INPUT)
+    weights = sum(b.nbytes for b in plan.buffers if b.kind is BufferKind.CONSTANT)
+    total = arena + inputs + weights
+    if total <= limit:
+        return
+    big = max(plan.buffers, key=lambda b: b.nbytes)
+    raise ShapeError(
+        f"the plan needs {_size(total)} (arena {_size(arena)}, inputs {_size(inputs)}, weights {_size(weights)}; "
+        f"buffer {big.name!r} {big.type} alone takes {_size(big.nbytes)}), more than the {_size(limit)} of {whose}: "
+        "bind smaller shapes"
+    )
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    raise AssertionError("unreachable")

@@ -113,6 +113,9 @@ class MemoryReport:
         return f"arena {self.arena_bytes} B for {self.intermediate_bytes} B of buffers ({saved:.0%} saved by reuse)"
 
 
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")  # a plan's arithmetic, as frontend.precision names them
+
+
 @dataclass(eq=False)
 class Plan:
     """An executable plan. ``buffers[i].id == i``; ``weights`` maps each constant
@@ -129,6 +132,9 @@ class Plan:
     arena_bytes: int
     weights: dict[str, np.ndarray] = field(repr=False)
     source_path: str = ""  # the model compiled, as given (for `tilefuse run --check`)
+    # the arithmetic the plan was compiled for (``compile(precision=...)``); `tilefuse run
+    # --check` takes its tolerance from it, whatever dtype the outputs have
+    precision: str = "fp32"
 
     def input_types(self) -> list[tuple[str, TensorType]]:
         return [(b.name, self.buffers[b.buffer].type) for b in self.inputs]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -71,12 +71,22 @@ class InferenceSession:
         plan, feeds may be GPU tensors (DLPack or ``__cuda_array_interface__``: torch, CuPy,
         JAX); then the outputs are ``DeviceArray``s that stay on the GPU and export both
         (``torch.from_dlpack(out)``)."""
-        names = list(self._outputs) if output_names is None else list(output_names)
+        names = self._output_names(output_names)
+        arrays = self._check(feeds)
+        return self._executor.run(arrays, names)
+
+    def _output_names(self, output_names: object) -> list[str]:
+        """``output_names`` checked: None (every output) or a list of the plan's output names."""
+        if output_names is None:
+            return list(self._outputs)
+        if isinstance(output_names, (str, bytes)) or not isinstance(output_names, Iterable):
+            what = type(output_names).__name__ + (f" {output_names!r}" if len(repr(output_names)) <= 40 else "")
+            raise InputError(f"output_names must be a list of output names or None, got {what}")
+        names = list(output_names)
         unknown = [n for n in names if n not in self._outputs]
         if unknown:
             raise InputError(f"unknown output name(s) {unknown}; the plan's outputs are {self._outputs}")
-        arrays = self._check(feeds)
-        return self._executor.run(arrays, names)
+        return names  # type: ignore[return-value]
 
 
 def _arg(name: str, t: TensorType) -> NodeArg:
