@@ -2,7 +2,9 @@
 
 The pipeline, one way: load the model, name its nodes, decide per node whether tilefuse
 claims it (``segment``), compile each convex region of claimed nodes into a Plan with
-the ordinary compiler, then stitch: every kernel step of a plan becomes one node
+the ordinary compiler (a value an earlier region folded to a constant, such as shape
+arithmetic on the bound shapes, enters later regions as an initializer, so they fold on
+through it as the whole model would), then stitch: every kernel step of a plan becomes one node
 (``EPContext`` for the plugin execution provider, whose ``source`` names the CPU or the
 CUDA provider; ``ai.tilefuse::FusedKernel``, or
 ``FusedKernelCuda`` for CUDA kernels, for the custom-op library) whose inputs and outputs
@@ -23,8 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from tilefuse.compiler import compile_graph
 from tilefuse.errors import (
@@ -52,7 +55,7 @@ from tilefuse.ort.segment import (
     unsupported_nodes,
 )
 from tilefuse.ort.stitch import KERNELS_DIR, Stitcher, assemble
-from tilefuse.plan.model import Plan
+from tilefuse.plan.model import BufferKind, Plan
 from tilefuse.target import Target, get_target
 
 MODES = ("ep", "custom-ops")
@@ -168,19 +171,21 @@ def _compile_regions(work: onnx.ModelProto, kept: dict[str, str], types: dict[st
     ends; plans of regions that did not change are reused."""
     consumers = _consumers(work)
     outputs = {o.name for o in work.graph.output}
-    cache: dict[tuple[str, ...], Plan] = {}
+    cache: dict[tuple[tuple[str, ...], tuple[str, ...]], Plan] = {}
     for _ in range(len(work.graph.node) + 1):
         known = dict(types)  # grows by each region's outputs, as the plans type them
+        folded: dict[str, np.ndarray] = {}  # region outputs the frontend folded to constants
         plans: list[Plan] = []
         moved: dict[str, str] = {}
         for region in regions(work, kept):
-            plan, moved = _compile_region(work, region, consumers, outputs, known, target, cache)
+            plan, moved = _compile_region(work, region, consumers, outputs, known, folded, target, cache)
             if moved:
                 break
             if plan is not None:
                 plans.append(plan)
                 for name, t in plan.output_types():
                     known[name] = (TO_ONNX_DTYPE[t.dtype], tuple(t.shape))
+                folded.update(_constant_outputs(plan))
         if not moved:
             return plans
         kept.update(moved)
@@ -188,17 +193,24 @@ def _compile_regions(work: onnx.ModelProto, kept: dict[str, str], types: dict[st
 
 
 def _compile_region(work: onnx.ModelProto, region: list[onnx.NodeProto], consumers: dict[str, set[str]],
-                    graph_outputs: set[str], known: dict[str, ValueType], target: Target,
-                    cache: dict[tuple[str, ...], Plan]) -> tuple[Plan | None, dict[str, str]]:
-    """The region's plan (None if nothing outside reads it), or the nodes to keep instead."""
-    key = tuple(n.name for n in region)
-    if key in cache:
-        return cache[key], {}
+                    graph_outputs: set[str], known: dict[str, ValueType], folded: Mapping[str, np.ndarray],
+                    target: Target, cache: dict[tuple[tuple[str, ...], tuple[str, ...]], Plan],
+                    ) -> tuple[Plan | None, dict[str, str]]:
+    """The region's plan (None if nothing outside reads it), or the nodes to keep instead.
+
+    A value an earlier region folded to a constant (shape arithmetic on bound shapes:
+    ``Shape -> Gather -> Concat``) comes in as an initializer, not an input, so the
+    frontend folds on through it here as it would in the whole model."""
     members = {n.name for n in region}
     produced = {o for n in region for o in n.output if o}
     inits = {t.name: t for t in work.graph.initializer}
-    reads = [x for x in dict.fromkeys(name for n in region for name in node_reads(n))
+    outer = [x for x in dict.fromkeys(name for n in region for name in node_reads(n))
              if x not in produced and x not in inits]
+    constants = [x for x in outer if x in folded]
+    reads = [x for x in outer if x not in folded]
+    key = (tuple(n.name for n in region), tuple(constants))
+    if key in cache:
+        return cache[key], {}
     outs = [o for n in region for o in n.output if o and (o in graph_outputs or consumers.get(o, set()) - members)]
     if not outs:
         return None, {}
@@ -211,7 +223,8 @@ def _compile_region(work: onnx.ModelProto, region: list[onnx.NodeProto], consume
         list(region), f"{work.graph.name or 'model'}_region",
         [helper.make_tensor_value_info(x, known[x][0], list(known[x][1] or ())) for x in reads],
         [_declared_output(o, known.get(o)) for o in outs],
-        [inits[x] for x in dict.fromkeys(x for n in region for x in node_reads(n)) if x in inits],
+        [inits[x] for x in dict.fromkeys(x for n in region for x in node_reads(n)) if x in inits]
+        + [numpy_helper.from_array(np.asarray(folded[x]), x) for x in constants],
     )
     sub = helper.make_model(g, opset_imports=list(work.opset_import))
     sub.ir_version = work.ir_version
@@ -230,6 +243,12 @@ def _compile_region(work: onnx.ModelProto, region: list[onnx.NodeProto], consume
     plan = compile_graph(graph, target, "", len(region)).plan
     cache[key] = plan
     return plan, {}
+
+
+def _constant_outputs(plan: Plan) -> dict[str, np.ndarray]:
+    """The plan's outputs that are constants (folded at import), by name."""
+    return {b.name: plan.weights[plan.buffers[b.buffer].name] for b in plan.outputs
+            if plan.buffers[b.buffer].kind is BufferKind.CONSTANT}
 
 
 def _declared_output(name: str, t: ValueType | None) -> onnx.ValueInfoProto:
