@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tilefuse.cli.args import add_shape_arg, parse_shapes
+from tilefuse.cli.args import add_shape_arg, parse_consts, parse_shapes
 from tilefuse.compare import compare_output
 from tilefuse.errors import InputError
 from tilefuse.ir.types import TensorType
@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file; repeatable")
     p.add_argument("--random", action="store_true", help="fill inputs not given with random values")
     p.add_argument("--seed", type=int, default=None, help="seed for --random (default: fresh)")
+    p.add_argument("--const", action="append", metavar="NAME=VALUE",
+                   help="an input bound at compile time (optimize --const): a model binds it as there; for "
+                        "--check of a plan, onnxruntime is fed it; repeatable")
     p.add_argument("--check", action="store_true", help="compare with onnxruntime; exit 1 beyond tolerance")
     p.add_argument("--model", metavar="MODEL.onnx", help="the source model for --check (default: the one the plan records)")
     p.add_argument("--save", metavar="DIR", help="write each output to DIR/NAME.npy")
@@ -57,6 +60,7 @@ def _load_inputs(items: list[str] | None) -> dict[str, np.ndarray]:
 
 def run(args: argparse.Namespace) -> int:
     given = _load_inputs(args.input)
+    consts = parse_consts(args.const)
     if Path(args.target).is_dir():
         from tilefuse.runtime import InferenceSession
 
@@ -73,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         shapes = parse_shapes(args.shape)
         for name, a in given.items():
             shapes.setdefault(name, a.shape)
-        graph = import_onnx(args.target, shapes)
+        graph = import_onnx(args.target, shapes, constants=consts)
         inputs = [(v.name, v.type) for v in graph.inputs]
         feeds = random_feeds(inputs, given, args.seed) if args.random else given
         outputs = run_graph(graph, feeds)
@@ -91,7 +95,12 @@ def run(args: argparse.Namespace) -> int:
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    reference_feeds = {**feeds, **_const_feeds(session, consts)}
+    missing = [i.name for i in session.get_inputs() if i.name not in reference_feeds]
+    if missing:
+        raise InputError(f"--check: the source model also takes {missing}, which the plan does not (bound with "
+                         f"--const when it was compiled?): give their values with --const NAME=VALUE")
+    expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, reference_feeds)))
     worst = 0
     for name, y in outputs.items():
         c = compare_output(name, y, expected[name])
@@ -99,3 +108,33 @@ def run(args: argparse.Namespace) -> int:
         print(f"check {name}: max abs error {c.max_abs_error:.3g} (scale {c.scale:.3g}, tolerance {c.tolerance:g} x scale) {verdict}")
         worst = worst or (0 if c.ok else 1)
     return worst
+
+
+def _const_feeds(session: object, consts: dict[str, object]) -> dict[str, np.ndarray]:
+    """The --const values as onnxruntime feeds, in each input's declared element type and,
+    where its shape is static, that shape."""
+    out = {}
+    inputs = {i.name: i for i in session.get_inputs()}  # type: ignore[attr-defined]
+    for name, value in consts.items():
+        if name not in inputs:
+            raise InputError(f"--const names {name!r}, which is no input of the source model; its inputs are {sorted(inputs)}")
+        arg = inputs[name]
+        dtype = _ORT_TYPES.get(arg.type)
+        if dtype is None:
+            raise InputError(f"--const {name}: inputs of type {arg.type} cannot be given on the command line")
+        try:
+            array = np.asarray(value).astype(dtype)
+        except (TypeError, ValueError) as e:
+            raise InputError(f"--const {name}: {value!r} cannot be read as {arg.type}: {e}") from None
+        if array.dtype.kind in "biu" and not np.array_equal(array, np.asarray(value)):
+            raise InputError(f"--const {name}: {value!r} is not exactly representable as {arg.type}")
+        if all(isinstance(d, int) for d in arg.shape) and array.size == int(np.prod(arg.shape)):
+            array = array.reshape(arg.shape)
+        out[name] = array
+    return out
+
+
+_ORT_TYPES = {f"tensor({k})": v for k, v in {
+    "float": np.float32, "double": np.float64, "float16": np.float16, "int8": np.int8, "int16": np.int16,
+    "int32": np.int32, "int64": np.int64, "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32,
+    "uint64": np.uint64, "bool": np.bool_}.items()}

@@ -14,9 +14,12 @@ stay as they were. Written beside the model: the kernels (``kernels/NAME.so`` or
 csrc/tf_kernel.h) and the weights (``model.weights``, ONNX external data).
 
 A node stays with onnxruntime when tilefuse has no converter for it, when it would run
-as a tilefuse host step (an opaque primitive such as TopK), when it reads a value from
-onnxruntime whose shape is not static (data-dependent), or when its region cannot be
-converted; the result lists each one with its reason.
+as a tilefuse host step (an opaque primitive such as TopK, or an If whose condition is
+known only at run time, which onnxruntime runs natively), when it reads a value from
+onnxruntime whose shape is not static (data-dependent) or needs a value at compile time
+that only onnxruntime computes, or when its region cannot be converted; the result lists
+each one with its reason. Inputs bound with ``consts`` become initializers first, so an
+If on them compiles as the branch taken.
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ from tilefuse.errors import (
     UnsupportedOpError,
 )
 from tilefuse.frontend import import_onnx
-from tilefuse.frontend.context import TO_ONNX_DTYPE
+from tilefuse.frontend.context import TO_ONNX_DTYPE, NotConstantError, graph_inputs_behind
 from tilefuse.frontend.importer import ModelLike
 from tilefuse.frontend.loader import (
     check_model,
@@ -45,7 +48,9 @@ from tilefuse.frontend.loader import (
     upgrade_opset,
     without_weights,
 )
-from tilefuse.frontend.shapes import ShapeSpec, bind_input_types
+from tilefuse.frontend.shapes import ConstSpec, ShapeSpec, bind_constants, bind_input_types, constant_shapes
+from tilefuse.ir.control import Branch
+from tilefuse.ir.graph import Node
 from tilefuse.ir.prims.base import Kind
 from tilefuse.ort.segment import (
     KeptNode,
@@ -98,14 +103,22 @@ class ExportResult:
 
 
 def export_ort(model: ModelLike, out_dir: str | Path, target: str | Target = "cpu",
-               shapes: ShapeSpec | None = None, mode: str = "ep") -> ExportResult:
-    """Write ``out_dir/model.onnx`` with tilefuse kernels for onnxruntime (see module doc)."""
+               shapes: ShapeSpec | None = None, mode: str = "ep", consts: ConstSpec | None = None) -> ExportResult:
+    """Write ``out_dir/model.onnx`` with tilefuse kernels for onnxruntime (see module doc).
+
+    ``consts`` binds inputs to values known at compile time: they become initializers of
+    the exported model, which no longer takes them, and what depends only on them (an If
+    on a sample rate) is specialised as ``tilefuse optimize`` specialises it."""
     if mode not in MODES:
         raise TilefuseError(f"--as must be one of {MODES}, got {mode!r}")
     target = get_target(target) if isinstance(target, str) else target
     cuda = target.name.startswith("cuda:")
     work = _load(model)
-    input_types = bind_input_types(work, shapes)
+    consts = dict(consts or {})
+    input_types = bind_input_types(work, constant_shapes(work, shapes, consts))
+    frozen = bind_constants(input_types, consts)
+    _freeze_inputs(work, frozen)
+    input_types = {name: t for name, t in input_types.items() if name not in frozen}
     types = _value_types(work, input_types)
     kept = unsupported_nodes(work)  # node name -> why onnxruntime runs it; grows while compiling
     compiled = _compile_regions(work, kept, types, target)
@@ -139,6 +152,14 @@ def _load(model: ModelLike) -> onnx.ModelProto:
     work.CopyFrom(upgrade_opset(proto))
     name_nodes(work)
     return work
+
+
+def _freeze_inputs(work: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> None:
+    """Turn the inputs bound to values into initializers (in place)."""
+    kept = [vi for vi in work.graph.input if vi.name not in values]
+    del work.graph.input[:]
+    work.graph.input.extend(kept)
+    work.graph.initializer.extend(numpy_helper.from_array(a, name) for name, a in values.items())
 
 
 def _value_types(work: onnx.ModelProto, input_types: Mapping[str, object]) -> dict[str, ValueType]:
@@ -232,17 +253,31 @@ def _compile_region(work: onnx.ModelProto, region: list[onnx.NodeProto], consume
         graph = import_onnx(sub, check_shapes=False)
     except UnsupportedOpError as e:
         return None, {label.split("/", 1)[0]: f"not convertible here: {op}" for op in e.ops for label in op.nodes}
+    except NotConstantError as e:
+        # One node needs a value that is known only at run time here (the region's
+        # input, computed by onnxruntime): that node stays there, the others compile.
+        top = e.node.split("/", 1)[0]
+        if top in members:
+            return None, {top: f"needs a value known at compile time: {str(e).splitlines()[0]}"}
+        return None, {n.name: f"region not convertible: {str(e).splitlines()[0]}" for n in region}
     except (ConversionError, ShapeError) as e:
         # tilefuse cannot take this region as it is (a shape it cannot bind, a converter
         # refusing these attributes): its nodes stay with onnxruntime, with the reason.
         return None, {n.name: f"region not convertible: {str(e).splitlines()[0]}" for n in region}
-    host = {n.origin: f"tilefuse would run it on the host ({type(n.op).__name__}), so onnxruntime does"
-            for n in graph.nodes if n.op.kind is Kind.OPAQUE}
+    host = {n.origin: _host_reason(n) for n in graph.nodes if n.op.kind is Kind.OPAQUE}
     if host:
         return None, host
     plan = compile_graph(graph, target, "", len(region)).plan
     cache[key] = plan
     return plan, {}
+
+
+def _host_reason(node: Node) -> str:
+    if isinstance(node.op, Branch):
+        deps = graph_inputs_behind(node.inputs[0])
+        return (f"an If on a condition known only at run time (from {deps}), so onnxruntime runs it; "
+                f"bind those inputs (--const) to compile the branch taken")
+    return f"tilefuse would run it on the host ({type(node.op).__name__}), so onnxruntime does"
 
 
 def _constant_outputs(plan: Plan) -> dict[str, np.ndarray]:
