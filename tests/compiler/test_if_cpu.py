@@ -82,3 +82,31 @@ def test_half_precision_plan_with_a_branch(tmp_path):
         x = (np.random.default_rng(seed).standard_normal((2, 3, 8, 8)) + offset).astype(np.float32)
         c = compare_output("y", session.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], tolerance=1e-2)
         assert c.ok, f"seed={seed}: {c.problem}"
+
+
+@pytest.mark.slow
+def test_torch_cond_export_runs_both_branches(tmp_path):
+    """A real export: torch.cond (dynamo exporter) becomes an ONNX If on ReduceSum(x) > 0,
+    a Linear + ReLU on one side and a Conv1d * 0.5 on the other."""
+    torch = pytest.importorskip("torch")
+    from models.export import export_dynamo
+
+    class Switch(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+            self.conv = torch.nn.Conv1d(4, 4, 3, padding=1)
+
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda x: torch.relu(self.lin(x)), lambda x: self.conv(x) * 0.5, (x,)) + 1
+
+    torch.manual_seed(0)
+    batch = torch.export.Dim("batch", min=1, max=8)
+    model = export_dynamo(Switch().eval(), (torch.randn(2, 4, 8),), ["x"], ["y"], ({0: batch},))
+    assert [n.op_type for n in model.graph.node].count("If") == 1
+    plan = tilefuse.compile(model, "cpu", {"batch": 3})
+    assert sum(isinstance(s, BranchStep) for s in plan.steps) == 1
+    seed = random.randrange(2**31)
+    rng = np.random.default_rng(seed)
+    feeds = [{"x": (rng.standard_normal((3, 4, 8)) + offset).astype(np.float32)} for offset in (1.0, -1.0)]
+    _run_both(plan.save(tmp_path / "cond.tfplan"), model, feeds, seed)
