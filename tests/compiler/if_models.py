@@ -48,7 +48,8 @@ def sum_switch_model(keepdims: int = 0) -> onnx.ModelProto:
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 8, 8])], inits)
 
 
-def sample_rate_model(else_shape: tuple[int, ...] = (1, 16, 32), rate_shape: tuple[int, ...] = ()) -> onnx.ModelProto:
+def sample_rate_model(else_shape: tuple[int, ...] = (1, 16, 32),
+                      rate_shape: tuple[int, ...] = ()) -> onnx.ModelProto:
     """features = If(sample_rate == 16000, Relu(audio @ W), Tanh(audio * gain)) on audio
     [1, 16, 32] and a scalar int64 sample_rate, then features * 2.
 
@@ -78,8 +79,9 @@ def sample_rate_model(else_shape: tuple[int, ...] = (1, 16, 32), rate_shape: tup
                          then_branch=then_branch, else_branch=else_branch),
         helper.make_node("Mul", ["features", "two"], ["y"], name="double"),
     ]
-    return _model(nodes, "sample_rate", [helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1, 16, 32]),
-                                         helper.make_tensor_value_info("sample_rate", TensorProto.INT64, list(rate_shape))],
+    inputs = [helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1, 16, 32]),
+              helper.make_tensor_value_info("sample_rate", TensorProto.INT64, list(rate_shape))]
+    return _model(nodes, "sample_rate", inputs,
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["d0", "d1", "d2"])], inits)
 
 
@@ -133,7 +135,8 @@ def shape_switch_model() -> onnx.ModelProto:
         helper.make_node("Gather", ["shape", "first"], ["batch"], name="batch"),
         helper.make_node("Equal", ["batch", "two"], ["is_two1"], name="is_two"),
         helper.make_node("Squeeze", ["is_two1"], ["is_two"], name="squeeze"),
-        helper.make_node("If", ["is_two"], ["y"], name="batch_switch", then_branch=then_branch, else_branch=else_branch),
+        helper.make_node("If", ["is_two"], ["y"], name="batch_switch",
+                         then_branch=then_branch, else_branch=else_branch),
     ]
     return _model(nodes, "shape_switch", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
                   [out("y")], inits)

@@ -117,7 +117,8 @@ def _const_feeds(session: object, consts: dict[str, object]) -> dict[str, np.nda
     inputs = {i.name: i for i in session.get_inputs()}  # type: ignore[attr-defined]
     for name, value in consts.items():
         if name not in inputs:
-            raise InputError(f"--const names {name!r}, which is no input of the source model; its inputs are {sorted(inputs)}")
+            raise InputError(f"--const names {name!r}, which is no input of the source model; "
+                             f"its inputs are {sorted(inputs)}")
         arg = inputs[name]
         dtype = _ORT_TYPES.get(arg.type)
         if dtype is None:

@@ -80,7 +80,7 @@ def _symbol_size(symbol: str, given: Sequence[int] | int) -> int:
     return int(given[0])
 
 
-def constant_shapes(model: onnx.ModelProto, shapes: ShapeSpec | None, constants: ConstSpec) -> dict:
+def constant_shapes(model: onnx.ModelProto, shapes: ShapeSpec | None, constants: ConstSpec) -> dict[str, object]:
     """``shapes`` and, for each input bound to a value whose declared shape is not static
     (and that ``shapes`` does not bind), the value's shape."""
     out = dict(shapes or {})
