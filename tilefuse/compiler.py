@@ -11,11 +11,13 @@ from tilefuse.frontend import import_onnx
 from tilefuse.frontend.importer import ModelLike
 from tilefuse.frontend.loader import load_model
 from tilefuse.frontend.precision import precision_target, with_precision
-from tilefuse.frontend.shapes import ShapeSpec
+from tilefuse.frontend.shapes import ConstSpec, ShapeSpec
+from tilefuse.ir.control import Branch
 from tilefuse.ir.graph import Graph
 from tilefuse.partition import Partition, partition_graph
 from tilefuse.partition.kinds import FusionKind
 from tilefuse.plan import Plan, link
+from tilefuse.plan.link import GraphCode
 from tilefuse.plan.memory import check_fits
 from tilefuse.target import Target, get_target, memory_limit
 from tilefuse.tile_ir import Lowered, lower_group
@@ -34,21 +36,25 @@ class Compiled:
 
 
 def compile(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None,
-            precision: str = "fp32", *, external_data_dir: str | os.PathLike[str] | None = None) -> Plan:
+            precision: str = "fp32", consts: ConstSpec | None = None, *,
+            external_data_dir: str | os.PathLike[str] | None = None) -> Plan:
     """Compile ``model`` for ``target`` into an in-memory Plan (``plan.save(path)``);
     ``precision`` "fp16"/"bf16" runs a float32 model's arithmetic in that type; "tf32" lets
-    float32 products round their operands to TF32 on GPU tensor cores. External weights are
+    float32 products round their operands to TF32 on GPU tensor cores. ``consts`` binds
+    inputs to values known at compile time ({"sample_rate": 16000}): the plan does not
+    take them, and an If on them is specialised to the branch taken. External weights are
     read from ``external_data_dir``, by default the model file's folder; a model given as
     bytes or a ModelProto that has external weights needs it."""
-    return compile_model(model, target, shapes, precision, external_data_dir=external_data_dir).plan
+    return compile_model(model, target, shapes, precision, consts, external_data_dir=external_data_dir).plan
 
 
 def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None,
-                  precision: str = "fp32", *, external_data_dir: str | os.PathLike[str] | None = None) -> Compiled:
+                  precision: str = "fp32", consts: ConstSpec | None = None, *,
+                  external_data_dir: str | os.PathLike[str] | None = None) -> Compiled:
     target = precision_target(get_target(target) if isinstance(target, str) else target, precision)
     proto = load_model(model, external_data_dir)
     source_sha = _sha256(model, proto)
-    graph = with_precision(import_onnx(proto, shapes), precision)  # ONNX -> ir.Graph (verified)
+    graph = with_precision(import_onnx(proto, shapes, constants=consts), precision)  # ONNX -> ir.Graph (verified)
     compiled = compile_graph(graph, target, source_sha, len(proto.graph.node))
     compiled.plan.precision = precision
     if isinstance(model, (str, os.PathLike)):
@@ -58,15 +64,25 @@ def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeS
 
 def compile_graph(graph: Graph, target: Target, source_sha: str = "", onnx_nodes: int = 0) -> Compiled:
     """Partition, lower, generate code and link an imported graph."""
+    code, lowered = generate(graph, target)
+    plan = link(graph, code.partition, code.kernels, target.name, source_sha, bindings=code.bindings,
+                branches=code.branches)
+    check_fits(plan, *memory_limit(target))
+    return Compiled(graph, code.partition, lowered, plan, onnx_nodes)
+
+
+def generate(graph: Graph, target: Target) -> tuple[GraphCode, dict[int, Lowered]]:
+    """A graph's partition and kernels, and those of each run-time branch's two graphs
+    (compiled on their own, as whole graphs); the TileProgram of each kernel group."""
     partition = partition_graph(graph, target)  # -> fusion groups (verified)
     kernel_groups = [g for g in partition.groups if g.kind is not FusionKind.OPAQUE]
     lowered = {g.id: lower_group(g, target) for g in kernel_groups}  # one TileProgram each (verified)
     artifacts = _build(target, [lowered[g.id] for g in kernel_groups])
     kernels = {g.id: a for g, a in zip(kernel_groups, artifacts)}
     bindings = {gid: low.bindings for gid, low in lowered.items()}
-    plan = link(graph, partition, kernels, target.name, source_sha, bindings=bindings)
-    check_fits(plan, *memory_limit(target))
-    return Compiled(graph, partition, lowered, plan, onnx_nodes)
+    branches = {id(n): (generate(n.op.then_graph, target)[0], generate(n.op.else_graph, target)[0])
+                for g in partition.groups if g.kind is FusionKind.OPAQUE for n in g.nodes if isinstance(n.op, Branch)}
+    return GraphCode(partition, kernels, bindings, branches), lowered
 
 
 def _sha256(model: ModelLike, proto: object) -> str:

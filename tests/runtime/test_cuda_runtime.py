@@ -168,3 +168,56 @@ def test_programmatic_kernels_launch_with_stream_serialisation(monkeypatch):
     monkeypatch.setattr(cuda_runtime, "PROGRAMMATIC", False)
     executor().launch_steps()
     assert [c[0] for c in calls] == ["plain", "plain"]
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_branches_launch_the_branch_taken_and_copy_its_results(cond):
+    """A plan with a branch runs step by step: the condition is copied to the host once
+    the kernels before it are done, only the branch taken is launched, and the select
+    copies that branch's result device to device. Checked against a recording driver."""
+    import ctypes
+    from types import SimpleNamespace
+
+    from tilefuse.ir import DType, TensorType
+    from tilefuse.plan import BranchStep, KernelStep, SelectStep
+    from tilefuse.runtime.cuda import CudaExecutor, _Launch
+
+    calls = []
+    flag = np.array([cond])
+
+    class Driver:
+        CUresult = SimpleNamespace(CUDA_SUCCESS=0)
+
+        def cuLaunchKernel(self, fn, *args):
+            calls.append(("launch", fn))
+            return (0,)
+
+        def cuStreamSynchronize(self, stream):
+            calls.append(("wait",))
+            return (0,)
+
+        def cuMemcpyDtoHAsync(self, dst, src, nbytes, stream):
+            assert src == 0x100 and nbytes == 1
+            calls.append(("read condition",))
+            ctypes.memmove(dst, flag.ctypes.data, nbytes)
+            return (0,)
+
+        def cuMemcpyDtoDAsync(self, dst, src, nbytes, stream):
+            calls.append(("copy", hex(src), hex(dst), nbytes))
+            return (0,)
+
+    f32 = TensorType(DType.FLOAT32, (2, 3))
+    buffers = [SimpleNamespace(name="c", type=TensorType(DType.BOOL, ()), nbytes=1)] + [
+        SimpleNamespace(name=n, type=f32, nbytes=24) for n in ("t", "e", "y")]
+    steps = [KernelStep("k0", (), (0,), 0), BranchStep(0, 1, 1, 1, "if"), KernelStep("k1", (), (1,), 0),
+             KernelStep("k2", (), (2,), 0), SelectStep(0, (1,), (2,), (3,), 1, "if"), KernelStep("k3", (3,), (), 2)]
+    ex = object.__new__(CudaExecutor)
+    ex.cu, ex.stream = Driver(), 7
+    ex.ptr = {0: 0x100, 1: 0x200, 2: 0x300, 3: 0x400}
+    ex.plan = SimpleNamespace(steps=steps, buffers=buffers)
+    ex._launches = [_Launch(f"fn_{s.kernel}", (1, 1, 1), (32, 1, 1), 0, ((), ()), [], None)
+                    if isinstance(s, KernelStep) else None for s in steps]
+    ex.launch_steps()
+    taken, source = ("fn_k1", "0x200") if cond else ("fn_k2", "0x300")
+    assert calls == [("launch", "fn_k0"), ("read condition",), ("wait",), ("launch", taken),
+                     ("read condition",), ("wait",), ("copy", source, "0x400", 24), ("launch", "fn_k3")]

@@ -28,3 +28,38 @@ def add_shape_arg(p: argparse.ArgumentParser) -> None:
         metavar="NAME=D0,D1,...",
         help="bind an input's shape (input_ids=1,128) or a dynamic dim by its symbol (batch=1); repeatable",
     )
+
+
+def parse_consts(items: list[str] | None) -> dict[str, object]:
+    """``--const sample_rate=16000`` (a number, true/false) or ``--const ids=1,2,3`` (a
+    list, reshaped to the input's shape when bound)."""
+    consts: dict[str, object] = {}
+    for item in items or []:
+        name, sep, text = item.partition("=")
+        if not sep or not name or not text.strip():
+            raise argparse.ArgumentTypeError(f"--const expects NAME=VALUE or NAME=V0,V1,... , got {item!r}")
+        try:
+            values = [_number(v.strip()) for v in text.split(",")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--const {item!r}: values must be numbers or true/false") from None
+        consts[name] = values[0] if len(values) == 1 else values
+    return consts
+
+
+def _number(text: str) -> int | float | bool:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def add_const_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--const",
+        action="append",
+        metavar="NAME=VALUE",
+        help="bind an input to a value known at compile time (sample_rate=16000; a list as V0,V1,...): "
+             "the compiled model no longer takes it, and an If on it keeps only the branch taken; repeatable",
+    )

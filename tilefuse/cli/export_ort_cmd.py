@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from tilefuse.cli.args import add_shape_arg, parse_shapes
+from tilefuse.cli.args import add_const_arg, add_shape_arg, parse_consts, parse_shapes
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -12,6 +12,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for model.onnx, its kernels and weights")
     p.add_argument("--target", default="cpu", help="cpu (default) or cuda:sm_90a")
     add_shape_arg(p)
+    add_const_arg(p)
     p.add_argument("--as", dest="mode", choices=("ep", "custom-ops"), default="ep",
                    help="ep: EPContext nodes for the tilefuse execution provider, TilefuseExecutionProvider or, "
                         "for cuda, TilefuseCudaExecutionProvider (onnxruntime >= 1.23, default); "
@@ -22,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from tilefuse.ort import export_ort
 
-    result = export_ort(args.model, args.output, args.target, parse_shapes(args.shape), args.mode)
+    result = export_ort(args.model, args.output, args.target, parse_shapes(args.shape), args.mode,
+                        consts=parse_consts(args.const))
     print(result.summary())
     return 0

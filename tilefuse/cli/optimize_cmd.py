@@ -5,7 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
-from tilefuse.cli.args import add_shape_arg, parse_shapes
+from tilefuse.cli.args import add_const_arg, add_shape_arg, parse_consts, parse_shapes
 from tqdm import tqdm
 
 from tilefuse.frontend import import_onnx
@@ -20,6 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("optimize", help="partition a model into fused kernels (and, later, compile a plan)")
     p.add_argument("model", help="an .onnx file")
     add_shape_arg(p)
+    add_const_arg(p)
     p.add_argument("--target", default="cpu", help="cpu (default) or cuda:sm_90a")
     p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "tf32"],
                    help="arithmetic of float32 models: fp16/bf16 convert weights and activations "
@@ -36,17 +37,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     target = get_target(args.target)
     shapes = parse_shapes(args.shape)
+    consts = parse_consts(args.const)
     if args.dry_run:
         proto = load_model(args.model)
         onnx_nodes = len(proto.graph.node)
-        graph = with_precision(import_onnx(proto, shapes), args.precision)
+        graph = with_precision(import_onnx(proto, shapes, constants=consts), args.precision)
         partition = partition_graph(graph, target)
         compiled = None
     else:
         from tilefuse.compiler import compile_model
 
         with tqdm(total=1, desc=f"compiling for {target.name}", unit="model", leave=False, disable=None) as bar:
-            compiled = compile_model(args.model, target, shapes, precision=args.precision)
+            compiled = compile_model(args.model, target, shapes, precision=args.precision, consts=consts)
             bar.update(1)
         partition, onnx_nodes = compiled.partition, compiled.onnx_nodes
     summary = summarize_partition(partition, onnx_nodes)

@@ -8,7 +8,7 @@ from typing import Mapping
 
 import numpy as np
 
-from tilefuse.cli.args import add_shape_arg, parse_shapes
+from tilefuse.cli.args import add_shape_arg, parse_consts, parse_shapes
 from tilefuse.compare import compare_output
 from tilefuse.errors import InputError, ModelLoadError
 from tilefuse.frontend.input_ranges import DEFAULT_INT_RANGE, MASK_RANGE, META_RANGES, integer_ranges
@@ -52,6 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input from a .npy file; repeatable")
     p.add_argument("--random", action="store_true", help=RANDOM_HELP)
     p.add_argument("--seed", type=int, default=None, help="seed for --random (default: fresh)")
+    p.add_argument("--const", action="append", metavar="NAME=VALUE",
+                   help="an input bound at compile time (optimize --const): a model binds it as there; for "
+                        "--check of a plan, onnxruntime is fed it; repeatable")
     p.add_argument("--check", action="store_true", help=CHECK_HELP)
     p.add_argument("--rtol", type=_non_negative, help="with --check: hold every element to |out - ref| <= atol + rtol x |ref| instead")
     p.add_argument("--atol", type=_non_negative, help="with --check: the absolute part of that bound (default 0 when --rtol is given)")
@@ -113,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     if (args.rtol is not None or args.atol is not None) and not args.check:
         raise InputError("--rtol and --atol set the tolerance of --check; pass --check too")
     given = _load_inputs(args.input)
+    consts = parse_consts(args.const)
     if Path(args.target).is_dir():
         from tilefuse.runtime import InferenceSession
 
@@ -132,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         for name, a in given.items():
             shapes.setdefault(name, a.shape)
         proto = load_model(args.target)
-        graph = import_onnx(proto, shapes)
+        graph = import_onnx(proto, shapes, constants=consts)
         inputs = [(v.name, v.type) for v in graph.inputs]
         ranges = integer_ranges(proto, dict(inputs)) if args.random else {}
         feeds = random_feeds(inputs, given, args.seed, ranges) if args.random else given
@@ -148,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not model or not Path(model).is_file():
         raise InputError(f"--check needs the source model; {model or 'the plan records none'} is not a file: pass --model")
-    expected = onnxruntime_outputs(str(model), feeds)
+    expected = onnxruntime_outputs(str(model), feeds, consts)
     worst = 0
     for name, y in outputs.items():
         if name not in expected:
@@ -159,9 +163,9 @@ def run(args: argparse.Namespace) -> int:
     return worst
 
 
-def onnxruntime_outputs(model: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """onnxruntime's outputs for ``feeds`` on its CPU provider; its refusal (of the model or
-    of the inputs) as a one-line error."""
+def onnxruntime_outputs(model: str, feeds: Mapping[str, np.ndarray], consts: dict[str, object]) -> dict[str, np.ndarray]:
+    """onnxruntime's outputs for ``feeds`` (and the --const values a plan was compiled with)
+    on its CPU provider; its refusal (of the model or of the inputs) as a one-line error."""
     import onnxruntime as ort
 
     # onnxruntime raises its own exception classes (Fail, InvalidArgument, NotImplemented,
@@ -170,8 +174,13 @@ def onnxruntime_outputs(model: str, feeds: Mapping[str, np.ndarray]) -> dict[str
         session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     except Exception as e:
         raise ModelLoadError(f"--check: onnxruntime cannot load {model}: {_one_line(e)}") from None
+    reference_feeds = {**feeds, **_const_feeds(session, consts)}
+    missing = [i.name for i in session.get_inputs() if i.name not in reference_feeds]
+    if missing:
+        raise InputError(f"--check: the source model also takes {missing}, which the plan does not (bound with "
+                         f"--const when it was compiled?): give their values with --const NAME=VALUE")
     try:
-        values = session.run(None, dict(feeds))
+        values = session.run(None, reference_feeds)
     except Exception as e:
         raise InputError(f"--check: onnxruntime refuses the inputs: {_one_line(e)}") from None
     return dict(zip([o.name for o in session.get_outputs()], values))
@@ -180,3 +189,34 @@ def onnxruntime_outputs(model: str, feeds: Mapping[str, np.ndarray]) -> dict[str
 def _one_line(e: Exception) -> str:
     text = " ".join(str(e).split()) or type(e).__name__
     return text if len(text) <= 500 else text[:497] + "..."
+
+
+def _const_feeds(session: object, consts: dict[str, object]) -> dict[str, np.ndarray]:
+    """The --const values as onnxruntime feeds, in each input's declared element type and,
+    where its shape is static, that shape."""
+    out = {}
+    inputs = {i.name: i for i in session.get_inputs()}  # type: ignore[attr-defined]
+    for name, value in consts.items():
+        if name not in inputs:
+            raise InputError(f"--const names {name!r}, which is no input of the source model; "
+                             f"its inputs are {sorted(inputs)}")
+        arg = inputs[name]
+        dtype = _ORT_TYPES.get(arg.type)
+        if dtype is None:
+            raise InputError(f"--const {name}: inputs of type {arg.type} cannot be given on the command line")
+        try:
+            array = np.asarray(value).astype(dtype)
+        except (TypeError, ValueError) as e:
+            raise InputError(f"--const {name}: {value!r} cannot be read as {arg.type}: {e}") from None
+        if array.dtype.kind in "biu" and not np.array_equal(array, np.asarray(value)):
+            raise InputError(f"--const {name}: {value!r} is not exactly representable as {arg.type}")
+        if all(isinstance(d, int) for d in arg.shape) and array.size == int(np.prod(arg.shape)):
+            array = array.reshape(arg.shape)
+        out[name] = array
+    return out
+
+
+_ORT_TYPES = {f"tensor({k})": v for k, v in {
+    "float": np.float32, "double": np.float64, "float16": np.float16, "int8": np.int8, "int16": np.int16,
+    "int32": np.int32, "int64": np.int64, "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32,
+    "uint64": np.uint64, "bool": np.bool_}.items()}

@@ -2,16 +2,19 @@
 with the spec's defaults, and the builder to emit primitives into."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from tilefuse.errors import ConversionError, UnsupportedOp, UnsupportedOpError
 from tilefuse.ir.builder import Builder
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Value
+
+if TYPE_CHECKING:
+    from tilefuse.frontend.scope import Scope
 
 # ONNX TensorProto element types tilefuse supports.
 ONNX_DTYPES: dict[int, DType] = {
@@ -40,25 +43,39 @@ def onnx_dtype(elem_type: int, what: str) -> DType:
         raise ConversionError(f"{what}: element type {name} is not supported") from None
 
 
+def tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
+    """An initializer's data as a numpy array of its tilefuse dtype."""
+    onnx_dtype(t.data_type, f"initializer {t.name!r}")
+    array = numpy_helper.to_array(t)
+    if t.data_type == onnx.TensorProto.BFLOAT16 and array.dtype != DType.BFLOAT16.numpy:
+        array = array.view(DType.BFLOAT16.numpy) if array.dtype.itemsize == 2 else array.astype(DType.BFLOAT16.numpy)
+    return array
+
+
 class NotConstantError(ConversionError):
     """A node needs a compile-time constant where the model computes a value at run time.
 
     ``graph_inputs`` names the graph inputs that value depends on, so a caller can bind
-    them (``import_onnx(..., constants=...)``).
+    them (``import_onnx(..., constants=...)``); ``node`` is the label of the node that
+    needs it (export-ort leaves just that node to onnxruntime).
     """
 
-    def __init__(self, message: str, graph_inputs: list[str]) -> None:
+    def __init__(self, message: str, graph_inputs: list[str], node: str = "") -> None:
         super().__init__(message)
         self.graph_inputs = graph_inputs
+        self.node = node
 
 
 class NodeContext:
-    def __init__(self, b: Builder, node: onnx.NodeProto, inputs: list[Value | None], opset: int, label: str) -> None:
+    def __init__(self, b: Builder, node: onnx.NodeProto, inputs: list[Value | None], opset: int, label: str,
+                 *, scope: "Scope | None" = None, opsets: Mapping[str, int] | None = None) -> None:
         self.b = b
         self.node = node
         self.inputs = inputs
         self.opset = opset
         self.label = label  # the node's name, or op_type#index when it has none
+        self.scope = scope  # the values in scope, for converters of ops with subgraphs (If)
+        self.opsets = dict(opsets or {})  # the model's opset per domain, for converting subgraphs
         self._attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         try:
             self._schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
@@ -83,12 +100,13 @@ class NodeContext:
         """Input ``i`` as a compile-time constant array."""
         v = self.input(i)
         if v.data is None:
-            deps = _graph_inputs_behind(v)
+            deps = graph_inputs_behind(v)
             name = self.node.input[i]
             raise NotConstantError(
                 f"{self.op_type} node {self.label!r}: input {i} ({name!r}) must be known at compile "
                 f"time, but it depends on graph input(s) {deps}; bind them with constants=...",
                 deps,
+                self.label,
             )
         return v.data
 
@@ -119,7 +137,8 @@ class NodeContext:
         return ConversionError(f"{self.op_type} node {self.label!r}: {message}")
 
 
-def _graph_inputs_behind(v: Value) -> list[str]:
+def graph_inputs_behind(v: Value) -> list[str]:
+    """The graph inputs (not constants) that ``v`` is computed from, sorted."""
     seen: set[int] = set()
     found: list[str] = []
     stack = [v]

@@ -7,17 +7,16 @@ from typing import Mapping
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
-from tilefuse.errors import ConversionError, ModelLoadError, ShapeError, TilefuseError
-from tilefuse.frontend import registry
-from tilefuse.frontend.context import NodeContext, onnx_dtype
+from tilefuse.errors import ConversionError, ModelLoadError, ShapeError
+from tilefuse.frontend.context import onnx_dtype, tensor_to_array
 from tilefuse.frontend.coverage import check_supported, opsets_of
 from tilefuse.frontend.loader import check_model, load_model, onnx_opset, upgrade_opset, without_weights
-from tilefuse.frontend.shapes import ShapeSpec, bind_input_types, fixed_size, runtime_inputs
+from tilefuse.frontend.scope import Scope, convert_nodes
+from tilefuse.frontend.shapes import (ConstSpec, ShapeSpec, bind_constants, bind_input_types, constant_shapes,
+                                     fixed_size, runtime_inputs)
 from tilefuse.ir.builder import Builder
-from tilefuse.ir.dtypes import DType
-from tilefuse.ir.graph import Graph, Value
+from tilefuse.ir.graph import Graph
 from tilefuse.ir.verify import verify_graph
 
 class ShapeMismatchWarning(UserWarning):
@@ -31,26 +30,28 @@ def import_onnx(
     model: ModelLike,
     shapes: ShapeSpec | None = None,
     *,
-    constants: Mapping[str, np.ndarray] | None = None,
+    constants: ConstSpec | None = None,
     check_shapes: bool = True,
     external_data_dir: str | os.PathLike[str] | None = None,
 ) -> Graph:
     """Load an ONNX model as a verified tilefuse Graph with static shapes.
 
     ``shapes`` binds dynamic dims (by input name or by dim symbol). ``constants``
-    freezes graph inputs to values known at compile time. ``external_data_dir`` is the
-    folder external weights are read from (default: the model file's; a model given as
-    bytes or a ModelProto with external data needs it). Raises ModelLoadError,
-    UnsupportedOpError (listing every unsupported op), ShapeError, InputError or
-    ConversionError.
+    freezes graph inputs to values known at compile time (see ``bind_constants``): they
+    are no inputs of the graph, and what depends only on them folds away (an If on them
+    keeps the branch taken). ``external_data_dir`` is the folder external weights are read
+    from (default: the model file's; a model given as bytes or a ModelProto with external
+    data needs it). Raises ModelLoadError, UnsupportedOpError (listing every unsupported
+    op), ShapeError, InputError or ConversionError.
     """
     proto = load_model(model, external_data_dir)
     check_model(proto)
     check_supported(proto, any_opset=True)  # first: the version converter trips on unknown ops
     proto = upgrade_opset(proto)
     check_supported(proto)
-    input_types = bind_input_types(proto, shapes)
-    graph = convert_graph(proto, input_types, dict(constants or {}))
+    constants = dict(constants or {})
+    input_types = bind_input_types(proto, constant_shapes(proto, shapes, constants))
+    graph = convert_graph(proto, input_types, bind_constants(input_types, constants))
     graph.remove_dead_nodes()
     verify_graph(graph)
     if check_shapes:
@@ -63,69 +64,32 @@ def convert_graph(
 ) -> Graph:
     b = Builder(proto.graph.name or "model")
     b.graph.opset = onnx_opset(proto)
-    env: dict[str, Value] = {}
+    scope = Scope(b)
     for init in proto.graph.initializer:
         try:
-            array = _tensor_to_array(init)
+            array = tensor_to_array(init)
         except (ValueError, TypeError) as e:
             raise ModelLoadError(f"initializer {init.name!r} is corrupt: {e}") from None
-        env[init.name] = b.const(array, name=init.name)
+        scope[init.name] = b.const(array, name=init.name)
     for vi in runtime_inputs(proto):
         t = input_types[vi.name]
         if vi.name in constants:
             array = np.asarray(constants[vi.name])
             if array.dtype != t.dtype.numpy:  # type: ignore[attr-defined]
                 raise ShapeError(f"constant for input {vi.name!r} has dtype {array.dtype}, expected {t.dtype}")  # type: ignore[attr-defined]
-            env[vi.name] = b.const(array, name=vi.name)
+            scope[vi.name] = b.const(array, name=vi.name)
         else:
-            env[vi.name] = b.input(vi.name, t)  # type: ignore[arg-type]
-    opsets = opsets_of(proto)
-    for i, node in enumerate(proto.graph.node):
-        label = node.name or f"{node.op_type}#{i}"
-        domain = "" if node.domain == "ai.onnx" else node.domain
-        entry = registry.lookup(domain, node.op_type, opsets.get(domain, 0))
-        assert entry is not None, "coverage was checked before conversion"
-        inputs = [env[name] if name else None for name in node.input]
-        b.origin = label
-        ctx = NodeContext(b, node, inputs, opsets.get(domain, 0), label)
-        try:
-            result = entry.fn(ctx)
-        except TilefuseError:
-            raise
-        except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError) as e:
-            raise ConversionError(f"{node.op_type} node {label!r}: {e}") from e
-        outputs = [result] if isinstance(result, Value) else list(result)
-        if len(outputs) < len([o for o in node.output if o]):
-            raise ConversionError(f"{node.op_type} node {label!r}: produced {len(outputs)} outputs, needs {len(node.output)}")
-        for name, v in zip(node.output, outputs):
-            if name and v is not None:
-                _adopt_name(b, v, name, label)
-                env[name] = v
+            scope[vi.name] = b.input(vi.name, t)  # type: ignore[arg-type]
+    convert_nodes(b, scope, proto.graph.node, opsets_of(proto))
     for out in proto.graph.output:
-        if out.name not in env:
+        if out.name not in scope:
             raise ConversionError(f"graph output {out.name!r} is never computed")
-        v = env[out.name]
+        v = scope[out.name]
         declared = out.type.tensor_type.elem_type
         if declared and onnx_dtype(declared, f"output {out.name!r}") is not v.type.dtype:
             raise ConversionError(f"output {out.name!r}: declared {onnx_dtype(declared, out.name)}, computed {v.type.dtype}")
         b.output(out.name, v)
     return b.graph
-
-
-def _adopt_name(b: Builder, v: Value, name: str, label: str) -> None:
-    """Give a value made by this node its ONNX name, for readable graphs and errors."""
-    if v.producer is not None and v.producer.origin == label and "/" in v.name:
-        v.name = b.unique(name)
-    elif v.is_constant and v.name.startswith(("const", "/")):
-        v.name = b.unique(name)
-
-
-def _tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
-    onnx_dtype(t.data_type, f"initializer {t.name!r}")
-    array = numpy_helper.to_array(t)
-    if t.data_type == onnx.TensorProto.BFLOAT16 and array.dtype != DType.BFLOAT16.numpy:
-        array = array.view(DType.BFLOAT16.numpy) if array.dtype.itemsize == 2 else array.astype(DType.BFLOAT16.numpy)
-    return array
 
 
 def _cross_check_outputs(proto: onnx.ModelProto, graph: Graph, input_types: Mapping[str, object]) -> None:

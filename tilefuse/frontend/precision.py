@@ -20,6 +20,7 @@ import numpy as np
 
 from tilefuse.errors import TilefuseError
 from tilefuse.ir.builder import Builder
+from tilefuse.ir.control import Branch
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Graph, Value
 from tilefuse.ir.prims import Map, ScalarFn
@@ -54,7 +55,14 @@ def with_precision(graph: Graph, precision: str) -> Graph:
         if isinstance(op, Map) and op.fn is ScalarFn.CAST and op.to is DType.FLOAT32:
             op = Map(ScalarFn.CAST, half)
         b.origin = node.origin
-        outs = b.emit(op, [lowered(v) for v in node.inputs], hint=node.name)
+        if isinstance(op, Branch):
+            # Each branch runs in half itself and keeps its inputs' and outputs' dtypes
+            # (as a whole graph does), so the branch reads its values as they were typed.
+            op = Branch(with_precision(op.then_graph, precision), with_precision(op.else_graph, precision))
+            inputs = [b.cast(lowered(v), v.type.dtype) for v in node.inputs]
+        else:
+            inputs = [lowered(v) for v in node.inputs]
+        outs = b.emit(op, inputs, hint=node.name)
         for old, out in zip(node.outputs, outs):
             new[id(old)] = out
     for name, v in graph.outputs.items():

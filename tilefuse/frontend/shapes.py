@@ -1,4 +1,5 @@
-"""Binding the dynamic dims of a model's inputs to concrete sizes."""
+"""Binding the dynamic dims of a model's inputs to concrete sizes, and inputs to values
+known at compile time."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -11,6 +12,7 @@ from tilefuse.frontend.context import onnx_dtype
 from tilefuse.ir.types import TensorType
 
 ShapeSpec = Mapping[str, Sequence[int] | int]
+ConstSpec = Mapping[str, object]  # input name -> its value: a number, a nested sequence, an array
 
 
 def runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -96,3 +98,39 @@ def _symbol_size(symbol: str, given: Sequence[int] | int) -> int:
     if len(dims) != 1:
         raise ShapeError(f"dim symbol {symbol!r} takes one size, got {list(dims)}")
     return dims[0]
+
+
+def constant_shapes(model: onnx.ModelProto, shapes: ShapeSpec | None, constants: ConstSpec) -> dict[str, object]:
+    """``shapes`` and, for each input bound to a value whose declared shape is not static
+    (and that ``shapes`` does not bind), the value's shape."""
+    out = dict(shapes or {})
+    for vi in runtime_inputs(model):
+        if vi.name in constants and vi.name not in out:
+            tt = vi.type.tensor_type
+            if not tt.HasField("shape") or not all(fixed_size(d) is not None for d in tt.shape.dim):
+                out[vi.name] = tuple(np.shape(constants[vi.name]))
+    return out
+
+
+def bind_constants(input_types: Mapping[str, TensorType], constants: ConstSpec) -> dict[str, np.ndarray]:
+    """Each bound input's value as an array of exactly the input's dtype and shape (a value
+    with as many elements as the input is reshaped to it: ``--const rate=16000`` binds a
+    [1] input too). InputError for a name that is no input, a value of another size, or
+    one its integer or bool dtype cannot hold exactly."""
+    unknown = sorted(k for k in constants if k not in input_types)
+    if unknown:
+        raise InputError(f"--const names {unknown}, which are not inputs; the inputs are {sorted(input_types)}")
+    out: dict[str, np.ndarray] = {}
+    for name, value in constants.items():
+        t = input_types[name]
+        try:
+            given = np.asarray(value)
+            array = given.astype(t.dtype.numpy)
+        except (TypeError, ValueError) as e:
+            raise InputError(f"--const {name}: {value!r} cannot be read as {t.dtype}: {e}") from None
+        if array.size != t.size:
+            raise InputError(f"--const {name}: {array.size} value(s) given, the input {t} takes {t.size}")
+        if t.dtype.numpy.kind in "biu" and not np.array_equal(array, given):
+            raise InputError(f"--const {name}: {value!r} is not exactly representable as {t.dtype}")
+        out[name] = np.ascontiguousarray(array.reshape(t.shape))
+    return out

@@ -1,6 +1,7 @@
 """The one textual form of a graph, for debugging, tests and `tilefuse inspect`."""
 from __future__ import annotations
 
+from tilefuse.ir.control import Branch
 from tilefuse.ir.graph import Graph, Value
 
 
@@ -19,6 +20,9 @@ def format_graph(graph: Graph, *, max_nodes: int | None = None) -> str:
         outs = ", ".join(f"%{v.name}: {v.type}" for v in node.outputs)
         ins = ", ".join(_ref(v) for v in node.inputs)
         lines.append(f"  {outs} = {node.op}({ins})")
+        if isinstance(node.op, Branch):  # both branch graphs, indented under the node
+            for g in (node.op.then_graph, node.op.else_graph):
+                lines += ["    " + line for line in format_graph(g).splitlines()]
     if max_nodes is not None and len(graph.nodes) > max_nodes:
         lines.append(f"  ... {len(graph.nodes) - max_nodes} more nodes")
     rets = ", ".join(f"{name}={_ref(v)}" for name, v in graph.outputs.items())

@@ -2,7 +2,9 @@
 
 The pipeline, one way: load the model, name its nodes, decide per node whether tilefuse
 claims it (``segment``), compile each convex region of claimed nodes into a Plan with
-the ordinary compiler, then stitch: every kernel step of a plan becomes one node
+the ordinary compiler (a value an earlier region folded to a constant, such as shape
+arithmetic on the bound shapes, enters later regions as an initializer, so they fold on
+through it as the whole model would), then stitch: every kernel step of a plan becomes one node
 (``EPContext`` for the plugin execution provider, whose ``source`` names the CPU or the
 CUDA provider; ``ai.tilefuse::FusedKernel``, or
 ``FusedKernelCuda`` for CUDA kernels, for the custom-op library) whose inputs and outputs
@@ -12,9 +14,12 @@ stay as they were. Written beside the model: the kernels (``kernels/NAME.so`` or
 csrc/tf_kernel.h) and the weights (``model.weights``, ONNX external data).
 
 A node stays with onnxruntime when tilefuse has no converter for it, when it would run
-as a tilefuse host step (an opaque primitive such as TopK), when it reads a value from
-onnxruntime whose shape is not static (data-dependent), or when its region cannot be
-converted; the result lists each one with its reason.
+as a tilefuse host step (an opaque primitive such as TopK, or an If whose condition is
+known only at run time, which onnxruntime runs natively), when it reads a value from
+onnxruntime whose shape is not static (data-dependent) or needs a value at compile time
+that only onnxruntime computes, or when its region cannot be converted; the result lists
+each one with its reason. Inputs bound with ``consts`` become initializers first, so an
+If on them compiles as the branch taken.
 """
 from __future__ import annotations
 
@@ -23,8 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from tilefuse.compiler import compile_graph
 from tilefuse.errors import (
@@ -34,7 +40,7 @@ from tilefuse.errors import (
     UnsupportedOpError,
 )
 from tilefuse.frontend import import_onnx
-from tilefuse.frontend.context import TO_ONNX_DTYPE
+from tilefuse.frontend.context import TO_ONNX_DTYPE, NotConstantError, graph_inputs_behind
 from tilefuse.frontend.importer import ModelLike
 from tilefuse.frontend.loader import (
     check_model,
@@ -42,7 +48,9 @@ from tilefuse.frontend.loader import (
     upgrade_opset,
     without_weights,
 )
-from tilefuse.frontend.shapes import ShapeSpec, bind_input_types
+from tilefuse.frontend.shapes import ConstSpec, ShapeSpec, bind_constants, bind_input_types, constant_shapes
+from tilefuse.ir.control import Branch
+from tilefuse.ir.graph import Node
 from tilefuse.ir.prims.base import Kind
 from tilefuse.ort.segment import (
     KeptNode,
@@ -52,7 +60,7 @@ from tilefuse.ort.segment import (
     unsupported_nodes,
 )
 from tilefuse.ort.stitch import KERNELS_DIR, Stitcher, assemble
-from tilefuse.plan.model import Plan
+from tilefuse.plan.model import BufferKind, Plan
 from tilefuse.target import Target, get_target
 
 MODES = ("ep", "custom-ops")
@@ -95,14 +103,22 @@ class ExportResult:
 
 
 def export_ort(model: ModelLike, out_dir: str | Path, target: str | Target = "cpu",
-               shapes: ShapeSpec | None = None, mode: str = "ep") -> ExportResult:
-    """Write ``out_dir/model.onnx`` with tilefuse kernels for onnxruntime (see module doc)."""
+               shapes: ShapeSpec | None = None, mode: str = "ep", consts: ConstSpec | None = None) -> ExportResult:
+    """Write ``out_dir/model.onnx`` with tilefuse kernels for onnxruntime (see module doc).
+
+    ``consts`` binds inputs to values known at compile time: they become initializers of
+    the exported model, which no longer takes them, and what depends only on them (an If
+    on a sample rate) is specialised as ``tilefuse optimize`` specialises it."""
     if mode not in MODES:
         raise TilefuseError(f"--as must be one of {MODES}, got {mode!r}")
     target = get_target(target) if isinstance(target, str) else target
     cuda = target.name.startswith("cuda:")
     work = _load(model)
-    input_types = bind_input_types(work, shapes)
+    consts = dict(consts or {})
+    input_types = bind_input_types(work, constant_shapes(work, shapes, consts))
+    frozen = bind_constants(input_types, consts)
+    _freeze_inputs(work, frozen)
+    input_types = {name: t for name, t in input_types.items() if name not in frozen}
     types = _value_types(work, input_types)
     kept = unsupported_nodes(work)  # node name -> why onnxruntime runs it; grows while compiling
     compiled = _compile_regions(work, kept, types, target)
@@ -138,6 +154,14 @@ def _load(model: ModelLike) -> onnx.ModelProto:
     return work
 
 
+def _freeze_inputs(work: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> None:
+    """Turn the inputs bound to values into initializers (in place)."""
+    kept = [vi for vi in work.graph.input if vi.name not in values]
+    del work.graph.input[:]
+    work.graph.input.extend(kept)
+    work.graph.initializer.extend(numpy_helper.from_array(a, name) for name, a in values.items())
+
+
 def _value_types(work: onnx.ModelProto, input_types: Mapping[str, object]) -> dict[str, ValueType]:
     """Element type and dims of every value onnx's shape inference can type."""
     m = without_weights(work, input_types)
@@ -168,19 +192,21 @@ def _compile_regions(work: onnx.ModelProto, kept: dict[str, str], types: dict[st
     ends; plans of regions that did not change are reused."""
     consumers = _consumers(work)
     outputs = {o.name for o in work.graph.output}
-    cache: dict[tuple[str, ...], Plan] = {}
+    cache: dict[tuple[tuple[str, ...], tuple[str, ...]], Plan] = {}
     for _ in range(len(work.graph.node) + 1):
         known = dict(types)  # grows by each region's outputs, as the plans type them
+        folded: dict[str, np.ndarray] = {}  # region outputs the frontend folded to constants
         plans: list[Plan] = []
         moved: dict[str, str] = {}
         for region in regions(work, kept):
-            plan, moved = _compile_region(work, region, consumers, outputs, known, target, cache)
+            plan, moved = _compile_region(work, region, consumers, outputs, known, folded, target, cache)
             if moved:
                 break
             if plan is not None:
                 plans.append(plan)
                 for name, t in plan.output_types():
                     known[name] = (TO_ONNX_DTYPE[t.dtype], tuple(t.shape))
+                folded.update(_constant_outputs(plan))
         if not moved:
             return plans
         kept.update(moved)
@@ -188,17 +214,24 @@ def _compile_regions(work: onnx.ModelProto, kept: dict[str, str], types: dict[st
 
 
 def _compile_region(work: onnx.ModelProto, region: list[onnx.NodeProto], consumers: dict[str, set[str]],
-                    graph_outputs: set[str], known: dict[str, ValueType], target: Target,
-                    cache: dict[tuple[str, ...], Plan]) -> tuple[Plan | None, dict[str, str]]:
-    """The region's plan (None if nothing outside reads it), or the nodes to keep instead."""
-    key = tuple(n.name for n in region)
-    if key in cache:
-        return cache[key], {}
+                    graph_outputs: set[str], known: dict[str, ValueType], folded: Mapping[str, np.ndarray],
+                    target: Target, cache: dict[tuple[tuple[str, ...], tuple[str, ...]], Plan],
+                    ) -> tuple[Plan | None, dict[str, str]]:
+    """The region's plan (None if nothing outside reads it), or the nodes to keep instead.
+
+    A value an earlier region folded to a constant (shape arithmetic on bound shapes:
+    ``Shape -> Gather -> Concat``) comes in as an initializer, not an input, so the
+    frontend folds on through it here as it would in the whole model."""
     members = {n.name for n in region}
     produced = {o for n in region for o in n.output if o}
     inits = {t.name: t for t in work.graph.initializer}
-    reads = [x for x in dict.fromkeys(name for n in region for name in node_reads(n))
+    outer = [x for x in dict.fromkeys(name for n in region for name in node_reads(n))
              if x not in produced and x not in inits]
+    constants = [x for x in outer if x in folded]
+    reads = [x for x in outer if x not in folded]
+    key = (tuple(n.name for n in region), tuple(constants))
+    if key in cache:
+        return cache[key], {}
     outs = [o for n in region for o in n.output if o and (o in graph_outputs or consumers.get(o, set()) - members)]
     if not outs:
         return None, {}
@@ -211,7 +244,8 @@ def _compile_region(work: onnx.ModelProto, region: list[onnx.NodeProto], consume
         list(region), f"{work.graph.name or 'model'}_region",
         [helper.make_tensor_value_info(x, known[x][0], list(known[x][1] or ())) for x in reads],
         [_declared_output(o, known.get(o)) for o in outs],
-        [inits[x] for x in dict.fromkeys(x for n in region for x in node_reads(n)) if x in inits],
+        [inits[x] for x in dict.fromkeys(x for n in region for x in node_reads(n)) if x in inits]
+        + [numpy_helper.from_array(np.asarray(folded[x]), x) for x in constants],
     )
     sub = helper.make_model(g, opset_imports=list(work.opset_import))
     sub.ir_version = work.ir_version
@@ -219,17 +253,37 @@ def _compile_region(work: onnx.ModelProto, region: list[onnx.NodeProto], consume
         graph = import_onnx(sub, check_shapes=False)
     except UnsupportedOpError as e:
         return None, {label.split("/", 1)[0]: f"not convertible here: {op}" for op in e.ops for label in op.nodes}
+    except NotConstantError as e:
+        # One node needs a value that is known only at run time here (the region's
+        # input, computed by onnxruntime): that node stays there, the others compile.
+        top = e.node.split("/", 1)[0]
+        if top in members:
+            return None, {top: f"needs a value known at compile time: {str(e).splitlines()[0]}"}
+        return None, {n.name: f"region not convertible: {str(e).splitlines()[0]}" for n in region}
     except (ConversionError, ShapeError) as e:
         # tilefuse cannot take this region as it is (a shape it cannot bind, a converter
         # refusing these attributes): its nodes stay with onnxruntime, with the reason.
         return None, {n.name: f"region not convertible: {str(e).splitlines()[0]}" for n in region}
-    host = {n.origin: f"tilefuse would run it on the host ({type(n.op).__name__}), so onnxruntime does"
-            for n in graph.nodes if n.op.kind is Kind.OPAQUE}
+    host = {n.origin: _host_reason(n) for n in graph.nodes if n.op.kind is Kind.OPAQUE}
     if host:
         return None, host
     plan = compile_graph(graph, target, "", len(region)).plan
     cache[key] = plan
     return plan, {}
+
+
+def _host_reason(node: Node) -> str:
+    if isinstance(node.op, Branch):
+        deps = graph_inputs_behind(node.inputs[0])
+        return (f"an If on a condition known only at run time (from {deps}), so onnxruntime runs it; "
+                f"bind those inputs (--const) to compile the branch taken")
+    return f"tilefuse would run it on the host ({type(node.op).__name__}), so onnxruntime does"
+
+
+def _constant_outputs(plan: Plan) -> dict[str, np.ndarray]:
+    """The plan's outputs that are constants (folded at import), by name."""
+    return {b.name: plan.weights[plan.buffers[b.buffer].name] for b in plan.outputs
+            if plan.buffers[b.buffer].kind is BufferKind.CONSTANT}
 
 
 def _declared_output(name: str, t: ValueType | None) -> onnx.ValueInfoProto:

@@ -66,8 +66,10 @@ def node_reads(node: onnx.NodeProto) -> Iterator[str]:
     yield from (n for n in node.input if n)
     for attr in node.attribute:
         for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+            # what the subgraph defines itself is no read from outside
+            local = {o for sub in g.node for o in sub.output} | {t.name for t in g.initializer} | {i.name for i in g.input}
             for sub in g.node:
-                yield from node_reads(sub)
+                yield from (n for n in node_reads(sub) if n not in local)
 
 
 def regions(model: onnx.ModelProto, kept: Iterable[str]) -> list[list[onnx.NodeProto]]:

@@ -2,7 +2,7 @@
 
 ``link(graph, partition, kernels, target_name, source_sha256)`` assigns a buffer to each
 value crossing a group boundary, orders the steps (kernels, host steps for opaque
-primitives), plans one arena by liveness and checks the result. ``Plan.save`` writes the
+primitives, both branches of a run-time If), plans one arena by liveness and checks the result. ``Plan.save`` writes the
 directory; ``load_plan`` reads it back, checking every file.
 """
 from tilefuse.plan.files import load_plan, save_plan
@@ -12,6 +12,7 @@ from tilefuse.plan.model import (
     ALIGN,
     FORMAT_VERSION,
     Binding,
+    BranchStep,
     Buffer,
     BufferKind,
     HostStep,
@@ -19,10 +20,13 @@ from tilefuse.plan.model import (
     KernelStep,
     MemoryReport,
     Plan,
+    SelectStep,
+    step_order,
 )
 from tilefuse.plan.verify import verify_plan
 
 __all__ = [
-    "ALIGN", "FORMAT_VERSION", "Binding", "Buffer", "BufferKind", "HostStep", "Kernel", "KernelStep",
-    "MemoryReport", "Plan", "assign_offsets", "link", "load_plan", "plan_memory", "save_plan", "verify_plan",
+    "ALIGN", "FORMAT_VERSION", "Binding", "BranchStep", "Buffer", "BufferKind", "HostStep", "Kernel", "KernelStep",
+    "MemoryReport", "Plan", "SelectStep", "assign_offsets", "link", "load_plan", "plan_memory", "save_plan",
+    "step_order", "verify_plan",
 ]

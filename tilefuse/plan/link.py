@@ -3,13 +3,15 @@
 Every value that crosses a group boundary becomes a numbered buffer: graph inputs and
 constants keep their own storage, values written by steps go to the arena. Kernel
 groups become kernel steps whose arguments are the group's inputs then its outputs;
-opaque groups become one host step per primitive. Values inside a kernel group never
-get a buffer: they live in the kernel's registers and tiles.
+opaque groups become one host step per primitive, and a Branch (an If on a run-time
+condition) its two branches' steps between a BranchStep and a SelectStep. Values inside
+a kernel group never get a buffer: they live in the kernel's registers and tiles.
 """
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -17,16 +19,30 @@ import numpy as np
 
 from tilefuse.codegen.artifact import KernelArtifact
 from tilefuse.errors import PlanError
-from tilefuse.ir.graph import Graph, Value
+from tilefuse.ir.control import Branch
+from tilefuse.ir.graph import Graph, Node, Value
 from tilefuse.partition.kinds import FusionKind
 from tilefuse.partition.model import FusedGroup, Partition
 from tilefuse.plan.files import sha256_file
 from tilefuse.plan.hostops import primitive_to_json
 from tilefuse.plan.memory import plan_memory
-from tilefuse.plan.model import Binding, Buffer, BufferKind, HostStep, Kernel, KernelStep, Plan, Step
+from tilefuse.plan.model import (Binding, BranchStep, Buffer, BufferKind, HostStep, Kernel, KernelStep, Plan,
+                                  SelectStep, Step)
 from tilefuse.plan.verify import verify_plan
 
 _KERNEL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclass(frozen=True, eq=False)
+class GraphCode:
+    """What linking needs of one compiled graph: its partition, the artifact of each
+    kernel group, the values bound to each kernel's params (see ``link``), and for each
+    run-time branch (keyed by ``id`` of its Branch node) the GraphCode of both branches."""
+
+    partition: Partition
+    kernels: Mapping[int, KernelArtifact]
+    bindings: Mapping[int, Sequence[Value]] | None = None
+    branches: Mapping[int, tuple["GraphCode", "GraphCode"]] = field(default_factory=dict)
 
 
 def link(
@@ -36,26 +52,22 @@ def link(
     target_name: str,
     source_sha256: str,
     bindings: Mapping[int, Sequence[Value]] | None = None,
+    branches: Mapping[int, tuple[GraphCode, GraphCode]] | None = None,
 ) -> Plan:
     """Build the plan; ``kernels[group.id]`` is the artifact of each non-opaque group.
 
     ``bindings[group.id]``, when given, are the values bound to the kernel's params in
     order (inputs, then the group's outputs): lowering may fold scalar constants into
     the kernel and bind no param to them. Without it, params are the group's inputs then
-    outputs. PlanError if a kernel is missing, its params disagree with its values, or
+    outputs. ``branches`` holds the compiled branches of each Branch node (an If on a
+    run-time condition): both are laid out as steps between a BranchStep and a
+    SelectStep. PlanError if a kernel is missing, its params disagree with its values, or
     two artifacts claim one name with different files.
     """
     import tilefuse
 
     linker = _Linker(graph)
-    for group in partition.groups:
-        if group.kind is FusionKind.OPAQUE:
-            linker.host_steps(group)
-        elif group.id not in kernels:
-            raise PlanError(f"no kernel for group {group.id} ({group.name})")
-        else:
-            values = tuple(bindings[group.id]) if bindings and group.id in bindings else group.inputs + group.outputs
-            linker.kernel_step(group, kernels[group.id], values)
+    linker.graph_steps(GraphCode(partition, kernels, bindings, branches or {}))
     outputs = tuple(Binding(name, linker.read(v, f"graph output {name!r}")) for name, v in graph.outputs.items())
     buffers, arena = plan_memory(linker.buffers, linker.steps)
     plan = Plan(
@@ -114,13 +126,49 @@ class _Linker:
             raise PlanError(f"{writer} writes {v.name}, which has a buffer already")
         return self._new(v, BufferKind.OUTPUT if id(v) in self.outputs else BufferKind.INTERMEDIATE)
 
-    def host_steps(self, group: FusedGroup) -> None:
-        for node in group.nodes:
-            what = f"host step {node.name} (group {group.id})"
-            primitive_to_json(node.op)  # fails early, at link time, for a primitive no plan can name
-            ins = tuple(self.read(v, what) for v in node.inputs)
-            outs = tuple(self.write(v, what) for v in node.outputs)
-            self.steps.append(HostStep(node.op, ins, outs, group.id, node.name))
+    def graph_steps(self, code: GraphCode) -> None:
+        """The steps of a graph's groups, in order (the graph's inputs have buffers)."""
+        for group in code.partition.groups:
+            if group.kind is FusionKind.OPAQUE:
+                for node in group.nodes:
+                    if isinstance(node.op, Branch):
+                        self.branch(group, node, code.branches)
+                    else:
+                        self.host_step(group, node)
+            elif group.id not in code.kernels:
+                raise PlanError(f"no kernel for group {group.id} ({group.name})")
+            else:
+                bindings = code.bindings
+                values = tuple(bindings[group.id]) if bindings and group.id in bindings else group.inputs + group.outputs
+                self.kernel_step(group, code.kernels[group.id], values)
+
+    def host_step(self, group: FusedGroup, node: Node) -> None:
+        what = f"host step {node.name} (group {group.id})"
+        primitive_to_json(node.op)  # fails early, at link time, for a primitive no plan can name
+        ins = tuple(self.read(v, what) for v in node.inputs)
+        outs = tuple(self.write(v, what) for v in node.outputs)
+        self.steps.append(HostStep(node.op, ins, outs, group.id, node.name))
+
+    def branch(self, group: FusedGroup, node: Node, branches: Mapping[int, tuple[GraphCode, GraphCode]]) -> None:
+        """BranchStep, the then-graph's steps, the else-graph's, SelectStep."""
+        what = f"branch {node.name} (group {group.id})"
+        if id(node) not in branches:
+            raise PlanError(f"{what}: its branches were not compiled")
+        op: Branch = node.op  # type: ignore[assignment]
+        cond = self.read(node.inputs[0], what)
+        outer = [self.read(v, what) for v in node.inputs[1:]]
+        at = len(self.steps)
+        self.steps.append(BranchStep(cond, 0, 0, group.id, node.name))  # its counts are known below
+        results = []
+        for g, code in zip((op.then_graph, op.else_graph), branches[id(node)]):
+            for v, b in zip(g.inputs, outer, strict=True):
+                self.ids[id(v)] = b  # the branch's inputs are the outer values' buffers
+            self.graph_steps(code)
+            results.append((len(self.steps), tuple(self.read(v, f"{what}: {g.name}") for v in g.outputs.values())))
+        (middle, then_values), (end, else_values) = results
+        self.steps[at] = BranchStep(cond, middle - at - 1, end - middle, group.id, node.name)
+        outs = tuple(self.write(v, what) for v in node.outputs)
+        self.steps.append(SelectStep(cond, then_values, else_values, outs, group.id, node.name))
 
     def kernel_step(self, group: FusedGroup, artifact: KernelArtifact, values: tuple[Value, ...]) -> None:
         what = f"kernel {artifact.name} (group {group.id})"

@@ -13,7 +13,8 @@ from tilefuse.errors import PlanError
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.types import TensorType
 from tilefuse.plan.hostops import primitive_from_json, primitive_to_json
-from tilefuse.plan.model import FORMAT_VERSION, PRECISIONS, Binding, Buffer, BufferKind, HostStep, Kernel, KernelStep, Plan, Step
+from tilefuse.plan.model import (FORMAT_VERSION, PRECISIONS, Binding, BranchStep, Buffer, BufferKind, HostStep, Kernel,
+                                  KernelStep, Plan, SelectStep, Step)
 
 
 def encode(plan: Plan, kernel_files: dict[str, str]) -> dict[str, object]:
@@ -55,6 +56,11 @@ def _binding(plan: Plan, b: Binding) -> dict[str, object]:
 def _step(s: Step) -> dict[str, object]:
     if isinstance(s, KernelStep):
         return {"op": "kernel", "kernel": s.kernel, "group": s.group, "inputs": list(s.inputs), "outputs": list(s.outputs)}
+    if isinstance(s, BranchStep):
+        return {"op": "branch", "then_steps": s.then_steps, "else_steps": s.else_steps, "group": s.group,
+                "node": s.node, "inputs": list(s.inputs), "outputs": []}
+    if isinstance(s, SelectStep):  # inputs: the condition, the then values, the else values
+        return {"op": "select", "group": s.group, "node": s.node, "inputs": list(s.inputs), "outputs": list(s.outputs)}
     name, params = primitive_to_json(s.primitive)
     return {"op": "host", "primitive": name, "params": params, "group": s.group, "node": s.node,
             "inputs": list(s.inputs), "outputs": list(s.outputs)}
@@ -186,6 +192,26 @@ class Decoder:
             elif op == "host":
                 prim = primitive_from_json(d.get("primitive"), d.get("params"), f"{self.source}: {where}")
                 out.append(HostStep(prim, ins, outs, group, self.get(d, "node", str, where)))  # type: ignore[arg-type]
+            elif op == "branch":
+                out.append(self.branch(d, ins, outs, where))
+            elif op == "select":
+                out.append(self.select(d, ins, outs, where))
             else:
-                raise self.fail(f"{where}.op", f"unknown step op {op!r} (expected 'kernel' or 'host')")
+                raise self.fail(f"{where}.op", f"unknown step op {op!r} (expected 'kernel', 'host', 'branch' or 'select')")
         return tuple(out)
+
+    def branch(self, d: dict, ins: tuple[int, ...], outs: tuple[int, ...], where: str) -> BranchStep:
+        if len(ins) != 1 or outs:
+            raise self.fail(where, f"a branch reads its condition only and writes nothing, got inputs {list(ins)} "
+                                   f"and outputs {list(outs)}")
+        counts = [self.get(d, key, int, where) for key in ("then_steps", "else_steps")]
+        if any(c < 0 for c in counts):  # type: ignore[operator]
+            raise self.fail(where, f"step counts must be non-negative, got {counts}")
+        return BranchStep(ins[0], *counts, self.get(d, "group", int, where), self.get(d, "node", str, where))  # type: ignore[arg-type]
+
+    def select(self, d: dict, ins: tuple[int, ...], outs: tuple[int, ...], where: str) -> SelectStep:
+        n = len(outs)
+        if len(ins) != 1 + 2 * n:
+            raise self.fail(f"{where}.inputs", f"a select of {n} outputs reads 1 + 2 x {n} buffers, got {len(ins)}")
+        return SelectStep(ins[0], ins[1:1 + n], ins[1 + n:], outs, self.get(d, "group", int, where),  # type: ignore[arg-type]
+                          self.get(d, "node", str, where))  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Union
+from typing import Callable, Iterator, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -100,7 +100,80 @@ class HostStep:
         return f"host step {self.primitive.name} ({self.node}, group {self.group})"
 
 
-Step = Union[KernelStep, HostStep]
+@dataclass(frozen=True, slots=True)
+class BranchStep:
+    """Where an ONNX If on a run-time condition starts: if ``cond`` (one bool) is true,
+    run the ``then_steps`` steps after this one and skip the ``else_steps`` after those;
+    else skip the first and run the second. A SelectStep follows both.
+
+    Both branches are laid out in the one step list and share the arena: liveness is
+    planned over the list as written, which holds for any path through it, since the
+    steps of a path are a subsequence of the list."""
+
+    cond: int
+    then_steps: int
+    else_steps: int
+    group: int
+    node: str
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.cond,)
+
+    @property
+    def outputs(self) -> tuple[int, ...]:
+        return ()
+
+    @property
+    def label(self) -> str:
+        return f"branch {self.node} (group {self.group})"
+
+
+@dataclass(frozen=True, slots=True)
+class SelectStep:
+    """Where a branch joins: copy ``then_values`` (``cond`` true) or ``else_values`` into
+    ``outputs``. It reads ``cond`` again rather than remember which branch ran, and reads
+    both branches' values, so that they stay live (and unshared) until here."""
+
+    cond: int
+    then_values: tuple[int, ...]
+    else_values: tuple[int, ...]
+    outputs: tuple[int, ...]
+    group: int
+    node: str
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.cond, *self.then_values, *self.else_values)
+
+    @property
+    def label(self) -> str:
+        return f"select {self.node} (group {self.group})"
+
+    def chosen(self, cond: bool) -> tuple[int, ...]:
+        return self.then_values if cond else self.else_values
+
+
+Step = Union[KernelStep, HostStep, BranchStep, SelectStep]
+
+
+def step_order(steps: Sequence[Step], test: Callable[[BranchStep], bool], start: int = 0,
+               stop: int | None = None) -> Iterator[int]:
+    """The indices of the steps a run executes, in order: each BranchStep's ``test`` picks
+    its branch when the walk reaches it (lazily, so a runtime can run the steps before it
+    first, and read the condition they computed)."""
+    i, stop = start, len(steps) if stop is None else stop
+    while i < stop:
+        step = steps[i]
+        yield i
+        if isinstance(step, BranchStep):
+            first = i + 1
+            middle = first + step.then_steps
+            end = middle + step.else_steps
+            yield from step_order(steps, test, first, middle) if test(step) else step_order(steps, test, middle, end)
+            i = end
+        else:
+            i += 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +227,10 @@ class Plan:
 
     def __str__(self) -> str:
         kernels = sum(isinstance(s, KernelStep) for s in self.steps)
-        host = len(self.steps) - kernels
+        branches = sum(isinstance(s, BranchStep) for s in self.steps)
+        host = sum(isinstance(s, HostStep) for s in self.steps)
+        flow = f", {branches} branch" if branches else ""
         return (
-            f"plan for {self.target}: {len(self.steps)} steps ({kernels} kernel, {host} host), "
+            f"plan for {self.target}: {len(self.steps)} steps ({kernels} kernel, {host} host{flow}), "
             f"{len(self.kernels)} kernels, {len(self.weights)} weights; {self.memory_report()}"
         )

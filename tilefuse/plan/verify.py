@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from tilefuse.errors import PlanError
 from tilefuse.plan.memory import verify_memory
-from tilefuse.plan.model import BufferKind, HostStep, KernelStep, Plan
+from tilefuse.ir.dtypes import DType
+from tilefuse.plan.model import BranchStep, BufferKind, HostStep, KernelStep, Plan, SelectStep
 
 
 def verify_plan(plan: Plan) -> None:
@@ -42,8 +43,13 @@ def verify_plan(plan: Plan) -> None:
                 raise PlanError(f"{step.label} writes buffer {b} ({plan.buffers[b].name}), a {plan.buffers[b].kind.value}")
         if isinstance(step, KernelStep):
             _check_kernel_step(plan, step)
-        else:
+        elif isinstance(step, HostStep):
             _check_host_step(plan, step)
+        elif isinstance(step, BranchStep):
+            _check_condition(plan, step)
+        else:
+            _check_select_step(plan, step)
+    _check_branch_ranges(plan)
     verify_memory(plan.buffers, plan.steps, plan.arena_bytes)
 
 
@@ -79,3 +85,39 @@ def _check_host_step(plan: Plan, step: HostStep) -> None:
     got = [plan.buffers[b].type for b in step.outputs]
     if list(outs) != got:
         raise PlanError(f"{step.label}: writes {[str(t) for t in got]}, but computes {[str(t) for t in outs]}")
+
+
+def _check_condition(plan: Plan, step: BranchStep | SelectStep) -> None:
+    t = plan.buffers[step.cond].type
+    if t.dtype is not DType.BOOL or t.size != 1:
+        raise PlanError(f"{step.label}: the condition, buffer {step.cond}, is {t}, not one bool")
+
+
+def _check_select_step(plan: Plan, step: SelectStep) -> None:
+    _check_condition(plan, step)
+    if not len(step.then_values) == len(step.else_values) == len(step.outputs):
+        raise PlanError(f"{step.label}: {len(step.then_values)} then values and {len(step.else_values)} else "
+                        f"values for {len(step.outputs)} outputs")
+    for i, (a, b, out) in enumerate(zip(step.then_values, step.else_values, step.outputs)):
+        types = [plan.buffers[x].type for x in (a, b, out)]
+        if types[0] != types[2] or types[1] != types[2]:
+            raise PlanError(f"{step.label}: output {i} is {types[2]}, but the branches give {types[0]} and {types[1]}")
+
+
+def _check_branch_ranges(plan: Plan) -> None:
+    """Each branch's two step ranges lie inside the plan and inside the range of any
+    branch around them, and a SelectStep follows them."""
+    open_ranges: list[tuple[int, str]] = []  # (end, label) of ranges around the current step
+    for i, step in enumerate(plan.steps):
+        while open_ranges and open_ranges[-1][0] <= i:
+            open_ranges.pop()
+        if not isinstance(step, BranchStep):
+            continue
+        middle = i + 1 + step.then_steps
+        end = middle + step.else_steps
+        limit, around = open_ranges[-1] if open_ranges else (len(plan.steps), "the plan")
+        if end >= limit:
+            raise PlanError(f"{step.label}: its {step.then_steps} + {step.else_steps} steps end past {around}")
+        if not isinstance(plan.steps[end], SelectStep) or plan.steps[end].cond != step.cond:
+            raise PlanError(f"{step.label}: step {end}, after both branches, is not a select on buffer {step.cond}")
+        open_ranges += [(end, step.label), (middle, step.label)]

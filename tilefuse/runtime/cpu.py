@@ -9,6 +9,8 @@ An arena carries what depends only on its address: a numpy view per arena buffer
 copy of each input, and per kernel step the argument array with every pointer filled in.
 A run copies the feeds in, then calls each run of consecutive kernel steps through the
 step driver every kernel library carries (one ctypes call for the run, not one per step).
+A branch (an If on a run-time condition) reads its condition from its buffer and runs the
+steps of the branch taken; a select step copies that branch's results to the If's outputs.
 
 The runtime does not read a kernel's ``launch`` data: a CPU kernel parallelises itself
 (OpenMP), so its thread count is the code generator's to build in.
@@ -21,12 +23,12 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
 from tilefuse.errors import ExecutionError, PlanError
-from tilefuse.plan.model import BufferKind, HostStep, Kernel, KernelStep, Plan
+from tilefuse.plan.model import BranchStep, BufferKind, HostStep, Kernel, KernelStep, Plan, SelectStep
 from tilefuse.runtime.pool import ArenaPool, aligned_empty
 
 KernelFn = Callable[[ctypes.Array], None]
@@ -45,13 +47,25 @@ class _Batch:
 
 
 @dataclass(slots=True)
+class _Fork:
+    """A BranchStep: the blocks of its two branches."""
+
+    step: int
+    then_block: list["_Item"]
+    else_block: list["_Item"]
+
+
+_Item = Union[_Batch, int, _Fork]  # a batch of kernel steps, a host or select step's index, a branch
+
+
+@dataclass(slots=True)
 class _Arena:
     memory: np.ndarray  # keeps the bytes alive
     views: dict[int, np.ndarray]  # buffer id -> typed view: arena buffers and input copies
     inputs: list[tuple[str, np.ndarray]]  # feed name -> this arena's copy of it
     outputs: dict[str, np.ndarray]  # output name -> the array it is read from
-    args: list[ctypes.Array | None]  # per step: the kernel's argument array (None: host step)
-    batches: list[_Batch | int]  # in order: a batch of kernel steps, or a host step's index
+    args: list[ctypes.Array | None]  # per step: the kernel's argument array (None: other steps)
+    block: list[_Item]  # the plan's steps, in order
 
 
 class CpuExecutor:
@@ -96,10 +110,12 @@ class CpuExecutor:
                 args.append(None)
         inputs = [(name, views[b]) for name, b in self._inputs.items()]
         outputs = {name: views[b] if b in views else self._fixed[b] for name, b in self._outputs.items()}
-        return _Arena(memory, views, inputs, outputs, args, self._batches(args))
+        return _Arena(memory, views, inputs, outputs, args, self._block(args, 0, len(self.plan.steps)))
 
-    def _batches(self, args: list[ctypes.Array | None]) -> list[_Batch | int]:
-        out: list[_Batch | int] = []
+    def _block(self, args: list[ctypes.Array | None], start: int, stop: int) -> list[_Item]:
+        """Steps ``start:stop`` as items: runs of consecutive kernel steps batched, a
+        branch as the blocks of its two ranges (no batch crosses a branch's bounds)."""
+        out: list[_Item] = []
         run: list[int] = []
 
         def close() -> None:
@@ -110,12 +126,22 @@ class CpuExecutor:
                 out.append(_Batch(run[0], kernels, fns, argvs))
                 run.clear()
 
-        for i, step in enumerate(self.plan.steps):
+        i = start
+        while i < stop:
+            step = self.plan.steps[i]
             if isinstance(step, KernelStep):
                 run.append(i)
+                i += 1
+                continue
+            close()
+            if isinstance(step, BranchStep):
+                middle = i + 1 + step.then_steps
+                end = middle + step.else_steps
+                out.append(_Fork(i, self._block(args, i + 1, middle), self._block(args, middle, end)))
+                i = end
             else:
-                close()
                 out.append(i)
+                i += 1
         close()
         return out
 
@@ -128,21 +154,39 @@ class CpuExecutor:
         try:
             for name, dst in arena.inputs:
                 np.copyto(dst, feeds[name], casting="no")
-            driver = self._driver
-            for batch in arena.batches:
-                if isinstance(batch, int):
-                    self._host(self.plan.steps[batch], arena)  # type: ignore[arg-type]
-                elif driver is not None:
-                    driver(len(batch.kernels), batch.fns, batch.argvs)
-                else:
-                    for j, kernel in enumerate(batch.kernels):
-                        kernel(arena.args[batch.first + j])  # type: ignore[arg-type]
+            self._run_block(arena.block, arena)
             return [arena.outputs[n].copy() for n in outputs]
         finally:
             self._pool.put(arena)
 
+    def _run_block(self, block: list[_Item], arena: _Arena) -> None:
+        driver = self._driver
+        for item in block:
+            if isinstance(item, _Batch):
+                if driver is not None:
+                    driver(len(item.kernels), item.fns, item.argvs)
+                else:
+                    for j, kernel in enumerate(item.kernels):
+                        kernel(arena.args[item.first + j])  # type: ignore[arg-type]
+            elif isinstance(item, _Fork):
+                step: BranchStep = self.plan.steps[item.step]  # type: ignore[assignment]
+                self._run_block(item.then_block if self._truth(step.cond, arena) else item.else_block, arena)
+            else:
+                step = self.plan.steps[item]  # type: ignore[assignment]
+                if isinstance(step, SelectStep):
+                    self._select(step, arena)
+                else:
+                    self._host(step, arena)  # type: ignore[arg-type]
+
     def _array(self, b: int, arena: _Arena) -> np.ndarray:
         return arena.views[b] if b in arena.views else self._fixed[b]
+
+    def _truth(self, b: int, arena: _Arena) -> bool:
+        return bool(self._array(b, arena).reshape(-1)[0])
+
+    def _select(self, step: SelectStep, arena: _Arena) -> None:
+        for src, dst in zip(step.chosen(self._truth(step.cond, arena)), step.outputs):
+            np.copyto(arena.views[dst], self._array(src, arena))
 
     def _host(self, step: HostStep, arena: _Arena) -> None:
         args = [self._array(b, arena) for b in step.inputs]

@@ -14,7 +14,9 @@ back; device feeds (DLPack or ``__cuda_array_interface__``: torch, CuPy, JAX; re
 too (``runtime/device_array.py``). DLPack producers are handed the session's stream, and a
 run returns only once its stream is done. A plan of kernels only is captured once as a CUDA graph (every address is fixed at
 load) and replayed as one launch; a plan with host steps (opaque primitives, run by their
-reference on copies) launches step by step. One arena per session: runs are serialised.
+reference on copies) or branches (an If on a run-time condition: the condition is copied
+to the host once the steps before it are done, then the branch taken is launched, and its
+results are copied device to device to the If's outputs) launches step by step. One arena per session: runs are serialised.
 
 Kernels whose launch metadata says ``programmatic`` wait for the previous kernel
 themselves (griddepcontrol.wait before any memory access): they are launched with
@@ -32,7 +34,7 @@ import numpy as np
 
 from tilefuse.errors import ExecutionError, PlanError
 from tilefuse.feeds import DeviceView, FeedDevice
-from tilefuse.plan.model import BufferKind, HostStep, KernelStep, Plan
+from tilefuse.plan.model import BranchStep, BufferKind, HostStep, KernelStep, Plan, SelectStep, step_order
 from tilefuse.runtime.device_array import DeviceArray
 
 
@@ -261,25 +263,41 @@ class CudaExecutor:
             self.launch_steps()
 
     def launch_steps(self) -> None:
-        """Every step, in order, on the session's stream (asynchronous except host steps)."""
-        for step, launch in zip(self.plan.steps, self._launches):
-            if launch is None:
-                self._host(step)  # type: ignore[arg-type]
-                continue
-            self._start(launch, step.kernel)
+        """Every step a run takes, in order, on the session's stream (asynchronous except
+        host steps and branches, which wait for the condition)."""
+        for i in step_order(self.plan.steps, self._truth):
+            self._step(i)
 
     def step_by_step(self):
-        """Every step in order, each waited for: yields the step once its outputs are
-        written (``read_buffer`` reads them). For tools that look between kernels; runs do
-        not use it."""
+        """Every step a run takes, in order, each waited for: yields the step once its
+        outputs are written (``read_buffer`` reads them). For tools that look between
+        kernels; runs do not use it."""
         cu = self.cu
-        for step, launch in zip(self.plan.steps, self._launches):
-            if launch is None:
-                self._host(step)  # type: ignore[arg-type]
-            else:
-                self._start(launch, step.kernel)
+        for i in step_order(self.plan.steps, self._truth):
+            step = self.plan.steps[i]
+            self._step(i)
+            if self._launches[i] is not None:
                 self._check(cu.cuStreamSynchronize(self.stream), f"running {step.kernel}")
             yield step
+
+    def _step(self, i: int) -> None:
+        step, launch = self.plan.steps[i], self._launches[i]
+        if launch is not None:
+            self._start(launch, step.kernel)  # type: ignore[union-attr]
+        elif isinstance(step, HostStep):
+            self._host(step)
+        elif isinstance(step, SelectStep):
+            chosen = step.chosen(self._truth(step))
+            for src, dst in zip(chosen, step.outputs):
+                n = self.plan.buffers[dst].nbytes
+                if n:
+                    self._check(self.cu.cuMemcpyDtoDAsync(self.ptr[dst], self.ptr[src], n, self.stream),
+                                f"{step.label}: copying buffer {src}")
+        # a BranchStep does nothing itself: step_order asked ``_truth`` which branch to take
+
+    def _truth(self, step: BranchStep | SelectStep) -> bool:
+        """A branch's condition, read once the steps before it are done."""
+        return bool(self.read_buffer(step.cond).reshape(-1)[0])
 
     def read_buffer(self, b: int) -> np.ndarray:
         """Plan buffer ``b`` copied to the host now."""

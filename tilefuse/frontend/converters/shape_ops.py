@@ -51,7 +51,7 @@ def const_operand(ctx: NodeContext, i: int, why: str) -> np.ndarray:
     try:
         return ctx.const_input(i)
     except NotConstantError as e:
-        raise NotConstantError(f"{e} ({why}: data-dependent output shape)", e.graph_inputs) from None
+        raise NotConstantError(f"{e} ({why}: data-dependent output shape)", e.graph_inputs, e.node) from None
 
 
 def ints_operand(ctx: NodeContext, input_index: int, attr_name: str) -> list[int] | None:
