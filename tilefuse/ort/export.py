@@ -23,6 +23,7 @@ If on them compiles as the branch taken.
 """
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -48,7 +49,8 @@ from tilefuse.frontend.loader import (
     upgrade_opset,
     without_weights,
 )
-from tilefuse.frontend.shapes import ConstSpec, ShapeSpec, bind_constants, bind_input_types, constant_shapes
+from tilefuse.frontend.shapes import (ConstSpec, ShapeSpec, bind_constants, bind_input_types, constant_shapes,
+                                     fixed_size)
 from tilefuse.ir.control import Branch
 from tilefuse.ir.graph import Node
 from tilefuse.ir.prims.base import Kind
@@ -103,17 +105,20 @@ class ExportResult:
 
 
 def export_ort(model: ModelLike, out_dir: str | Path, target: str | Target = "cpu",
-               shapes: ShapeSpec | None = None, mode: str = "ep", consts: ConstSpec | None = None) -> ExportResult:
+               shapes: ShapeSpec | None = None, mode: str = "ep", consts: ConstSpec | None = None, *,
+               external_data_dir: str | os.PathLike[str] | None = None) -> ExportResult:
     """Write ``out_dir/model.onnx`` with tilefuse kernels for onnxruntime (see module doc).
 
     ``consts`` binds inputs to values known at compile time: they become initializers of
     the exported model, which no longer takes them, and what depends only on them (an If
-    on a sample rate) is specialised as ``tilefuse optimize`` specialises it."""
+    on a sample rate) is specialised as ``tilefuse optimize`` specialises it. External
+    weights are read from ``external_data_dir`` (default: the model file's folder), as in
+    ``tilefuse.compile``."""
     if mode not in MODES:
         raise TilefuseError(f"--as must be one of {MODES}, got {mode!r}")
     target = get_target(target) if isinstance(target, str) else target
     cuda = target.name.startswith("cuda:")
-    work = _load(model)
+    work = _load(model, external_data_dir)
     consts = dict(consts or {})
     input_types = bind_input_types(work, constant_shapes(work, shapes, consts))
     frozen = bind_constants(input_types, consts)
@@ -145,8 +150,8 @@ def export_ort(model: ModelLike, out_dir: str | Path, target: str | Target = "cp
 
 # ------------------------------------------------------------------------- loading
 
-def _load(model: ModelLike) -> onnx.ModelProto:
-    proto = load_model(model)
+def _load(model: ModelLike, external_data_dir: str | os.PathLike[str] | None) -> onnx.ModelProto:
+    proto = load_model(model, external_data_dir)
     check_model(proto)
     work = onnx.ModelProto()
     work.CopyFrom(upgrade_opset(proto))
@@ -173,7 +178,7 @@ def _value_types(work: onnx.ModelProto, input_types: Mapping[str, object]) -> di
     for vi in (*m.graph.input, *m.graph.value_info, *m.graph.output):
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
             tt = vi.type.tensor_type
-            dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+            dims = tuple(fixed_size(d) for d in tt.shape.dim)  # -1 is dynamic, as onnxruntime reads it
             types[vi.name] = (tt.elem_type, dims if tt.HasField("shape") else None)
     for init in work.graph.initializer:
         types[init.name] = (init.data_type, tuple(init.dims))
