@@ -82,6 +82,27 @@ def test_a_nan_written_into_the_weights_is_refused(saved):
         load_plan(path)
 
 
+def test_weights_written_by_write_weights_load_and_plain_rewrites_do_not(saved):
+    """Tools that carry a plan without its weights synthesise them where it runs
+    (benchmarks/gpu_peers.py): write_weights records their hash, an editor that only
+    replaces the file does not."""
+    from safetensors.numpy import load_file, save_file
+
+    from tilefuse.plan import write_weights
+
+    _, path = saved
+    weights = load_file(path / "weights.safetensors")
+    rng = np.random.default_rng(1)
+    other = {k: np.asarray(rng.standard_normal(v.shape) * 0.02, v.dtype) for k, v in weights.items()}
+    save_file(other, path / "weights.safetensors")
+    with pytest.raises(PlanError, match="the weights"):
+        load_plan(path)
+    write_weights(path, other)
+    loaded = load_plan(path)
+    assert all(np.array_equal(loaded.weights[k], v) for k, v in other.items())
+    assert not list(path.glob(".*"))
+
+
 # -- symbols and names -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("symbol", ["abort", "exit", "free", "tf_run_steps", "other"])

@@ -7,7 +7,7 @@ directory; ``load_plan`` reads it back, checking every file (the manifest's sche
 bounds, and the sha256 of each kernel and of the weights); ``read_verified`` gives a
 runtime a kernel's bytes once they match the plan's hash.
 """
-from tilefuse.plan.files import load_plan, read_verified, save_plan
+from tilefuse.plan.files import load_plan, read_verified, save_plan, write_weights
 from tilefuse.plan.link import link
 from tilefuse.plan.memory import assign_offsets, plan_memory
 from tilefuse.plan.model import (
@@ -27,5 +27,5 @@ from tilefuse.plan.verify import verify_plan
 __all__ = [
     "ALIGN", "FORMAT_VERSION", "Binding", "Buffer", "BufferKind", "HostStep", "Kernel", "KernelStep",
     "MemoryReport", "Plan", "assign_offsets", "link", "load_plan", "plan_memory", "read_verified", "save_plan",
-    "verify_plan",
+    "verify_plan", "write_weights",
 ]

@@ -75,6 +75,22 @@ def save_plan(plan: Plan, path: Path) -> Path:
     return path
 
 
+def write_weights(path: str | Path, tensors: dict[str, np.ndarray]) -> None:
+    """Give a saved plan other weights and record their hash in its manifest: for tools
+    that carry a plan without its weights (too large to travel) and synthesise them where
+    it runs. ``load_plan`` checks them against the constant buffers as ever."""
+    root = Path(path)
+    manifest = json.loads((root / MANIFEST).read_text())
+    tmp = root / f".{WEIGHTS}.tmp-{os.getpid()}"
+    try:
+        save_file(tensors, tmp)
+        manifest["weights_sha256"] = sha256_file(tmp)
+        os.replace(tmp, root / WEIGHTS)
+    finally:
+        tmp.unlink(missing_ok=True)
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+
+
 def load_plan(path: str | Path) -> Plan:
     """Read and check a ``.tfplan`` directory."""
     root = Path(path)
