@@ -110,6 +110,30 @@ def test_a_hundred_sessions_on_a_hundred_plans_leave_no_mappings(generated, tmp_
     assert sequential - before <= 10 and after - before <= 10, (before, sequential, opened, after)
 
 
+OPENMP_STAYS = r"""
+import sys, time
+import numpy as np
+from tilefuse.runtime import InferenceSession
+gomp = lambda: sum("libgomp" in line for line in open("/proc/self/maps"))
+feeds = {"x": np.random.default_rng(2).standard_normal((64, 128)).astype(np.float32)}
+assert gomp() == 0
+for _ in range(3):
+    with InferenceSession(sys.argv[1]) as s:
+        s.run(None, feeds)  # OpenMP's worker threads start, and stay after the region
+    time.sleep(0.05)        # they spin, then sleep, inside libgomp
+    print(gomp(), end=" ")
+"""
+
+
+def test_the_openmp_runtime_stays_loaded_when_the_last_kernel_library_closes(generated):
+    """Unloading libgomp under its idle worker threads would crash the process: it is
+    pinned once a kernel library has loaded it."""
+    _, path = generated
+    done = _python(OPENMP_STAYS, path)
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
+    assert all(int(n) > 0 for n in done.stdout.split())
+
+
 def test_run_after_close_is_a_clear_error_and_close_is_idempotent(generated):
     graph, path = generated
     with InferenceSession(path) as sess:

@@ -62,7 +62,7 @@ class NativeLibrary:
         if _dlinfo(self._lib._handle, RTLD_DI_LINKMAP, ctypes.byref(self._link_map)) != 0:
             self.close()
             raise PlanError(f"{label}: dlinfo cannot describe the loaded library")
-        _pin_openmp()
+        _pin_openmp(data)
 
     def function(self, symbol: str, required: bool = True) -> ctypes._CFuncPtr | None:
         """The library's own exported ``symbol``; PlanError (or None if not ``required``)
@@ -132,11 +132,12 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _pin_openmp() -> None:
-    """Make every loaded OpenMP runtime undeletable (RTLD_NOLOAD: only those loaded)."""
+def _pin_openmp(data: bytes) -> None:
+    """Make the OpenMP runtime a library needs undeletable (its DT_NEEDED name is in the
+    library's string table; RTLD_NOLOAD: only one the loader has loaded)."""
     with _pin_lock:
         for name in OPENMP_RUNTIMES:
-            if name in _pinned:
+            if name in _pinned or name.encode() not in data:
                 continue
             try:
                 ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_NODELETE | os.RTLD_LOCAL)
