@@ -91,13 +91,13 @@ class CpuExecutor:
         """Unload every kernel library and drop the arenas and weights (idempotent). No
         run may be in flight: ``InferenceSession.close`` waits for them."""
         self._fns, self._driver = {}, None
-        self._pool = ArenaPool(self._closed)
+        self._pool = ArenaPool(self._no_arena)
         self._fixed = {}
         libs, self._libs = self._libs, []
         for lib in libs:
             lib.close()
 
-    def _closed(self) -> _Arena:
+    def _no_arena(self) -> _Arena:
         raise ExecutionError("this CPU executor is closed: its kernel libraries are unloaded")
 
     def _new_arena(self) -> _Arena:
