@@ -153,8 +153,8 @@ def _inputs(sess, rng) -> dict:
 def run_one(plan_dir: Path, repeats: int) -> dict:
     """One plan in this process: weights, a correctness check against torch, timings."""
     import torch
-    from safetensors.numpy import save_file
 
+    from tilefuse.plan import write_weights
     from tilefuse.runtime import InferenceSession
 
     meta = json.loads((plan_dir / "variant.json").read_text())
@@ -165,7 +165,7 @@ def run_one(plan_dir: Path, repeats: int) -> dict:
     if any(b["shape"] == [] for b in constants):  # the GELU's scalars fold into the kernel
         raise SystemExit(f"{plan_dir.name}: a scalar constant is a plan buffer; its value cannot be synthesised")
     weights = {b["name"]: (rng.standard_normal(b["shape"]) * 0.02).astype(np.dtype(b["dtype"])) for b in constants}
-    save_file(weights, str(plan_dir / "weights.safetensors"))
+    write_weights(plan_dir, weights)  # and their hash, in the manifest
     sess = InferenceSession(plan_dir)
     feeds = _inputs(sess, rng)
     (y,) = sess.run(None, feeds)

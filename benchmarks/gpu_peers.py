@@ -85,8 +85,7 @@ def _roofline(compiled) -> dict:
 
 def prepare(plan_dir: Path):
     """A session of a packed plan, its weights synthesised (seeded), and feeds for it."""
-    from safetensors.numpy import save_file
-
+    from tilefuse.plan import write_weights
     from tilefuse.runtime import InferenceSession
 
     manifest = json.loads((plan_dir / "manifest.json").read_text())
@@ -97,7 +96,7 @@ def prepare(plan_dir: Path):
             dt = np.dtype(b["dtype"]) if b["dtype"] != "bfloat16" else np.float32
             w = rng.standard_normal(b["shape"], dtype=np.float32) * 0.02 if dt.kind == "f" else np.zeros(b["shape"])
             weights[b["name"]] = np.ascontiguousarray(w.astype(dt))
-    save_file(weights, str(plan_dir / "weights.safetensors"))
+    write_weights(plan_dir, weights)  # and their hash, in the manifest
     sess = InferenceSession(plan_dir)
     feeds = {}
     for i in sess.get_inputs():

@@ -138,10 +138,10 @@ def derive_weights(model, shapes: dict, plan_dir: Path) -> dict[str, np.ndarray]
 def run(args) -> int:
     import onnx
     import onnxruntime as ort
-    from safetensors.numpy import save_file
 
     import models
     from tilefuse.compare import compare_output
+    from tilefuse.plan import write_weights
     from tilefuse.runtime import InferenceSession
 
     out_dir = Path(args.out or os.environ.get("OUT") or args.root)
@@ -154,7 +154,7 @@ def run(args) -> int:
         model = onnx.load(str(case / "skeleton.onnx"))
         refill(model, meta["emptied"])
         plan_dir = case / "plan.tfplan"
-        save_file(derive_weights(model, shapes, plan_dir), str(plan_dir / "weights.safetensors"))
+        write_weights(plan_dir, derive_weights(model, shapes, plan_dir))  # and their hash, in the manifest
         seed = random.randrange(2**31)
         feeds = models.random_inputs(model, shapes, seed=seed)
         got = InferenceSession(plan_dir).run(None, feeds)

@@ -366,3 +366,34 @@ def test_attention_over_a_prime_sequence_takes_whole_tiles_and_compiles():
     assert "query tiles 16" in program.notes[0] and program.grid == (1, 12, 13)
     (art,) = build_all([program], arch="sm_90a")
     assert "mma" in art.source.read_text() and art.launch["grid"] == [1, 12, 13]
+
+
+@pytest.mark.parametrize("damage", ["cubin", "json", "cu"])
+def test_a_damaged_cache_entry_is_built_again_not_used(tmp_path, monkeypatch, damage):
+    """Each CUDA cache entry is checked against the sha256 beside it: a truncated cubin is
+    compiled again by nvcc, damaged launch metadata or CUDA source lowered again."""
+    from tilefuse.codegen.cuda import build as cuda_build
+    from tilefuse.codegen.toolchain import entry_ok
+
+    log = tmp_path / "nvcc.log"
+    nvcc = tmp_path / "counting-nvcc"
+    nvcc.write_text(f'#!/bin/sh\necho "$@" >> "{log}"\nexec "{shutil.which("nvcc")}" "$@"\n')
+    nvcc.chmod(0o755)
+    monkeypatch.setenv("NVCC", str(nvcc))
+    cuda_build.find_nvcc.cache_clear()
+    lowerings = []
+    real_lower = cuda_build.lower_module
+    monkeypatch.setattr(cuda_build, "lower_module", lambda *a: lowerings.append(a) or real_lower(*a))
+    program = lower_group(partition_graph(_product_graph(rows=64, k=64, n=64), CUDA_SM90A).groups[0], CUDA_SM90A).program
+    try:
+        (first,) = build_all([program], arch="sm_90a", cache_dir=tmp_path)
+        compiles = lambda: sum("--cubin" in line for line in log.read_text().splitlines())
+        assert (compiles(), len(lowerings)) == (1, 1)
+        entry = first.path.with_suffix(f".{damage}")
+        entry.write_bytes(entry.read_bytes()[: entry.stat().st_size // 2])
+        (again,) = build_all([program], arch="sm_90a", cache_dir=tmp_path)
+        assert (compiles(), len(lowerings)) == ((2, 1) if damage == "cubin" else (1, 2))
+        assert again.launch == first.launch and again.path == first.path
+        assert all(entry_ok(first.path.with_suffix(s)) for s in (".cubin", ".json", ".cu"))
+    finally:
+        cuda_build.find_nvcc.cache_clear()  # the next test finds the real nvcc again

@@ -80,3 +80,21 @@ def test_custom_op_library_from_elsewhere(mlp_export):
     with pytest.raises(Exception, match="register the library that export-ort wrote beside the model"):
         sess = ort.InferenceSession(str(folder / "model.onnx"), so)
         sess.run(None, {"x": np.zeros((4, 64), np.float32)})
+
+
+def test_export_copies_only_the_kernel_bytes_the_plan_linked(tmp_path):
+    """A kernel library changed since the plan was linked (the build cache, rewritten) is
+    refused, not copied beside the exported model."""
+    from tests.plan.handmade import mlp_plan
+    from tilefuse.errors import PlanError
+    from tilefuse.ort.stitch import Stitcher
+
+    _, plan = mlp_plan(tmp_path / "build")
+    kernel = next(iter(plan.kernels.values()))
+    stitcher = Stitcher(tmp_path / "out", "custom-ops", False)
+    rel = stitcher._write_kernel(kernel)
+    assert (tmp_path / "out" / "kernels" / f"{kernel.name}.so").read_bytes() == kernel.path.read_bytes()
+    assert rel.endswith(".tfk")
+    kernel.path.write_bytes(kernel.path.read_bytes() + b"changed")
+    with pytest.raises(PlanError, match="sha256 .* the file was modified"):
+        Stitcher(tmp_path / "out2", "custom-ops", False)._write_kernel(kernel)

@@ -58,7 +58,7 @@ def compile_kernel(tmp: Path, group: FusedGroup, source: str, **defines: int) ->
     cc = shutil.which("cc")
     if cc is None:
         pytest.skip("no C compiler")
-    digest = hashlib.sha256((source + repr(sorted(defines.items()))).encode()).hexdigest()[:8]
+    digest = hashlib.sha256((source + repr(sorted(defines.items()))).encode()).hexdigest()[:10]  # a generated kernel name: plan.model.KERNEL_NAME
     name = f"{group.name}_{digest}"
     tmp.mkdir(parents=True, exist_ok=True)
     src, lib = tmp / f"{name}.c", tmp / f"{name}.so"
@@ -145,3 +145,40 @@ def cumsum_chain(length: int, shape: tuple[int, ...] = (4, 16)) -> tuple[Graph, 
 def random_feeds(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {v.name: rng.standard_normal(v.type.shape).astype(v.type.dtype.numpy) for v in graph.inputs}
+
+
+def fake_cuda_kernel(tmp: Path, group: FusedGroup) -> KernelArtifact:
+    """A CUDA kernel artifact for ``group`` whose "cubin" is a few bytes: for loading and
+    for the runtime against a recording driver (tests/runtime/test_session_resources.py),
+    never for a GPU. The launch data has the shape codegen/cuda gives it."""
+    params = [ParamSpec(v.name, str(v.type.dtype), v.type.shape, "input") for v in group.inputs]
+    params += [ParamSpec(v.name, str(v.type.dtype), v.type.shape, "output") for v in group.outputs]
+    name = f"{group.name}_{hashlib.sha256(repr(params).encode()).hexdigest()[:10]}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    path = tmp / f"{name}.cubin"
+    path.write_bytes(b"not a cubin: " + name.encode())
+    launch = {"entry": f"{name}_kernel", "grid": [2, 1, 1], "block": [128, 1, 1], "dynamic_smem": 0,
+              "arch": "sm_90a", "programmatic": False,
+              "args": [{"name": p.name, "kind": "pointer", "param": i, "tma": {}} for i, p in enumerate(params)]}
+    return KernelArtifact(name, f"{name}_kernel", path, tuple(params), launch)
+
+
+def cuda_mlp_plan(tmp: Path) -> tuple[Graph, Plan]:
+    """``mlp_graph`` linked for cuda:sm_90a with fake kernels (see fake_cuda_kernel)."""
+    graph = mlp_graph()
+    partition = partition_graph(graph, CPU)
+    kernels = {g.id: fake_cuda_kernel(tmp, g) for g in partition.groups}
+    return graph, link(graph, partition, kernels, "cuda:sm_90a", "2" * 64)
+
+
+def aborting_library(tmp: Path, symbol: str) -> Path:
+    """A shared library whose ``symbol`` calls abort(): what must never run in place of a
+    kernel (a swapped or corrupted file). Tests that could reach it run in a subprocess."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    tmp.mkdir(parents=True, exist_ok=True)
+    src, lib = tmp / f"abort_{symbol}.c", tmp / f"abort_{symbol}.so"
+    src.write_text(f"#include <stdlib.h>\nvoid {symbol}(void **args) {{ (void)args; abort(); }}\n")
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    return lib

@@ -63,7 +63,7 @@ def saved(tmp_path_factory):
 @pytest.mark.parametrize("edit, message", [
     (lambda m: m["steps"][1].update(then_steps=5), r"branch rate_switch/Branch .* end past the plan"),
     (lambda m: m["steps"][1].update(else_steps=0), r"step 3, after both branches, is not a select"),
-    (lambda m: m["steps"][1].update(then_steps=-1), r"step counts must be non-negative"),
+    (lambda m: m["steps"][1].update(then_steps=-1), r"then_steps: -1 is outside"),
     (lambda m: m["steps"][1].update(outputs=[4]), r"a branch reads its condition only and writes nothing"),
     (lambda m: m["steps"][1].update(inputs=[0]), r"the condition, buffer 0, is float32\[1,16,32\], not one bool"),
     (lambda m: m["steps"][4].update(inputs=[2, 4]), r"a select of 1 outputs reads 1 \+ 2 x 1 buffers, got 2"),

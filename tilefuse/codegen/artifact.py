@@ -41,8 +41,10 @@ class ParamSpec:
 class KernelArtifact:
     """A built kernel.
 
-    ``name`` is deterministic (the ops it holds plus a content hash) and is used as its
-    file name inside a plan, so it must match ``[A-Za-z0-9_.-]+``. Two groups may share
+    ``name`` is deterministic (the ops it holds plus ``_`` and ten hex digits of a content
+    hash: ``plan.model.KERNEL_NAME``) and is its file name inside a plan; ``symbol`` is the
+    entry that name gives on the target (cpu: the name; cuda: ``NAME_kernel``), which the
+    plan checks (``plan.model.KERNEL_FORMATS``). Two groups may share
     one artifact (identical layers) as long as their params agree. ``launch`` must be
     JSON-serialisable: cpu ``{"threads": n}``; cuda grid, block and shared memory.
     """

@@ -1,10 +1,20 @@
 """What both code generators need around their compilers: kernel names, the cache folder,
-atomic cache writes and one form of compiler-failure message."""
+atomic and verified cache entries and one form of compiler-failure message.
+
+A cache entry (a compiled library, a cubin, lowered source, launch metadata) is never
+trusted by its name alone: beside each one its sha256 is recorded (``NAME.sha256``), and
+an entry that does not hash to it (truncated by a full disk or a crash before its data
+reached the disk, edited, or without a digest) is rebuilt and replaced, never loaded.
+The digest is written before the entry is renamed into place, so a reader sees either a
+match or a mismatch, never a half-written file.
+"""
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
+import time
 from pathlib import Path
 
 from tilefuse.errors import CompileError
@@ -24,6 +34,68 @@ def default_cache_dir() -> Path:
     """``$TILEFUSE_CACHE/kernels``, default ``~/.cache/tilefuse/kernels``."""
     root = os.environ.get("TILEFUSE_CACHE")
     return (Path(root) if root else Path.home() / ".cache" / "tilefuse") / "kernels"
+
+
+# A temporary file older than this belongs to no live build (the C compiler is stopped
+# after 600 s, nvcc after 900 s): it is what a killed build left, and is removed.
+STALE_TMP_S = 3600
+
+
+def digest_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def entry_ok(path: Path) -> bool:
+    """True if the cache entry exists and hashes to the digest recorded beside it."""
+    return read_entry(path) is not None
+
+
+def read_entry(path: Path) -> bytes | None:
+    """The entry's bytes if they hash to its recorded digest; None for a miss (absent,
+    no digest, or a digest that differs: the caller builds it again)."""
+    try:
+        want = digest_path(path).read_text().strip()
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return data if hashlib.sha256(data).hexdigest() == want else None
+
+
+def store_entry(path: Path, data: bytes) -> None:
+    """Put ``data`` into the cache as ``path`` with its digest."""
+    write_atomic(digest_path(path), hashlib.sha256(data).hexdigest().encode())
+    write_atomic(path, data)
+
+
+def commit_entry(tmp: Path, path: Path) -> None:
+    """Move a build output (``tmp``, beside ``path``) into the cache with its digest."""
+    write_atomic(digest_path(path), hashlib.sha256(tmp.read_bytes()).hexdigest().encode())
+    os.replace(tmp, path)
+
+
+def ensure_text(path: Path, data: bytes) -> None:
+    """``path`` holds exactly ``data`` (a compiler's input: rewritten if it differs)."""
+    try:
+        if path.read_bytes() == data:
+            return
+    except OSError:
+        pass
+    write_atomic(path, data)
+
+
+def sweep_stale(cache_dir: Path, now: float | None = None) -> list[Path]:
+    """Remove the temporary files (``.*.tmp``) that builds killed long ago left in
+    ``cache_dir``; a younger one may be a build running now, and stays. Returns those removed."""
+    limit = (time.time() if now is None else now) - STALE_TMP_S
+    removed = []
+    for tmp in cache_dir.glob(".*.tmp"):
+        try:
+            if tmp.stat().st_mtime < limit:
+                tmp.unlink()
+                removed.append(tmp)
+        except OSError:  # gone already (another sweep), or not ours to remove
+            pass
+    return removed
 
 
 def write_atomic(path: Path, data: bytes) -> None:

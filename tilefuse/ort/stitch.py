@@ -8,7 +8,6 @@ beside the model with its descriptor (the format is in csrc/tf_kernel.h).
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ from tilefuse.frontend.shapes import runtime_inputs
 from tilefuse.ir.dtypes import DType
 from tilefuse.ort.provider import CUDA_EP_NAME, EP_NAME
 from tilefuse.ort.segment import node_reads
+from tilefuse.plan.files import read_verified
 from tilefuse.plan.model import BufferKind, Kernel, KernelStep, Plan
 
 CUSTOM_DOMAIN = "ai.tilefuse"
@@ -97,7 +97,8 @@ class Stitcher:
             name = f"{name}_{kernel.sha256[:8]}"
         folder = self.out / KERNELS_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(kernel.path, folder / f"{name}{kernel.suffix}")
+        # What the plan linked, or nothing: the build cache may have changed since.
+        (folder / f"{name}{kernel.suffix}").write_bytes(read_verified(kernel.path, kernel.sha256, f"kernel {kernel.name}"))
         lines = ["tilefuse-kernel 1", f"target {'cuda' if self.cuda else 'cpu'}", f"name {name}",
                  f"library {name}{kernel.suffix}", f"symbol {kernel.symbol}"]
         for p in kernel.params:

@@ -10,7 +10,6 @@ a kernel group never get a buffer: they live in the kernel's registers and tiles
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -28,9 +27,7 @@ from tilefuse.plan.hostops import primitive_to_json
 from tilefuse.plan.memory import plan_memory
 from tilefuse.plan.model import (Binding, BranchStep, Buffer, BufferKind, HostStep, Kernel, KernelStep, Plan,
                                   SelectStep, Step)
-from tilefuse.plan.verify import verify_plan
-
-_KERNEL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+from tilefuse.plan.verify import check_kernel_identity, verify_plan
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,7 +63,7 @@ def link(
     """
     import tilefuse
 
-    linker = _Linker(graph)
+    linker = _Linker(graph, target_name)
     linker.graph_steps(GraphCode(partition, kernels, bindings, branches or {}))
     outputs = tuple(Binding(name, linker.read(v, f"graph output {name!r}")) for name, v in graph.outputs.items())
     buffers, arena = plan_memory(linker.buffers, linker.steps)
@@ -89,7 +86,8 @@ def link(
 class _Linker:
     """Assigns buffers to values and appends steps, in group order."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, target: str) -> None:
+        self.target = target
         self.outputs = {id(v) for v in graph.outputs.values()}
         self.buffers: list[Buffer] = []
         self.ids: dict[int, int] = {}  # id(value) -> buffer id
@@ -182,19 +180,21 @@ class _Linker:
         self.steps.append(KernelStep(kernel.name, ins, outs, group.id))
 
     def _kernel(self, artifact: KernelArtifact, what: str) -> Kernel:
-        if not _KERNEL_NAME.match(artifact.name):
-            raise PlanError(f"{what}: kernel name must match {_KERNEL_NAME.pattern} (it names a file in the plan)")
         path = Path(artifact.path)
-        if not path.is_file():
-            raise PlanError(f"{what}: kernel file {path} does not exist")
-        sha = sha256_file(path)
         try:
             launch = json.loads(json.dumps(dict(artifact.launch)))
         except (TypeError, ValueError) as e:
             raise PlanError(f"{what}: launch data is not JSON-serialisable: {e}") from None
-        kernel = Kernel(artifact.name, artifact.symbol, path, sha, launch, tuple(artifact.params))
+        kernel = Kernel(artifact.name, artifact.symbol, path, "", launch, tuple(artifact.params))
+        try:  # its name names its file in the plan and gives its entry symbol
+            check_kernel_identity(kernel, self.target)
+        except PlanError as e:
+            raise PlanError(f"{what}: {e}") from None
+        if not path.is_file():
+            raise PlanError(f"{what}: kernel file {path} does not exist")
+        kernel = Kernel(artifact.name, artifact.symbol, path, sha256_file(path), launch, tuple(artifact.params))
         known = self.kernels.setdefault(kernel.name, kernel)
-        if known is not kernel and (known.sha256, known.symbol, known.params) != (sha, kernel.symbol, kernel.params):
+        if known is not kernel and (known.sha256, known.symbol, known.params) != (kernel.sha256, kernel.symbol, kernel.params):
             raise PlanError(f"{what}: two different kernels are both named {kernel.name!r}")
         return known
 

@@ -1,11 +1,15 @@
 """manifest.json: the plan as JSON, and back with every field checked.
 
-Decoding trusts nothing: each field is type-checked and a bad one gives a PlanError
-naming the manifest file and the field's path (``steps[3].inputs[1]``). Cross-references
-(buffer ids, kernel names, types) are checked afterwards by ``verify_plan``.
+Decoding trusts nothing: each field is type- and range-checked and a bad one gives a
+PlanError naming the manifest file and the field's path (``steps[3].inputs[1]``). Sizes
+are bounded before anything is allocated from them; a kernel's file and symbol must be
+the ones its name gives (``KERNEL_FORMATS``). Cross-references (buffer ids, kernel names,
+types, arena placement) are checked afterwards by ``verify_plan``.
 """
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 
 from tilefuse.codegen.artifact import ROLES, ParamSpec
@@ -13,12 +17,23 @@ from tilefuse.errors import PlanError
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.types import TensorType
 from tilefuse.plan.hostops import primitive_from_json, primitive_to_json
-from tilefuse.plan.model import (FORMAT_VERSION, PRECISIONS, Binding, BranchStep, Buffer, BufferKind, HostStep, Kernel,
-                                  KernelStep, Plan, SelectStep, Step)
+from tilefuse.plan.launch import check_launch
+from tilefuse.plan.model import (
+    FORMAT_VERSION, KERNEL_FORMATS, KERNEL_NAME, PRECISIONS, Binding, BranchStep, Buffer, BufferKind, HostStep, Kernel,
+    KernelFormat, KernelStep, Plan, SelectStep, Step,
+)
+
+# Bounds on what a manifest may ask for, far beyond any model, so that a corrupt number is
+# refused here rather than allocated (10**23 bytes) or multiplied out.
+MAX_BYTES = 1 << 48  # of one tensor, or of the arena: 256 TiB
+MAX_RANK = 32
+MAX_COUNT = 1 << 31  # ids, group numbers
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def encode(plan: Plan, kernel_files: dict[str, str]) -> dict[str, object]:
-    """The manifest of ``plan``; ``kernel_files`` maps kernel names to plan-relative paths."""
+def encode(plan: Plan, kernel_files: dict[str, str], weights_sha256: str) -> dict[str, object]:
+    """The manifest of ``plan``; ``kernel_files`` maps kernel names to plan-relative paths,
+    ``weights_sha256`` is the hash of the weights file written beside it."""
     kernels = []
     for k in plan.kernels.values():
         kernels.append({
@@ -37,6 +52,7 @@ def encode(plan: Plan, kernel_files: dict[str, str]) -> dict[str, object]:
         "inputs": [_binding(plan, b) for b in plan.inputs],
         "outputs": [_binding(plan, b) for b in plan.outputs],
         "arena_bytes": plan.arena_bytes,
+        "weights_sha256": weights_sha256,
         "intermediate_bytes": report.intermediate_bytes,
         "buffers": [
             {"id": b.id, "name": b.name, "kind": b.kind.value, "dtype": str(b.type.dtype),
@@ -73,6 +89,8 @@ class Decoder:
         self.source = source
         self.root = root
         self.data = self.obj(data, "the manifest")
+        self.family = ""  # the target's family ("cpu", "cuda"), once check_target has run
+        self.format: KernelFormat | None = None
 
     def fail(self, where: str, msg: str) -> PlanError:
         return PlanError(f"{self.source}: {where.lstrip('.') or 'top level'}: {msg}")
@@ -89,104 +107,147 @@ class Decoder:
         x = d[key]
         # bool is an int subclass: a true/false where a number belongs is a corruption.
         if not isinstance(x, typ) or (isinstance(x, bool) and bool not in (typ if isinstance(typ, tuple) else (typ,))):
-            raise self.fail(f"{where}.{key}", f"expected {typ}, got {x!r}")
+            name = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
+            raise self.fail(f"{where}.{key}", f"expected {name}, got {show(x)}")
         return x
 
-    def ints(self, d: dict, key: str, where: str) -> tuple[int, ...]:
+    def integer(self, d: dict, key: str, where: str, lo: int = 0, hi: int = MAX_COUNT) -> int:
+        x = self.get(d, key, int, where)
+        if not lo <= x <= hi:  # type: ignore[operator]
+            raise self.fail(f"{where}.{key}", f"{show(x)} is outside [{lo}, {hi}]")
+        return x  # type: ignore[return-value]
+
+    def ints(self, d: dict, key: str, where: str, hi: int = MAX_COUNT, max_len: int = MAX_COUNT) -> tuple[int, ...]:
         xs = self.get(d, key, list, where)
-        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in xs):  # type: ignore[union-attr]
-            raise self.fail(f"{where}.{key}", f"expected non-negative integers, got {xs!r}")
+        if len(xs) > max_len:  # type: ignore[arg-type]
+            raise self.fail(f"{where}.{key}", f"{len(xs)} items, at most {max_len} expected")  # type: ignore[arg-type]
+        if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= hi for x in xs):  # type: ignore[union-attr]
+            raise self.fail(f"{where}.{key}", f"expected integers in [0, {hi}], got {show(xs)}")
         return tuple(xs)  # type: ignore[arg-type]
 
     def items(self, d: dict, key: str, where: str) -> list[tuple[dict, str]]:
         xs = self.get(d, key, list, where)
         return [(self.obj(x, f"{where}{key}[{i}]"), f"{where}{key}[{i}]") for i, x in enumerate(xs)]  # type: ignore[arg-type]
 
+    def sha256(self, d: dict, key: str, where: str) -> str:
+        x = self.get(d, key, str, where)
+        if not SHA256.fullmatch(x):  # type: ignore[arg-type]
+            raise self.fail(f"{where}.{key}", f"expected 64 lowercase hex digits, got {show(x)}")
+        return x  # type: ignore[return-value]
+
     def dtype(self, d: dict, where: str) -> DType:
         name = self.get(d, "dtype", str, where)
         try:
             return DType(name)
         except ValueError:
-            raise self.fail(f"{where}.dtype", f"unknown dtype {name!r}") from None
+            raise self.fail(f"{where}.dtype", f"unknown dtype {show(name)}") from None
 
     def type(self, d: dict, where: str) -> TensorType:
-        return TensorType(self.dtype(d, where), self.ints(d, "shape", where))
+        dtype = self.dtype(d, where)
+        shape = self.ints(d, "shape", where, hi=MAX_BYTES, max_len=MAX_RANK)
+        if math.prod(shape) * dtype.itemsize > MAX_BYTES:
+            raise self.fail(f"{where}.shape", f"{dtype}{list(shape)} is over {MAX_BYTES} bytes")
+        return TensorType(dtype, shape)
 
     # -- sections -------------------------------------------------------------------
     def header(self) -> dict[str, object]:
         d = self.data
+        format_version = self.get(d, "format_version", int, "")
+        tilefuse_version = self.get(d, "tilefuse_version", str, "")
+        if format_version != FORMAT_VERSION:  # the caller explains; the rest may differ
+            return {"format_version": format_version, "tilefuse_version": tilefuse_version}
         return {
-            "format_version": self.get(d, "format_version", int, ""),
-            "tilefuse_version": self.get(d, "tilefuse_version", str, ""),
+            "format_version": format_version,
+            "tilefuse_version": tilefuse_version,
             "source_model_sha256": self.get(d, "source_model_sha256", str, ""),
             "source_model_path": d.get("source_model_path", "") if isinstance(d.get("source_model_path", ""), str) else "",
             "target": self.get(d, "target", str, ""),
             "precision": self.precision(d),
-            "arena_bytes": self.get(d, "arena_bytes", int, ""),
+            "arena_bytes": self.integer(d, "arena_bytes", "", hi=MAX_BYTES),
+            "weights_sha256": self.sha256(d, "weights_sha256", ""),
         }
 
     def precision(self, d: dict) -> str:
         """Plans written before the field was added computed in float32."""
         x = d.get("precision", "fp32")
         if x not in PRECISIONS:
-            raise self.fail("precision", f"expected one of {PRECISIONS}, got {x!r}")
-        return x
+            raise self.fail("precision", f"expected one of {PRECISIONS}, got {show(x)}")
+        return x  # type: ignore[return-value]
+
+    def check_target(self, target: str) -> None:
+        """The target's family must have a kernel format: it says what kernels look like."""
+        self.family = target.split(":")[0]
+        self.format = KERNEL_FORMATS.get(self.family)
+        if self.format is None:
+            raise self.fail("target", f"unknown target {show(target)}; known families: {sorted(KERNEL_FORMATS)}")
 
     def buffers(self) -> tuple[Buffer, ...]:
         out = []
         for d, where in self.items(self.data, "buffers", ""):
             kind = self.get(d, "kind", str, where)
             if kind not in {k.value for k in BufferKind}:
-                raise self.fail(f"{where}.kind", f"unknown buffer kind {kind!r}")
+                raise self.fail(f"{where}.kind", f"unknown buffer kind {show(kind)}")
             offset = d.get("offset")
-            if offset is not None and (not isinstance(offset, int) or isinstance(offset, bool)):
-                raise self.fail(f"{where}.offset", f"expected an integer or null, got {offset!r}")
-            buf = Buffer(self.get(d, "id", int, where), self.get(d, "name", str, where), BufferKind(kind),  # type: ignore[arg-type]
+            if offset is not None and (not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= MAX_BYTES):
+                raise self.fail(f"{where}.offset", f"expected an integer in [0, {MAX_BYTES}] or null, got {show(offset)}")
+            buf = Buffer(self.integer(d, "id", where), self.get(d, "name", str, where), BufferKind(kind),  # type: ignore[arg-type]
                          self.type(d, where), offset)
             if self.get(d, "nbytes", int, where) != buf.nbytes:
-                raise self.fail(f"{where}.nbytes", f"{d['nbytes']} does not match {buf.type}")
+                raise self.fail(f"{where}.nbytes", f"{show(d['nbytes'])} does not match {buf.type}")
             out.append(buf)
         return tuple(out)
 
     def bindings(self, key: str, buffers: tuple[Buffer, ...]) -> tuple[Binding, ...]:
         out = []
         for d, where in self.items(self.data, key, ""):
-            b = Binding(self.get(d, "name", str, where), self.get(d, "buffer", int, where))  # type: ignore[arg-type]
+            b = Binding(self.get(d, "name", str, where), self.integer(d, "buffer", where))  # type: ignore[arg-type]
             if not 0 <= b.buffer < len(buffers) or buffers[b.buffer].type != self.type(d, where):
-                raise self.fail(where, f"type {d.get('dtype')}{d.get('shape')} differs from buffer {b.buffer}")
+                raise self.fail(where, f"type {show(d.get('dtype'))}{show(d.get('shape'))} differs from buffer {b.buffer}")
             out.append(b)
         return tuple(out)
 
     def kernels(self) -> dict[str, Kernel]:
+        assert self.format is not None, "check_target first"
         out: dict[str, Kernel] = {}
         for d, where in self.items(self.data, "kernels", ""):
             params = []
             for p, pw in self.items(d, "params", f"{where}."):
                 role = self.get(p, "role", str, pw)
                 if role not in ROLES:
-                    raise self.fail(f"{pw}.role", f"expected one of {ROLES}, got {role!r}")
+                    raise self.fail(f"{pw}.role", f"expected one of {ROLES}, got {show(role)}")
                 t = self.type(p, pw)
                 params.append(ParamSpec(self.get(p, "name", str, pw), str(t.dtype), t.shape, role))  # type: ignore[arg-type]
             name = self.get(d, "name", str, where)
-            kernel = Kernel(name, self.get(d, "symbol", str, where), self.kernel_path(d, where),  # type: ignore[arg-type]
-                            self.get(d, "sha256", str, where), self.get(d, "launch", dict, where), tuple(params))  # type: ignore[arg-type]
+            if not KERNEL_NAME.fullmatch(name):  # type: ignore[arg-type]
+                raise self.fail(f"{where}.name", f"{show(name)} is not a generated kernel name ({KERNEL_NAME.pattern})")
+            symbol = self.get(d, "symbol", str, where)
+            if symbol != self.format.entry(name):  # type: ignore[arg-type]
+                raise self.fail(f"{where}.symbol", f"{show(symbol)} is not the entry of kernel {name}, "
+                                f"{self.format.entry(name)!r}")  # type: ignore[arg-type]
+            launch = self.obj(self.get(d, "launch", dict, where), f"{where}.launch")
+            check_launch(self, self.family, launch, f"{where}.launch", len(params), symbol)  # type: ignore[arg-type]
+            kernel = Kernel(name, symbol, self.kernel_path(d, name, where),  # type: ignore[arg-type]
+                            self.sha256(d, "sha256", where), launch, tuple(params))
             if out.setdefault(name, kernel) is not kernel:  # type: ignore[arg-type]
                 raise self.fail(where, f"kernel {name!r} listed twice")
         return out
 
-    def kernel_path(self, d: dict, where: str) -> Path:
-        """The kernel file, which must stay inside the plan directory."""
-        rel = Path(self.get(d, "file", str, where))  # type: ignore[arg-type]
-        if rel.is_absolute() or ".." in rel.parts:
-            raise self.fail(f"{where}.file", f"{str(rel)!r} must be a path inside the plan")
-        return self.root / rel
+    def kernel_path(self, d: dict, name: str, where: str) -> Path:
+        """The kernel's file: ``kernels/NAME.SUFFIX`` and nothing else, so it stays inside
+        the plan (and the loader opens it by that plain name, refusing symlinks)."""
+        assert self.format is not None
+        rel = self.get(d, "file", str, where)
+        want = f"kernels/{name}{self.format.suffix}"
+        if rel != want:
+            raise self.fail(f"{where}.file", f"{show(rel)} must be the plan's own {want!r}, a path inside the plan")
+        return self.root / want
 
     def steps(self) -> tuple[Step, ...]:
         out: list[Step] = []
         for d, where in self.items(self.data, "steps", ""):
             op = self.get(d, "op", str, where)
             ins, outs = self.ints(d, "inputs", where), self.ints(d, "outputs", where)
-            group = self.get(d, "group", int, where)
+            group = self.integer(d, "group", where)
             if op == "kernel":
                 out.append(KernelStep(self.get(d, "kernel", str, where), ins, outs, group))  # type: ignore[arg-type]
             elif op == "host":
@@ -197,21 +258,25 @@ class Decoder:
             elif op == "select":
                 out.append(self.select(d, ins, outs, where))
             else:
-                raise self.fail(f"{where}.op", f"unknown step op {op!r} (expected 'kernel', 'host', 'branch' or 'select')")
+                raise self.fail(f"{where}.op", f"unknown step op {show(op)} (expected 'kernel', 'host', 'branch' or 'select')")
         return tuple(out)
 
     def branch(self, d: dict, ins: tuple[int, ...], outs: tuple[int, ...], where: str) -> BranchStep:
         if len(ins) != 1 or outs:
             raise self.fail(where, f"a branch reads its condition only and writes nothing, got inputs {list(ins)} "
                                    f"and outputs {list(outs)}")
-        counts = [self.get(d, key, int, where) for key in ("then_steps", "else_steps")]
-        if any(c < 0 for c in counts):  # type: ignore[operator]
-            raise self.fail(where, f"step counts must be non-negative, got {counts}")
-        return BranchStep(ins[0], *counts, self.get(d, "group", int, where), self.get(d, "node", str, where))  # type: ignore[arg-type]
+        counts = [self.integer(d, key, where) for key in ("then_steps", "else_steps")]
+        return BranchStep(ins[0], *counts, self.integer(d, "group", where), self.get(d, "node", str, where))  # type: ignore[arg-type]
 
     def select(self, d: dict, ins: tuple[int, ...], outs: tuple[int, ...], where: str) -> SelectStep:
         n = len(outs)
         if len(ins) != 1 + 2 * n:
             raise self.fail(f"{where}.inputs", f"a select of {n} outputs reads 1 + 2 x {n} buffers, got {len(ins)}")
-        return SelectStep(ins[0], ins[1:1 + n], ins[1 + n:], outs, self.get(d, "group", int, where),  # type: ignore[arg-type]
+        return SelectStep(ins[0], ins[1:1 + n], ins[1 + n:], outs, self.integer(d, "group", where),  # type: ignore[arg-type]
                           self.get(d, "node", str, where))  # type: ignore[arg-type]
+
+
+def show(x: object, limit: int = 60) -> str:
+    """A value from a manifest in an error message: its repr, cut short (it may be huge)."""
+    text = repr(x)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -86,6 +86,11 @@ def verify_memory(buffers: Sequence[Buffer], steps: Sequence[Step], arena_bytes:
     byte with a buffer live at the same time (a corrupt manifest must not give wrong
     answers silently)."""
     lives = lifetimes(buffers, steps)
+    # Placement never needs more than every buffer side by side (assign_offsets puts each
+    # at the end of those live with it at worst): a larger arena is a corrupt size.
+    no_reuse = sum(align(buffers[b].nbytes) for b in lives)
+    if not 0 <= arena_bytes <= no_reuse:
+        raise PlanError(f"arena of {arena_bytes} bytes, but its buffers take {no_reuse} bytes without any reuse")
     spans = []
     for b in lives:
         buf = buffers[b]

@@ -7,6 +7,7 @@ every tensor the steps touch is a numbered Buffer, every step names buffers by i
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence, Union
@@ -17,8 +18,30 @@ from tilefuse.codegen.artifact import ParamSpec
 from tilefuse.ir.prims import Primitive
 from tilefuse.ir.types import TensorType
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: weights.safetensors is hashed in the manifest
 ALIGN = 64  # bytes: arena offsets and the arena base; a cache line, an AVX-512 vector
+
+# A kernel's name as the code generators make it: a stem naming its ops (letters, digits,
+# underscores: codegen/toolchain.kernel_stem), "_" and ten hex digits of a content hash.
+# It is the kernel's file name in a plan and its entry symbol derives from it, so a
+# manifest can name no other file and no other function (``abort``, ``free``, ...).
+KERNEL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}_[0-9a-f]{10}")
+
+
+@dataclass(frozen=True, slots=True)
+class KernelFormat:
+    """How one target family stores its kernels: the file's suffix, and the entry symbol,
+    which is the kernel's name plus ``entry_suffix`` (TileLang names a prim_func's CUDA
+    entry ``<func>_kernel``; a C kernel's function is its name)."""
+
+    suffix: str
+    entry_suffix: str
+
+    def entry(self, name: str) -> str:
+        return name + self.entry_suffix
+
+
+KERNEL_FORMATS = {"cpu": KernelFormat(".so", ""), "cuda": KernelFormat(".cubin", "_kernel")}
 
 
 class BufferKind(str, enum.Enum):

@@ -5,14 +5,17 @@ plan); both get a PlanError saying which step, buffer or kernel is wrong.
 """
 from __future__ import annotations
 
-from tilefuse.errors import PlanError
+from tilefuse.errors import PlanError, TilefuseError
 from tilefuse.plan.memory import verify_memory
 from tilefuse.ir.dtypes import DType
-from tilefuse.plan.model import BranchStep, BufferKind, HostStep, KernelStep, Plan, SelectStep
+from tilefuse.plan.model import (KERNEL_FORMATS, KERNEL_NAME, BranchStep, BufferKind, HostStep, Kernel, KernelStep, Plan,
+                                  SelectStep)
 
 
 def verify_plan(plan: Plan) -> None:
     n = len(plan.buffers)
+    for kernel in plan.kernels.values():
+        check_kernel_identity(kernel, plan.target)
     for i, buf in enumerate(plan.buffers):
         if buf.id != i:
             raise PlanError(f"buffer {i} has id {buf.id}; buffers must be numbered in order")
@@ -53,6 +56,22 @@ def verify_plan(plan: Plan) -> None:
     verify_memory(plan.buffers, plan.steps, plan.arena_bytes)
 
 
+def check_kernel_identity(kernel: Kernel, target: str) -> None:
+    """PlanError unless the kernel's name is one the code generators make, its symbol is
+    the entry they give that name on ``target`` and its file has the target's suffix: a
+    plan names its own kernels' entries and files, nothing else."""
+    family = target.split(":")[0]
+    fmt = KERNEL_FORMATS.get(family)
+    if fmt is None:
+        raise PlanError(f"target {target!r} has no kernel format; known: {sorted(KERNEL_FORMATS)}")
+    if not KERNEL_NAME.fullmatch(kernel.name):
+        raise PlanError(f"kernel name {kernel.name[:80]!r} is not a generated kernel name ({KERNEL_NAME.pattern})")
+    if kernel.symbol != fmt.entry(kernel.name):
+        raise PlanError(f"kernel {kernel.name}: symbol {kernel.symbol[:80]!r} is not its entry {fmt.entry(kernel.name)!r}")
+    if kernel.suffix != fmt.suffix:
+        raise PlanError(f"kernel {kernel.name}: file {kernel.path.name!r} is not a {family} kernel (*{fmt.suffix})")
+
+
 def _check_weight(plan: Plan, b: int) -> None:
     buf = plan.buffers[b]
     data = plan.weights.get(buf.name)
@@ -80,7 +99,9 @@ def _check_host_step(plan: Plan, step: HostStep) -> None:
     ins = [plan.buffers[b].type for b in step.inputs]
     try:
         outs = step.primitive.infer(ins)
-    except (TypeError, ValueError) as e:
+    # The primitive's parameters come from the manifest: whatever infer makes of values
+    # out of its range (an axis past the rank, ...) is a corrupt plan.
+    except (TilefuseError, ArithmeticError, LookupError, TypeError, ValueError) as e:
         raise PlanError(f"{step.label}: {e}") from None
     got = [plan.buffers[b].type for b in step.outputs]
     if list(outs) != got:

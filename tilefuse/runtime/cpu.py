@@ -1,7 +1,9 @@
 """Running a plan on the CPU: kernels from shared libraries through ctypes.
 
-Each kernel library is loaded once; each kernel has the ABI ``void SYMBOL(void **args)``
-(see tilefuse.codegen.artifact). Weights are copied once into 64-byte aligned memory.
+Each kernel library is loaded once per executor, from the bytes whose hash the plan
+records (``native.NativeLibrary``), and unloaded by ``close``; each kernel has the ABI
+``void SYMBOL(void **args)`` (see tilefuse.codegen.artifact), its symbol the one its name
+gives and defined by its own library. Weights are copied once into 64-byte aligned memory.
 Every run takes an arena from a pool, so concurrent runs never share intermediates;
 ctypes releases the GIL while a kernel runs, so threads really run in parallel.
 
@@ -18,17 +20,16 @@ The runtime does not read a kernel's ``launch`` data: a CPU kernel parallelises 
 from __future__ import annotations
 
 import ctypes
-import shutil
-import tempfile
-import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
-from tilefuse.errors import ExecutionError, PlanError
+from tilefuse.errors import ExecutionError
+from tilefuse.plan.files import read_verified
 from tilefuse.plan.model import BranchStep, BufferKind, HostStep, Kernel, KernelStep, Plan, SelectStep
+from tilefuse.plan.verify import check_kernel_identity
+from tilefuse.runtime.native import NativeLibrary
 from tilefuse.runtime.pool import ArenaPool, aligned_empty
 
 KernelFn = Callable[[ctypes.Array], None]
@@ -69,13 +70,18 @@ class _Arena:
 
 
 class CpuExecutor:
-    """Executes a cpu plan; ``run`` is safe to call from several threads at once."""
+    """Executes a cpu plan; ``run`` is safe to call from several threads at once, and
+    ``close`` (once no run is in flight) unloads its libraries and drops its memory."""
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        libs = {name: _load_library(k) for name, k in plan.kernels.items()}
-        self._fns = {name: _kernel_fn(libs[name], k) for name, k in plan.kernels.items()}
-        self._driver = _find_driver(libs.values())
+        self._libs: list[NativeLibrary] = []
+        try:
+            self._fns = {name: self._load(k) for name, k in plan.kernels.items()}
+        except BaseException:
+            self.close()
+            raise
+        self._driver = _find_driver(self._libs)
         self._fixed: dict[int, np.ndarray] = {}  # constant buffers: aligned copies of the weights
         for buf in plan.buffers:
             if buf.kind is BufferKind.CONSTANT:
@@ -83,6 +89,30 @@ class CpuExecutor:
         self._inputs = {b.name: b.buffer for b in plan.inputs}
         self._outputs = {b.name: b.buffer for b in plan.outputs}
         self._pool: ArenaPool[_Arena] = ArenaPool(self._new_arena)
+
+    def _load(self, kernel: Kernel) -> KernelFn:
+        """The kernel's function, from a library loaded from its verified bytes."""
+        check_kernel_identity(kernel, self.plan.target)  # a plan built in memory is checked here
+        lib = NativeLibrary(read_verified(kernel.path, kernel.sha256, f"kernel {kernel.name}"), str(kernel.path))
+        self._libs.append(lib)
+        fn = lib.function(kernel.symbol)
+        assert fn is not None
+        fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+        fn.restype = None
+        return fn
+
+    def close(self) -> None:
+        """Unload every kernel library and drop the arenas and weights (idempotent). No
+        run may be in flight: ``InferenceSession.close`` waits for them."""
+        self._fns, self._driver = {}, None
+        self._pool = ArenaPool(self._no_arena)
+        self._fixed = {}
+        libs, self._libs = self._libs, []
+        for lib in libs:
+            lib.close()
+
+    def _no_arena(self) -> _Arena:
+        raise ExecutionError("this CPU executor is closed: its kernel libraries are unloaded")
 
     def _new_arena(self) -> _Arena:
         """Memory for one run in flight, with every kernel argument array filled in.
@@ -198,49 +228,15 @@ class CpuExecutor:
             np.copyto(out, r)
 
 
-def _find_driver(libs: Iterable[ctypes.CDLL]) -> Callable | None:
+def _find_driver(libs: Iterable[NativeLibrary]) -> Callable | None:
     """The step driver from the first kernel library that has it (older plans: none)."""
     for lib in libs:
-        fn = getattr(lib, DRIVER_SYMBOL, None)
+        fn = lib.function(DRIVER_SYMBOL, required=False)
         if fn is not None:
             fn.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
             fn.restype = None
             return fn
     return None
-
-
-def _load_library(kernel: Kernel) -> ctypes.CDLL:
-    try:
-        return ctypes.CDLL(_loadable_path(kernel), mode=ctypes.RTLD_LOCAL)
-    except OSError as e:
-        raise PlanError(f"{kernel.path}: cannot load kernel {kernel.name}: {e}") from None
-
-
-def _kernel_fn(lib: ctypes.CDLL, kernel: Kernel) -> KernelFn:
-    try:
-        fn = getattr(lib, kernel.symbol)
-    except AttributeError:
-        raise PlanError(f"{kernel.path}: no symbol {kernel.symbol!r} (kernel {kernel.name})") from None
-    fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
-    fn.restype = None
-    return fn
-
-
-# dlopen returns the library already loaded under the same path, even if the file has
-# been replaced since (a plan saved again to the same place). Remember what each path
-# held when loaded, and load changed contents from a private copy instead.
-_LOADED: dict[str, str] = {}
-_LOADED_LOCK = threading.Lock()
-
-
-def _loadable_path(kernel: Kernel) -> str:
-    path = str(kernel.path.resolve())
-    with _LOADED_LOCK:
-        if _LOADED.setdefault(path, kernel.sha256) == kernel.sha256:
-            return path
-        copy = Path(tempfile.mkdtemp(prefix="tilefuse-")) / f"{kernel.sha256[:16]}{kernel.suffix}"
-        shutil.copyfile(kernel.path, copy)
-        return str(copy)
 
 
 def _aligned_like(w: np.ndarray) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Running a plan on an NVIDIA GPU with the CUDA driver API (cuda-python's cuda-bindings).
 
 Only numpy and ``cuda.bindings.driver`` are needed: no torch, no tilelang. At load, each
-cubin becomes a module (``cuModuleLoadData``), its entry gets the dynamic shared memory it
+cubin is read once and checked against the plan's sha256, and those bytes become a module
+(``cuModuleLoadData``), its entry gets the dynamic shared memory it
 asks for, the weights are uploaded once, and one device arena holds every intermediate
 and output (offsets from the plan's liveness planning). Input buffers are device
 allocations of their own. The kernel arguments of every step are fixed then: device
@@ -16,7 +17,9 @@ run returns only once its stream is done. A plan of kernels only is captured onc
 load) and replayed as one launch; a plan with host steps (opaque primitives, run by their
 reference on copies) or branches (an If on a run-time condition: the condition is copied
 to the host once the steps before it are done, then the branch taken is launched, and its
-results are copied device to device to the If's outputs) launches step by step. One arena per session: runs are serialised.
+results are copied device to device to the If's outputs) launches step by step. One arena
+per session: runs are serialised. ``close`` releases the graph, modules, device memory and
+stream; the primary context goes with the last DeviceArray still alive.
 
 Kernels whose launch metadata says ``programmatic`` wait for the previous kernel
 themselves (griddepcontrol.wait before any memory access): they are launched with
@@ -27,14 +30,17 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
 from tilefuse.errors import ExecutionError, PlanError
 from tilefuse.feeds import DeviceView, FeedDevice
+from tilefuse.plan.files import read_verified
 from tilefuse.plan.model import BranchStep, BufferKind, HostStep, KernelStep, Plan, SelectStep, step_order
+from tilefuse.plan.verify import check_kernel_identity
 from tilefuse.runtime.device_array import DeviceArray
 
 
@@ -65,17 +71,37 @@ def _driver():
 
 
 class CudaExecutor:
+    """Executes a cuda plan on one device; runs are serialised. ``close`` releases the
+    modules, device memory, graph and stream, and the primary context once no
+    DeviceArray made by this executor is left."""
+
+    _closed = False
+    _outstanding = 0  # DeviceArrays not yet freed: each needs the context
+
     def __init__(self, plan: Plan, device: int = 0) -> None:
         self.plan = plan
         self.device = device
         self.cu = cu = _driver()
+        # Reentrant: a DeviceArray collected while a run holds the lock frees itself through it.
+        self._lock = threading.RLock()
+        self._allocs: list[int] = []
+        self._modules: list = []
+        self._graph = None
+        self.stream = None
+        self.ctx = None
         self._check(cu.cuInit(0), "cuInit")
-        dev = self._check(cu.cuDeviceGet(device), "cuDeviceGet")
-        self.ctx = self._check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+        self._dev = self._check(cu.cuDeviceGet(device), "cuDeviceGet")
+        self.ctx = self._check(cu.cuDevicePrimaryCtxRetain(self._dev), "cuDevicePrimaryCtxRetain")
+        try:
+            self._set_up()
+        except BaseException:
+            self.close()
+            raise
+
+    def _set_up(self) -> None:
+        cu, plan = self.cu, self.plan
         self._check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
         self.stream = self._check(cu.cuStreamCreate(0), "cuStreamCreate")
-        self._lock = threading.Lock()
-        self._allocs: list[int] = []
         self._functions = {name: self._load(k) for name, k in plan.kernels.items()}
         arena = self._alloc(plan.arena_bytes)
         self.ptr: dict[int, int] = {}
@@ -88,10 +114,46 @@ class CudaExecutor:
                 self._h2d(self.ptr[buf.id], w)
             else:
                 self.ptr[buf.id] = self._alloc(buf.nbytes)
+        self._check(cu.cuStreamSynchronize(self.stream), "uploading the weights")
         self._inputs = {b.name: b.buffer for b in plan.inputs}
         self._outputs = {b.name: b.buffer for b in plan.outputs}
         self._launches = [self._launch_args(s) if isinstance(s, KernelStep) else None for s in plan.steps]
         self._graph = self._capture() if all(isinstance(s, KernelStep) for s in plan.steps) else None
+
+    def close(self) -> None:
+        """Release everything this executor holds on the device (idempotent; no run may
+        be in flight). Errors are ignored: there is nothing left to do about them."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            cu = self.cu
+            if self.ctx is not None:
+                cu.cuCtxSetCurrent(self.ctx)
+            if self.stream is not None:
+                cu.cuStreamSynchronize(self.stream)
+            if self._graph is not None:
+                cu.cuGraphExecDestroy(self._graph)
+            self._graph, self._launches, self._functions = None, [], {}
+            for module in self._modules:
+                cu.cuModuleUnload(module)
+            for ptr in self._allocs:
+                cu.cuMemFree(ptr)
+            self._modules, self._allocs, self.ptr = [], [], {}
+            if self.stream is not None:
+                cu.cuStreamDestroy(self.stream)
+            self._release_context()
+
+    def _release_context(self) -> None:
+        """Called under the lock once closed: the primary context goes when the last
+        DeviceArray does (freeing them needs it; the driver frees what is left with it)."""
+        if self.ctx is not None and self._closed and not self._outstanding:
+            self.cu.cuDevicePrimaryCtxRelease(self._dev)
+            self.ctx = None
+
+    def _open(self) -> None:
+        if self._closed:
+            raise ExecutionError("this CUDA executor is closed: its modules and device memory are released")
 
     def _capture(self):
         cu = self.cu
@@ -101,7 +163,10 @@ class CudaExecutor:
             self.launch_steps()
         finally:
             graph = self._check(cu.cuStreamEndCapture(self.stream), "cuStreamEndCapture")
-        return self._check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        try:
+            return self._check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        finally:
+            cu.cuGraphDestroy(graph)  # the executable graph does not need it
 
     @property
     def feed_device(self) -> FeedDevice:
@@ -130,12 +195,13 @@ class CudaExecutor:
             self._check(self.cu.cuMemcpyDtoHAsync(a.ctypes.data, ptr, a.nbytes, self.stream), "cuMemcpyDtoH")
 
     def _load(self, kernel):
+        """The kernel's function, from a module loaded from its verified bytes (cuda's
+        ModuleGetFunction looks in that module only: the symbol can name nothing else)."""
         cu = self.cu
-        try:
-            image = kernel.path.read_bytes()
-        except OSError as e:
-            raise PlanError(f"{kernel.path}: cannot read kernel {kernel.name}: {e}") from None
+        check_kernel_identity(kernel, self.plan.target)  # a plan built in memory is checked here
+        image = read_verified(kernel.path, kernel.sha256, f"kernel {kernel.name}")
         module = self._check(cu.cuModuleLoadData(image), f"cuModuleLoadData({kernel.path.name})")
+        self._modules.append(module)
         fn = self._check(cu.cuModuleGetFunction(module, kernel.symbol.encode()), f"cuModuleGetFunction({kernel.symbol})")
         smem = int(kernel.launch.get("dynamic_smem", 0))
         if smem:
@@ -157,12 +223,17 @@ class CudaExecutor:
                 t = arg["tma"]
                 if ptr % 16:
                     raise ExecutionError(f"{kernel.name}: TMA needs 16-byte aligned buffers ({arg['name']})")
+                try:  # enums the driver does not know are a corrupt plan (the manifest checked their type)
+                    enums = (cu.CUtensorMapDataType(t["dtype"]), cu.CUtensorMapInterleave(t["interleave"]),
+                             cu.CUtensorMapSwizzle(t["swizzle"]), cu.CUtensorMapL2promotion(t["l2_promotion"]),
+                             cu.CUtensorMapFloatOOBfill(t["oob_fill"]))
+                except ValueError as e:
+                    raise PlanError(f"kernel {kernel.name}: argument {arg['name']}: {e}") from None
                 tmap = self._check(cu.cuTensorMapEncodeTiled(
-                    cu.CUtensorMapDataType(t["dtype"]), t["rank"], ptr,
+                    enums[0], t["rank"], ptr,
                     [cu.cuuint64_t(x) for x in t["dims"]], [cu.cuuint64_t(x) for x in t["strides"]],
                     [cu.cuuint32_t(x) for x in t["box"]], [cu.cuuint32_t(x) for x in t["element_strides"]],
-                    cu.CUtensorMapInterleave(t["interleave"]), cu.CUtensorMapSwizzle(t["swizzle"]),
-                    cu.CUtensorMapL2promotion(t["l2_promotion"]), cu.CUtensorMapFloatOOBfill(t["oob_fill"]),
+                    *enums[1:],
                 ), f"cuTensorMapEncodeTiled({kernel.name}.{arg['name']})")
                 keep.append(tmap)
                 values.append(tmap)
@@ -207,6 +278,7 @@ class CudaExecutor:
         outputs are DeviceArrays (device memory of their own, no host copy)."""
         cu = self.cu
         with self._lock:
+            self._open()
             self._check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
             on_device = any(isinstance(a, DeviceView) for a in feeds.values())
             if on_device:  # __cuda_array_interface__ feeds name no stream: let all pending work finish
@@ -227,6 +299,7 @@ class CudaExecutor:
                 buf = self.plan.buffers[self._outputs[name]]
                 if on_device:
                     ptr = int(self._check(cu.cuMemAlloc(max(buf.nbytes, 256)), "cuMemAlloc"))
+                    self._outstanding += 1
                     out = DeviceArray(ptr, buf.type.dtype.numpy, buf.type.shape, self, self.device)
                     if buf.nbytes:
                         self._check(cu.cuMemcpyDtoDAsync(ptr, self.ptr[buf.id], buf.nbytes, self.stream),
@@ -239,19 +312,28 @@ class CudaExecutor:
             return results
 
     def download(self, a: DeviceArray) -> np.ndarray:
-        """A host copy of a DeviceArray this executor made."""
+        """A host copy of a DeviceArray this executor made (also once it is closed: the
+        array keeps the context, and the copy then needs no stream)."""
         out = np.empty(a.shape, a.dtype)
         with self._lock:
             self._check(self.cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+            if self._closed:
+                if out.nbytes:
+                    self._check(self.cu.cuMemcpyDtoH(out.ctypes.data, a.ptr, out.nbytes), "copying a device array")
+                return out
             self._d2h(out, a.ptr)
             self._check(self.cu.cuStreamSynchronize(self.stream), "copying a device array")
         return out
 
     def free(self, ptr: int) -> None:
-        """Release a DeviceArray's memory (its finaliser; errors at shutdown are moot)."""
+        """Release a DeviceArray's memory (its finaliser; errors at shutdown are moot),
+        and the context with the last one once the executor is closed."""
         try:
-            self.cu.cuCtxSetCurrent(self.ctx)
-            self.cu.cuMemFree(ptr)
+            with self._lock:
+                self.cu.cuCtxSetCurrent(self.ctx)
+                self.cu.cuMemFree(ptr)
+                self._outstanding -= 1
+                self._release_context()
         except Exception:  # noqa: BLE001 - interpreter teardown
             pass
 
@@ -328,9 +410,7 @@ class CudaExecutor:
         where events around one launch would count it whole)."""
         cu = self.cu
         out = []
-        with self._lock:
-            start = self._check(cu.cuEventCreate(0), "cuEventCreate")
-            stop = self._check(cu.cuEventCreate(0), "cuEventCreate")
+        with self._lock, self._events() as (start, stop):
             for step, launch in zip(self.plan.steps, self._launches):
                 if launch is None:
                     continue
@@ -343,13 +423,26 @@ class CudaExecutor:
                 out.append((step.kernel, float(self._check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")) / repeats))
         return out
 
+    @contextmanager
+    def _events(self) -> Iterator[tuple]:
+        """Two CUDA events for timing, destroyed after (the lock held: the executor is open)."""
+        self._open()
+        cu = self.cu
+        self._check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+        events = []
+        try:
+            for _ in range(2):
+                events.append(self._check(cu.cuEventCreate(0), "cuEventCreate"))
+            yield tuple(events)
+        finally:
+            for event in events:
+                cu.cuEventDestroy(event)
+
     def timed(self, repeats: int, graph: bool = True) -> list[float]:
         """Device time of ``repeats`` runs of the plan (ms each, CUDA events), as one graph
         launch or step by step; the inputs are whatever was copied in last."""
         cu = self.cu
-        with self._lock:
-            start = self._check(cu.cuEventCreate(0), "cuEventCreate")
-            stop = self._check(cu.cuEventCreate(0), "cuEventCreate")
+        with self._lock, self._events() as (start, stop):
             times = []
             for _ in range(repeats):
                 self._check(cu.cuEventRecord(start, self.stream), "cuEventRecord")

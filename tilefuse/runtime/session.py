@@ -1,21 +1,30 @@
 """InferenceSession: load a plan and run it, with onnxruntime's interface.
 
 The session checks inputs and picks the executor for the plan's target; executors
-(``cpu.CpuExecutor``, later ``cuda``) only run steps. An executor is built as
+(``cpu.CpuExecutor``, ``cuda.CudaExecutor``) only run steps. An executor is built as
 ``Executor(plan)`` and offers ``run(feeds, output_names) -> list[np.ndarray]``, taking
 checked feeds and returning fresh arrays; it must be safe to call from several threads.
-An executor that reads GPU tensors says where as ``feed_device`` (a ``feeds.FeedDevice``);
-the session then lets GPU feeds through as ``DeviceView``s.
+``close()`` releases what it holds (libraries, device memory, modules, streams); the
+session calls it once no run is in flight. An executor that reads GPU tensors says where
+as ``feed_device`` (a ``feeds.FeedDevice``); the session then lets GPU feeds through as
+``DeviceView``s.
+
+A session releases its executor on ``close()``, at the end of a ``with`` block, or when
+it is garbage-collected (a finaliser), whichever comes first; a run after that is an
+ExecutionError. Closing waits for the runs in flight on other threads.
 """
 from __future__ import annotations
 
+import threading
+import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from tilefuse.errors import InputError, PlanError
+from tilefuse.errors import ExecutionError, InputError, PlanError
 from tilefuse.feeds import FeedChecker
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.types import TensorType
@@ -44,8 +53,46 @@ class NodeArg:
     type: str
 
 
+class _Lifetime:
+    """Counts the runs in flight; ``close`` refuses new ones and waits for those."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._runs = 0
+        self.closed = False
+
+    @contextmanager
+    def run(self) -> Iterator[None]:
+        with self._cond:
+            if self.closed:
+                raise ExecutionError("this InferenceSession is closed; create a new one to run the plan again")
+            self._runs += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._runs -= 1
+                if not self._runs:
+                    self._cond.notify_all()
+
+    def close(self) -> bool:
+        """True for the call that closed it (after the runs in flight have finished)."""
+        with self._cond:
+            if self.closed:
+                return False
+            self.closed = True
+            self._cond.wait_for(lambda: self._runs == 0)
+            return True
+
+
+def _release(lifetime: _Lifetime, executor: object) -> None:
+    if lifetime.close():
+        executor.close()  # type: ignore[attr-defined]
+
+
 class InferenceSession:
-    """``InferenceSession("model.tfplan")`` or ``InferenceSession(plan)``.
+    """``InferenceSession("model.tfplan")`` or ``InferenceSession(plan)``; also a context
+    manager (``with InferenceSession(path) as sess:``) that closes it at the end.
 
     ``run(output_names, feeds)`` is safe to call from several threads at once.
     """
@@ -57,8 +104,28 @@ class InferenceSession:
         if executor is None:
             raise PlanError(f"no runtime for target {self.plan.target!r} in this tilefuse; runtimes: {sorted(EXECUTORS)}")
         self._executor = executor(self.plan)
+        self._lifetime = _Lifetime()
+        # Not at exit: the process's end releases everything, and the CUDA driver may be gone.
+        self._finalizer = weakref.finalize(self, _release, self._lifetime, self._executor)
+        self._finalizer.atexit = False
         self._check = FeedChecker(self.plan.input_types(), getattr(self._executor, "feed_device", None))
         self._outputs = [name for name, _ in self.plan.output_types()]
+
+    def close(self) -> None:
+        """Release the kernels, memory and (CUDA) device resources of this session, once
+        the runs in flight have finished. Idempotent; later runs are an ExecutionError.
+        GPU outputs (DeviceArray) stay valid until they are freed."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._lifetime.closed
+
+    def __enter__(self) -> InferenceSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def get_inputs(self) -> list[NodeArg]:
         return [_arg(n, t) for n, t in self.plan.input_types()]
@@ -72,8 +139,9 @@ class InferenceSession:
         JAX); then the outputs are ``DeviceArray``s that stay on the GPU and export both
         (``torch.from_dlpack(out)``)."""
         names = self._output_names(output_names)
-        arrays = self._check(feeds)
-        return self._executor.run(arrays, names)
+        with self._lifetime.run():
+            arrays = self._check(feeds)
+            return self._executor.run(arrays, names)
 
     def _output_names(self, output_names: object) -> list[str]:
         """``output_names`` checked: None (every output) or a list of the plan's output names."""

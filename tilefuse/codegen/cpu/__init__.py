@@ -16,7 +16,7 @@ from typing import Sequence
 from tilefuse.codegen.artifact import KernelArtifact
 from tilefuse.codegen.cpu.build import cache_key, compile_cached, find_compiler
 from tilefuse.codegen.cpu.emit import CSource, emit_program
-from tilefuse.codegen.toolchain import default_cache_dir
+from tilefuse.codegen.toolchain import default_cache_dir, sweep_stale
 from tilefuse.tile_ir.ir import TileProgram
 
 __all__ = ["CSource", "build_all", "build_kernel", "emit_program"]
@@ -34,6 +34,7 @@ def build_all(programs: Sequence[TileProgram], jobs: int | None = None,
     compiler = find_compiler()
     where = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     where.mkdir(parents=True, exist_ok=True)
+    sweep_stale(where)
     sources = [emit_program(p) for p in programs]
     with ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:
         futures: dict[str, Future] = {}

@@ -2,9 +2,12 @@
 
 A kernel is built once per (source, compiler version, flags, host CPU): the cache key is
 a sha256 of those, and ``$TILEFUSE_CACHE/kernels`` (default ``~/.cache/tilefuse/kernels``)
-holds ``SYMBOL-KEY.c`` and ``SYMBOL-KEY.so``. Files are written under a temporary name
-and renamed into place, so builds running in parallel (threads or processes) never see
-half a file; the worst case is two processes compiling the same kernel once each.
+holds ``SYMBOL-KEY.c`` and ``SYMBOL-KEY.so``, with the library's sha256 beside it
+(``.so.sha256``): a library that does not match it is compiled again, never loaded (a
+truncated one would kill the process that maps it with SIGBUS). Files are written under
+a temporary name and renamed into place, so builds running in parallel (threads or
+processes) never see half a file; the worst case is two processes compiling the same
+kernel once each. Temporary files a killed build left are removed once they are old.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tilefuse.codegen.cpu.emit import CSource
-from tilefuse.codegen.toolchain import compiler_failed, write_atomic
+from tilefuse.codegen.toolchain import commit_entry, compiler_failed, ensure_text, entry_ok
 from tilefuse.errors import CompileError
 
 # No -ffast-math: NaN, inf and signed zeros must behave as in the reference. Kernels never
@@ -88,9 +91,8 @@ def compile_cached(source: CSource, compiler: Compiler, cache_dir: Path) -> tupl
     """The shared library and C file of ``source``, compiling only on a cache miss."""
     lib = library_path(source, compiler, cache_dir)
     c_file = lib.with_suffix(".c")
-    if not c_file.exists():  # the name holds a hash of the text
-        write_atomic(c_file, source.text.encode())
-    if lib.exists():
+    ensure_text(c_file, source.text.encode())  # the library's source, and what is compiled on a miss
+    if entry_ok(lib):
         return lib, c_file
     fd, tmp = tempfile.mkstemp(prefix=f".{lib.stem}.", suffix=".so.tmp", dir=cache_dir)
     os.close(fd)
@@ -102,7 +104,7 @@ def compile_cached(source: CSource, compiler: Compiler, cache_dir: Path) -> tupl
             raise CompileError(f"kernel {source.symbol}: {compiler} took over {COMPILE_TIMEOUT_S} s on {c_file}") from None
         if done.returncode != 0:
             raise compiler_failed(source.symbol, str(compiler), done.returncode, done.stderr or done.stdout, c_file)
-        os.replace(tmp, lib)
+        commit_entry(Path(tmp), lib)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

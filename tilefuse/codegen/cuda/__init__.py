@@ -20,7 +20,7 @@ from typing import Sequence
 from tilefuse.codegen.artifact import KernelArtifact
 from tilefuse.codegen.cuda.build import compile_cubin, lower_cached
 from tilefuse.codegen.cuda.emit import TileLangSource, emit_tilelang
-from tilefuse.codegen.toolchain import default_cache_dir
+from tilefuse.codegen.toolchain import default_cache_dir, sweep_stale
 from tilefuse.tile_ir.ir import TileProgram
 
 __all__ = ["TileLangSource", "build_all", "emit_tilelang"]
@@ -32,6 +32,7 @@ def build_all(programs: Sequence[TileProgram], arch: str = "sm_90a", jobs: int |
     one at a time, nvcc runs on ``jobs`` threads. Raises CompileError."""
     where = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "cuda"
     where.mkdir(parents=True, exist_ok=True)
+    sweep_stale(where)
     sources = [emit_tilelang(p) for p in programs]
     lowered: dict[str, tuple] = {}
     with ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:

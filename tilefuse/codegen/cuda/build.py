@@ -3,8 +3,9 @@
 A kernel is built once per (TileLang module text, TileLang version, nvcc version, flags,
 arch, tilefuse's device-function header, which nvcc includes ahead of each kernel):
 ``$TILEFUSE_CACHE/kernels/cuda`` holds ``FUNC-KEY.py`` (the TileLang module), ``.cu``
-(what TileLang generated), ``.cubin`` and ``.json`` (launch metadata). Files are
-written under temporary names and renamed into place, as for the CPU cache.
+(what TileLang generated), ``.cubin`` and ``.json`` (launch metadata), the last three
+each with its sha256 beside it: an entry that does not match is built again, never used.
+Files are written under temporary names and renamed into place, as for the CPU cache.
 
 nvcc is ``$NVCC`` if set, else ``nvcc`` on PATH, else ``/usr/local/cuda/bin/nvcc``.
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 from tilefuse.codegen.cuda.emit import TileLangSource
 from tilefuse.codegen.cuda.fast_math import HEADER, header_text
 from tilefuse.codegen.cuda.tilelang_lower import DEFAULT_PASS_CONFIG, KernelParam, Lowered, lower_module, tilelang_version
-from tilefuse.codegen.toolchain import compiler_failed, write_atomic
+from tilefuse.codegen.toolchain import commit_entry, compiler_failed, ensure_text, entry_ok, read_entry, store_entry
 from tilefuse.errors import CompileError
 
 NVCC_FLAGS = ("--cubin", "-O3", "-lineinfo", "-std=c++20", "-w")
@@ -70,26 +71,37 @@ def lower_cached(source: TileLangSource, arch: str, cache_dir: Path) -> tuple[Pa
     """TileLang lowering (serial: TileLang is not thread-safe); returns the stem of the
     cache files and the lowered kernel, reading the cache when it has it."""
     stem = cache_dir / f"{source.func}-{cache_key(source, arch)[:16]}"
-    meta = stem.with_suffix(".json")
-    if meta.exists() and stem.with_suffix(".cu").exists():
-        return stem, _read_meta(meta, stem.with_suffix(".cu").read_text())
+    cached = _cached_lowering(stem)
+    if cached is not None:
+        return stem, cached
     module = stem.with_suffix(".py")
-    write_atomic(module, source.text.encode())
+    ensure_text(module, source.text.encode())
     lowered = lower_module(module, source.func, arch, source.func)
     limit = MAX_SHARED.get(arch)
     if limit is not None and lowered.dynamic_smem > limit:
         raise CompileError(f"kernel {source.func}: needs {lowered.dynamic_smem} bytes of shared memory per block, "
                            f"{arch} allows {limit}; its TileLang module is {module}")
-    write_atomic(stem.with_suffix(".cu"), lowered.source.encode())
+    store_entry(stem.with_suffix(".cu"), lowered.source.encode())
     data = asdict(lowered)
     data.pop("source")
-    write_atomic(meta, json.dumps(data, indent=1).encode())
+    store_entry(stem.with_suffix(".json"), json.dumps(data, indent=1).encode())
     return stem, lowered
+
+
+def _cached_lowering(stem: Path) -> Lowered | None:
+    """The cached lowering if its source and metadata both match their digests."""
+    meta, source = read_entry(stem.with_suffix(".json")), read_entry(stem.with_suffix(".cu"))
+    if meta is None or source is None:
+        return None
+    try:
+        return _read_meta(json.loads(meta), source.decode())
+    except (ValueError, KeyError, TypeError):  # a digest of other metadata (an older tilefuse's)
+        return None
 
 
 def compile_cubin(stem: Path, arch: str, kernel: str) -> Path:
     cubin = stem.with_suffix(".cubin")
-    if cubin.exists():
+    if entry_ok(cubin):
         return cubin
     nvcc, _ = find_nvcc()
     cu = stem.with_suffix(".cu")
@@ -104,15 +116,14 @@ def compile_cubin(stem: Path, arch: str, kernel: str) -> Path:
             raise CompileError(f"kernel {kernel}: nvcc took over {COMPILE_TIMEOUT_S} s on {cu}") from None
         if done.returncode != 0:
             raise compiler_failed(kernel, "nvcc", done.returncode, done.stderr or done.stdout, cu)
-        os.replace(tmp, cubin)
+        commit_entry(Path(tmp), cubin)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return cubin
 
 
-def _read_meta(path: Path, source: str) -> Lowered:
-    d = json.loads(path.read_text())
+def _read_meta(d: dict, source: str) -> Lowered:
     params = tuple(KernelParam(**p) for p in d["params"])
     return Lowered(source, d["entry"], tuple(d["grid"]), tuple(d["block"]), d["dynamic_smem"], params,  # type: ignore[arg-type]
                    bool(d.get("programmatic", False)))
