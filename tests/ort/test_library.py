@@ -12,6 +12,7 @@ import pytest
 
 import tilefuse.ort
 from tilefuse.errors import TilefuseError
+from tilefuse.codegen.toolchain import entry_ok
 from tilefuse.ort import build
 
 # Pointers returned from Python callbacks as c_size_t: ctypes leaks c_void_p and c_char_p results.
@@ -46,6 +47,28 @@ def test_library_is_cached_and_rebuilt_only_when_sources_change(monkeypatch, tmp
     assert first.parent == tmp_path / "ort" and first.is_file()
     mtime = first.stat().st_mtime_ns
     assert build.library("ep") == first and first.stat().st_mtime_ns == mtime
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "no digest"])
+def test_a_damaged_cached_library_is_built_again(monkeypatch, tmp_path, damage):
+    """A library cut short by a full disk or a killed copy would take onnxruntime down
+    with SIGBUS when it is mapped: the cache checks each entry's digest and rebuilds."""
+    monkeypatch.setenv("TILEFUSE_CACHE", str(tmp_path))
+    lib = build.library("custom-ops")
+    good = lib.read_bytes()
+    if damage == "truncate":
+        lib.write_bytes(good[: len(good) // 3])
+    elif damage == "flip":
+        lib.write_bytes(good[:4096] + bytes([good[4096] ^ 0xFF]) + good[4097:])
+    else:
+        lib.with_name(lib.name + ".sha256").unlink()
+    stale = tmp_path / "ort" / ".libtilefuse_old.so.tmp"
+    stale.write_bytes(b"left by a killed build")
+    os.utime(stale, (0, 0))
+    assert build.library("custom-ops") == lib
+    assert entry_ok(lib) and len(lib.read_bytes()) == len(good)
+    ctypes.CDLL(str(lib)).RegisterCustomOps  # loads, and has its entry
+    assert not stale.exists()
 
 
 def test_no_compiler_is_a_clear_error(monkeypatch, tmp_path):

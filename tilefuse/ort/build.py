@@ -5,7 +5,9 @@ Two libraries come from ``csrc/``: the plugin execution providers, CPU and CUDA 
 ``RegisterCustomOps``). Neither links libonnxruntime: onnxruntime hands them its API table.
 They are built with the system C compiler (``$CC``, else ``cc``) on first use and cached
 under ``$TILEFUSE_CACHE/ort`` (default ``~/.cache/tilefuse/ort``), keyed by a hash of the
-sources, the compiler version and the flags; writes are atomic, as for kernels.
+sources, the compiler version and the flags; writes are atomic and every entry's sha256
+is recorded beside it and checked before use, as for kernels: a truncated or damaged
+library is built again, never handed to onnxruntime.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import threading
 from pathlib import Path
 
 from tilefuse.codegen.cpu.build import find_compiler
-from tilefuse.codegen.toolchain import compiler_failed, default_cache_dir
+from tilefuse.codegen.toolchain import commit_entry, compiler_failed, default_cache_dir, entry_ok, sweep_stale
 from tilefuse.errors import CompileError
 
 CSRC = Path(__file__).resolve().parent / "csrc"
@@ -55,9 +57,10 @@ def library(kind: str) -> Path:
         h.update(b"\0")
     out = cache_dir() / f"libtilefuse_{kind.replace('-', '')}-{h.hexdigest()[:16]}.so"
     with _lock:
-        if out.exists():
+        if entry_ok(out):
             return out
         out.parent.mkdir(parents=True, exist_ok=True)
+        sweep_stale(out.parent)
         fd, tmp = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=".so.tmp", dir=out.parent)
         os.close(fd)
         try:
@@ -69,7 +72,7 @@ def library(kind: str) -> Path:
             if done.returncode != 0:
                 raise compiler_failed(f"onnxruntime {kind} library", str(compiler), done.returncode,
                                       done.stderr or done.stdout, sources[0])
-            os.replace(tmp, out)
+            commit_entry(Path(tmp), out)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
