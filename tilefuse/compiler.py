@@ -15,7 +15,7 @@ from tilefuse.frontend.shapes import ShapeSpec
 from tilefuse.ir.graph import Graph
 from tilefuse.partition import Partition, partition_graph
 from tilefuse.partition.kinds import FusionKind
-from tilefuse.plan import Plan, link
+from tilefuse.plan import IndexSite, Plan, link
 from tilefuse.target import Target, get_target
 from tilefuse.tile_ir import Lowered, lower_group
 
@@ -60,7 +60,8 @@ def compile_graph(graph: Graph, target: Target, source_sha: str = "", onnx_nodes
     artifacts = _build(target, [lowered[g.id] for g in kernel_groups])
     kernels = {g.id: a for g, a in zip(kernel_groups, artifacts)}
     bindings = {gid: low.bindings for gid, low in lowered.items()}
-    plan = link(graph, partition, kernels, target.name, source_sha, bindings=bindings)
+    sites = {gid: [IndexSite(s.what, s.extent) for s in low.sites] for gid, low in lowered.items()}
+    plan = link(graph, partition, kernels, target.name, source_sha, bindings=bindings, sites=sites)
     return Compiled(graph, partition, lowered, plan, onnx_nodes)
 
 

@@ -15,6 +15,7 @@ from tilefuse.plan.model import (
     Buffer,
     BufferKind,
     HostStep,
+    IndexSite,
     Kernel,
     KernelStep,
     MemoryReport,
@@ -23,6 +24,6 @@ from tilefuse.plan.model import (
 from tilefuse.plan.verify import verify_plan
 
 __all__ = [
-    "ALIGN", "FORMAT_VERSION", "Binding", "Buffer", "BufferKind", "HostStep", "Kernel", "KernelStep",
+    "ALIGN", "FORMAT_VERSION", "Binding", "Buffer", "BufferKind", "HostStep", "IndexSite", "Kernel", "KernelStep",
     "MemoryReport", "Plan", "assign_offsets", "link", "load_plan", "plan_memory", "save_plan", "verify_plan",
 ]

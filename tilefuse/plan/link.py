@@ -23,7 +23,7 @@ from tilefuse.partition.model import FusedGroup, Partition
 from tilefuse.plan.files import sha256_file
 from tilefuse.plan.hostops import primitive_to_json
 from tilefuse.plan.memory import plan_memory
-from tilefuse.plan.model import Binding, Buffer, BufferKind, HostStep, Kernel, KernelStep, Plan, Step
+from tilefuse.plan.model import Binding, Buffer, BufferKind, HostStep, IndexSite, Kernel, KernelStep, Plan, Step
 from tilefuse.plan.verify import verify_plan
 
 _KERNEL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -36,14 +36,16 @@ def link(
     target_name: str,
     source_sha256: str,
     bindings: Mapping[int, Sequence[Value]] | None = None,
+    sites: Mapping[int, Sequence[IndexSite]] | None = None,
 ) -> Plan:
     """Build the plan; ``kernels[group.id]`` is the artifact of each non-opaque group.
 
     ``bindings[group.id]``, when given, are the values bound to the kernel's params in
     order (inputs, then the group's outputs): lowering may fold scalar constants into
     the kernel and bind no param to them. Without it, params are the group's inputs then
-    outputs. PlanError if a kernel is missing, its params disagree with its values, or
-    two artifacts claim one name with different files.
+    outputs. ``sites[group.id]`` are the index checks of a kernel that takes a status
+    word (its last param). PlanError if a kernel is missing, its params disagree with its
+    values or sites, or two artifacts claim one name with different files.
     """
     import tilefuse
 
@@ -55,7 +57,8 @@ def link(
             raise PlanError(f"no kernel for group {group.id} ({group.name})")
         else:
             values = tuple(bindings[group.id]) if bindings and group.id in bindings else group.inputs + group.outputs
-            linker.kernel_step(group, kernels[group.id], values)
+            checks = tuple(sites[group.id]) if sites and group.id in sites else ()
+            linker.kernel_step(group, kernels[group.id], values, checks)
     outputs = tuple(Binding(name, linker.read(v, f"graph output {name!r}")) for name, v in graph.outputs.items())
     buffers, arena = plan_memory(linker.buffers, linker.steps)
     plan = Plan(
@@ -122,16 +125,17 @@ class _Linker:
             outs = tuple(self.write(v, what) for v in node.outputs)
             self.steps.append(HostStep(node.op, ins, outs, group.id, node.name))
 
-    def kernel_step(self, group: FusedGroup, artifact: KernelArtifact, values: tuple[Value, ...]) -> None:
+    def kernel_step(self, group: FusedGroup, artifact: KernelArtifact, values: tuple[Value, ...],
+                    sites: tuple[IndexSite, ...]) -> None:
         what = f"kernel {artifact.name} (group {group.id})"
         if tuple(map(id, values[len(values) - len(group.outputs):])) != tuple(map(id, group.outputs)):
             raise PlanError(f"{what}: the bound values must end with the group's outputs")
         inputs = values[: len(values) - len(group.outputs)]
-        _check_params(inputs, group.outputs, artifact, what)
+        _check_params(inputs, group.outputs, bool(sites), artifact, what)
         kernel = self._kernel(artifact, what)
         ins = tuple(self.read(v, what) for v in inputs)
         outs = tuple(self.write(v, what) for v in group.outputs)
-        self.steps.append(KernelStep(kernel.name, ins, outs, group.id))
+        self.steps.append(KernelStep(kernel.name, ins, outs, group.id, sites))
 
     def _kernel(self, artifact: KernelArtifact, what: str) -> Kernel:
         if not _KERNEL_NAME.match(artifact.name):
@@ -152,11 +156,17 @@ class _Linker:
 
 
 def _check_params(
-    inputs: Sequence[Value], outputs: Sequence[Value], artifact: KernelArtifact, what: str
+    inputs: Sequence[Value], outputs: Sequence[Value], checked: bool, artifact: KernelArtifact, what: str
 ) -> None:
-    """The params must be the bound inputs then the outputs, with their dtypes and shapes."""
+    """The params must be the bound inputs then the outputs, with their dtypes and shapes,
+    then the status word exactly when the kernel has index checks."""
     values = [(v, "input") for v in inputs] + [(v, "output") for v in outputs]
-    if len(artifact.params) != len(values):
+    status = [p for p in artifact.params if p.role == "status"]
+    if status != ([artifact.params[-1]] if checked else []):
+        want = "one status param, last" if checked else "no status param"
+        raise PlanError(f"{what}: {len(status)} status param(s), but a kernel {'with' if checked else 'without'} "
+                        f"index checks takes {want}")
+    if len(artifact.params) - len(status) != len(values):
         raise PlanError(
             f"{what}: {len(artifact.params)} params, but {len(inputs)} inputs "
             f"and {len(outputs)} outputs are bound"

@@ -13,7 +13,18 @@ from tilefuse.errors import PlanError
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.types import TensorType
 from tilefuse.plan.hostops import primitive_from_json, primitive_to_json
-from tilefuse.plan.model import FORMAT_VERSION, Binding, Buffer, BufferKind, HostStep, Kernel, KernelStep, Plan, Step
+from tilefuse.plan.model import (
+    FORMAT_VERSION,
+    Binding,
+    Buffer,
+    BufferKind,
+    HostStep,
+    IndexSite,
+    Kernel,
+    KernelStep,
+    Plan,
+    Step,
+)
 
 
 def encode(plan: Plan, kernel_files: dict[str, str]) -> dict[str, object]:
@@ -53,7 +64,11 @@ def _binding(plan: Plan, b: Binding) -> dict[str, object]:
 
 def _step(s: Step) -> dict[str, object]:
     if isinstance(s, KernelStep):
-        return {"op": "kernel", "kernel": s.kernel, "group": s.group, "inputs": list(s.inputs), "outputs": list(s.outputs)}
+        step: dict[str, object] = {"op": "kernel", "kernel": s.kernel, "group": s.group, "inputs": list(s.inputs),
+                                   "outputs": list(s.outputs)}
+        if s.sites:
+            step["sites"] = [{"what": x.what, "extent": x.extent} for x in s.sites]
+        return step
     name, params = primitive_to_json(s.primitive)
     return {"op": "host", "primitive": name, "params": params, "group": s.group, "node": s.node,
             "inputs": list(s.inputs), "outputs": list(s.outputs)}
@@ -173,7 +188,9 @@ class Decoder:
             ins, outs = self.ints(d, "inputs", where), self.ints(d, "outputs", where)
             group = self.get(d, "group", int, where)
             if op == "kernel":
-                out.append(KernelStep(self.get(d, "kernel", str, where), ins, outs, group))  # type: ignore[arg-type]
+                sites = tuple(IndexSite(self.get(x, "what", str, xw), self.get(x, "extent", int, xw))  # type: ignore[arg-type]
+                              for x, xw in (self.items(d, "sites", f"{where}.") if "sites" in d else []))
+                out.append(KernelStep(self.get(d, "kernel", str, where), ins, outs, group, sites))  # type: ignore[arg-type]
             elif op == "host":
                 prim = primitive_from_json(d.get("primitive"), d.get("params"), f"{self.source}: {where}")
                 out.append(HostStep(prim, ins, outs, group, self.get(d, "node", str, where)))  # type: ignore[arg-type]

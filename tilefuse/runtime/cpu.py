@@ -12,6 +12,10 @@ step driver every kernel library carries (one ctypes call for the run, not one p
 
 The runtime does not read a kernel's ``launch`` data: a CPU kernel parallelises itself
 (OpenMP), so its thread count is the code generator's to build in.
+
+Kernels that check indices read at run time get a status word each, in the arena's
+``status`` rows (zero; a kernel writes its row only when it finds an index out of
+range). A run looks at them once, at its end, and raises the first one's error.
 """
 from __future__ import annotations
 
@@ -52,6 +56,7 @@ class _Arena:
     outputs: dict[str, np.ndarray]  # output name -> the array it is read from
     args: list[ctypes.Array | None]  # per step: the kernel's argument array (None: host step)
     batches: list[_Batch | int]  # in order: a batch of kernel steps, or a host step's index
+    status: np.ndarray  # [plan.checked_steps(), 2] int64: each checking kernel's status word
 
 
 class CpuExecutor:
@@ -68,6 +73,7 @@ class CpuExecutor:
                 self._fixed[buf.id] = _aligned_like(plan.weights[buf.name])
         self._inputs = {b.name: b.buffer for b in plan.inputs}
         self._outputs = {b.name: b.buffer for b in plan.outputs}
+        self._checked = plan.checked_steps()
         self._pool: ArenaPool[_Arena] = ArenaPool(self._new_arena)
 
     def _new_arena(self) -> _Arena:
@@ -86,17 +92,21 @@ class CpuExecutor:
                 views[buf.id] = raw.view(buf.type.dtype.numpy).reshape(buf.type.shape)
             elif buf.kind is BufferKind.INPUT:
                 views[buf.id] = aligned_empty(buf.nbytes).view(buf.type.dtype.numpy).reshape(buf.type.shape)
+        status = np.zeros((len(self._checked), 2), np.int64)
+        slot = {step: k for k, step in enumerate(self._checked)}
         args: list[ctypes.Array | None] = []
-        for step in self.plan.steps:
+        for i, step in enumerate(self.plan.steps):
             if isinstance(step, KernelStep):
                 ids = step.inputs + step.outputs
                 ptrs = [(views[b] if b in views else self._fixed[b]).ctypes.data for b in ids]
-                args.append((ctypes.c_void_p * len(ids))(*ptrs))
+                if i in slot:
+                    ptrs.append(status[slot[i]].ctypes.data)
+                args.append((ctypes.c_void_p * len(ptrs))(*ptrs))
             else:
                 args.append(None)
         inputs = [(name, views[b]) for name, b in self._inputs.items()]
         outputs = {name: views[b] if b in views else self._fixed[b] for name, b in self._outputs.items()}
-        return _Arena(memory, views, inputs, outputs, args, self._batches(args))
+        return _Arena(memory, views, inputs, outputs, args, self._batches(args), status)
 
     def _batches(self, args: list[ctypes.Array | None]) -> list[_Batch | int]:
         out: list[_Batch | int] = []
@@ -137,9 +147,20 @@ class CpuExecutor:
                 else:
                     for j, kernel in enumerate(batch.kernels):
                         kernel(arena.args[batch.first + j])  # type: ignore[arg-type]
+            if self._checked and arena.status.any():
+                raise self._index_error(arena.status)
             return [arena.outputs[n].copy() for n in outputs]
         finally:
             self._pool.put(arena)
+
+    def _index_error(self, status: np.ndarray) -> ExecutionError:
+        """The error of the first kernel that found an index out of range; its status
+        words are cleared for the arena's next run."""
+        k = int(np.flatnonzero(status[:, 0])[0])
+        step = self.plan.steps[self._checked[k]]
+        site, value = int(status[k, 0]) - 1, int(status[k, 1])
+        status[...] = 0
+        return index_error(step, site, value)  # type: ignore[arg-type]
 
     def _array(self, b: int, arena: _Arena) -> np.ndarray:
         return arena.views[b] if b in arena.views else self._fixed[b]
@@ -152,6 +173,13 @@ class CpuExecutor:
             if r.shape != out.shape or r.dtype != out.dtype:
                 raise ExecutionError(f"{step.label} returned {r.dtype}{list(r.shape)}, expected {out.dtype}{list(out.shape)}")
             np.copyto(out, r)
+
+
+def index_error(step: KernelStep, site: int, value: int) -> ExecutionError:
+    """What a kernel's status word says: index ``value`` failed its check ``site``."""
+    if not 0 <= site < len(step.sites):
+        return ExecutionError(f"{step.label} reported index check {site}, but has {len(step.sites)}")
+    return ExecutionError(step.sites[site].message(value))
 
 
 def _find_driver(libs: Iterable[ctypes.CDLL]) -> Callable | None:
