@@ -155,10 +155,10 @@ def test_programmatic_kernels_launch_with_stream_serialisation(monkeypatch):
         kernels = {f"k{i}": SimpleNamespace(name=f"k{i}", launch={"grid": [4, 1, 2], "block": [384, 1, 1],
                    "dynamic_smem": 1024, "programmatic": i == 1, "args": [{"kind": "pointer", "param": 0}]})
                    for i in range(2)}
-        steps = [SimpleNamespace(kernel=f"k{i}", inputs=(0,), outputs=()) for i in range(2)]
+        steps = [SimpleNamespace(kernel=f"k{i}", inputs=(0,), outputs=(), sites=()) for i in range(2)]
         ex.plan = SimpleNamespace(steps=steps, kernels=kernels)
         ex._functions = {"k0": "fn0", "k1": "fn1"}
-        ex._launches = [ex._launch_args(s) for s in steps]
+        ex._launches = [ex._launch_args(i, s) for i, s in enumerate(steps)]
         return ex
 
     executor().launch_steps()

@@ -102,6 +102,12 @@ class KernelStep:
     def label(self) -> str:
         return f"kernel {self.kernel} (group {self.group})"
 
+    def index_message(self, site: int, value: int) -> str:
+        """What this step's status word (``site`` + 1, ``value``) reports."""
+        if not 0 <= site < len(self.sites):
+            return f"{self.label} reported index check {site}, but has {len(self.sites)}"
+        return self.sites[site].message(value)
+
 
 @dataclass(frozen=True, slots=True)
 class HostStep:

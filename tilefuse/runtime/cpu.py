@@ -160,7 +160,7 @@ class CpuExecutor:
         step = self.plan.steps[self._checked[k]]
         site, value = int(status[k, 0]) - 1, int(status[k, 1])
         status[...] = 0
-        return index_error(step, site, value)  # type: ignore[arg-type]
+        return ExecutionError(step.index_message(site, value))  # type: ignore[union-attr]
 
     def _array(self, b: int, arena: _Arena) -> np.ndarray:
         return arena.views[b] if b in arena.views else self._fixed[b]
@@ -173,13 +173,6 @@ class CpuExecutor:
             if r.shape != out.shape or r.dtype != out.dtype:
                 raise ExecutionError(f"{step.label} returned {r.dtype}{list(r.shape)}, expected {out.dtype}{list(out.shape)}")
             np.copyto(out, r)
-
-
-def index_error(step: KernelStep, site: int, value: int) -> ExecutionError:
-    """What a kernel's status word says: index ``value`` failed its check ``site``."""
-    if not 0 <= site < len(step.sites):
-        return ExecutionError(f"{step.label} reported index check {site}, but has {len(step.sites)}")
-    return ExecutionError(step.sites[site].message(value))
 
 
 def _find_driver(libs: Iterable[ctypes.CDLL]) -> Callable | None:

@@ -16,6 +16,11 @@ run returns only once its stream is done. A plan of kernels only is captured onc
 load) and replayed as one launch; a plan with host steps (opaque primitives, run by their
 reference on copies) launches step by step. One arena per session: runs are serialised.
 
+Kernels that check indices read at run time get a status word each, in one device array
+(zeroed at load; a kernel writes its word only when it finds an index out of range): a
+run copies the array back with its outputs, once, and raises the first word's error,
+zeroing the array again.
+
 Kernels whose launch metadata says ``programmatic`` wait for the previous kernel
 themselves (griddepcontrol.wait before any memory access): they are launched with
 programmatic stream serialisation, so each one's launch and block set-up overlap the end
@@ -88,7 +93,11 @@ class CudaExecutor:
                 self.ptr[buf.id] = self._alloc(buf.nbytes)
         self._inputs = {b.name: b.buffer for b in plan.inputs}
         self._outputs = {b.name: b.buffer for b in plan.outputs}
-        self._launches = [self._launch_args(s) if isinstance(s, KernelStep) else None for s in plan.steps]
+        self._checked = plan.checked_steps()  # step index of each status word
+        self._status = np.zeros((len(self._checked), 2), np.int64)  # the host copy
+        self._status_ptr = self._alloc(self._status.nbytes) if self._checked else 0
+        self._h2d(self._status_ptr, self._status)
+        self._launches = [self._launch_args(i, s) if isinstance(s, KernelStep) else None for i, s in enumerate(plan.steps)]
         self._graph = self._capture() if all(isinstance(s, KernelStep) for s in plan.steps) else None
 
     def _capture(self):
@@ -141,13 +150,15 @@ class CudaExecutor:
             self._check(cu.cuFuncSetAttribute(fn, attr, smem), f"cuFuncSetAttribute({kernel.symbol}, {smem} B)")
         return fn
 
-    def _launch_args(self, step: KernelStep):
+    def _launch_args(self, index: int, step: KernelStep):
         cu = self.cu
         kernel = self.plan.kernels[step.kernel]
-        buffers = step.inputs + step.outputs
+        ptrs = [self.ptr[b] for b in step.inputs + step.outputs]
+        if step.sites:  # the kernel's status word, after its buffers
+            ptrs.append(self._status_ptr + self._status[0].nbytes * self._checked.index(index))
         values, types, keep = [], [], []
         for arg in kernel.launch["args"]:  # type: ignore[index]
-            ptr = self.ptr[buffers[arg["param"]]]
+            ptr = ptrs[arg["param"]]
             if arg["kind"] == "pointer":
                 values.append(ptr)
                 types.append(ctypes.c_void_p)
@@ -233,8 +244,22 @@ class CudaExecutor:
                     out = np.empty(buf.type.shape, buf.type.dtype.numpy)
                     self._d2h(out, self.ptr[buf.id])
                 results.append(out)
+            self._d2h(self._status, self._status_ptr)
             self._check(cu.cuStreamSynchronize(self.stream), "running the plan")
+            if self._status.any():
+                raise self._index_error()
             return results
+
+    def _index_error(self) -> ExecutionError:
+        """The error of the first kernel that found an index out of range; the status
+        words are zeroed on the device for the next run."""
+        k = int(np.flatnonzero(self._status[:, 0])[0])
+        step = self.plan.steps[self._checked[k]]
+        site, value = int(self._status[k, 0]) - 1, int(self._status[k, 1])
+        self._status[...] = 0
+        self._h2d(self._status_ptr, self._status)
+        self._check(self.cu.cuStreamSynchronize(self.stream), "clearing the status words")
+        return ExecutionError(step.index_message(site, value))  # type: ignore[union-attr]
 
     def download(self, a: DeviceArray) -> np.ndarray:
         """A host copy of a DeviceArray this executor made."""

@@ -24,7 +24,7 @@ from tilefuse.codegen.artifact import ParamSpec
 from tilefuse.codegen.cpu import accumulate, emit_tiles
 from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
-from tilefuse.codegen.cpu.prelude import PRELUDE
+from tilefuse.codegen.cpu.prelude import INDEX_PRELUDE, PRELUDE
 from tilefuse.codegen.toolchain import kernel_stem, param_specs
 from tilefuse.tile_ir.ir import STATUS, Buffer, Copy, Fill, Gemm, If, Loop, LoopKind, ReduceTile, Stmt, Store, TileProgram
 
@@ -52,9 +52,10 @@ def emit_program(program: TileProgram) -> CSource:
     stem = kernel_stem(program.name)
     body = _Emitter(program).function_body()
     header = _header(program, stem)
-    digest = hashlib.sha256("\n".join([stem, header, PRELUDE, *body]).encode()).hexdigest()[:10]
+    prelude = PRELUDE + INDEX_PRELUDE if program.index_sites else PRELUDE
+    digest = hashlib.sha256("\n".join([stem, header, prelude, *body]).encode()).hexdigest()[:10]
     symbol = f"{stem}_{digest}"
-    text = "\n".join([header, PRELUDE, f"void {symbol}(void **args)", "{", *body, "}", ""])
+    text = "\n".join([header, prelude, f"void {symbol}(void **args)", "{", *body, "}", ""])
     return CSource(text, symbol, param_specs(program), {"threads": program.threads, "grid": list(program.grid)})
 
 
