@@ -24,7 +24,9 @@ OneHot), each beside its ONNX model.
   for comparison with gpu_check.py's figure for the same model.
 
 It prints a line per check, writes gpu_index_check.json to $OUT (else DIR), and exits 1
-if any check fails. It imports no compiler, tilelang or torch.
+if any check fails. It imports no compiler, tilelang or torch. ``build --target cpu``
+makes the same checks for the CPU (plans and the CPU provider), to try the script where
+there is no GPU.
 """
 from __future__ import annotations
 
@@ -55,7 +57,6 @@ from tests.compiler.index_cases import (  # noqa: E402
 )
 
 ROOT = REPO / "build" / "gpu_index"
-TARGET = "cuda:sm_90a"
 LIBRARY = "libtilefuse_ep.so"
 
 
@@ -66,15 +67,16 @@ def build(args) -> int:
     root = Path(args.root)
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
+    (root / "target.json").write_text(json.dumps({"target": args.target}))
     t0 = time.perf_counter()
-    compile(EXAMPLE, TARGET, BERT_SHAPES).save(root / "bert.tfplan")
-    export_ort(EXAMPLE, root / "bert-ep", TARGET, BERT_SHAPES, "ep")
+    compile(EXAMPLE, args.target, BERT_SHAPES).save(root / "bert.tfplan")
+    export_ort(EXAMPLE, root / "bert-ep", args.target, BERT_SHAPES, "ep")
     shutil.copyfile(get_library_path(), root / LIBRARY)
     print(f"bert: plan and provider export, {time.perf_counter() - t0:.1f} s", flush=True)
     for name, model in [(c.name, c.model) for c in CASES] + [("one_hot", one_hot_model())]:
         t0 = time.perf_counter()
         (root / f"{name}.onnx").write_bytes(model)
-        compile(model, TARGET).save(root / f"{name}.tfplan")
+        compile(model, args.target).save(root / f"{name}.tfplan")
         print(f"{name}: plan, {time.perf_counter() - t0:.1f} s", flush=True)
     return 0
 
@@ -140,13 +142,15 @@ def check_bert(root: Path, checks: Checks, rng) -> None:
 def check_bert_ep(root: Path, checks: Checks, rng) -> None:
     import onnxruntime as ort
 
-    from tilefuse.ort import register, session_options
+    from tilefuse.ort import CUDA_EP_NAME, EP_NAME, register, session_options
 
     library = root / LIBRARY
     register(library=library)
-    sess = ort.InferenceSession(str(root / "bert-ep" / "model.onnx"), session_options(target="cuda", library=library))
+    cuda = json.loads((root / "target.json").read_text())["target"].startswith("cuda")
+    options = session_options(target="cuda" if cuda else "cpu", library=library)
+    sess = ort.InferenceSession(str(root / "bert-ep" / "model.onnx"), options)
     for bad in BAD_IDS:
-        checks.fails(f"bert in onnxruntime (TilefuseCudaExecutionProvider), input_ids holding {bad}",
+        checks.fails(f"bert in onnxruntime ({CUDA_EP_NAME if cuda else EP_NAME}), input_ids holding {bad}",
                      lambda: sess.run(None, _with(bert_feeds(rng), "input_ids", bad, rng)), bert_message(bad))
         valid = bert_feeds(rng, low=-100)
         checks.matches(f"bert in onnxruntime, valid ids after {bad}", sess.run(None, valid), EXAMPLE, valid)
@@ -180,7 +184,8 @@ def run(args) -> int:
         except Exception as e:  # noqa: BLE001 - report it and go on with the next part
             checks.record(f"{part.__name__} stopped", False, f"{type(e).__name__}: {e}\n{traceback.format_exc()[-2000:]}")
     failed = sum(not r["ok"] for r in checks.rows)
-    summary = f"{len(checks.rows) - failed}/{len(checks.rows)} index checks pass on the GPU"
+    target = json.loads((root / "target.json").read_text())["target"]
+    summary = f"{len(checks.rows) - failed}/{len(checks.rows)} index checks pass ({target})"
     print(summary)
     out = Path(os.environ["OUT"]) if os.environ.get("OUT") else root
     out.mkdir(parents=True, exist_ok=True)
@@ -193,6 +198,7 @@ def main() -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="compile the plans and the export (here)")
     b.add_argument("--root", default=str(ROOT))
+    b.add_argument("--target", default="cuda:sm_90a", help="cpu: the same checks without a GPU")
     r = sub.add_parser("run", help="run them on the GPU")
     r.add_argument("--root", default=str(ROOT))
     r.add_argument("--seed", type=int, default=None)
