@@ -103,7 +103,7 @@ def test_step_by_step_waits_for_each_kernel_and_reads_buffers_back():
 
     steps = [SimpleNamespace(kernel=f"k{i}", outputs=(0,)) for i in range(2)]
     ex = object.__new__(CudaExecutor)
-    ex.cu, ex.stream, ex.ptr = Driver(), 7, {0: 0x1000}
+    ex.cu, ex.stream, ex.ptr, ex._checked = Driver(), 7, {0: 0x1000}, []
     ex.plan = SimpleNamespace(steps=steps, buffers=[SimpleNamespace(name="y", type=TensorType(DType.FLOAT32, (2, 3)))])
     ex._launches = [_Launch(f"fn{i}", (1, 1, 1), (32, 1, 1), 0, ((), ()), [], None) for i in range(2)]
     seen = []

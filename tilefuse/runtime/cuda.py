@@ -256,10 +256,16 @@ class CudaExecutor:
         k = int(np.flatnonzero(self._status[:, 0])[0])
         step = self.plan.steps[self._checked[k]]
         site, value = int(self._status[k, 0]) - 1, int(self._status[k, 1])
-        self._status[...] = 0
-        self._h2d(self._status_ptr, self._status)
-        self._check(self.cu.cuStreamSynchronize(self.stream), "clearing the status words")
+        self._clear_status()
         return ExecutionError(step.index_message(site, value))  # type: ignore[union-attr]
+
+    def _clear_status(self) -> None:
+        """Zero the status words (after an error, and after tools' runs, which do not read
+        them: a bad index they met must not fail the next run)."""
+        if self._checked:
+            self._status[...] = 0
+            self._h2d(self._status_ptr, self._status)
+            self._check(self.cu.cuStreamSynchronize(self.stream), "clearing the status words")
 
     def download(self, a: DeviceArray) -> np.ndarray:
         """A host copy of a DeviceArray this executor made."""
@@ -305,6 +311,7 @@ class CudaExecutor:
                 self._start(launch, step.kernel)
                 self._check(cu.cuStreamSynchronize(self.stream), f"running {step.kernel}")
             yield step
+        self._clear_status()
 
     def read_buffer(self, b: int) -> np.ndarray:
         """Plan buffer ``b`` copied to the host now."""
@@ -348,6 +355,7 @@ class CudaExecutor:
                 self._check(cu.cuEventRecord(stop, self.stream), "cuEventRecord")
                 self._check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
                 out.append((step.kernel, float(self._check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")) / repeats))
+            self._clear_status()
         return out
 
     def timed(self, repeats: int, graph: bool = True) -> list[float]:
@@ -364,4 +372,5 @@ class CudaExecutor:
                 self._check(cu.cuEventRecord(stop, self.stream), "cuEventRecord")
                 self._check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
                 times.append(float(self._check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")))
+            self._clear_status()
             return times
