@@ -72,6 +72,11 @@ class Driver:
             self._run(*launch)
         return (0,)
 
+    def cuEventCreate(self, flags): return (0, "event")
+    def cuEventRecord(self, event, stream): return (0,)
+    def cuEventSynchronize(self, event): return (0,)
+    def cuEventElapsedTime(self, start, stop): return (0, 0.5)
+
     def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, smem, stream, args, extra):
         (self.capturing.append if self.capturing is not None else lambda x: self._run(*x))((fn, args[0]))
         return (0,)
@@ -138,5 +143,16 @@ def test_a_bad_index_fails_the_run_with_the_first_steps_message_and_is_cleared(s
     assert str(e.value) == f"index {bad} is outside [-10, 10) in {SITES[0]}"  # both steps found it: the first
     words = driver.launched[0][1][3]
     assert _view(words, np.int64, (4,)).tolist() == [0, 0, 0, 0]  # cleared on the device for the next run
+    y, _ = sess.run(None, {"ids": np.array([1, 2, 3, 4], np.int64)})
+    np.testing.assert_array_equal(y[:, 0], [3, 6, 9, 12])
+
+
+def test_timing_runs_do_not_leave_a_bad_index_for_the_next_run(session):
+    """Tools time the plan on whatever inputs were copied in last (timed does not read the
+    status words): after timing bad ids, a run with good ones succeeds."""
+    sess, driver = session
+    with pytest.raises(ExecutionError):
+        sess.run(None, {"ids": np.array([1, 99, 2, 3], np.int64)})
+    assert sess._executor.timed(3) == [0.5, 0.5, 0.5]  # the bad ids again, three times
     y, _ = sess.run(None, {"ids": np.array([1, 2, 3, 4], np.int64)})
     np.testing.assert_array_equal(y[:, 0], [3, 6, 9, 12])
