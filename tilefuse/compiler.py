@@ -16,7 +16,7 @@ from tilefuse.ir.control import Branch
 from tilefuse.ir.graph import Graph
 from tilefuse.partition import Partition, partition_graph
 from tilefuse.partition.kinds import FusionKind
-from tilefuse.plan import Plan, link
+from tilefuse.plan import IndexSite, Plan, link
 from tilefuse.plan.link import GraphCode
 from tilefuse.plan.memory import check_fits
 from tilefuse.target import Target, get_target, memory_limit
@@ -66,7 +66,7 @@ def compile_graph(graph: Graph, target: Target, source_sha: str = "", onnx_nodes
     """Partition, lower, generate code and link an imported graph."""
     code, lowered = generate(graph, target)
     plan = link(graph, code.partition, code.kernels, target.name, source_sha, bindings=code.bindings,
-                branches=code.branches)
+                branches=code.branches, sites=code.sites)
     check_fits(plan, *memory_limit(target))
     return Compiled(graph, code.partition, lowered, plan, onnx_nodes)
 
@@ -80,9 +80,10 @@ def generate(graph: Graph, target: Target) -> tuple[GraphCode, dict[int, Lowered
     artifacts = _build(target, [lowered[g.id] for g in kernel_groups])
     kernels = {g.id: a for g, a in zip(kernel_groups, artifacts)}
     bindings = {gid: low.bindings for gid, low in lowered.items()}
+    sites = {gid: tuple(IndexSite(s.what, s.extent) for s in low.sites) for gid, low in lowered.items()}
     branches = {id(n): (generate(n.op.then_graph, target)[0], generate(n.op.else_graph, target)[0])
                 for g in partition.groups if g.kind is FusionKind.OPAQUE for n in g.nodes if isinstance(n.op, Branch)}
-    return GraphCode(partition, kernels, bindings, branches), lowered
+    return GraphCode(partition, kernels, bindings, branches, sites), lowered
 
 
 def _sha256(model: ModelLike, proto: object) -> str:

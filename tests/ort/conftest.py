@@ -1,7 +1,8 @@
 """Fixtures for the onnxruntime integration tests: exports (built once per session), the
-plugin provider's session options, and the mixed model on disk."""
+plugin provider's session options, the mixed model on disk, and a stand-in CUDA driver."""
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import onnx
@@ -10,6 +11,16 @@ import pytest
 import models
 from tests.ort.helpers import mixed_model
 from tilefuse.ort import export_ort
+
+
+@pytest.fixture(scope="session")
+def fake_driver(tmp_path_factory) -> Path:
+    """A folder holding the fake libcuda.so.1."""
+    folder = tmp_path_factory.mktemp("fakecuda")
+    done = subprocess.run(["cc", "-std=gnu11", "-O1", "-fPIC", "-shared", "-o", str(folder / "libcuda.so.1"),
+                           str(Path(__file__).resolve().parent / "fake_libcuda.c"), "-ldl"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return folder
 
 
 @pytest.fixture(scope="session")

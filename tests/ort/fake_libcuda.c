@@ -31,6 +31,7 @@ CUresult cuCtxSynchronize(void) { return 0; }
 CUresult cuCtxPushCurrent_v2(void* ctx) { return ctx == &g_ctx ? 0 : 201; }
 CUresult cuCtxPopCurrent_v2(void** ctx) { if (ctx) *ctx = &g_ctx; return 0; }
 CUresult cuStreamGetCtx(void* stream, void** ctx) { (void)stream; *ctx = &g_ctx; return 0; }
+CUresult cuStreamSynchronize(void* stream) { (void)stream; return 0; }
 CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) { note("alloc"); *p = (CUdeviceptr)(size_t)malloc(n); return *p ? 0 : 2; }
 CUresult cuMemFree_v2(CUdeviceptr p) { note("free"); free((void*)(size_t)p); return 0; }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void* s, size_t n) { note("htod"); memcpy((void*)(size_t)d, s, n); return 0; }

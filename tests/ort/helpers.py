@@ -1,7 +1,9 @@
 """Helpers of the onnxruntime integration tests: the zoo models to run, a model with ops
-tilefuse leaves to onnxruntime, and plain onnxruntime as the reference."""
+tilefuse leaves to onnxruntime, plain onnxruntime as the reference, and CPU exports
+relabelled for the CUDA provider's stand-in driver."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +12,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import models
+from tilefuse.ort import CUDA_EP_NAME
 
 # Zoo models that onnxruntime runs (edge-custom-op is a custom op nobody implements).
 RUNNABLE = [name for name, spec in models.ZOO.items() if spec.runs_in_ort]
@@ -72,3 +75,22 @@ def data_dependent_model() -> onnx.ModelProto:
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
+
+
+def as_fake_cuda(src: Path, out: Path) -> Path:
+    """A CPU export relabelled for the CUDA provider, for the fake driver: descriptors say
+    cuda and launch their CPU library with every param as a pointer (grid x = count)."""
+    shutil.copytree(src, out)
+    for d in (out / "kernels").glob("*.tfk"):
+        lines = d.read_text().splitlines()
+        n = sum(line.startswith(("input ", "output ", "status ")) for line in lines)
+        lines = ["target cuda" if line.startswith("target ") else line for line in lines]
+        lines += [f"grid {n} 1 1", "block 1 1 1", "smem 0", *(f"arg pointer {i}" for i in range(n))]
+        d.write_text("\n".join(lines) + "\n")
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    for node in model.graph.node:
+        for a in node.attribute:
+            if a.name == "source":
+                a.s = CUDA_EP_NAME.encode()
+    onnx.save(model, str(out / "model.onnx"))
+    return out

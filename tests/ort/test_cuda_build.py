@@ -94,7 +94,7 @@ def test_cuda_export_writes_cubins_and_launches(cuda_export):
         assert (descriptor.parent / fields["library"][0]).read_bytes()[:4] == b"\x7fELF"  # a cubin
         assert len(fields["grid"]) == len(fields["block"]) == 3 and "smem" in fields
         args = [line.split() for line in lines if line.startswith("arg ")]
-        n_params = sum(line.startswith(("input ", "output ")) for line in lines)
+        n_params = sum(line.startswith(("input ", "output ", "status ")) for line in lines)
         assert args and all(0 <= int(a[2]) < n_params for a in args)
         for a in args:
             kinds.add(a[1])

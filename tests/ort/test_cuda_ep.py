@@ -27,7 +27,7 @@ import onnxruntime as ort
 import pytest
 
 import tilefuse.ort
-from tests.ort.helpers import mixed_model
+from tests.ort.helpers import as_fake_cuda, mixed_model
 from tilefuse.errors import TilefuseError
 from tilefuse.ort import CUDA_EP_NAME, export_ort
 
@@ -35,16 +35,6 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 CHECK = HERE / "gpu_ep_check.py"
 no_driver = pytest.mark.skipif(ctypes.util.find_library("cuda") is not None, reason="a CUDA driver is installed here")
-
-
-@pytest.fixture(scope="module")
-def fake_driver(tmp_path_factory) -> Path:
-    """A folder holding the fake libcuda.so.1."""
-    folder = tmp_path_factory.mktemp("fakecuda")
-    done = subprocess.run(["cc", "-std=gnu11", "-O1", "-fPIC", "-shared", "-o", str(folder / "libcuda.so.1"),
-                           str(HERE / "fake_libcuda.c"), "-ldl"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -81,25 +71,6 @@ def _calls(driver: Path) -> dict[str, int]:
     words = log.read_text().split() if log.exists() else []
     log.unlink(missing_ok=True)
     return {w: words.count(w) for w in set(words)}
-
-
-def as_fake_cuda(src: Path, out: Path) -> Path:
-    """A CPU export relabelled for the CUDA provider, for the fake driver: descriptors say
-    cuda and launch their CPU library with every param as a pointer (grid x = count)."""
-    shutil.copytree(src, out)
-    for d in (out / "kernels").glob("*.tfk"):
-        lines = d.read_text().splitlines()
-        n = sum(line.startswith(("input ", "output ")) for line in lines)
-        lines = ["target cuda" if line.startswith("target ") else line for line in lines]
-        lines += [f"grid {n} 1 1", "block 1 1 1", "smem 0", *(f"arg pointer {i}" for i in range(n))]
-        d.write_text("\n".join(lines) + "\n")
-    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
-    for node in model.graph.node:
-        for a in node.attribute:
-            if a.name == "source":
-                a.s = CUDA_EP_NAME.encode()
-    onnx.save(model, str(out / "model.onnx"))
-    return out
 
 
 # ------------------------------------------------------------------ registration, no driver

@@ -103,7 +103,7 @@ def test_step_by_step_waits_for_each_kernel_and_reads_buffers_back():
 
     steps = [SimpleNamespace(kernel=f"k{i}", outputs=(0,)) for i in range(2)]
     ex = object.__new__(CudaExecutor)
-    ex.cu, ex.stream, ex.ptr = Driver(), 7, {0: 0x1000}
+    ex.cu, ex.stream, ex.ptr, ex._checked = Driver(), 7, {0: 0x1000}, []
     ex.plan = SimpleNamespace(steps=steps, buffers=[SimpleNamespace(name="y", type=TensorType(DType.FLOAT32, (2, 3)))])
     ex._launches = [_Launch(f"fn{i}", (1, 1, 1), (32, 1, 1), 0, ((), ()), [], None) for i in range(2)]
     seen = []
@@ -155,10 +155,10 @@ def test_programmatic_kernels_launch_with_stream_serialisation(monkeypatch):
         kernels = {f"k{i}": SimpleNamespace(name=f"k{i}", launch={"grid": [4, 1, 2], "block": [384, 1, 1],
                    "dynamic_smem": 1024, "programmatic": i == 1, "args": [{"kind": "pointer", "param": 0}]})
                    for i in range(2)}
-        steps = [SimpleNamespace(kernel=f"k{i}", inputs=(0,), outputs=()) for i in range(2)]
+        steps = [SimpleNamespace(kernel=f"k{i}", inputs=(0,), outputs=(), sites=()) for i in range(2)]
         ex.plan = SimpleNamespace(steps=steps, kernels=kernels)
         ex._functions = {"k0": "fn0", "k1": "fn1"}
-        ex._launches = [ex._launch_args(s) for s in steps]
+        ex._launches = [ex._launch_args(i, s) for i, s in enumerate(steps)]
         return ex
 
     executor().launch_steps()

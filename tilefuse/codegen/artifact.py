@@ -9,6 +9,11 @@ TileProgram: the values lowering bound to inputs (``Lowered.bindings``: the grou
 inputs, less the scalar constants folded into the code), then one per output
 (``group.outputs``). Every pointer is the base of a dense, contiguous, row-major tensor
 of exactly the declared dtype and shape; ``plan.link`` checks each against its value.
+A kernel that reads indices at run time takes one more, last: its status word (role
+"status", int64[2], zero before the kernel runs). It writes it only when it finds an
+index out of range: word 0 = the check site + 1, word 1 = the index (the caller names the
+site; see tile_ir/lower/checks.py). A bad index never makes the kernel address memory
+outside its params: it reads position 0 instead.
 
 CPU ABI: ``void SYMBOL(void **args)`` in a shared library; ``args[i]`` is param i. The
 runtime may call a kernel from several threads at once (each with its own buffers), so a
@@ -20,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-ROLES = ("input", "output")
+ROLES = ("input", "output", "status")
 
 
 @dataclass(frozen=True)
@@ -30,7 +35,7 @@ class ParamSpec:
     name: str
     dtype: str
     shape: tuple[int, ...]
-    role: str  # "input" | "output"
+    role: str  # "input" | "output" | "status"
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:

@@ -1,5 +1,6 @@
-"""What both code generators need around their compilers: kernel names, the cache folder,
-atomic and verified cache entries and one form of compiler-failure message.
+"""What both code generators need around their compilers: kernel names, the param list,
+the cache folder, atomic and verified cache entries and one form of compiler-failure
+message.
 
 A cache entry (a compiled library, a cubin, lowered source, launch metadata) is never
 trusted by its name alone: beside each one its sha256 is recorded (``NAME.sha256``), and
@@ -17,7 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from tilefuse.codegen.artifact import ParamSpec
 from tilefuse.errors import CompileError
+from tilefuse.tile_ir.ir import STATUS, TileProgram
 
 ERROR_LINES = 40  # of a compiler's output, in a CompileError
 
@@ -28,6 +31,15 @@ def kernel_stem(name: str) -> str:
     stem = re.sub(r"^k[0-9]+_", "", name)
     stem = re.sub(r"[^A-Za-z0-9_]", "_", stem).strip("_")[:48] or "kernel"
     return stem if not stem[0].isdigit() else "k_" + stem
+
+
+def param_specs(program: TileProgram) -> tuple[ParamSpec, ...]:
+    """The kernel's arguments: its params, then the status word if it checks indices."""
+    specs = [ParamSpec(b.name, b.dtype.value, b.shape, "input" if k < program.num_inputs else "output")
+             for k, b in enumerate(program.params)]
+    if program.index_sites:
+        specs.append(ParamSpec(STATUS.name, STATUS.dtype.value, STATUS.shape, "status"))
+    return tuple(specs)
 
 
 def default_cache_dir() -> Path:

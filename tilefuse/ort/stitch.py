@@ -4,7 +4,9 @@ onnxruntime runs, and the kernel files those nodes name.
 Every kernel step becomes one node whose inputs and outputs are the names of its
 buffers: graph inputs and outputs keep their names, the other buffers of region ``r`` are
 named ``tilefuse/r<r>/<buffer>``; constants become initializers. Each kernel is copied
-beside the model with its descriptor (the format is in csrc/tf_kernel.h).
+beside the model with its descriptor (the format is in csrc/tf_kernel.h). A kernel that
+checks indices gets a descriptor per set of check sites (identical layers share a kernel,
+but each names its own ONNX nodes), all naming the one library.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from tilefuse.ir.dtypes import DType
 from tilefuse.ort.provider import CUDA_EP_NAME, EP_NAME
 from tilefuse.ort.segment import node_reads
 from tilefuse.plan.files import read_verified
-from tilefuse.plan.model import BufferKind, Kernel, KernelStep, Plan
+from tilefuse.plan.model import BufferKind, IndexSite, Kernel, KernelStep, Plan
 
 CUSTOM_DOMAIN = "ai.tilefuse"
 CUSTOM_OP = "FusedKernel"  # a CPU kernel, on the CPU provider
@@ -47,7 +49,8 @@ class Stitcher:
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.value_info: list[onnx.ValueInfoProto] = []
-        self.kernel_files: dict[str, tuple[str, str]] = {}  # kernel name -> (sha256, descriptor path)
+        self.kernel_files: dict[str, tuple[str, str]] = {}  # kernel name -> (sha256, library file name)
+        self.descriptors: dict[tuple[str, tuple[IndexSite, ...]], str] = {}  # (library, sites) -> descriptor path
         self.kernel_nodes = 0
 
     def add_plan(self, r: int, plan: Plan) -> None:
@@ -67,7 +70,7 @@ class Stitcher:
             if not isinstance(step, KernelStep):  # _compile_regions moved every host step's node to onnxruntime
                 raise TilefuseError(f"export-ort: region {r} still has {step.label}")
             kernel = plan.kernels[step.kernel]
-            rel = self._write_kernel(kernel)
+            rel = self._write_kernel(kernel, step.sites)
             ins = [names[b] for b in step.inputs]
             outs = [names[b] for b in step.outputs]
             self.nodes.append(self._node(f"tilefuse_r{r}_{i}_{kernel.name}", ins, outs, rel))
@@ -86,29 +89,38 @@ class Stitcher:
         op = CUSTOM_OP_CUDA if self.cuda else CUSTOM_OP
         return helper.make_node(op, ins, outs, name=name, domain=CUSTOM_DOMAIN, kernel=rel)
 
-    def _write_kernel(self, kernel: Kernel) -> str:
-        """Copy the kernel's library and write its descriptor; the descriptor's path
-        relative to the model."""
-        name = kernel.name
-        known = self.kernel_files.get(name)
-        if known and known[0] == kernel.sha256:
-            return known[1]
-        if known:  # same name, other content: keep both
-            name = f"{name}_{kernel.sha256[:8]}"
-        folder = self.out / KERNELS_DIR
-        folder.mkdir(parents=True, exist_ok=True)
-        # What the plan linked, or nothing: the build cache may have changed since.
-        (folder / f"{name}{kernel.suffix}").write_bytes(read_verified(kernel.path, kernel.sha256, f"kernel {kernel.name}"))
+    def _write_kernel(self, kernel: Kernel, sites: tuple[IndexSite, ...]) -> str:
+        """Copy the kernel's library (once) and write its descriptor for these check
+        sites; the descriptor's path relative to the model."""
+        name = self._library(kernel)
+        rel = self.descriptors.get((name, sites))
+        if rel is not None:
+            return rel
+        variant = name if not sites else f"{name}-{len([k for k in self.descriptors if k[0] == name and k[1]])}"
         lines = ["tilefuse-kernel 1", f"target {'cuda' if self.cuda else 'cpu'}", f"name {name}",
                  f"library {name}{kernel.suffix}", f"symbol {kernel.symbol}"]
         for p in kernel.params:
             lines.append(f"{p.role} {_onnx_type(p.dtype)} {len(p.shape)} {' '.join(map(str, p.shape))}".rstrip())
+        lines += [f"check {s.extent} {' '.join(s.what.split())}" for s in sites]
         if self.cuda:
             lines += _launch_lines(kernel)
-        (folder / f"{name}.tfk").write_text("\n".join(lines) + "\n")
-        rel = f"{KERNELS_DIR}/{name}.tfk"
-        self.kernel_files[kernel.name if not known else name] = (kernel.sha256, rel)
+        rel = f"{KERNELS_DIR}/{variant}.tfk"
+        (self.out / rel).write_text("\n".join(lines) + "\n")
+        self.descriptors[(name, sites)] = rel
         return rel
+
+    def _library(self, kernel: Kernel) -> str:
+        """The kernel's file name beside the model, without suffix (copied on first use)."""
+        known = self.kernel_files.get(kernel.name)
+        if known and known[0] == kernel.sha256:
+            return known[1]
+        name = kernel.name if not known else f"{kernel.name}_{kernel.sha256[:8]}"  # same name, other content
+        folder = self.out / KERNELS_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        # What the plan linked, or nothing: the build cache may have changed since.
+        (folder / f"{name}{kernel.suffix}").write_bytes(read_verified(kernel.path, kernel.sha256, f"kernel {kernel.name}"))
+        self.kernel_files[kernel.name if not known else name] = (kernel.sha256, name)
+        return name
 
 
 def _launch_lines(kernel: Kernel) -> list[str]:

@@ -18,6 +18,7 @@ from tilefuse.plan.model import (
     Buffer,
     BufferKind,
     HostStep,
+    IndexSite,
     Kernel,
     KernelStep,
     MemoryReport,
@@ -28,7 +29,7 @@ from tilefuse.plan.model import (
 from tilefuse.plan.verify import verify_plan
 
 __all__ = [
-    "ALIGN", "FORMAT_VERSION", "Binding", "BranchStep", "Buffer", "BufferKind", "HostStep", "Kernel", "KernelStep",
-    "MemoryReport", "Plan", "SelectStep", "assign_offsets", "link", "load_plan", "plan_memory", "read_verified",
-    "save_plan", "step_order", "verify_plan", "write_weights",
+    "ALIGN", "FORMAT_VERSION", "Binding", "BranchStep", "Buffer", "BufferKind", "HostStep", "IndexSite", "Kernel",
+    "KernelStep", "MemoryReport", "Plan", "SelectStep", "assign_offsets", "link", "load_plan", "plan_memory",
+    "read_verified", "save_plan", "step_order", "verify_plan", "write_weights",
 ]

@@ -25,8 +25,8 @@ from tilefuse.partition.model import FusedGroup, Partition
 from tilefuse.plan.files import sha256_file
 from tilefuse.plan.hostops import primitive_to_json
 from tilefuse.plan.memory import plan_memory
-from tilefuse.plan.model import (Binding, BranchStep, Buffer, BufferKind, HostStep, Kernel, KernelStep, Plan,
-                                  SelectStep, Step)
+from tilefuse.plan.model import (Binding, BranchStep, Buffer, BufferKind, HostStep, IndexSite, Kernel, KernelStep,
+                                  Plan, SelectStep, Step)
 from tilefuse.plan.verify import check_kernel_identity, verify_plan
 
 
@@ -40,6 +40,7 @@ class GraphCode:
     kernels: Mapping[int, KernelArtifact]
     bindings: Mapping[int, Sequence[Value]] | None = None
     branches: Mapping[int, tuple["GraphCode", "GraphCode"]] = field(default_factory=dict)
+    sites: Mapping[int, Sequence[IndexSite]] = field(default_factory=dict)  # a checking kernel's index checks
 
 
 def link(
@@ -50,6 +51,7 @@ def link(
     source_sha256: str,
     bindings: Mapping[int, Sequence[Value]] | None = None,
     branches: Mapping[int, tuple[GraphCode, GraphCode]] | None = None,
+    sites: Mapping[int, Sequence[IndexSite]] | None = None,
 ) -> Plan:
     """Build the plan; ``kernels[group.id]`` is the artifact of each non-opaque group.
 
@@ -58,13 +60,14 @@ def link(
     the kernel and bind no param to them. Without it, params are the group's inputs then
     outputs. ``branches`` holds the compiled branches of each Branch node (an If on a
     run-time condition): both are laid out as steps between a BranchStep and a
-    SelectStep. PlanError if a kernel is missing, its params disagree with its values, or
-    two artifacts claim one name with different files.
+    SelectStep. ``sites[group.id]`` are the index checks of a kernel that takes a status
+    word (its last param). PlanError if a kernel is missing, its params disagree with its
+    values or sites, or two artifacts claim one name with different files.
     """
     import tilefuse
 
     linker = _Linker(graph, target_name)
-    linker.graph_steps(GraphCode(partition, kernels, bindings, branches or {}))
+    linker.graph_steps(GraphCode(partition, kernels, bindings, branches or {}, sites or {}))
     outputs = tuple(Binding(name, linker.read(v, f"graph output {name!r}")) for name, v in graph.outputs.items())
     buffers, arena = plan_memory(linker.buffers, linker.steps)
     plan = Plan(
@@ -138,7 +141,7 @@ class _Linker:
             else:
                 bindings = code.bindings
                 values = tuple(bindings[group.id]) if bindings and group.id in bindings else group.inputs + group.outputs
-                self.kernel_step(group, code.kernels[group.id], values)
+                self.kernel_step(group, code.kernels[group.id], values, tuple(code.sites.get(group.id, ())))
 
     def host_step(self, group: FusedGroup, node: Node) -> None:
         what = f"host step {node.name} (group {group.id})"
@@ -168,16 +171,17 @@ class _Linker:
         outs = tuple(self.write(v, what) for v in node.outputs)
         self.steps.append(SelectStep(cond, then_values, else_values, outs, group.id, node.name))
 
-    def kernel_step(self, group: FusedGroup, artifact: KernelArtifact, values: tuple[Value, ...]) -> None:
+    def kernel_step(self, group: FusedGroup, artifact: KernelArtifact, values: tuple[Value, ...],
+                    sites: tuple[IndexSite, ...]) -> None:
         what = f"kernel {artifact.name} (group {group.id})"
         if tuple(map(id, values[len(values) - len(group.outputs):])) != tuple(map(id, group.outputs)):
             raise PlanError(f"{what}: the bound values must end with the group's outputs")
         inputs = values[: len(values) - len(group.outputs)]
-        _check_params(inputs, group.outputs, artifact, what)
+        _check_params(inputs, group.outputs, bool(sites), artifact, what)
         kernel = self._kernel(artifact, what)
         ins = tuple(self.read(v, what) for v in inputs)
         outs = tuple(self.write(v, what) for v in group.outputs)
-        self.steps.append(KernelStep(kernel.name, ins, outs, group.id))
+        self.steps.append(KernelStep(kernel.name, ins, outs, group.id, sites))
 
     def _kernel(self, artifact: KernelArtifact, what: str) -> Kernel:
         path = Path(artifact.path)
@@ -200,11 +204,17 @@ class _Linker:
 
 
 def _check_params(
-    inputs: Sequence[Value], outputs: Sequence[Value], artifact: KernelArtifact, what: str
+    inputs: Sequence[Value], outputs: Sequence[Value], checked: bool, artifact: KernelArtifact, what: str
 ) -> None:
-    """The params must be the bound inputs then the outputs, with their dtypes and shapes."""
+    """The params must be the bound inputs then the outputs, with their dtypes and shapes,
+    then the status word exactly when the kernel has index checks."""
     values = [(v, "input") for v in inputs] + [(v, "output") for v in outputs]
-    if len(artifact.params) != len(values):
+    status = [p for p in artifact.params if p.role == "status"]
+    if status != ([artifact.params[-1]] if checked else []):
+        want = "one status param, last" if checked else "no status param"
+        raise PlanError(f"{what}: {len(status)} status param(s), but a kernel {'with' if checked else 'without'} "
+                        f"index checks takes {want}")
+    if len(artifact.params) - len(status) != len(values):
         raise PlanError(
             f"{what}: {len(artifact.params)} params, but {len(inputs)} inputs "
             f"and {len(outputs)} outputs are bound"

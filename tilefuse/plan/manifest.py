@@ -19,8 +19,8 @@ from tilefuse.ir.types import TensorType
 from tilefuse.plan.hostops import primitive_from_json, primitive_to_json
 from tilefuse.plan.launch import check_launch
 from tilefuse.plan.model import (
-    FORMAT_VERSION, KERNEL_FORMATS, KERNEL_NAME, PRECISIONS, Binding, BranchStep, Buffer, BufferKind, HostStep, Kernel,
-    KernelFormat, KernelStep, Plan, SelectStep, Step,
+    FORMAT_VERSION, KERNEL_FORMATS, KERNEL_NAME, PRECISIONS, Binding, BranchStep, Buffer, BufferKind, HostStep,
+    IndexSite, Kernel, KernelFormat, KernelStep, Plan, SelectStep, Step,
 )
 
 # Bounds on what a manifest may ask for, far beyond any model, so that a corrupt number is
@@ -71,7 +71,11 @@ def _binding(plan: Plan, b: Binding) -> dict[str, object]:
 
 def _step(s: Step) -> dict[str, object]:
     if isinstance(s, KernelStep):
-        return {"op": "kernel", "kernel": s.kernel, "group": s.group, "inputs": list(s.inputs), "outputs": list(s.outputs)}
+        step: dict[str, object] = {"op": "kernel", "kernel": s.kernel, "group": s.group, "inputs": list(s.inputs),
+                                   "outputs": list(s.outputs)}
+        if s.sites:
+            step["sites"] = [{"what": x.what, "extent": x.extent} for x in s.sites]
+        return step
     if isinstance(s, BranchStep):
         return {"op": "branch", "then_steps": s.then_steps, "else_steps": s.else_steps, "group": s.group,
                 "node": s.node, "inputs": list(s.inputs), "outputs": []}
@@ -249,7 +253,9 @@ class Decoder:
             ins, outs = self.ints(d, "inputs", where), self.ints(d, "outputs", where)
             group = self.integer(d, "group", where)
             if op == "kernel":
-                out.append(KernelStep(self.get(d, "kernel", str, where), ins, outs, group))  # type: ignore[arg-type]
+                sites = tuple(IndexSite(self.get(x, "what", str, xw), self.integer(x, "extent", xw, hi=MAX_BYTES))  # type: ignore[arg-type]
+                              for x, xw in (self.items(d, "sites", f"{where}.") if "sites" in d else []))
+                out.append(KernelStep(self.get(d, "kernel", str, where), ins, outs, group, sites))  # type: ignore[arg-type]
             elif op == "host":
                 prim = primitive_from_json(d.get("primitive"), d.get("params"), f"{self.source}: {where}")
                 out.append(HostStep(prim, ins, outs, group, self.get(d, "node", str, where)))  # type: ignore[arg-type]

@@ -95,17 +95,41 @@ class Kernel:
 
 
 @dataclass(frozen=True, slots=True)
+class IndexSite:
+    """What a kernel's index check ``k`` (its ``sites[k]``) checks: ``what`` names the
+    indices for people (the graph input they come from, when they do, and the ONNX node
+    reading them); valid indices lie in ``[-extent, extent)``."""
+
+    what: str
+    extent: int
+
+    def message(self, value: int) -> str:
+        return f"index {value} is outside [-{self.extent}, {self.extent}) in {self.what}"
+
+
+@dataclass(frozen=True, slots=True)
 class KernelStep:
-    """Call ``kernel`` with the buffers ``inputs + outputs`` as its arguments, in order."""
+    """Call ``kernel`` with the buffers ``inputs + outputs`` as its arguments, in order.
+
+    A kernel that checks indices read at run time (``sites``, one per check) takes a
+    status word after them (codegen/artifact.py); the runtime gives each such step one of
+    its own (``Plan.checked_steps``) and reports a bad index with its site's message."""
 
     kernel: str
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     group: int
+    sites: tuple[IndexSite, ...] = ()
 
     @property
     def label(self) -> str:
         return f"kernel {self.kernel} (group {self.group})"
+
+    def index_message(self, site: int, value: int) -> str:
+        """What this step's status word (``site`` + 1, ``value``) reports."""
+        if not 0 <= site < len(self.sites):
+            return f"{self.label} reported index check {site}, but has {len(self.sites)}"
+        return self.sites[site].message(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +261,11 @@ class Plan:
 
     def output_types(self) -> list[tuple[str, TensorType]]:
         return [(b.name, self.buffers[b.buffer].type) for b in self.outputs]
+
+    def checked_steps(self) -> list[int]:
+        """The steps that take a status word, in order: step ``checked_steps()[k]`` gets
+        status word k of the run."""
+        return [i for i, s in enumerate(self.steps) if isinstance(s, KernelStep) and s.sites]
 
     def memory_report(self) -> MemoryReport:
         total = sum(b.nbytes for b in self.buffers if b.kind.in_arena)

@@ -87,9 +87,16 @@ def _check_kernel_step(plan: Plan, step: KernelStep) -> None:
     if kernel is None:
         raise PlanError(f"{step.label}: no such kernel")
     args = [(b, "input") for b in step.inputs] + [(b, "output") for b in step.outputs]
-    if len(args) != len(kernel.params):
-        raise PlanError(f"{step.label}: {len(args)} arguments for {len(kernel.params)} params")
-    for i, ((b, role), p) in enumerate(zip(args, kernel.params)):
+    params = kernel.params
+    if step.sites:  # the status word the runtime passes after the buffers
+        if not params or (params[-1].role, params[-1].dtype, tuple(params[-1].shape)) != ("status", "int64", (2,)):
+            raise PlanError(f"{step.label}: {len(step.sites)} index checks, but the kernel takes no status word")
+        params = params[:-1]
+    if any(x.extent < 1 for x in step.sites):
+        raise PlanError(f"{step.label}: an index check of an empty axis")
+    if len(args) != len(params):
+        raise PlanError(f"{step.label}: {len(args)} arguments for {len(params)} params")
+    for i, ((b, role), p) in enumerate(zip(args, params)):
         t = plan.buffers[b].type
         if (p.role, p.dtype, tuple(p.shape)) != (role, str(t.dtype), t.shape):
             raise PlanError(f"{step.label}: argument {i} is buffer {b} ({role} {t}), but param {p.name} is {p.role} {p.dtype}{list(p.shape)}")

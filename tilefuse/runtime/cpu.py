@@ -16,6 +16,10 @@ steps of the branch taken; a select step copies that branch's results to the If'
 
 The runtime does not read a kernel's ``launch`` data: a CPU kernel parallelises itself
 (OpenMP), so its thread count is the code generator's to build in.
+
+Kernels that check indices read at run time get a status word each, in the arena's
+``status`` rows (zero; a kernel writes its row only when it finds an index out of
+range). A run looks at them once, at its end, and raises the first one's error.
 """
 from __future__ import annotations
 
@@ -67,6 +71,7 @@ class _Arena:
     outputs: dict[str, np.ndarray]  # output name -> the array it is read from
     args: list[ctypes.Array | None]  # per step: the kernel's argument array (None: other steps)
     block: list[_Item]  # the plan's steps, in order
+    status: np.ndarray  # [plan.checked_steps(), 2] int64: each checking kernel's status word
 
 
 class CpuExecutor:
@@ -88,6 +93,7 @@ class CpuExecutor:
                 self._fixed[buf.id] = _aligned_like(plan.weights[buf.name])
         self._inputs = {b.name: b.buffer for b in plan.inputs}
         self._outputs = {b.name: b.buffer for b in plan.outputs}
+        self._checked = plan.checked_steps()
         self._pool: ArenaPool[_Arena] = ArenaPool(self._new_arena)
 
     def _load(self, kernel: Kernel) -> KernelFn:
@@ -130,17 +136,21 @@ class CpuExecutor:
                 views[buf.id] = raw.view(buf.type.dtype.numpy).reshape(buf.type.shape)
             elif buf.kind is BufferKind.INPUT:
                 views[buf.id] = aligned_empty(buf.nbytes).view(buf.type.dtype.numpy).reshape(buf.type.shape)
+        status = np.zeros((len(self._checked), 2), np.int64)
+        slot = {step: k for k, step in enumerate(self._checked)}
         args: list[ctypes.Array | None] = []
-        for step in self.plan.steps:
+        for i, step in enumerate(self.plan.steps):
             if isinstance(step, KernelStep):
                 ids = step.inputs + step.outputs
                 ptrs = [(views[b] if b in views else self._fixed[b]).ctypes.data for b in ids]
-                args.append((ctypes.c_void_p * len(ids))(*ptrs))
+                if i in slot:
+                    ptrs.append(status[slot[i]].ctypes.data)
+                args.append((ctypes.c_void_p * len(ptrs))(*ptrs))
             else:
                 args.append(None)
         inputs = [(name, views[b]) for name, b in self._inputs.items()]
         outputs = {name: views[b] if b in views else self._fixed[b] for name, b in self._outputs.items()}
-        return _Arena(memory, views, inputs, outputs, args, self._block(args, 0, len(self.plan.steps)))
+        return _Arena(memory, views, inputs, outputs, args, self._block(args, 0, len(self.plan.steps)), status)
 
     def _block(self, args: list[ctypes.Array | None], start: int, stop: int) -> list[_Item]:
         """Steps ``start:stop`` as items: runs of consecutive kernel steps batched, a
@@ -185,6 +195,8 @@ class CpuExecutor:
             for name, dst in arena.inputs:
                 np.copyto(dst, feeds[name], casting="no")
             self._run_block(arena.block, arena)
+            if self._checked and arena.status.any():
+                raise self._index_error(arena.status)
             return [arena.outputs[n].copy() for n in outputs]
         finally:
             self._pool.put(arena)
@@ -207,6 +219,15 @@ class CpuExecutor:
                     self._select(step, arena)
                 else:
                     self._host(step, arena)  # type: ignore[arg-type]
+
+    def _index_error(self, status: np.ndarray) -> ExecutionError:
+        """The error of the first kernel that found an index out of range; its status
+        words are cleared for the arena's next run."""
+        k = int(np.flatnonzero(status[:, 0])[0])
+        step = self.plan.steps[self._checked[k]]
+        site, value = int(status[k, 0]) - 1, int(status[k, 1])
+        status[...] = 0
+        return ExecutionError(step.index_message(site, value))  # type: ignore[union-attr]
 
     def _array(self, b: int, arena: _Arena) -> np.ndarray:
         return arena.views[b] if b in arena.views else self._fixed[b]

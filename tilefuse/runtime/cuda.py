@@ -21,6 +21,11 @@ results are copied device to device to the If's outputs) launches step by step. 
 per session: runs are serialised. ``close`` releases the graph, modules, device memory and
 stream; the primary context goes with the last DeviceArray still alive.
 
+Kernels that check indices read at run time get a status word each, in one device array
+(zeroed at load; a kernel writes its word only when it finds an index out of range): a
+run copies the array back with its outputs, once, and raises the first word's error,
+zeroing the array again.
+
 Kernels whose launch metadata says ``programmatic`` wait for the previous kernel
 themselves (griddepcontrol.wait before any memory access): they are launched with
 programmatic stream serialisation, so each one's launch and block set-up overlap the end
@@ -117,7 +122,11 @@ class CudaExecutor:
         self._check(cu.cuStreamSynchronize(self.stream), "uploading the weights")
         self._inputs = {b.name: b.buffer for b in plan.inputs}
         self._outputs = {b.name: b.buffer for b in plan.outputs}
-        self._launches = [self._launch_args(s) if isinstance(s, KernelStep) else None for s in plan.steps]
+        self._checked = plan.checked_steps()  # step index of each status word
+        self._status = np.zeros((len(self._checked), 2), np.int64)  # the host copy
+        self._status_ptr = self._alloc(self._status.nbytes) if self._checked else 0
+        self._h2d(self._status_ptr, self._status)
+        self._launches = [self._launch_args(i, s) if isinstance(s, KernelStep) else None for i, s in enumerate(plan.steps)]
         self._graph = self._capture() if all(isinstance(s, KernelStep) for s in plan.steps) else None
 
     def close(self) -> None:
@@ -209,13 +218,15 @@ class CudaExecutor:
             self._check(cu.cuFuncSetAttribute(fn, attr, smem), f"cuFuncSetAttribute({kernel.symbol}, {smem} B)")
         return fn
 
-    def _launch_args(self, step: KernelStep):
+    def _launch_args(self, index: int, step: KernelStep):
         cu = self.cu
         kernel = self.plan.kernels[step.kernel]
-        buffers = step.inputs + step.outputs
+        ptrs = [self.ptr[b] for b in step.inputs + step.outputs]
+        if step.sites:  # the kernel's status word, after its buffers
+            ptrs.append(self._status_ptr + self._status[0].nbytes * self._checked.index(index))
         values, types, keep = [], [], []
         for arg in kernel.launch["args"]:  # type: ignore[index]
-            ptr = self.ptr[buffers[arg["param"]]]
+            ptr = ptrs[arg["param"]]
             if arg["kind"] == "pointer":
                 values.append(ptr)
                 types.append(ctypes.c_void_p)
@@ -308,8 +319,28 @@ class CudaExecutor:
                     out = np.empty(buf.type.shape, buf.type.dtype.numpy)
                     self._d2h(out, self.ptr[buf.id])
                 results.append(out)
+            self._d2h(self._status, self._status_ptr)
             self._check(cu.cuStreamSynchronize(self.stream), "running the plan")
+            if self._status.any():
+                raise self._index_error()
             return results
+
+    def _index_error(self) -> ExecutionError:
+        """The error of the first kernel that found an index out of range; the status
+        words are zeroed on the device for the next run."""
+        k = int(np.flatnonzero(self._status[:, 0])[0])
+        step = self.plan.steps[self._checked[k]]
+        site, value = int(self._status[k, 0]) - 1, int(self._status[k, 1])
+        self._clear_status()
+        return ExecutionError(step.index_message(site, value))  # type: ignore[union-attr]
+
+    def _clear_status(self) -> None:
+        """Zero the status words (after an error, and after tools' runs, which do not read
+        them: a bad index they met must not fail the next run)."""
+        if self._checked:
+            self._status[...] = 0
+            self._h2d(self._status_ptr, self._status)
+            self._check(self.cu.cuStreamSynchronize(self.stream), "clearing the status words")
 
     def download(self, a: DeviceArray) -> np.ndarray:
         """A host copy of a DeviceArray this executor made (also once it is closed: the
@@ -361,6 +392,7 @@ class CudaExecutor:
             if self._launches[i] is not None:
                 self._check(cu.cuStreamSynchronize(self.stream), f"running {step.kernel}")
             yield step
+        self._clear_status()
 
     def _step(self, i: int) -> None:
         step, launch = self.plan.steps[i], self._launches[i]
@@ -421,6 +453,7 @@ class CudaExecutor:
                 self._check(cu.cuEventRecord(stop, self.stream), "cuEventRecord")
                 self._check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
                 out.append((step.kernel, float(self._check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")) / repeats))
+            self._clear_status()
         return out
 
     @contextmanager
@@ -450,4 +483,5 @@ class CudaExecutor:
                 self._check(cu.cuEventRecord(stop, self.stream), "cuEventRecord")
                 self._check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
                 times.append(float(self._check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")))
+            self._clear_status()
             return times

@@ -3,7 +3,9 @@
 Tiles run one after another. Parallel loops are vectorised: each parallel variable gets
 its own numpy axis, so a loop nest of Stores runs as a few array operations. Loads in an
 untaken branch of a WHERE may index outside their buffer (generated code evaluates only
-the taken branch); anywhere else an out-of-range index is an error.
+the taken branch); anywhere else an out-of-range index is an error. An ``IndexCheck``
+whose index is out of range writes the status word as a kernel does (only for the lanes
+whose branches are taken).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from tilefuse.tile_ir.ir import (
     Fill,
     Gemm,
     If,
+    IndexCheck,
     IndexOp,
     IOp,
     Load,
@@ -45,25 +48,35 @@ class TileInterpreterError(RuntimeError):
     pass
 
 
-def run_program(program: TileProgram, args: Sequence[np.ndarray]) -> None:
-    """Run ``program`` on ``args`` (its params, in order); outputs are written in place."""
+def run_program(program: TileProgram, args: Sequence[np.ndarray], status: np.ndarray | None = None) -> None:
+    """Run ``program`` on ``args`` (its params, in order); outputs are written in place.
+
+    A program with index checks records an index out of range in ``status`` (int64[2], as
+    the kernel's status word: site + 1 and the value, only while word 0 is 0); without
+    one such an index is a TileInterpreterError."""
     if len(args) != len(program.params):
         raise TileInterpreterError(f"{program.name}: {len(program.params)} params, {len(args)} arrays")
     for p, a in zip(program.params, args):
         if a.shape != p.shape or a.dtype != p.dtype.numpy:
             raise TileInterpreterError(f"{program.name}: param {p.name} is {p.dtype}{p.shape}, got {a.dtype}{a.shape}")
+    word = np.zeros(2, np.int64) if status is None else status
+    if word.shape != (2,) or word.dtype != np.int64:
+        raise TileInterpreterError(f"{program.name}: the status word is int64[2], got {word.dtype}{list(word.shape)}")
     for coords in itertools.product(*(range(g) for g in program.grid)):
-        state = _State({p.name: a for p, a in zip(program.params, args)})
+        state = _State({p.name: a for p, a in zip(program.params, args)}, word)
         for buf in program.allocs:
             state.buffers[buf.name] = np.zeros(buf.shape, buf.dtype.numpy)
         for var, c in zip(program.block_vars, coords):
             state.env[var.name] = np.int64(c)
         state.run(program.body)
+    if status is None and word[0]:
+        raise TileInterpreterError(f"{program.name}: index check {word[0] - 1} found {word[1]} out of range")
 
 
 class _State:
-    def __init__(self, buffers: dict[str, np.ndarray]) -> None:
+    def __init__(self, buffers: dict[str, np.ndarray], status: np.ndarray | None = None) -> None:
         self.buffers = buffers
+        self.status = np.zeros(2, np.int64) if status is None else status
         self.env: dict[str, np.ndarray | np.int64] = {}
         self.depth = 0  # number of enclosing parallel loops (= vector axes)
 
@@ -150,30 +163,48 @@ class _State:
         dst[...] = r if s.clear else _COMBINE[s.fn](dst, r)
 
     # -- expressions ------------------------------------------------------------------
-    def expr(self, e: Expr, guarded: bool = False) -> np.ndarray:
+    def expr(self, e: Expr, taken: np.ndarray | bool | None = None) -> np.ndarray:
+        """``e``'s value; ``taken`` is None outside WHERE branches, else the lanes whose
+        branch is taken (loads clip elsewhere, index checks record only there)."""
         if isinstance(e, Const):
             return np.asarray(e.value).astype(e.dtype.numpy)
         if isinstance(e, Var):
             return self.env[e.name]  # type: ignore[return-value]
         if isinstance(e, IndexOp):
-            a, b = self.expr(e.a, guarded), self.expr(e.b, guarded)
+            a, b = self.expr(e.a, taken), self.expr(e.b, taken)
             with np.errstate(divide="ignore"):
                 return _IOPS[e.op](a, b)
         if isinstance(e, Load):
-            return self.load(e, guarded)
+            return self.load(e, taken)
         if isinstance(e, Call):
             if e.fn is ScalarFn.WHERE:
-                cond = self.expr(e.args[0], guarded)
-                a, b = self.expr(e.args[1], True), self.expr(e.args[2], True)
-                return Map(ScalarFn.WHERE).evaluate([np.asarray(cond), np.asarray(a), np.asarray(b)])[0]
-            args = [np.asarray(self.expr(x, guarded)) for x in e.args]
+                cond = np.asarray(self.expr(e.args[0], taken)).astype(bool)
+                outer = True if taken is None else taken
+                a = self.expr(e.args[1], np.logical_and(outer, cond))
+                b = self.expr(e.args[2], np.logical_and(outer, ~cond))
+                return Map(ScalarFn.WHERE).evaluate([cond, np.asarray(a), np.asarray(b)])[0]
+            args = [np.asarray(self.expr(x, taken)) for x in e.args]
             prim = Map(e.fn, e.dtype) if e.fn is ScalarFn.CAST else Map(e.fn)
             return prim.evaluate(args)[0]
+        if isinstance(e, IndexCheck):
+            return self.check(e, taken)
         raise TileInterpreterError(f"unknown expression {e!r}")
 
-    def load(self, e: Load, guarded: bool) -> np.ndarray:
+    def check(self, e: IndexCheck, taken: np.ndarray | bool | None) -> np.ndarray:
+        i = np.asarray(self.expr(e.index, taken)).astype(np.int64)
+        with np.errstate(over="ignore"):
+            wrapped = np.where(i < 0, i + e.extent, i)
+        outside = (wrapped < 0) | (wrapped >= e.extent)
+        bad = outside if taken is None else outside & taken
+        if np.any(bad) and self.status[0] == 0:
+            self.status[0] = e.site + 1
+            self.status[1] = np.broadcast_to(i, np.shape(bad))[bad].flat[0]
+        return np.where(outside, np.int64(0), wrapped)
+
+    def load(self, e: Load, taken: np.ndarray | bool | None) -> np.ndarray:
         src = self.buffers[e.buffer.name]
-        idx = [np.asarray(self.expr(x, guarded)).astype(np.int64) for x in e.indices]
+        guarded = taken is not None
+        idx = [np.asarray(self.expr(x, taken)).astype(np.int64) for x in e.indices]
         for k, (ix, n) in enumerate(zip(idx, src.shape)):
             bad = (ix < 0) | (ix >= n)
             if np.any(bad):

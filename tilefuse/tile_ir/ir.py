@@ -8,7 +8,9 @@ Its vocabulary follows TileLang so that the CUDA lowering is close to one-to-one
   serial, parallel or pipelined with a number of stages, and If on a tile-uniform condition.
 
 Expressions are scalar: index arithmetic (``IndexOp``), ``Load`` from a buffer, scalar
-functions (``Call`` with a :class:`ScalarFn`, the same functions Map primitives use).
+functions (``Call`` with a :class:`ScalarFn`, the same functions Map primitives use), and
+``IndexCheck``: an index read from data at run time, wrapped into its range and checked
+(an index outside it is recorded in the kernel's status word, see ``STATUS``).
 Everything is a frozen dataclass: programs are values, hashable and printable.
 """
 from __future__ import annotations
@@ -88,6 +90,19 @@ class Load(Expr):
 
     buffer: Buffer
     indices: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexCheck(Expr):
+    """An ONNX index read at run time (``index``, int64) as a position in ``[0, extent)``:
+    negative indices count from the end. One outside ``[-extent, extent)`` reads position
+    0 instead, so no access leaves its buffer, and records check ``site`` and the value in
+    the kernel's status word (``STATUS``), which the runtime turns into an error naming
+    the ONNX node and input. The site numbers the program's checks (< ``index_sites``)."""
+
+    index: Expr
+    extent: int
+    site: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +222,9 @@ class TileProgram:
     # the K loop's operand tiles are loaded by a producer ahead of the products (GPU: TMA and
     # a warp-specialised pipeline, where every pipelined load is a plain tile copy)
     producer: bool = False
+    # IndexCheck sites in the body; above 0 the kernel takes the status word STATUS as an
+    # argument after its params
+    index_sites: int = 0
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:
@@ -215,6 +233,12 @@ class TileProgram:
     @property
     def outputs(self) -> tuple[Buffer, ...]:
         return self.params[self.num_inputs :]
+
+
+# The status word of a kernel with index checks: int64 [site + 1 of an index found out of
+# range (0: none), that index's value]. Kernels write it only on an error, so the runtime
+# zeroes it once and reads it after a run; of several bad indices one is kept.
+STATUS = Buffer("status", DType.INT64, (2,), Scope.GLOBAL)
 
 
 # -- small constructors used by lowering --------------------------------------------------
@@ -269,6 +293,8 @@ def children(e: Expr) -> tuple[Expr, ...]:
         return e.indices
     if isinstance(e, Call):
         return e.args
+    if isinstance(e, IndexCheck):
+        return (e.index,)
     return ()
 
 
@@ -299,6 +325,8 @@ def substitute(e: Expr, env: dict[Var, Expr]) -> Expr:
         return Load(e.buffer, tuple(substitute(i, env) for i in e.indices))
     if isinstance(e, Call):
         return Call(e.fn, tuple(substitute(a, env) for a in e.args), e.dtype)
+    if isinstance(e, IndexCheck):
+        return IndexCheck(substitute(e.index, env), e.extent, e.site)
     return e
 
 
@@ -310,4 +338,4 @@ def dtype_of(e: Expr) -> DType:
         return e.buffer.dtype
     if isinstance(e, IndexOp):
         return DType.BOOL if e.op in _BOOL_IOPS else DType.INT64
-    return DType.INT64  # Var
+    return DType.INT64  # Var, IndexCheck

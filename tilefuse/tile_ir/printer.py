@@ -9,12 +9,14 @@ from tilefuse.tile_ir.ir import (
     Fill,
     Gemm,
     If,
+    IndexCheck,
     IndexOp,
     Load,
     Loop,
     LoopKind,
     ReduceTile,
     Region,
+    STATUS,
     Store,
     TileProgram,
     Var,
@@ -35,6 +37,8 @@ def format_expr(e: Expr) -> str:
     if isinstance(e, Call):
         name = f"cast<{e.dtype}>" if e.fn.name == "CAST" else e.fn.name.lower()
         return f"{name}({', '.join(map(format_expr, e.args))})"
+    if isinstance(e, IndexCheck):
+        return f"check_index<{e.site}>({format_expr(e.index)}, {e.extent})"
     return repr(e)
 
 
@@ -69,6 +73,8 @@ def _stmt(s: object, indent: int, out: list[str]) -> None:
 
 def format_program(p: TileProgram) -> str:
     params = ", ".join(f"{b.name}: T.Tensor({list(b.shape)}, {b.dtype})" for b in p.params)
+    if p.index_sites:
+        params += f", {STATUS.name}: T.Tensor({list(STATUS.shape)}, {STATUS.dtype})  # {p.index_sites} index checks"
     out = [f"@T.prim_func  # inputs: {p.num_inputs}, outputs: {len(p.params) - p.num_inputs}"]
     out += [f"# {n}" for n in p.notes]
     out.append(f"def {p.name}({params}):")

@@ -21,6 +21,7 @@ from tilefuse.tile_ir.ir import (
     Copy,
     Expr,
     If,
+    IndexCheck,
     IndexOp,
     IOp,
     Load,
@@ -57,6 +58,8 @@ class _Simplifier:
         if isinstance(e, Var):
             n = self.ranges.get(e.name)
             return (0, n - 1) if n else (-INF, INF)
+        if isinstance(e, IndexCheck):
+            return 0, e.extent - 1
         if isinstance(e, IndexOp):
             (a0, a1), (b0, b1) = self.bounds(e.a), self.bounds(e.b)
             if e.op is IOp.ADD:
@@ -192,6 +195,8 @@ class _Simplifier:
             if isinstance(cond, Const) and cond.dtype is DType.BOOL:  # a guard always true (or false)
                 return self.expr(e.args[1] if cond.value else e.args[2])
             return Call(e.fn, tuple(self.expr(x) for x in e.args), e.dtype)
+        if isinstance(e, IndexCheck):
+            return IndexCheck(self.expr(e.index), e.extent, e.site)
         return e
 
     def stmt(self, s: Stmt) -> Stmt:

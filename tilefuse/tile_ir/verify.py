@@ -16,6 +16,7 @@ from tilefuse.tile_ir.ir import (
     Fill,
     Gemm,
     If,
+    IndexCheck,
     IndexOp,
     Load,
     Loop,
@@ -72,6 +73,12 @@ def _check_expr(p: TileProgram, e: Expr, known: dict[str, Buffer], bound: set[st
             raise GraphError(f"{p.name}: {e.fn.name} takes {e.fn.arity} args")
         for a in e.args:
             _check_expr(p, a, known, bound)
+    elif isinstance(e, IndexCheck):
+        if not 0 <= e.site < p.index_sites or e.extent < 1:
+            raise GraphError(f"{p.name}: index check {format_expr(e)} of {p.index_sites} sites")
+        if dtype_of(e.index) is not DType.INT64:
+            raise GraphError(f"{p.name}: a checked index must be int64, got {format_expr(e.index)}")
+        _check_expr(p, e.index, known, bound)
     elif not isinstance(e, Const):
         raise GraphError(f"{p.name}: unknown expression {e!r}")
 

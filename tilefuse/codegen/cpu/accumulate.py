@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tilefuse.tile_ir.ir import (Buffer, Call, Expr, IndexOp, Load, Loop, LoopKind, Scope, Stmt, Store, Var, children,
+from tilefuse.tile_ir.ir import (Buffer, Call, Expr, IndexCheck, IndexOp, Load, Loop, LoopKind, Scope, Stmt, Store, Var, children,
                                  const_index, subexpressions)
 
 
@@ -74,4 +74,6 @@ def _swap(e: Expr, old: Expr, new: Expr) -> Expr:
         return Load(e.buffer, tuple(_swap(i, old, new) for i in e.indices))
     if isinstance(e, Call):
         return Call(e.fn, tuple(_swap(a, old, new) for a in e.args), e.dtype)
+    if isinstance(e, IndexCheck):
+        return IndexCheck(_swap(e.index, old, new), e.extent, e.site)
     return e

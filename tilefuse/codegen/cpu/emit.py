@@ -24,9 +24,9 @@ from tilefuse.codegen.artifact import ParamSpec
 from tilefuse.codegen.cpu import accumulate, emit_tiles
 from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
-from tilefuse.codegen.cpu.prelude import PRELUDE
-from tilefuse.codegen.toolchain import kernel_stem
-from tilefuse.tile_ir.ir import Buffer, Copy, Fill, Gemm, If, Loop, LoopKind, ReduceTile, Stmt, Store, TileProgram
+from tilefuse.codegen.cpu.prelude import INDEX_PRELUDE, PRELUDE
+from tilefuse.codegen.toolchain import kernel_stem, param_specs
+from tilefuse.tile_ir.ir import STATUS, Buffer, Copy, Fill, Gemm, If, Loop, LoopKind, ReduceTile, Stmt, Store, TileProgram
 
 STACK_BUFFER_BYTES = 64 * 1024  # a tile buffer above this lives on the heap
 STACK_TOTAL_BYTES = 256 * 1024  # and so do all buffers past this much stack per tile
@@ -52,14 +52,11 @@ def emit_program(program: TileProgram) -> CSource:
     stem = kernel_stem(program.name)
     body = _Emitter(program).function_body()
     header = _header(program, stem)
-    digest = hashlib.sha256("\n".join([stem, header, PRELUDE, *body]).encode()).hexdigest()[:10]
+    prelude = PRELUDE + INDEX_PRELUDE if program.index_sites else PRELUDE
+    digest = hashlib.sha256("\n".join([stem, header, prelude, *body]).encode()).hexdigest()[:10]
     symbol = f"{stem}_{digest}"
-    text = "\n".join([header, PRELUDE, f"void {symbol}(void **args)", "{", *body, "}", ""])
-    params = tuple(
-        ParamSpec(b.name, b.dtype.value, b.shape, "input" if k < program.num_inputs else "output")
-        for k, b in enumerate(program.params)
-    )
-    return CSource(text, symbol, params, {"threads": program.threads, "grid": list(program.grid)})
+    text = "\n".join([header, prelude, f"void {symbol}(void **args)", "{", *body, "}", ""])
+    return CSource(text, symbol, param_specs(program), {"threads": program.threads, "grid": list(program.grid)})
 
 
 def _header(p: TileProgram, stem: str) -> str:
@@ -67,6 +64,9 @@ def _header(p: TileProgram, stem: str) -> str:
     for k, b in enumerate(p.params):
         role = "in " if k < p.num_inputs else "out"
         lines.append(f"{role} args[{k}] {b.name}: {b.dtype}{list(b.shape)}")
+    if p.index_sites:
+        lines.append(f"status args[{len(p.params)}] {STATUS.name}: {STATUS.dtype}{list(STATUS.shape)} "
+                     f"({p.index_sites} index checks)")
     lines.append("ABI: void SYMBOL(void **args); args[i] = base of param i, dense row-major; params never overlap")
     return "/* " + "\n * ".join(x.replace("*/", "* /") for x in lines) + "\n */"
 
@@ -89,6 +89,8 @@ class _Emitter:
             const = "const " if k < self.p.num_inputs else ""
             t = storage(b.dtype)
             out.append(f"    {const}{t} *restrict {cident(b.name)} = ({const}{t} *)args[{k}];")
+        if self.p.index_sites:
+            out.append(f"    int64_t *restrict {cident(STATUS.name)} = (int64_t *)args[{len(self.p.params)}];")
         tile = self._allocs() + self.block(self.p.body, [], in_parallel=self.grid_parallel)
         tile += [f"free({cident(b.name)});" for b in self._heap]
         if self.grid_parallel:

@@ -12,6 +12,9 @@ renders one statement's roots:
 - nothing under a WHERE branch is ever evaluated outside its guard (a load there may be
   out of range): branches render inline, with their own temps in a GNU statement
   expression ``({ ... })`` when they share subexpressions.
+
+An IndexCheck is a call of the prelude's ``tf_index`` with the kernel's status word:
+hoisting or sharing it is safe (its only effect, recording a bad index, is idempotent).
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from tilefuse.codegen.cpu.c_types import compute, literal, load
 from tilefuse.codegen.cpu.ops import render_call, render_iop
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ScalarFn
-from tilefuse.tile_ir.ir import Buffer, Call, Const, Expr, IndexOp, IOp, Load, Var
+from tilefuse.tile_ir.ir import STATUS, Buffer, Call, Const, Expr, IndexCheck, IndexOp, IOp, Load, Var
 
 _BOOL_IOPS = {IOp.LT, IOp.LE, IOp.GE, IOp.EQ, IOp.AND, IOp.OR}
 
@@ -33,10 +36,10 @@ _BOOL_IOPS = {IOp.LT, IOp.LE, IOp.GE, IOp.EQ, IOp.AND, IOp.OR}
 class Node:
     """One distinct subexpression: ``kids`` are node ids; leaves carry their C text."""
 
-    kind: type  # Var, Const, IndexOp, Load or Call
+    kind: type  # Var, Const, IndexOp, Load, Call or IndexCheck
     dtype: DType
     kids: tuple[int, ...] = ()
-    op: object = None  # IOp, ScalarFn, or the Buffer of a Load
+    op: object = None  # IOp, ScalarFn, the Buffer of a Load, or an IndexCheck's (extent, site)
     text: str = ""
 
     @property
@@ -86,6 +89,8 @@ class ExprTable:
             return Node(Load, e.buffer.dtype, tuple(self.intern(i) for i in e.indices), e.buffer)
         if isinstance(e, Call):
             return Node(Call, e.dtype, tuple(self.intern(a) for a in e.args), e.fn)
+        if isinstance(e, IndexCheck):
+            return Node(IndexCheck, DType.INT64, (self.intern(e.index),), (e.extent, e.site))
         raise TypeError(f"unknown expression {e!r}")
 
 
@@ -221,6 +226,8 @@ class StmtExprs:
             return self.ranges.get(n.text)
         if n.kind is Const:
             return (int(n.op), int(n.op)) if n.dtype.is_int else None  # type: ignore[arg-type]
+        if n.kind is IndexCheck:
+            return (0, n.op[0] - 1)  # type: ignore[index]
         if n.kind is not IndexOp:
             if n.is_where and n.dtype is DType.INT64:
                 a, b = self.bounds(n.kids[1]), self.bounds(n.kids[2])
@@ -346,6 +353,9 @@ class StmtExprs:
             ab, bn = self.bounds(kids[0]), self.t.nodes[kids[1]]
             pos_const = bn.kind is Const and int(bn.op) > 0  # type: ignore[arg-type]
             return render_iop(n.op, a, b, ab is not None and ab[0] >= 0, pos_const)  # type: ignore[arg-type]
+        if n.kind is IndexCheck:
+            extent, site = n.op  # type: ignore[misc]
+            return f"tf_index({self.ref(kids[0], scope)}, {extent}, {cident(STATUS.name)}, {site})"
         if n.is_where:
             cond = self.ref(kids[0], scope)
             return f"({cond} ? {self._guarded(kids[1], scope)} : {self._guarded(kids[2], scope)})"

@@ -6,6 +6,10 @@ division by zero and INT_MIN / -1 (numpy gives 0 and wraps; C traps), NaN-propag
 max/min, numpy's float modulo, bfloat16 round-to-nearest-even, an overflow-safe
 sigmoid. Every helper is ``static inline`` and pure, so kernels keep no global state.
 
+``INDEX_PRELUDE`` follows it in kernels that check indices read at run time: ``tf_index``
+records an index out of range in the status word the kernel was handed (an argument:
+runs in flight never share it). Other kernels' text stays as it was without it.
+
 One exported helper is for the runtime, not the kernel: ``tf_run_steps`` calls a run of
 kernels in order, so a plan's consecutive kernel steps cost one ctypes call, not one each.
 Every kernel library carries it; the runtime uses the copy in the first library it loads.
@@ -265,5 +269,22 @@ static inline __attribute__((always_inline)) void tf_gemm_f32(int64_t m, int64_t
 /* -- the runtime's step driver: a run of kernel steps in one call from the host ------ */
 void tf_run_steps(int64_t n, void (*const *fns)(void **), void **const *argvs) {
     for (int64_t i = 0; i < n; ++i) fns[i](argvs[i]);
+}
+"""
+
+INDEX_PRELUDE = r"""
+/* -- indices read at run time (IndexCheck): wrap negatives, never address out of range -- */
+/* The first bad index claims word 0 (site + 1) and leaves its value in word 1; threads
+ * that find another one later keep out. Cold and out of line: valid indices pay two
+ * compares and a predictable branch. */
+static void __attribute__((noinline, cold)) tf_index_fault(int64_t *status, int64_t site, int64_t i) {
+    int64_t none = 0;
+    if (__atomic_compare_exchange_n(&status[0], &none, site + 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        __atomic_store_n(&status[1], i, __ATOMIC_RELAXED);
+}
+static inline int64_t tf_index(int64_t i, int64_t n, int64_t *status, int64_t site) {
+    const int64_t w = i < 0 ? i + n : i;  /* i + n cannot overflow: i < 0 < n */
+    if (__builtin_expect((uint64_t)w >= (uint64_t)n, 0)) { tf_index_fault(status, site, i); return 0; }
+    return w;
 }
 """

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from tilefuse.codegen.artifact import KernelArtifact
-from tilefuse.codegen.cuda.build import compile_cubin, lower_cached
+from tilefuse.codegen.cuda.build import compile_cubin, headers, lower_cached
 from tilefuse.codegen.cuda.emit import TileLangSource, emit_tilelang
 from tilefuse.codegen.toolchain import default_cache_dir, sweep_stale
 from tilefuse.tile_ir.ir import TileProgram
@@ -42,7 +42,7 @@ def build_all(programs: Sequence[TileProgram], arch: str = "sm_90a", jobs: int |
                 continue
             stem, low = lower_cached(src, arch, where)
             lowered[src.func] = (stem, low)
-            cubins[src.func] = pool.submit(compile_cubin, stem, arch, src.func)
+            cubins[src.func] = pool.submit(compile_cubin, stem, arch, src.func, headers(src))
             if progress is not None:
                 progress()
         paths = {k: f.result() for k, f in cubins.items()}

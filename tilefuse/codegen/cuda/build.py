@@ -1,7 +1,8 @@
 """nvcc and the CUDA kernel cache.
 
 A kernel is built once per (TileLang module text, TileLang version, nvcc version, flags,
-arch, tilefuse's device-function header, which nvcc includes ahead of each kernel):
+arch, tilefuse's device-function headers, which nvcc includes ahead of the kernel: the
+math header always, the index check's where the kernel checks indices):
 ``$TILEFUSE_CACHE/kernels/cuda`` holds ``FUNC-KEY.py`` (the TileLang module), ``.cu``
 (what TileLang generated), ``.cubin`` and ``.json`` (launch metadata), the last three
 each with its sha256 beside it: an entry that does not match is built again, never used.
@@ -22,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tilefuse.codegen.cuda.emit import TileLangSource
-from tilefuse.codegen.cuda.fast_math import HEADER, header_text
+from tilefuse.codegen.cuda.fast_math import HEADER
 from tilefuse.codegen.cuda.tilelang_lower import DEFAULT_PASS_CONFIG, KernelParam, Lowered, lower_module, tilelang_version
 from tilefuse.codegen.toolchain import commit_entry, compiler_failed, ensure_text, entry_ok, read_entry, store_entry
 from tilefuse.errors import CompileError
@@ -57,11 +58,24 @@ def arch_flags(arch: str) -> list[str]:
     return [f"-gencode=arch=compute_{num},code=sm_{num}"]
 
 
+INDEX_HEADER = HEADER.parent / "tilefuse_index.cuh"  # tf_index, for kernels with index checks
+
+
+def headers(source: TileLangSource) -> tuple[Path, ...]:
+    """The device-function headers nvcc includes ahead of this kernel."""
+    return (HEADER, INDEX_HEADER) if source.checks_indices else (HEADER,)
+
+
+@functools.cache
+def _text(path: Path) -> str:
+    return path.read_text()
+
+
 def cache_key(source: TileLangSource, arch: str) -> str:
     _, nvcc_version = find_nvcc()
     h = hashlib.sha256()
     for part in (source.text, tilelang_version(), repr(sorted(DEFAULT_PASS_CONFIG.items())), nvcc_version, " ".join(NVCC_FLAGS), arch,
-                 header_text()):
+                 *map(_text, headers(source))):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -99,7 +113,7 @@ def _cached_lowering(stem: Path) -> Lowered | None:
         return None
 
 
-def compile_cubin(stem: Path, arch: str, kernel: str) -> Path:
+def compile_cubin(stem: Path, arch: str, kernel: str, include: tuple[Path, ...] = (HEADER,)) -> Path:
     cubin = stem.with_suffix(".cubin")
     if entry_ok(cubin):
         return cubin
@@ -108,7 +122,8 @@ def compile_cubin(stem: Path, arch: str, kernel: str) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{stem.name}.", suffix=".cubin.tmp", dir=stem.parent)
     os.close(fd)
     try:
-        cmd = [nvcc, *NVCC_FLAGS, *arch_flags(arch), *(f"-I{d}" for d in include_dirs()), "-include", str(HEADER),
+        cmd = [nvcc, *NVCC_FLAGS, *arch_flags(arch), *(f"-I{d}" for d in include_dirs()),
+               *(x for h in include for x in ("-include", str(h))),
                "-o", tmp, str(cu)]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)

@@ -5,7 +5,9 @@ TileProgram as a small Python module holding one ``@T.prim_func``; ``lower`` imp
 and hands it to TileLang. The mapping is close to one-to-one, as the tile IR was made for:
 
     grid / block_vars        -> ``with T.Kernel(*grid, threads=...) as (...)``
-    global params            -> ``T.Tensor(shape, dtype)`` arguments, in param order
+    global params            -> ``T.Tensor(shape, dtype)`` arguments, in param order, then
+                                the status word of a program with index checks
+    IndexCheck               -> ``tf_index`` (include/tilefuse_math.cuh) on the status word
     shared / fragment allocs -> ``T.alloc_shared`` / ``T.alloc_fragment`` (fragments only
                                 where TileLang needs registers: tensor-core accumulators and
                                 tile reductions; other fragments live in shared memory)
@@ -48,7 +50,7 @@ from dataclasses import dataclass
 from tilefuse.codegen.artifact import ParamSpec
 from tilefuse.codegen.cuda.fast_math import DeviceCall, fast_forms
 from tilefuse.codegen.cuda.warp_rows import warp_rows
-from tilefuse.codegen.toolchain import kernel_stem
+from tilefuse.codegen.toolchain import kernel_stem, param_specs
 from tilefuse.errors import CompileError
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn, ScalarFn
@@ -61,6 +63,7 @@ from tilefuse.tile_ir.ir import (
     Fill,
     Gemm,
     If,
+    IndexCheck,
     IndexOp,
     IOp,
     Load,
@@ -68,6 +71,7 @@ from tilefuse.tile_ir.ir import (
     LoopKind,
     ReduceTile,
     Scope,
+    STATUS,
     Stmt,
     Store,
     TileProgram,
@@ -126,11 +130,13 @@ MAX_THREADS = 1024
 @dataclass(frozen=True)
 class TileLangSource:
     """One emitted kernel module: its text, the prim_func's name (TileLang names the CUDA
-    entry ``<func>_kernel``) and the kernel's params in TileProgram order."""
+    entry ``<func>_kernel``), the kernel's params in TileProgram order (then its status
+    word) and whether it calls ``tf_index`` (include/tilefuse_index.cuh)."""
 
     text: str
     func: str
     params: tuple[ParamSpec, ...]
+    checks_indices: bool = False
 
     @property
     def entry(self) -> str:
@@ -147,7 +153,8 @@ def emit_tilelang(program: TileProgram) -> TileLangSource:
     stem = kernel_stem(program.name)
     digest = hashlib.sha256("\n".join([stem, *emitter.header, *body]).encode()).hexdigest()[:10]
     func = f"{stem}_{digest}"
-    args = ", ".join(f"{emitter.name(b)}: T.Tensor({_shape(b.shape)}, {_dt(b.dtype)})" for b in program.params)
+    args = ", ".join(f"{emitter.name(b)}: T.Tensor({_shape(b.shape)}, {_dt(b.dtype)})"
+                     for b in program.params + ((STATUS,) if program.index_sites else ()))
     lines = [
         f'"""tilefuse cuda kernel {func} (TileProgram {program.name}); generated, do not edit.',
         *(f"{n}" for n in program.notes),
@@ -162,11 +169,7 @@ def emit_tilelang(program: TileProgram) -> TileLangSource:
         *body,
         "",
     ]
-    params = tuple(
-        ParamSpec(b.name, b.dtype.value, b.shape, "input" if k < program.num_inputs else "output")
-        for k, b in enumerate(program.params)
-    )
-    return TileLangSource("\n".join(lines), func, params)
+    return TileLangSource("\n".join(lines), func, param_specs(program), program.index_sites > 0)
 
 
 def _shape(shape: tuple[int, ...]) -> str:
@@ -761,6 +764,8 @@ class _Emitter:
             elif isinstance(e, DeviceCall):
                 for x in e.args:
                     count(x, False)
+            elif isinstance(e, IndexCheck):
+                count(e.index, False)
 
         for r in roots:
             count(r, False)
@@ -809,6 +814,9 @@ class _Emitter:
             return self._call(e, sub)
         if isinstance(e, DeviceCall):
             return f'T.call_extern("float32", "{e.name}", {", ".join(sub(a) for a in e.args)})'
+        if isinstance(e, IndexCheck):  # tilefuse_math.cuh: wraps, or records in the status word and reads 0
+            status = self.name(STATUS)
+            return f'T.call_extern("int32", "tf_index", {sub(e.index)}, {e.extent}, T.address_of({status}[0]), {e.site})'
         raise CompileError(f"kernel {self.p.name}: unknown expression {e!r}")
 
     def _call(self, e: Call, sub) -> str:

@@ -14,7 +14,6 @@ inline asm); a call evaluates it once.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,12 +24,6 @@ from tilefuse.tile_ir.ir import Call, Const, Expr, IndexOp, Load
 HEADER = Path(__file__).parent / "include" / "tilefuse_math.cuh"
 F32 = DType.FLOAT32
 FLOATS = {DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16}
-
-
-@functools.cache
-def header_text() -> str:
-    """HEADER's text (part of every kernel's build cache key)."""
-    return HEADER.read_text()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,14 @@
 """Indexed reads and writes: Gather*, Scatter*, and the ops built from constant gathers
 (ReverseSequence, Compress).
 
-Indices may be computed at run time (the primitives wrap negative indices); the
-operands that decide an output shape (Compress's condition, ReverseSequence's
-lengths) must be compile-time constants.
+Indices may be computed at run time (the primitives wrap negative indices; kernels check
+them where they use them, and an index out of range fails the run); constant indices
+are checked here. The operands that decide an output shape (Compress's condition,
+ReverseSequence's lengths) must be compile-time constants.
 """
 from __future__ import annotations
+
+from typing import Sequence
 
 import numpy as np
 
@@ -23,10 +26,28 @@ from tilefuse.ir.prims import (
 )
 
 
+def _check_constant(ctx: NodeContext, indices: Value, extents: Sequence[int]) -> None:
+    """Constant indices must lie in [-n, n) on each coordinate's axis (``extents``: one,
+    or, for the ND ops, one per coordinate on the last axis)."""
+    if not indices.is_constant or not extents:
+        return
+    coords = np.asarray(indices.data).astype(np.int64).reshape(-1, len(extents))
+    for j, n in enumerate(extents):
+        bad = (coords[:, j] < -n) | (coords[:, j] >= n)
+        if np.any(bad):
+            where = f" (coordinate {j})" if len(extents) > 1 else ""
+            raise ctx.error(f"indices hold {int(coords[bad, j][0])}{where}, outside [-{n}, {n})")
+
+
+def _last(indices: Value) -> int:
+    return indices.type.shape[-1] if indices.type.rank else 0
+
+
 @converter("Gather")
 def gather(ctx: NodeContext) -> Value:
     data, indices = ctx.input(0), ctx.input(1)
     axis = normalize_axis(ctx, ctx.attr("axis", 0), data.type.rank)
+    _check_constant(ctx, indices, (data.type.shape[axis],))
     return ctx.b.emit1(Gather(axis), data, indices)
 
 
@@ -34,13 +55,16 @@ def gather(ctx: NodeContext) -> Value:
 def gather_elements(ctx: NodeContext) -> Value:
     data, indices = ctx.input(0), ctx.input(1)
     axis = normalize_axis(ctx, ctx.attr("axis", 0), data.type.rank)
+    _check_constant(ctx, indices, (data.type.shape[axis],))
     return ctx.b.emit1(GatherElements(axis), data, indices)
 
 
 @converter("GatherND", since=11)
 def gather_nd(ctx: NodeContext) -> Value:
+    data, indices = ctx.input(0), ctx.input(1)
     batch_dims = int(ctx.attr("batch_dims", 0))
-    return ctx.b.emit1(GatherND(batch_dims), ctx.input(0), ctx.input(1))
+    _check_constant(ctx, indices, data.type.shape[batch_dims : batch_dims + _last(indices)])
+    return ctx.b.emit1(GatherND(batch_dims), data, indices)
 
 
 def _reduction(ctx: NodeContext) -> ScatterReduction:
@@ -53,13 +77,16 @@ def _reduction(ctx: NodeContext) -> ScatterReduction:
 
 @converter("ScatterND", since=11)
 def scatter_nd(ctx: NodeContext) -> Value:
-    return ctx.b.emit1(ScatterND(_reduction(ctx)), ctx.input(0), ctx.input(1), ctx.input(2))
+    data, indices = ctx.input(0), ctx.input(1)
+    _check_constant(ctx, indices, data.type.shape[: _last(indices)])
+    return ctx.b.emit1(ScatterND(_reduction(ctx)), data, indices, ctx.input(2))
 
 
 def _scatter_elements(ctx: NodeContext) -> Value:
-    data = ctx.input(0)
+    data, indices = ctx.input(0), ctx.input(1)
     axis = normalize_axis(ctx, ctx.attr("axis", 0), data.type.rank)
-    return ctx.b.emit1(ScatterElements(axis, _reduction(ctx)), data, ctx.input(1), ctx.input(2))
+    _check_constant(ctx, indices, (data.type.shape[axis],))
+    return ctx.b.emit1(ScatterElements(axis, _reduction(ctx)), data, indices, ctx.input(2))
 
 
 converter("ScatterElements", since=11)(_scatter_elements)

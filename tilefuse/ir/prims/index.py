@@ -161,10 +161,14 @@ class Pad(_IndexPrimitive):
 
 
 def _normalize_indices(idx: np.ndarray, dim: int | np.ndarray) -> np.ndarray:
+    """ONNX indices into an axis of ``dim`` (per coordinate on the last axis, for the ND
+    ops): in [-dim, dim), negative ones counting from the end; IndexError otherwise."""
     idx = idx.astype(np.int64)
     bad = (idx < -dim) | (idx >= dim)
     if np.any(bad):
-        raise IndexError(f"index {int(idx[bad].flat[0])} out of range for dim {dim}")
+        at = np.argwhere(bad)[0]
+        n = int(np.broadcast_to(dim, idx.shape)[tuple(at)])
+        raise IndexError(f"indices hold {int(idx[tuple(at)])}, outside [-{n}, {n})")
     return np.where(idx < 0, idx + dim, idx)
 
 

@@ -62,6 +62,7 @@ typedef tf_CUresult (*tf_cuMemcpyHtoD_fn)(tf_CUdeviceptr dst, const void* src, s
 typedef tf_CUresult (*tf_cuMemcpyDtoH_fn)(void* dst, tf_CUdeviceptr src, size_t bytes);
 typedef tf_CUresult (*tf_cuMemcpyDtoD_fn)(tf_CUdeviceptr dst, tf_CUdeviceptr src, size_t bytes);
 typedef tf_CUresult (*tf_cuStreamGetCtx_fn)(tf_CUstream stream, tf_CUcontext* ctx);
+typedef tf_CUresult (*tf_cuStreamSynchronize_fn)(tf_CUstream stream);
 typedef tf_CUresult (*tf_cuCtxPushCurrent_fn)(tf_CUcontext ctx);
 typedef tf_CUresult (*tf_cuCtxPopCurrent_fn)(tf_CUcontext* ctx);
 typedef tf_CUresult (*tf_cuModuleLoadData_fn)(tf_CUmodule* module, const void* image);
@@ -92,6 +93,7 @@ typedef tf_CUresult (*tf_cuTensorMapEncodeTiled_fn)(tf_CUtensorMap* map, tf_CUte
   X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                \
   X(cuMemcpyDtoD, "cuMemcpyDtoD_v2")                \
   X(cuStreamGetCtx, "cuStreamGetCtx")               \
+  X(cuStreamSynchronize, "cuStreamSynchronize")     \
   X(cuCtxPushCurrent, "cuCtxPushCurrent_v2")        \
   X(cuCtxPopCurrent, "cuCtxPopCurrent_v2")          \
   X(cuModuleLoadData, "cuModuleLoadData")           \

@@ -6,6 +6,11 @@
  * module on first run (a module belongs to a context). TMA descriptors hold addresses, so
  * they are encoded on every run from the arguments TileLang recorded at compile time; that
  * is a host-side call of a microsecond or so. libcuda is opened with dlopen.
+ *
+ * A kernel that checks indices gets a status word in device memory (one per kernel and
+ * context, zeroed when allocated): after the launch the stream is waited for and the word
+ * read back, under the kernel's lock, so that concurrent runs of the node each read their
+ * own result; a word that reports a bad index is cleared and fails the node.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -39,6 +44,7 @@ struct tf_cuda {
   tf_CUcontext ctx; /* where module and fn were loaded */
   tf_CUmodule module;
   tf_CUfunction fn;
+  tf_CUdeviceptr status; /* the status word in ctx, for a kernel that checks indices */
 };
 
 /* ------------------------------------------------------------------ the driver */
@@ -140,9 +146,10 @@ int tf_cuda_prepare(tf_kernel* k, char* err, size_t errlen) {
     snprintf(err, errlen, "%s: a cuda kernel descriptor needs grid, block and arg lines", k->path);
     return 0;
   }
+  int n_params = k->n_in + k->n_out + k->checked;
   for (int i = 0; i < c->n_args; i++)
-    if (c->args[i].param >= k->n_in + k->n_out) {
-      snprintf(err, errlen, "%s: argument %d names param %d of %d", k->path, i, c->args[i].param, k->n_in + k->n_out);
+    if (c->args[i].param >= n_params) {
+      snprintf(err, errlen, "%s: argument %d names param %d of %d", k->path, i, c->args[i].param, n_params);
       return 0;
     }
   FILE* f = fopen(k->library, "rb");
@@ -162,6 +169,11 @@ int tf_cuda_prepare(tf_kernel* k, char* err, size_t errlen) {
 
 void tf_cuda_free(tf_kernel* k) {
   if (!k->cuda) return;
+  if (k->cuda->status && !tf_cuda_open() && !tf_cu.cuCtxPushCurrent(k->cuda->ctx)) { /* in its own context */
+    tf_CUcontext popped;
+    tf_cu.cuMemFree(k->cuda->status);
+    tf_cu.cuCtxPopCurrent(&popped);
+  }
   /* The module stays loaded: unloading needs its context current, and a session ends once. */
   pthread_mutex_destroy(&k->cuda->lock);
   free(k->cuda->image);
@@ -182,6 +194,11 @@ static OrtStatus* load_function(const OrtApi* api, tf_kernel* k, tf_CUcontext ct
     if (!st && c->smem &&
         (r = tf_cu.cuFuncSetAttribute(c->fn, TF_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)c->smem)))
       st = cu_status(api, k, r, "cuFuncSetAttribute(dynamic shared memory)");
+    if (!st && k->checked) { /* a word of the old context, if any, went with it */
+      static const int64_t zero[2] = {0, 0};
+      if ((r = tf_cu.cuMemAlloc(&c->status, sizeof zero))) st = cu_status(api, k, r, "cuMemAlloc(status word)");
+      else if ((r = tf_cu.cuMemcpyHtoD(c->status, zero, sizeof zero))) st = cu_status(api, k, r, "cuMemcpyHtoD(status word)");
+    }
     if (st) c->fn = NULL;
     else c->ctx = ctx;
   }
@@ -215,9 +232,28 @@ static OrtStatus* launch(const OrtApi* api, tf_kernel* k, void** data, tf_CUstre
   return r ? cu_status(api, k, r, "cuLaunchKernel") : NULL;
 }
 
+/* Launch a kernel that checks indices and read its status word back (see the top). */
+static OrtStatus* launch_checked(const OrtApi* api, tf_kernel* k, void** data, tf_CUstream stream) {
+  tf_cuda* c = k->cuda;
+  int64_t status[2] = {0, 0};
+  pthread_mutex_lock(&c->lock);
+  data[k->n_in + k->n_out] = (void*)(uintptr_t)c->status;
+  OrtStatus* st = launch(api, k, data, stream);
+  tf_CUresult r = 0;
+  if (!st && stream && (r = tf_cu.cuStreamSynchronize(stream))) st = cu_status(api, k, r, "cuStreamSynchronize");
+  if (!st && (r = tf_cu.cuMemcpyDtoH(status, c->status, sizeof status))) st = cu_status(api, k, r, "cuMemcpyDtoH(status word)");
+  if (!st && status[0]) {
+    static const int64_t zero[2] = {0, 0};
+    if ((r = tf_cu.cuMemcpyHtoD(c->status, zero, sizeof zero))) st = cu_status(api, k, r, "cuMemcpyHtoD(status word)");
+    else st = tf_index_error(api, k, status);
+  }
+  pthread_mutex_unlock(&c->lock);
+  return st;
+}
+
 OrtStatus* tf_cuda_launch_in(const OrtApi* api, tf_kernel* k, OrtKernelContext* ctx, tf_CUcontext cu_ctx,
                              tf_CUstream stream) {
-  void* data[2 * TF_MAX_ARGS];
+  void* data[2 * TF_MAX_ARGS + 1];
   OrtStatus* st = tf_kernel_bind(api, k, ctx, data);
   if (st) return st;
   const char* why = tf_cuda_open();
@@ -227,7 +263,8 @@ OrtStatus* tf_cuda_launch_in(const OrtApi* api, tf_kernel* k, OrtKernelContext* 
     if (r) return cu_status(api, k, r, "cuCtxPushCurrent");
   }
   st = load_function(api, k, cu_ctx);
-  if (!st) st = launch(api, k, data, stream);
+  if (!st && k->checked) st = launch_checked(api, k, data, stream);
+  else if (!st) st = launch(api, k, data, stream);
   if (cu_ctx) {
     tf_CUcontext popped;
     tf_cu.cuCtxPopCurrent(&popped);

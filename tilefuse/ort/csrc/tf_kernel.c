@@ -58,6 +58,27 @@ static int parse_spec(char* rest, tf_spec* spec) {
   return 1;
 }
 
+/* "status 7 1 2": the status word, int64[2] (ONNX element type 7). */
+static int parse_status(char* rest, tf_kernel* k) {
+  tf_spec spec;
+  if (!parse_spec(rest, &spec) || spec.elem != 7 || spec.rank != 1 || spec.dims[0] != 2) return 0;
+  return k->checked = 1;
+}
+
+/* "check EXTENT WHAT...": one index check site. */
+static int parse_check(char* rest, tf_kernel* k) {
+  char* end;
+  long long extent = strtoll(rest, &end, 10);
+  if (end == rest || extent < 1 || *end != ' ') return 0;
+  tf_site* grown = realloc(k->sites, (size_t)(k->n_sites + 1) * sizeof *grown);
+  if (!grown) return 0;
+  k->sites = grown;
+  grown[k->n_sites].extent = extent;
+  snprintf(grown[k->n_sites].what, sizeof grown[k->n_sites].what, "%s", end + 1);
+  k->n_sites++;
+  return 1;
+}
+
 static tf_kernel* fail(tf_kernel* k, char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 4, 5)));
 static tf_kernel* fail(tf_kernel* k, char* err, size_t errlen, const char* fmt, ...) {
   va_list ap;
@@ -99,6 +120,8 @@ tf_kernel* tf_kernel_load(const char* base_dir, const char* rel, const char* nod
     else if (!strcmp(line, "symbol")) snprintf(k->symbol, sizeof k->symbol, "%s", rest);
     else if (!strcmp(line, "input")) ok = k->n_in < TF_MAX_ARGS && parse_spec(rest, &k->in[k->n_in++]);
     else if (!strcmp(line, "output")) ok = k->n_out < TF_MAX_ARGS && parse_spec(rest, &k->out[k->n_out++]);
+    else if (!strcmp(line, "status")) ok = parse_status(rest, k);
+    else if (!strcmp(line, "check")) ok = parse_check(rest, k);
 #ifdef TF_WITH_CUDA
     else ok = tf_cuda_parse_line(k, line, rest);
 #endif
@@ -107,6 +130,8 @@ tf_kernel* tf_kernel_load(const char* base_dir, const char* rel, const char* nod
   if (version != 1) return fail(k, err, errlen, "%s: not a tilefuse kernel descriptor of format 1", k->path);
   if (!ok || !*library || !*k->symbol || !k->n_out)
     return fail(k, err, errlen, "%s: malformed descriptor (line %d)", k->path, lineno);
+  if (k->checked != (k->n_sites > 0))
+    return fail(k, err, errlen, "%s: a status word needs check lines, and check lines a status word", k->path);
   if (strcmp(target_text, target_name(target)) != 0)
     return fail(k, err, errlen, "node %s: kernel %s was compiled for target '%s', but this node runs %s kernels%s",
                 k->node, k->name, target_text, target_name(target),
@@ -147,6 +172,7 @@ void tf_kernel_free(tf_kernel* k) {
   tf_cuda_free(k);
 #endif
   /* A CPU kernel's library stays loaded: OpenMP worker threads may still reference it. */
+  free(k->sites);
   free(k);
 }
 
@@ -213,10 +239,23 @@ OrtStatus* tf_kernel_bind(const OrtApi* api, const tf_kernel* k, OrtKernelContex
   return NULL;
 }
 
+OrtStatus* tf_index_error(const OrtApi* api, const tf_kernel* k, const int64_t status[2]) {
+  if (!status[0]) return NULL;
+  int64_t site = status[0] - 1;
+  if (site < 0 || site >= k->n_sites)
+    return tf_status(api, ORT_FAIL, "node %s: kernel %s reported index check %lld, but has %d", k->node, k->name,
+                     (long long)site, k->n_sites);
+  const tf_site* s = &k->sites[site];
+  return tf_status(api, ORT_INVALID_ARGUMENT, "node %s: index %lld is outside [-%lld, %lld) in %s", k->node,
+                   (long long)status[1], (long long)s->extent, (long long)s->extent, s->what);
+}
+
 OrtStatus* tf_kernel_run(const OrtApi* api, const tf_kernel* k, OrtKernelContext* ctx) {
-  void* argv[2 * TF_MAX_ARGS];
+  void* argv[2 * TF_MAX_ARGS + 1];
+  int64_t status[2] = {0, 0}; /* this call's own: concurrent runs never share it */
   OrtStatus* st = tf_kernel_bind(api, k, ctx, argv);
   if (st) return st;
+  argv[k->n_in + k->n_out] = status;
   k->fn(argv);
-  return NULL;
+  return k->checked ? tf_index_error(api, k, status) : NULL;
 }

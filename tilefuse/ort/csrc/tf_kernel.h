@@ -10,6 +10,8 @@
  *   symbol k3_add_mul_1a2b3c
  *   input 1 2 2 16                    (element type, rank, dims: one line per input, in order)
  *   output 1 3 2 16 64
+ *   status 7 1 2                      (a kernel that checks indices: its status word, int64[2])
+ *   check 100 input 'ids' (...)       (per check site, in order: its range [-100, 100), what it checks)
  *
  * and, for cuda, the launch recorded at compile time (see tf_cuda.c):
  *
@@ -21,7 +23,10 @@
  *
  * The CPU kernel ABI is that of tilefuse.codegen.cpu: void SYMBOL(void** argv), argv
  * holding the data pointers of the inputs then the outputs, all dense and row-major, with
- * the dtypes and shapes fixed when the kernel was compiled.
+ * the dtypes and shapes fixed when the kernel was compiled, then, for a kernel that checks
+ * indices read at run time, its status word: zero before the call, and after it word 0 is
+ * the site + 1 of an index found outside its range (the kernel read position 0 instead),
+ * word 1 that index. The node then fails with the site's message.
  */
 #ifndef TILEFUSE_ORT_KERNEL_H
 #define TILEFUSE_ORT_KERNEL_H
@@ -43,6 +48,11 @@ typedef struct {
 typedef struct tf_cuda tf_cuda; /* launch data and loaded module of a cuda kernel (tf_cuda.c) */
 
 typedef struct {
+  int64_t extent; /* valid indices lie in [-extent, extent) */
+  char what[512]; /* what the check checks, for the message */
+} tf_site;
+
+typedef struct {
   tf_target target;
   char name[128];
   char node[256];
@@ -55,6 +65,9 @@ typedef struct {
   int n_in, n_out;
   tf_spec in[TF_MAX_ARGS];
   tf_spec out[TF_MAX_ARGS];
+  int checked; /* takes a status word after its outputs */
+  int n_sites;
+  tf_site* sites;
   /* Where each kernel argument sits among the node's inputs and outputs. The identity for
    * a custom op; a fused node of the execution provider lists its inputs once each, in
    * an order of onnxruntime's choosing. */
@@ -74,6 +87,9 @@ OrtStatus* tf_kernel_bind(const OrtApi* api, const tf_kernel* k, OrtKernelContex
 
 /* bind, then call the CPU kernel. */
 OrtStatus* tf_kernel_run(const OrtApi* api, const tf_kernel* k, OrtKernelContext* ctx);
+
+/* NULL for a clear status word, else the error of the index it reports. */
+OrtStatus* tf_index_error(const OrtApi* api, const tf_kernel* k, const int64_t status[2]);
 
 /* An ORT status carrying "tilefuse: <message>". */
 OrtStatus* tf_status(const OrtApi* api, int code, const char* fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -1,13 +1,14 @@
 """Lowering a fusion group to one TileProgram, with a schedule chosen per target."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tilefuse.ir.graph import Value
 from tilefuse.partition.model import FusedGroup
 from tilefuse.target import Target
 from tilefuse.tile_ir.ir import TileProgram
 from tilefuse.tile_ir.lower.attention import lower_attention
+from tilefuse.tile_ir.lower.checks import IndexSite, IndexSites
 from tilefuse.tile_ir.lower.gemm_epilogue import lower_gemm_epilogue
 from tilefuse.tile_ir.lower.rows import lower_rows
 from tilefuse.tile_ir.lower.staged import lower_staged
@@ -20,10 +21,12 @@ from tilefuse.tile_ir.verify import verify_program
 class Lowered:
     """A group's kernel and the values bound to its params, in order: the group's inputs
     (less scalar constants, folded into the code; a constant may be bound in a repacked
-    copy, e.g. a conv weight as [K, M]), then the group's outputs."""
+    copy, e.g. a conv weight as [K, M]), then the group's outputs. ``sites[k]`` says what
+    the program's IndexCheck site k checks (the runtime's message when it fails)."""
 
     program: TileProgram
     bindings: tuple[Value, ...]
+    sites: tuple[IndexSite, ...] = ()
 
 
 def lower_group(group: FusedGroup, target: Target) -> Lowered:
@@ -37,7 +40,8 @@ def lower_group(group: FusedGroup, target: Target) -> Lowered:
         or lower_windows(group, group.name, target)
         or lower_staged(group, group.name)
     )
-    program = simplify_program(program)
+    sites = IndexSites(group).sites
+    program = simplify_program(replace(program, index_sites=len(sites)))
     verify_program(program, target)
     assert len(bindings) == len(program.params), "lowering binds every param to a value"
-    return Lowered(program, bindings)
+    return Lowered(program, bindings, tuple(sites))

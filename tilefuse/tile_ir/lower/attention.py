@@ -194,7 +194,7 @@ class _Flash:
 
         buffers[id(c1_out)] = s
         buffers[id(c2_out)] = o
-        el = ElementBuilder(buffers, reader())
+        el = ElementBuilder(buffers, reader(), kp.sites)
         qa, kb = c1.inputs
         vb = c2.inputs[1]
         qb = broadcast_index(bvars, qa.type.shape[:-2], batch)
@@ -269,7 +269,7 @@ class _Flash:
                 # same clamped inputs: it writes them there again, read from its own row
                 row = iop(IOp.ADD, m0, ix[0])
                 idx = self.fwd[id(val)](bvars + (iop(IOp.MIN, row, m - 1) if q_tail else row, ix[1]))
-                return [Store(ob, idx, ElementBuilder(buffers, reader(ix[0])).at(val, idx))]
+                return [Store(ob, idx, ElementBuilder(buffers, reader(ix[0]), kp.sites).at(val, idx))]
 
             body += parallel(self.names, (bm, dv), store)
         grid = tuple(batch) + (qtiles,)

@@ -2,7 +2,7 @@
 
 Index primitives become address arithmetic here: a Transpose permutes the index, a
 Reshape re-linearises it, a Concat or Pad selects between sources, a Gather loads its
-index first. Maps become Calls. Values that are materialised (group inputs, staged
+index first (checked, when it is read at run time: lower/checks.py). Maps become Calls. Values that are materialised (group inputs, staged
 results such as reductions) are Loads from their buffers.
 """
 from __future__ import annotations
@@ -27,6 +27,7 @@ from tilefuse.ir.prims import (
     Transpose,
 )
 from tilefuse.tile_ir.ir import Buffer, Call, Const, Expr, IOp, Load, const_index, iop
+from tilefuse.tile_ir.lower.checks import IndexSites
 
 Index = tuple[Expr, ...]
 
@@ -95,12 +96,23 @@ def wrap_negative(i: Expr, n: int) -> Expr:
     return Call(ScalarFn.WHERE, (iop(IOp.LT, i, 0), iop(IOp.ADD, i, n), i), DType.INT64)
 
 
+def index_position(sites: IndexSites, node: Node, coordinate: int, index: Expr, dtype: DType, n: int) -> Expr:
+    """Where index ``index`` (of integer ``dtype``) of ``node`` points on an axis of ``n``:
+    checked when the indices are read at run time, else (constants, checked when the
+    group was lowered) wrapped."""
+    i = index_of(index, dtype)
+    checked = sites.check(node, coordinate, i, n)
+    return checked if checked is not None else wrap_negative(i, n)
+
+
 class ElementBuilder:
     """Builds ``value[index]`` expressions for the values of one group."""
 
-    def __init__(self, buffers: dict[int, Buffer], read: Callable[[Value, Index], Expr] | None = None) -> None:
+    def __init__(self, buffers: dict[int, Buffer], read: Callable[[Value, Index], Expr] | None,
+                 sites: IndexSites) -> None:
         self.buffers = buffers  # id(value) -> buffer holding it (inputs, staged results)
         self.read = read  # how to read a staged value (lets a stage hold a cast of an accumulator)
+        self.sites = sites  # the group's index checks
         self.memo: dict[tuple[int, Index], Expr] = {}
 
     def at(self, v: Value, idx: Index) -> Expr:
@@ -205,17 +217,15 @@ def _gather(b: ElementBuilder, n: Node, v: Value, idx: Index) -> Expr:
     axis = n.op.axis  # type: ignore[attr-defined]
     data, ind = n.inputs
     r = ind.type.rank
-    i = index_of(b.at(ind, idx[axis : axis + r]), ind.type.dtype)
-    src = idx[:axis] + (wrap_negative(i, data.type.shape[axis]),) + idx[axis + r :]
-    return b.at(data, src)
+    i = index_position(b.sites, n, 0, b.at(ind, idx[axis : axis + r]), ind.type.dtype, data.type.shape[axis])
+    return b.at(data, idx[:axis] + (i,) + idx[axis + r :])
 
 
 def _gather_elements(b: ElementBuilder, n: Node, v: Value, idx: Index) -> Expr:
     axis = n.op.axis  # type: ignore[attr-defined]
     data, ind = n.inputs
-    i = index_of(b.at(ind, idx), ind.type.dtype)
     src = list(idx)
-    src[axis] = wrap_negative(i, data.type.shape[axis])
+    src[axis] = index_position(b.sites, n, 0, b.at(ind, idx), ind.type.dtype, data.type.shape[axis])
     return b.at(data, tuple(src))
 
 
@@ -225,7 +235,7 @@ def _gather_nd(b: ElementBuilder, n: Node, v: Value, idx: Index) -> Expr:
     last = ind.type.shape[-1]
     prefix = idx[: ind.type.rank - 1]
     coords = [
-        wrap_negative(index_of(b.at(ind, prefix + (const_index(j),)), ind.type.dtype), data.type.shape[bd + j])
+        index_position(b.sites, n, j, b.at(ind, prefix + (const_index(j),)), ind.type.dtype, data.type.shape[bd + j])
         for j in range(last)
     ]
     return b.at(data, idx[:bd] + tuple(coords) + idx[ind.type.rank - 1 :])

@@ -382,7 +382,7 @@ class _Builder:
             buffers[id(self.first.outputs[0])] = th
         for r in self.reductions:
             buffers[id(r.outputs[0])] = rows[id(r.outputs[0])]
-        el = ElementBuilder(buffers, read)
+        el = ElementBuilder(buffers, read, self.sites)
         kt = self.names.var("kt")
         k0 = iop(IOp.MUL, kt, bk)
         operands = [self._operands(el, tuple(bvars), c) for c in self.cs]
@@ -669,6 +669,7 @@ class _Builder:
         substitute = pack_siblings if self.sibling_of is not None else pad if self.pad_to else pack
         kp = kernel_params(self.group, substitute)
         self.bindings = kp.bindings
+        self.sites = kp.sites
         return kp.params, kp.buffers
 
     def _pads_weight(self) -> bool:

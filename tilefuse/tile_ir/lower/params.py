@@ -1,5 +1,6 @@
 """A kernel's params: the group's inputs (less scalar constants, which become literals in
-the code), then its outputs — and the values bound to each, for the plan's linker."""
+the code), then its outputs — and the values bound to each, for the plan's linker; and
+the group's index check sites, which make the kernel take a status word after them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,6 +9,7 @@ from typing import Callable
 from tilefuse.ir.graph import Value
 from tilefuse.partition.model import FusedGroup
 from tilefuse.tile_ir.ir import Buffer, Scope
+from tilefuse.tile_ir.lower.checks import IndexSites
 
 # (input position, value) -> a replacement (bound value, param buffer), e.g. a repacked
 # weight; None keeps the value as it is; DROP leaves it out (another param holds it: the
@@ -22,6 +24,7 @@ class KernelParams:
     buffers: dict[int, Buffer]  # id(value) -> its param buffer (inputs kept as they are)
     bindings: list[Value]  # one per param, in order
     num_inputs: int
+    sites: IndexSites  # the indices read at run time, each checked where it is used
 
     @property
     def outputs(self) -> list[Buffer]:
@@ -48,4 +51,4 @@ def kernel_params(group: FusedGroup, substitute: Substitute | None = None) -> Ke
     num_inputs = len(params)
     params += [Buffer(f"out{k}", v.type.dtype, v.type.shape, Scope.GLOBAL) for k, v in enumerate(group.outputs)]
     bindings += list(group.outputs)
-    return KernelParams(params, buffers, bindings, num_inputs)
+    return KernelParams(params, buffers, bindings, num_inputs, IndexSites(group))

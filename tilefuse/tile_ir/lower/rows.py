@@ -134,7 +134,7 @@ class _Rows:
 
         for key, buf in row_of.items():
             buffers[key] = buf
-        el = ElementBuilder(buffers, read)
+        el = ElementBuilder(buffers, read, kp.sites)
 
         def index(i: Expr, j: Expr) -> Index:  # element (i, j) of the tile, in the row shape
             return (*delinearize(iop(IOp.ADD, r0, i), self.shape[:-1]), j)

@@ -67,10 +67,9 @@ from tilefuse.tile_ir.lower.elements import (
     ElementBuilder,
     Index,
     broadcast_index,
-    index_of,
+    index_position,
     transposed_source,
     window_source,
-    wrap_negative,
 )
 from tilefuse.tile_ir.lower.params import kernel_params
 
@@ -91,7 +90,7 @@ def lower_staged(group: FusedGroup, name: str) -> tuple[TileProgram, tuple[Value
         load: Expr = Load(buf, layouts[id(v)](idx) if id(v) in layouts else idx)
         return load if buf.dtype is v.type.dtype else Call(ScalarFn.CAST, (load,), v.type.dtype)
 
-    elements = ElementBuilder(buffers, read)
+    elements = ElementBuilder(buffers, read, kp.sites)
     allocs: list[Buffer] = []
     body: list[Stmt] = []
     for node in group.nodes:
@@ -362,7 +361,8 @@ def _scatter_nd(names: Names, el: ElementBuilder, node: Node, outs: list[Buffer]
     def body(uidx: Index) -> list[Stmt]:
         def inner(tail: Index) -> list[Stmt]:
             coords = tuple(
-                wrap_negative(index_of(el.at(ind, uidx + (const_index(j),)), ind.type.dtype), data.type.shape[j]) for j in range(last)
+                index_position(el.sites, node, j, el.at(ind, uidx + (const_index(j),)), ind.type.dtype, data.type.shape[j])
+                for j in range(last)
             )
             where = coords + tail
             val = widen(el.at(upd, uidx + tail), res.dtype)
@@ -383,7 +383,7 @@ def _scatter_elements(names: Names, el: ElementBuilder, node: Node, outs: list[B
 
     def body(uidx: Index) -> list[Stmt]:
         where = list(uidx)
-        where[op.axis] = wrap_negative(index_of(el.at(ind, uidx), ind.type.dtype), data.type.shape[op.axis])
+        where[op.axis] = index_position(el.sites, node, 0, el.at(ind, uidx), ind.type.dtype, data.type.shape[op.axis])
         val = widen(el.at(upd, uidx), res.dtype)
         if op.reduction is not ScatterReduction.NONE:
             val = Call(_SCATTER[op.reduction], (Load(res, tuple(where)), val), res.dtype)

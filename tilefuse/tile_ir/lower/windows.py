@@ -133,7 +133,7 @@ def _build(group: FusedGroup, r: Node, fwd: dict[int, Forward], name: str,
         return load if dt is v.type.dtype else Call(ScalarFn.CAST, (load,), v.type.dtype)
 
     kp.buffers[id(y)] = acc
-    el = ElementBuilder(kp.buffers, read)
+    el = ElementBuilder(kp.buffers, read, kp.sites)
     x = r.inputs[0]
     start = identity(fn, dt)
 
