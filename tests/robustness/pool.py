@@ -31,7 +31,7 @@ class WorkerProcess:
 
     def start(self) -> None:
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(REPO))
-        err = open(self.log, "ab") if self.log else subprocess.DEVNULL
+        err = open(self.log, "ab") if self.log else None  # None: the worker shares our stderr
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.robustness.worker"], cwd=REPO, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
         if self.log:

@@ -351,13 +351,19 @@ def main() -> int:
     channel = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.path[:] = [os.path.abspath(p) for p in sys.path]  # children chdir
-    import onnx  # noqa: F401: imported once here, shared by every child
-    import onnxruntime  # noqa: F401
+    # Imported once here, shared by every child. Not onnxruntime: importing it starts a
+    # thread, and a fork taken while another thread holds a lock can hang the child in
+    # its exit handlers; children import it themselves (in 0.1 s). The worker stays
+    # single-threaded (OPENBLAS_NUM_THREADS=1 from the pool).
+    import onnx  # noqa: F401
 
     import tilefuse.cli.main  # noqa: F401
     import tilefuse.compiler  # noqa: F401
     import tilefuse.runtime  # noqa: F401
 
+    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
+    if threads != 1:
+        print(f"robustness worker: {threads} threads before forking; children may hang", file=sys.stderr)
     root = Path(tempfile.mkdtemp(prefix="tilefuse-robust-"))
     worker = Worker(root)
     try:
