@@ -42,6 +42,8 @@ def compile(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | 
 
 def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None,
                   precision: str = "fp32") -> Compiled:
+    if not isinstance(target, (str, Target)):
+        raise TilefuseError(f"target must be a target name such as 'cpu' or a Target, got {target!r}")
     target = precision_target(get_target(target) if isinstance(target, str) else target, precision)
     proto = load_model(model)
     source_sha = _sha256(model, proto)
