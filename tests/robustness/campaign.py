@@ -23,6 +23,7 @@ import dataclasses
 import json
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -169,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--cli", type=int, default=None, help="how many cases also go through the CLI (default cases/40)")
-    p.add_argument("--json", type=Path, default=Path("robustness-failures.json"), help="where to write the failures")
+    p.add_argument("--json", type=Path, default=Path(tempfile.gettempdir()) / "tilefuse-robustness.json",
+                   help="where to write the failures (default: $TMPDIR/tilefuse-robustness.json)")
     p.add_argument("--only", nargs="*", help="run only these case ids, and show everything about them")
     p.add_argument("--list", action="store_true", help="list the cases and stop")
     p.add_argument("-v", "--verbose", action="store_true", help="print every case as it ends")

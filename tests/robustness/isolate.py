@@ -25,7 +25,7 @@ from typing import Callable
 
 from tests.robustness.cases import Outcome
 
-MEMORY_LIMIT = 6 << 30
+MEMORY_LIMIT = 4 << 30
 FILE_LIMIT = 1 << 30
 
 

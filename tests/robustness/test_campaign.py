@@ -19,11 +19,11 @@ SAMPLE = 400
 FULL = int(os.environ.get("TILEFUSE_ROBUSTNESS_CASES", "1200"))
 
 
-def _run(total: int, tmp_path) -> None:
+def _run(total: int, tmp_path, config) -> None:
     cases = campaign.build_cases(total, SEED)
     results = campaign.run(cases, workers=min(2, os.cpu_count() or 1))
     line = campaign.summary(results)
-    print(line)
+    config.robustness_summaries = [*getattr(config, "robustness_summaries", []), line]
     campaign.write_json(results, tmp_path / "robustness-failures.json", SEED, total)
     assert len(results) == len(cases)
     failed = [r for r in results if r["verdict"] in campaign.FAILED]
@@ -31,8 +31,8 @@ def _run(total: int, tmp_path) -> None:
                         f"--cases {total} --seed {SEED} --only {failed[0]['id']}")
 
 
-def test_sample(tmp_path):
-    _run(SAMPLE, tmp_path)
+def test_sample(tmp_path, request):
+    _run(SAMPLE, tmp_path, request.config)
 
 
 @pytest.mark.slow
@@ -40,4 +40,4 @@ def test_campaign(tmp_path, request):
     if "slow" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("the full campaign (minutes) runs with -m slow")
     assert FULL >= 1000
-    _run(FULL, tmp_path)
+    _run(FULL, tmp_path, request.config)
