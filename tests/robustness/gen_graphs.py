@@ -526,7 +526,7 @@ def fam_bool(g: GraphBuilder) -> list[str]:
 
 FAMILIES: dict[str, tuple[Callable[[GraphBuilder], list[str]], float]] = {
     "elementwise": (fam_elementwise, 3), "reduce": (fam_reduce, 2), "matmul": (fam_matmul, 2), "gemm": (fam_gemm, 1),
-    "norm": (fam_norm, 2), "movement": (fam_movement, 3), "conv": (fam_conv, 2), "mixed": (fam_mixed, 3),
+    "norm": (fam_norm, 2), "movement": (fam_movement, 3), "conv": (fam_conv, 3), "mixed": (fam_mixed, 3),
     "int": (fam_int, 1), "bool": (fam_bool, 1),
 }
 
