@@ -54,13 +54,13 @@ def random_cases(seed: int, count: int) -> list[Case]:
 
 def build_cases(total: int, seed: int = 0, cli: int | None = None) -> list[Case]:
     """``total`` cases (about: duplicates among random flips are dropped), ``cli`` of them
-    (default total // 40, at least 4) again through the CLI."""
+    (default total // 30, at least 4) again through the CLI."""
     fixed = handmade()
     if total >= len(fixed) + 50:
         cases = fixed + random_cases(seed, total - len(fixed))
     else:
         cases = _stratified(fixed, int(total * 0.7), seed) + random_cases(seed, total - int(total * 0.7))
-    cases += cli_cases(cases, max(4, total // 40) if cli is None else cli, seed)
+    cases += cli_cases(cases, max(4, total // 30) if cli is None else cli, seed)
     ids = [c.id for c in cases]
     duplicates = [i for i, n in collections.Counter(ids).items() if n > 1]
     assert not duplicates, f"case ids must be unique: {duplicates[:5]}"
@@ -87,6 +87,8 @@ def cli_cases(cases: list[Case], count: int, seed: int) -> list[Case]:
     """``count`` of the cases again through ``python -m tilefuse``: models by path (inspect,
     optimize, run), plans (run), feeds that .npy files can carry (run)."""
     def eligible(c: Case) -> bool:
+        if c.family not in ("model.fault", "model.args", "extdata", "plan", "graph"):
+            return False  # random flips and cuts mostly stop where the API stops: parsing
         if isinstance(c, ModelCase):
             return c.entry == "path" and not c.compile_kwargs and (
                 c.shapes is None or (isinstance(c.shapes, dict) and all(isinstance(v, int) and not isinstance(v, bool)
@@ -169,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cases", type=int, default=1200, help="about how many cases (default 1200)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--cli", type=int, default=None, help="how many cases also go through the CLI (default cases/40)")
+    p.add_argument("--cli", type=int, default=None, help="how many cases also go through the CLI (default cases/30)")
     p.add_argument("--json", type=Path, default=Path(tempfile.gettempdir()) / "tilefuse-robustness.json",
                    help="where to write the failures (default: $TMPDIR/tilefuse-robustness.json)")
     p.add_argument("--only", nargs="*", help="run only these case ids, and show everything about them")
