@@ -7,6 +7,7 @@ objects) is made before tilefuse is called, so a harness bug never counts agains
 """
 from __future__ import annotations
 
+import gc
 import os
 import re
 import signal
@@ -32,6 +33,11 @@ def guarded(stages: Stages, body: Callable[[Stages], list[tuple[str, Any]]]) -> 
 
     try:
         outputs = body(stages)
+        # A session sits in reference cycles (its arena pool holds a bound method), so it
+        # is freed only by the collector: collect now, as a process would by its exit, so
+        # that memory a kernel corrupted is freed (and caught by malloc) in this child.
+        stages("teardown")
+        gc.collect()
     except TilefuseError as e:
         return Outcome("clean", error_type=type(e).__name__, message=str(e), where=stages.read())
     except BaseException as e:  # noqa: BLE001: anything else escaping tilefuse is a defect

@@ -103,7 +103,7 @@ def test_isolation_probes():
     probes = {"segv": Verdict.CRASH, "abort": Verdict.CRASH, "kill": Verdict.CRASH, "exit": Verdict.CRASH,
               "sleep": Verdict.TIMEOUT, "raise": Verdict.TRACEBACK, "alloc": Verdict.TRACEBACK,
               "clean": Verdict.CLEAN_ERROR, "ok": Verdict.CORRECT, "nan": Verdict.WRONG, "wrongname": Verdict.WRONG,
-              "kill-worker": Verdict.CRASH}
+              "kill-worker": Verdict.CRASH, "heap": Verdict.CRASH}
     cases = [ProbeCase(f"probe/{a}", "probe", Expect.EITHER, a, action=a, timeout=3) for a in probes]
     cases.append(ProbeCase("probe/ok-after", "probe", Expect.EITHER, "after a dead worker", action="ok"))
     cases.append(ProbeCase("probe/no-reference", "probe", Expect.EITHER, "reference fails", action="ok", oracle="fail"))
@@ -114,6 +114,7 @@ def test_isolation_probes():
     assert "SIGSEGV" in results["probe/segv"]["detail"] and "probe segv" in results["probe/segv"]["detail"]
     assert "MemoryError" in results["probe/alloc"]["detail"]  # the address-space limit holds
     assert results["probe/kill-worker"]["where"] == "worker"
+    assert "teardown" in results["probe/heap"]["detail"]  # damage found when the child frees it
     assert results["probe/ok-after"]["verdict"] == "correct"
     assert results["probe/no-reference"]["verdict"] == "harness"
 

@@ -90,7 +90,7 @@ class Worker:
         feeds = make_feeds(case.inputs, case.feed_seed)
         oracle: Outcome | None = None
 
-        def reference() -> Outcome:
+        def onnxruntime_side() -> Outcome:
             nonlocal oracle
             if oracle is None:
                 ort_folder = work / "ort"
@@ -104,14 +104,14 @@ class Worker:
             if case.entry != "path":
                 raise HarnessError("a CLI case takes its model by path")
             tf = execute.cli_model(folder / case.model, case.shapes, feeds, work,
-                                   lambda: [n for n, _ in (reference().outputs or [])], case.timeout or execute.CLI_TIMEOUT)
+                                   lambda: [n for n, _ in (onnxruntime_side().outputs or [])], case.timeout or execute.CLI_TIMEOUT)
         else:
             entry = prepare_entry(case, folder)
             kwargs = dict(case.compile_kwargs)
             tf = run_forked(lambda st: execute.api_model(entry, case.shapes, kwargs, feeds, work / "out.tfplan", st),
                             work / "tf-run", case.timeout or API_TIMEOUT, cwd=folder / "cwd")
         if case.expect is not Expect.ERROR and (tf.status == "ok" or case.expect is Expect.RESULT):
-            reference()
+            onnxruntime_side()
         spec = None
         if tf.status == "ok" and case.expect is Expect.SPEC and oracle is not None and oracle.status == "clean":
             model = case.oracle_model if case.oracle_model is not None else str(work / "ort" / case.model)
@@ -140,6 +140,7 @@ class Worker:
             tf = run_forked(lambda st: execute.api_plan(plan, feeds, st), work / "tf-run", case.timeout or RUN_TIMEOUT,
                             cwd=work / "cwd")
         oracle = self.base_oracle(case.base, case.feed_seed) if tf.status == "ok" and case.expect is not Expect.ERROR else None
+
         def second_opinion() -> Outcome:
             model = base_bytes(case.base)
             return run_forked(lambda st: execute.reference_run(model, lambda: (None, feeds), positional=True),
@@ -168,10 +169,10 @@ class Worker:
             names, feeds = hostile()
             if names is not None or not all(isinstance(v, np.ndarray) and v.dtype != object for v in feeds.values()):
                 raise HarnessError(f"recipe {case.recipe} cannot go through the CLI")
-            tf = execute.cli_run(base, feeds, work, lambda: [n for n, _ in (self.base_oracle(case.base, case.feed_seed).outputs or [])],
-                                 case.timeout or execute.CLI_TIMEOUT)
-            ordered = self._in_base_order(case.base, case.feed_seed, tf.outputs)
-            tf.outputs = [(f"#{i}", y) for i, (_, y) in enumerate(ordered)] if tf.outputs is not None else None
+            # read back in the base's output order, then labelled by position like the API's
+            tf = positional(execute.cli_run(base, feeds, work,
+                                            lambda: [n for n, _ in (self.base_oracle(case.base, case.feed_seed).outputs or [])],
+                                            case.timeout or execute.CLI_TIMEOUT))
         else:
             tf = run_forked(lambda st: execute.api_feeds(base, hostile, st), work / "tf-run", case.timeout or RUN_TIMEOUT,
                             cwd=work / "cwd")
@@ -187,11 +188,6 @@ class Worker:
                               ORT_TIMEOUT, cwd=work / "cwd")
 
         return tf, oracle, None, second_opinion
-
-    def _in_base_order(self, base: str, seed: int, outputs: list[tuple[str, Any]] | None) -> list[tuple[str, Any]]:
-        names = [n for n, _ in (self.base_oracle(base, seed).outputs or [])]
-        got = dict(outputs or [])
-        return [(n, got[n]) for n in names if n in got] + [(n, y) for n, y in (outputs or []) if n not in names]
 
     def _probe(self, case: ProbeCase, work: Path) -> Sides:
         tf = run_forked(lambda st: probe(case.action, st), work / "tf-run", case.timeout or API_TIMEOUT)
@@ -319,6 +315,8 @@ def probe(action: str, stages: Stages) -> Outcome:
             raise InputError("a clean error")
         elif action == "alloc":
             np.ones(1 << 40, np.uint8)
+        elif action == "heap":  # corrupt the heap, answer, and leave the damage to teardown
+            _HeapDamage()
         elif action == "nan":
             return [("y", np.array([1, 1, np.nan], np.float32))]
         elif action == "wrongname":
@@ -326,6 +324,24 @@ def probe(action: str, stages: Stages) -> Outcome:
         return [("y", np.ones(3, np.float32))]
 
     return execute.guarded(stages, body)
+
+
+class _HeapDamage:
+    """Owns a malloc'ed block whose size field it overwrote; freed (and caught by glibc)
+    only when the collector breaks its reference cycle, as a session's memory is."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        self.libc = ctypes.CDLL(None)
+        self.libc.malloc.restype = ctypes.c_void_p
+        self.libc.free.argtypes = [ctypes.c_void_p]
+        self.block = self.libc.malloc(24)
+        ctypes.memset(self.block - 8, 0xFF, 8)
+        self.cycle = self
+
+    def __del__(self) -> None:
+        self.libc.free(self.block)
 
 
 # -- the process --------------------------------------------------------------------------
