@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -28,12 +30,15 @@ class WorkerProcess:
     def __init__(self, log: Path | None) -> None:
         self.log = log
         self.proc: subprocess.Popen | None = None
+        self.root: Path | None = None
 
     def start(self) -> None:
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(REPO))
         err = open(self.log, "ab") if self.log else None  # None: the worker shares our stderr
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.robustness.worker"], cwd=REPO, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+        # The worker's scratch folder is made (and removed) here: a worker that dies cannot.
+        self.root = Path(tempfile.mkdtemp(prefix="tilefuse-robust-"))
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.robustness.worker", str(self.root)], cwd=REPO,
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
         if self.log:
             err.close()  # type: ignore[union-attr]
 
@@ -68,6 +73,9 @@ class WorkerProcess:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
 
 
 def run_cases(cases: Sequence[Case], workers: int = 2, log: Path | None = None,

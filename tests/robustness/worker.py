@@ -380,7 +380,8 @@ def main() -> int:
     threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
     if threads != 1:
         print(f"robustness worker: {threads} threads before forking; children may hang", file=sys.stderr)
-    root = Path(tempfile.mkdtemp(prefix="tilefuse-robust-"))
+    # The pool gives the scratch folder (and removes it, even after a crash); alone, make one.
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="tilefuse-robust-"))
     worker = Worker(root)
     try:
         while (case := receive(sys.stdin.buffer)) is not None:
