@@ -51,6 +51,8 @@ def compile(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | 
 def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None,
                   precision: str = "fp32", consts: ConstSpec | None = None, *,
                   external_data_dir: str | os.PathLike[str] | None = None) -> Compiled:
+    if not isinstance(target, (str, Target)):
+        raise TilefuseError(f"target must be a target name such as 'cpu' or a Target, got {target!r}")
     target = precision_target(get_target(target) if isinstance(target, str) else target, precision)
     proto = load_model(model, external_data_dir)
     source_sha = _sha256(model, proto)

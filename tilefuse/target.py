@@ -38,6 +38,9 @@ class Target:
     # instead of one per sibling); else the siblings share the A tile, one accumulator each
     pack_siblings: bool = False
     max_group_nodes: int = 512  # cap that keeps pathological graphs tractable
+    # longest path of primitives in one group: the lowering builds each element expression
+    # recursively, and a few hundred levels overflow Python's stack (the zoo's deepest is 22)
+    max_group_depth: int = 128
     window_tile: int = 256  # output elements of a pooling tile (GPU: one per thread of the block)
     # convolution tiles as [out channels x positions] (weights x im2col^T): NCHW outputs are
     # stored along positions, im2col rows are runs of input rows (CPU); else [positions x channels]

@@ -56,3 +56,18 @@ def test_half_precision_model_runs_from_its_plan(zoo_cache, tmp_path):
         assert g.dtype == np.float16
         c = compare_output("out", g, w)
         assert c.ok, c.problem
+
+
+def test_deep_elementwise_chain_compiles_and_runs():
+    """300 Neg nodes in a chain (found by tests/robustness): compiled, it used to overflow
+    the element builder's recursion."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Neg", [f"t{i}"], [f"t{i + 1}"]) for i in range(300)]
+    nodes += [helper.make_node("Tanh", ["t300"], ["y"])]
+    graph = helper.make_graph(nodes, "deep", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [4, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = np.random.default_rng().standard_normal((4, 8)).astype(np.float32)
+    (y,) = tilefuse.InferenceSession(tilefuse.compile(model)).run(None, {"t0": x})
+    np.testing.assert_allclose(y, np.tanh(x), rtol=1e-6, atol=1e-6)

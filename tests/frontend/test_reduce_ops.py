@@ -35,6 +35,15 @@ def ties(*shape: int) -> np.ndarray:
     return RNG.integers(0, 3, size=shape).astype(F32)
 
 
+def specials(rows: int, cols: int) -> np.ndarray:
+    """Random rows holding NaN, +inf and -inf (two NaNs in one row, a NaN beside +inf)."""
+    x = rand(rows, cols)
+    x[0, 3] = np.nan
+    x[1, [2, 7]] = [np.nan, np.inf]
+    x[2, [1, 5, 8]] = [np.nan, -np.inf, np.nan]
+    return x
+
+
 def i64(*values: int) -> np.ndarray:
     return np.array(values, dtype=np.int64)
 
@@ -113,6 +122,9 @@ OPAQUE = [
     C("topk_largest", "TopK", [rand(3, 10), i64(4)], consts=(1,), outputs=2),
     C("topk_smallest_axis0", "TopK", [rand(8, 3), i64(3)], consts=(1,), outputs=2, axis=0, largest=0),
     C("topk_f16", "TopK", [rand(2, 9, dtype=F16), i64(2)], consts=(1,), outputs=2),
+    # NaN ranks above +inf, as in onnxruntime and onnx's reference
+    C("topk_nan_largest", "TopK", [specials(4, 10), i64(4)], consts=(1,), outputs=2),
+    C("topk_nan_smallest", "TopK", [specials(4, 10), i64(9)], consts=(1,), outputs=2, largest=0),
 ]
 
 

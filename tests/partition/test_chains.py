@@ -68,3 +68,27 @@ def test_whole_row_epilogue_that_would_idle_the_gpu_stays_apart():
     assert not any(n.op.name == "MatMul" for n in kernel_of_norm(small).nodes)
     big = partition_graph(_mlp(4096, 256, 1024, rows=4096), CUDA_SM90A)
     assert any(n.op.name == "MatMul" for n in kernel_of_norm(big).nodes)
+
+
+def _depth(nodes) -> int:
+    members = {id(n) for n in nodes}
+    depth: dict[int, int] = {}
+    for n in nodes:  # in graph order
+        depth[id(n)] = 1 + max((depth.get(id(v.producer), 0) for v in n.inputs
+                                if v.producer is not None and id(v.producer) in members), default=0)
+    return max(depth.values())
+
+
+def test_deep_elementwise_chain_is_cut_at_the_depth_cap():
+    """300 elementwise ops in a row: one group would be a 300-deep element expression,
+    past what the lowering's recursion takes; groups stop at the target's depth cap."""
+    b = Builder("deep")
+    v = b.input("x", TensorType(DType.FLOAT32, (4, 8)))
+    for _ in range(300):
+        v = b.map(ScalarFn.NEG, v)
+    b.output("y", v)
+    p = partition_graph(b.graph, CPU)
+    order = {id(n): i for i, n in enumerate(b.graph.nodes)}
+    assert all(_depth(sorted(g.nodes, key=lambda n: order[id(n)])) <= CPU.max_group_depth for g in p.groups)
+    assert len(p.groups) == -(-300 // CPU.max_group_depth)
+    assert any("depth cap" in r.reason for r in p.refusals), [r.reason for r in p.refusals]

@@ -11,7 +11,7 @@ groups merge, in a fixed, deterministic order:
    scaling, transposes of an operand);
 6. a final sweep over all neighbours, so that every pair left apart has a reason.
 
-Every merge must keep the group convex, pass the structural rules, fit the size cap,
+Every merge must keep the group convex, pass the structural rules (the depth cap among them), fit the size cap,
 and not cost more than the two kernels apart (recomputation counted).
 """
 from __future__ import annotations

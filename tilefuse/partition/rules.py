@@ -69,6 +69,8 @@ def structure_problem(nodes: Sequence[Node], target: Target, written: frozenset[
     kinds = [fusion_kind(n) for n in nodes]
     if FusionKind.OPAQUE in kinds and len(nodes) > 1:
         return "opaque op runs alone"
+    if len(nodes) > target.max_group_depth and longest_path(nodes) > target.max_group_depth:
+        return f"group depth cap ({target.max_group_depth} primitives along a path)"
     contractions = [n for n, k in zip(nodes, kinds) if k is FusionKind.CONTRACTION]
     reductions = [n for n, k in zip(nodes, kinds) if k is FusionKind.REDUCE]
     windows = [n for n in reductions if is_window(n)]
@@ -88,6 +90,28 @@ def structure_problem(nodes: Sequence[Node], target: Target, written: frozenset[
     if contractions and reductions:
         return row_epilogue_problem(contractions[0], reductions, members, target)
     return None
+
+
+def longest_path(nodes: Sequence[Node]) -> int:
+    """The most primitives on one producer-to-consumer path inside ``nodes`` (any order;
+    walked with a stack, not recursion, since deep groups are what this measures)."""
+    members = {id(n) for n in nodes}
+    depth: dict[int, int] = {}
+    for start in nodes:
+        stack = [start]
+        while stack:
+            n = stack[-1]
+            if id(n) in depth:
+                stack.pop()
+                continue
+            producers = [v.producer for v in n.inputs if v.producer is not None and id(v.producer) in members]
+            pending = [p for p in producers if id(p) not in depth]
+            if pending:
+                stack.extend(pending)
+                continue
+            depth[id(n)] = 1 + max((depth[id(p)] for p in producers), default=0)
+            stack.pop()
+    return max(depth.values(), default=0)
 
 
 def siblings(contractions: Sequence[Node]) -> bool:

@@ -42,10 +42,13 @@ class TopK(_OpaquePrimitive):
 
     def evaluate(self, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
         (x,) = inputs
-        # Stable sort on the key gives ONNX's tie rule: the lower index comes first.
+        # NaN ranks above everything, +inf included (onnxruntime and onnx's reference):
+        # first for largest, last for smallest. A negated key alone would put NaN last
+        # both ways. lexsort is stable, which gives ONNX's tie rule: lower index first.
         key = x.astype(np.float64)
-        key = -key if self.largest else key
-        order = np.argsort(key, axis=self.axis, kind="stable")
+        nan = np.isnan(key)
+        key = np.where(nan, 0.0, -key if self.largest else key)
+        order = np.lexsort((key, ~nan if self.largest else nan), axis=self.axis)
         idx = np.take(order, np.arange(self.k), axis=self.axis)
         return np.take_along_axis(x, idx, axis=self.axis), idx.astype(np.int64)
 
