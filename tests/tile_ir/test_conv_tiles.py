@@ -1,0 +1,42 @@
+"""Convolution tiles at their edges (tile_ir/lower/gemm_epilogue.py), run by the tile
+interpreter against the reference executor: the partial last column tile of the GPU's
+positions-as-rows convolutions."""
+import numpy as np
+
+from tilefuse.compare import compare_output
+from tilefuse.ir import Builder, DType, TensorType
+from tilefuse.ir.prims import Conv
+from tilefuse.partition import partition_graph
+from tilefuse.reference import evaluate_all
+from tilefuse.target import CUDA_SM90A
+from tilefuse.tile_ir import lower_group
+
+from tests.tile_ir.interpreted import interpret
+
+
+def _conv_graph(x_shape, w_shape, op: Conv):
+    rng = np.random.default_rng(0)
+    b = Builder("conv")
+    x = b.input("x", TensorType(DType.FLOAT32, x_shape))
+    w = b.const((rng.standard_normal(w_shape) * 0.5).astype(np.float32))
+    b.output("y", b.emit1(op, x, w))
+    return b.graph
+
+
+def _check(graph, target, x_shape):
+    values = evaluate_all(graph, {"x": np.random.default_rng(1).standard_normal(x_shape).astype(np.float32)})
+    (group,) = partition_graph(graph, target).groups
+    low = lower_group(group, target)
+    for v, got in interpret(low, values):
+        c = compare_output(v.name, got, values[id(v)])
+        assert c.ok, f"{target.name} ({low.program.notes[0]}): {c.problem}"
+    return low.program
+
+
+def test_a_partial_last_column_tile_reads_only_real_weights():
+    """17 output channels on the GPU's 32-wide column tile: the weight tile's 15 lanes past
+    the last channel read the last channel's weights (and recompute and store its value
+    again), never past the weight."""
+    graph = _conv_graph((1, 8, 9, 15), (17, 8, 3, 3), Conv((1, 1), (1, 1), (1, 1, 1, 1), 1))
+    program = _check(graph, CUDA_SM90A, (1, 8, 9, 15))
+    assert "last column tile 17 wide" in program.notes[0]
