@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import Conv, ScalarFn
-from tilefuse.tile_ir.ir import Buffer, Call, Const, Expr, IOp, Load, Stmt, Store, Var, const_index, iop
+from tilefuse.tile_ir.ir import Buffer, Call, Const, Expr, If, IOp, Load, Stmt, Store, Var, const_index, iop
 from tilefuse.tile_ir.lower.common import narrow, parallel, widen
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, linearize, window_needs_guard, window_source
 
@@ -86,38 +86,76 @@ def fills(b: "_Builder", el: ElementBuilder, ta: Buffer, tb: Buffer, mt: Var, n0
     def put(cl: Expr, t: Index, p: Index, val: Expr) -> list[Stmt]:
         return [Store(tb, (linearize((cl, *t), (chans, *taps)), linearize(p, shape)), val)]
 
-    x_fill = _split_last(b, taps, shape, guards, x.type.shape[-1], op, x_value, put, chans)
+    x_fill = _split_last(b, mt, taps, shape, guards, x.type.shape[-1], op, x_value, put, chans)
     return [*parallel(b.names, (ta.shape[0], chans, *taps), w_body), *x_fill]
 
 
-def _split_last(b: "_Builder", taps, shape, guards, in_last: int, op: Conv, value, put, chans: int) -> list[Stmt]:
+Runs = tuple[tuple[int, int], ...]  # per last-dim tap, the tile positions [lo, hi) inside the input
+
+
+def _tap_runs(b: "_Builder", mt: Var, shape: tuple[int, ...], op: Conv, taps_last: int,
+              in_last: int) -> list[tuple[Expr | None, Runs]]:
+    """For each last-dim tap, the run [lo, hi) of a tile's positions (its own coordinates)
+    whose input position is inside the input; by groups of consecutive tiles that share
+    them, each with the condition on the tile number that selects it (None: every tile).
+    Where the tile holds whole rows the last dim starts at 0 in every tile; along a 1-D
+    convolution's positions a tile is a block of the last dim itself, and the runs depend
+    on where it starts: the tiles the padding reaches get their own, the rest read every
+    tap unchecked."""
+    stride, dil, pad = op.strides[-1], op.dilations[-1], op.pads[len(op.strides) - 1]
+    n = shape[-1]
+    blocks = b.c.outputs[0].type.shape[-1] // n if len(shape) == 1 else 1
+
+    def runs_from(first: int) -> Runs:
+        runs = []
+        for tl in range(taps_last):
+            # o * stride + tl * dil - pad in [0, in_last)  <=>  lo <= o < hi (o the output position)
+            lo = max(0, -(-(pad - tl * dil) // stride))
+            hi = (in_last - 1 + pad - tl * dil) // stride + 1
+            lo_t = min(n, max(0, lo - first))
+            runs.append((lo_t, max(lo_t, min(n, hi - first))))
+        return tuple(runs)
+
+    tile = iop(IOp.MOD, mt, blocks)  # the tile's block within its image, as _origin counts it
+    out: list[tuple[Expr | None, Runs]] = []
+    first = 0
+    for runs, same in itertools.groupby(runs_from(t * n) for t in range(blocks)):
+        end = first + len(list(same))
+        conds = ([iop(IOp.GE, tile, first)] if first > 0 else []) + ([iop(IOp.LT, tile, end)] if end < blocks else [])
+        out.append((None if not conds else conds[0] if len(conds) == 1 else iop(IOp.AND, *conds), runs))
+        first = end
+    return out
+
+
+def _split_last(b: "_Builder", mt: Var, taps, shape, guards, in_last: int, op: Conv, value, put, chans: int) -> list[Stmt]:
     """The im2col^T nest over (chan, *taps, *positions). Where the last dim needs a bounds
     check, each of its taps is a nest of its own whose positions split into a zero head, an
-    unchecked middle and a zero tail (constant bounds per tap): the innermost loop then
-    copies a run of an input row, and no per-element test is left to vectorise."""
+    unchecked middle and a zero tail (constant bounds per tap and group of tiles,
+    ``_tap_runs``): the innermost loop then copies a run of an input row, and no
+    per-element test is left to vectorise."""
     k = len(taps)
     if not guards[-1] or shape[-1] < 2:
         return list(parallel(b.names, (chans, *taps, *shape), lambda i: put(i[0], i[1:1 + k], i[1 + k:],
                                                                            value(i[0], i[1:1 + k], i[1 + k:], guards))))
-    stride, dil, pad, n = op.strides[-1], op.dilations[-1], op.pads[len(op.strides) - 1], shape[-1]
+    n = shape[-1]
     inner_guards = [*guards[:-1], False]
     zero = narrow(Const(0, b.acc_dtype), b.op_dtype)
     out: list[Stmt] = []
-    for tl in range(taps[-1]):
-        # o * stride + tl * dil - pad in [0, in_last)  <=>  lo <= o < hi
-        lo = min(n, max(0, -(-(pad - tl * dil) // stride)))
-        hi = max(lo, min(n, (in_last - 1 + pad - tl * dil) // stride + 1))
-        t_last = const_index(tl)
-        for start, size, inside in ((0, lo, False), (lo, hi - lo, True), (hi, n - hi, False)):
-            if size <= 0:
-                continue
+    for cond, runs in _tap_runs(b, mt, shape, op, taps[-1], in_last):
+        nests: list[Stmt] = []
+        for tl, (lo, hi) in enumerate(runs):
+            t_last = const_index(tl)
+            for start, size, inside in ((0, lo, False), (lo, hi - lo, True), (hi, n - hi, False)):
+                if size <= 0:
+                    continue
 
-            def body(i: Index, start: int = start, inside: bool = inside) -> list[Stmt]:
-                cl, t = i[0], (*i[1:k], t_last)
-                p = (*i[k:-1], iop(IOp.ADD, i[-1], start) if start else i[-1])
-                return put(cl, t, p, value(cl, t, p, inner_guards) if inside else zero)
+                def body(i: Index, start: int = start, inside: bool = inside, t_last: Expr = t_last) -> list[Stmt]:
+                    cl, t = i[0], (*i[1:k], t_last)
+                    p = (*i[k:-1], iop(IOp.ADD, i[-1], start) if start else i[-1])
+                    return put(cl, t, p, value(cl, t, p, inner_guards) if inside else zero)
 
-            out += parallel(b.names, (chans, *taps[:-1], *shape[:-1], size), body)
+                nests += parallel(b.names, (chans, *taps[:-1], *shape[:-1], size), body)
+        out += nests if cond is None else [If(cond, tuple(nests))]
     return out
 
 
@@ -161,25 +199,28 @@ def depthwise(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr) 
         for d in range(len(spatial))
     ]
     inner_guards = [*guards[:-1], False]
-    stride, dil, pad, n, in_last = op.strides[-1], op.dilations[-1], op.pads[len(op.strides) - 1], shape[-1], x.type.shape[-1]
+    in_shape = x.type.shape[2:]
     out_stmts: list[Stmt] = []
-    for tap in itertools.product(*(range(t) for t in taps)):
-        lo = min(n, max(0, -(-(pad - tap[-1] * dil) // stride)))
-        hi = max(lo, min(n, (in_last - 1 + pad - tap[-1] * dil) // stride + 1))
-        if hi <= lo:
-            continue
-        t = tuple(const_index(v) for v in tap)
+    for cond, runs in _tap_runs(b, mt, shape, op, taps[-1], in_shape[-1]):
+        nests: list[Stmt] = []
+        for tap in itertools.product(*(range(t) for t in taps)):
+            lo, hi = runs[tap[-1]]
+            if hi <= lo:
+                continue
+            t = tuple(const_index(v) for v in tap)
 
-        def body(i: Index, t: Index = t, lo: int = lo) -> list[Stmt]:
-            j, p = i[0], (*i[1:-1], iop(IOp.ADD, i[-1], lo) if lo else i[-1])
-            ch = iop(IOp.ADD, n0, j)
-            o = (iop(IOp.ADD, row0, p[0]), *p[1:])
-            pos, inside = window_source(o, t, op.strides, op.dilations, op.pads, x.type.shape[2:], inner_guards)
-            term: Expr = Call(ScalarFn.MUL, (widen(el.at(x, (img, ch, *pos)), dt), widen(el.at(w, (ch, const_index(0), *t)), dt)), dt)
-            if inside is not None:
-                term = Call(ScalarFn.WHERE, (inside, term, Const(0, dt)), dt)
-            at = (j, linearize(p, shape))
-            return [Store(tc, at, Call(ScalarFn.ADD, (Load(tc, at), term), dt))]
+            def body(i: Index, t: Index = t, lo: int = lo) -> list[Stmt]:
+                j, p = i[0], (*i[1:-1], iop(IOp.ADD, i[-1], lo) if lo else i[-1])
+                ch = iop(IOp.ADD, n0, j)
+                o = (iop(IOp.ADD, row0, p[0]), *p[1:])
+                pos, inside = window_source(o, t, op.strides, op.dilations, op.pads, in_shape, inner_guards)
+                term: Expr = Call(ScalarFn.MUL, (widen(el.at(x, (img, ch, *pos)), dt), widen(el.at(w, (ch, const_index(0), *t)), dt)), dt)
+                if inside is not None:
+                    term = Call(ScalarFn.WHERE, (inside, term, Const(0, dt)), dt)
+                at = (j, linearize(p, shape))
+                return [Store(tc, at, Call(ScalarFn.ADD, (Load(tc, at), term), dt))]
 
-        out_stmts += parallel(b.names, (tc.shape[0], *shape[:-1], hi - lo), body)
+            nests += parallel(b.names, (tc.shape[0], *shape[:-1], hi - lo), body)
+        if nests:
+            out_stmts += nests if cond is None else [If(cond, tuple(nests))]
     return out_stmts

@@ -412,7 +412,7 @@ class _Builder:
             k_body = conv_rows.fills(self, el, ta, tbs[0], mt, n0, kt, ch_per_tile)
             k_body.append(Gemm(ta, tbs[0], tcs[0], tf32=self.tf32))
         elif conv:
-            k_body = self._conv_fills(el, ta, tbs[0], row, n0, kt, ch_per_tile)
+            k_body = self._conv_fills(el, ta, tbs[0], row, column, kt, ch_per_tile)
             k_body.append(Gemm(ta, tbs[0], tcs[0], tf32=self.tf32))
         else:  # packed siblings: one B tile and accumulator (zip stops at them)
             k_body = []
@@ -573,9 +573,11 @@ class _Builder:
         body = (*parallel(self.names, (bm, bk1), fill_x), *parallel(self.names, (bk1, bk), fill_w), Gemm(tx, tw, th, tf32=self.tf32))
         return (tx, tw), [Fill(th, Const(0, dt)), Loop(jt, -(-k1 // bk1), LoopKind.PIPELINED, body, stages=2)]
 
-    def _conv_fills(self, el: ElementBuilder, ta: Buffer, tb: Buffer, row, n0: Expr, kt: Var, chans: int) -> list[Stmt]:
+    def _conv_fills(self, el: ElementBuilder, ta: Buffer, tb: Buffer, row, column, kt: Var, chans: int) -> list[Stmt]:
         """im2col and weight tiles as loop nests over (channel, *taps): the K index is
-        linearised from loop variables instead of divided back into them."""
+        linearised from loop variables instead of divided back into them. ``row`` and
+        ``column`` give the product's row and output channel of a tile row and column
+        (clamped past a partial last tile, whose lanes recompute the last one)."""
         c = self.c
         op: Conv = c.op  # type: ignore[assignment]
         x, w = c.inputs
@@ -609,9 +611,9 @@ class _Builder:
             ch = iop(IOp.ADD, ch0, cl)
             if self.packed is not None:
                 kg = iop(IOp.ADD, iop(IOp.MUL, ch, math.prod(taps)), linearize(tuple(t), tuple(taps)))
-                val = widen(Load(self.packed, (kg, iop(IOp.ADD, n0, j))), dt)
+                val = widen(Load(self.packed, (kg, column(j))), dt)
             else:
-                val = widen(el.at(w, (iop(IOp.ADD, n0, j), ch, *t)), dt)
+                val = widen(el.at(w, (column(j), ch, *t)), dt)
             if cin % chans:
                 val = Call(ScalarFn.WHERE, (iop(IOp.LT, ch, cin), val, Const(0, dt)), dt)
             return [Store(tb, (linearize((cl, *t), (chans, *taps)), j), narrow(val, tb.dtype))]

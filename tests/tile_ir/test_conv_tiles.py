@@ -1,0 +1,64 @@
+"""Convolution tiles at their edges (tile_ir/lower/conv_rows.py, gemm_epilogue.py), run by
+the tile interpreter against the reference executor: the per-tap bounds of 1-D position
+tiles that start past position 0, and the partial last column tile of the GPU's
+positions-as-rows convolutions."""
+import numpy as np
+import pytest
+
+from tilefuse.compare import compare_output
+from tilefuse.ir import Builder, DType, TensorType
+from tilefuse.ir.prims import Conv
+from tilefuse.partition import partition_graph
+from tilefuse.reference import evaluate_all
+from tilefuse.target import CPU, CUDA_SM90A
+from tilefuse.tile_ir import lower_group
+from tilefuse.tile_ir.ir import If, statements
+
+from tests.tile_ir.interpreted import interpret
+
+
+def _conv_graph(x_shape, w_shape, op: Conv):
+    rng = np.random.default_rng(0)
+    b = Builder("conv")
+    x = b.input("x", TensorType(DType.FLOAT32, x_shape))
+    w = b.const((rng.standard_normal(w_shape) * 0.5).astype(np.float32))
+    b.output("y", b.emit1(op, x, w))
+    return b.graph
+
+
+def _check(graph, target, x_shape):
+    values = evaluate_all(graph, {"x": np.random.default_rng(1).standard_normal(x_shape).astype(np.float32)})
+    (group,) = partition_graph(graph, target).groups
+    low = lower_group(group, target)
+    for v, got in interpret(low, values):
+        c = compare_output(v.name, got, values[id(v)])
+        assert c.ok, f"{target.name} ({low.program.notes[0]}): {c.problem}"
+    return low.program
+
+
+# the GPU tiles plain convolutions with positions as rows (the last test), depthwise ones so
+@pytest.mark.parametrize("target,depthwise", [(CPU, False), (CPU, True), (CUDA_SM90A, True)],
+                         ids=["cpu-plain", "cpu-depthwise", "cuda-depthwise"])
+def test_1d_position_tiles_bound_their_taps_from_where_they_start(target, depthwise):
+    """[2, 8, 1000], kernel 3, pads 1 / 1 and 2 / 0: four 250-position tiles per image.
+    The first tile's first taps and (pads 1 / 1) the last tile's last tap leave the input;
+    the tiles between read every tap unchecked. Bounds computed as if every tile started
+    at position 0 read past the input at each tile's last position and dropped the first
+    taps of each tile's first positions."""
+    for pads in ((1, 1), (2, 0)):
+        groups = 8 if depthwise else 1
+        op = Conv((1,), (1,), pads, groups)
+        graph = _conv_graph((2, 8, 1000), (8, 8 // groups, 3), op)
+        program = _check(graph, target, (2, 8, 1000))
+        assert program.grid[0] == 2 * 4, program.notes
+        # the tiles of an image in groups of equal bounds: the first, the middle ones, the last
+        assert sum(isinstance(s, If) for s in statements(program.body)) == (3 if pads == (1, 1) else 2), pads
+
+
+def test_a_partial_last_column_tile_reads_only_real_weights():
+    """17 output channels on the GPU's 32-wide column tile: the weight tile's 15 lanes past
+    the last channel read the last channel's weights (and recompute and store its value
+    again), never past the weight."""
+    graph = _conv_graph((1, 8, 9, 15), (17, 8, 3, 3), Conv((1, 1), (1, 1), (1, 1, 1, 1), 1))
+    program = _check(graph, CUDA_SM90A, (1, 8, 9, 15))
+    assert "last column tile 17 wide" in program.notes[0]
