@@ -24,6 +24,7 @@ from tilefuse.ir.prims import ScalarFn as F
 from tilefuse.tile_ir.ir import Call
 
 from tests.codegen.cpu_programs import elementwise, load, param, program, run_both
+from tests.plan.handmade import default_team
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,11 +74,6 @@ def _ptr(a: np.ndarray) -> ctypes.c_void_p:
     return ctypes.c_void_p(a.ctypes.data)
 
 
-def _default_team() -> int:
-    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
-    return int(first) if first.isdigit() and int(first) > 0 else len(os.sched_getaffinity(0))
-
-
 def test_every_share_runs_once_from_many_callers_and_team_sizes(libs):
     lib = libs[0]
     failures = []
@@ -121,7 +117,7 @@ def test_team_size_is_per_calling_thread_and_one_pool_serves_every_library(libs)
     worker = threading.Thread(target=fresh_thread)
     worker.start()
     worker.join()
-    assert seen == {"team": {_default_team()}, "default": _default_team()}
+    assert seen == {"team": {default_team()}, "default": default_team()}
     a.tf_threads_set(1)
     b.shares(_ptr(team), _ptr(share), ctypes.c_int64(n))
     assert (team == 1).all() and (share == 0).all()

@@ -11,7 +11,8 @@ A run copies the feeds in, then calls each run of consecutive kernel steps throu
 step driver every kernel library carries (one ctypes call for the run, not one per step).
 
 The runtime does not read a kernel's ``launch`` data: a CPU kernel parallelises itself
-(OpenMP), so its thread count is the code generator's to build in.
+(OpenMP loops, run on tilefuse's pool). How many threads they use is the session's
+``threads``, set on the calling thread before every run (threads.py).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import numpy as np
 from tilefuse.errors import ExecutionError, PlanError
 from tilefuse.plan.model import BufferKind, HostStep, Kernel, KernelStep, Plan
 from tilefuse.runtime.pool import ArenaPool, aligned_empty
+from tilefuse.runtime.threads import Team
 
 KernelFn = Callable[[ctypes.Array], None]
 # tf_run_steps(n, fns, argvs): every kernel library carries it (codegen/cpu/prelude.py)
@@ -55,11 +57,20 @@ class _Arena:
 
 
 class CpuExecutor:
-    """Executes a cpu plan; ``run`` is safe to call from several threads at once."""
+    """Executes a cpu plan; ``run`` is safe to call from several threads at once.
 
-    def __init__(self, plan: Plan) -> None:
+    ``threads``: the thread count of its parallel kernels (None or 0: the default); the
+    attribute of the same name is the count they run with, and ``thread_pool`` what runs
+    them (see ``threads.Team``).
+    """
+
+    threaded = True
+
+    def __init__(self, plan: Plan, threads: int | None = None) -> None:
         self.plan = plan
         libs = {name: _load_library(k) for name, k in plan.kernels.items()}
+        self._team = Team(libs.values(), threads)
+        self.threads, self.thread_pool = self._team.threads, self._team.pool
         self._fns = {name: _kernel_fn(libs[name], k) for name, k in plan.kernels.items()}
         self._driver = _find_driver(libs.values())
         self._fixed: dict[int, np.ndarray] = {}  # constant buffers: aligned copies of the weights
@@ -126,6 +137,7 @@ class CpuExecutor:
         """
         arena = self._pool.get()
         try:
+            self._team.apply()  # per run: the count is per OS thread, and others may set it
             for name, dst in arena.inputs:
                 np.copyto(dst, feeds[name], casting="no")
             driver = self._driver

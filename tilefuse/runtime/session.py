@@ -1,9 +1,11 @@
 """InferenceSession: load a plan and run it, with onnxruntime's interface.
 
 The session checks inputs and picks the executor for the plan's target; executors
-(``cpu.CpuExecutor``, later ``cuda``) only run steps. An executor is built as
+(``cpu.CpuExecutor``, ``cuda.CudaExecutor``) only run steps. An executor is built as
 ``Executor(plan)`` and offers ``run(feeds, output_names) -> list[np.ndarray]``, taking
 checked feeds and returning fresh arrays; it must be safe to call from several threads.
+One whose kernels run on host threads says so with ``threaded = True``: it is built as
+``Executor(plan, threads)`` and reports the count its kernels run with as ``threads``.
 An executor that reads GPU tensors says where as ``feed_device`` (a ``feeds.FeedDevice``);
 the session then lets GPU feeds through as ``DeviceView``s.
 """
@@ -44,19 +46,34 @@ class NodeArg:
     type: str
 
 
-class InferenceSession:
-    """``InferenceSession("model.tfplan")`` or ``InferenceSession(plan)``.
+def takes_threads(target: str) -> bool:
+    """Whether a plan for ``target`` runs kernels on host threads (takes ``threads=``)."""
+    return getattr(EXECUTORS.get(target.split(":")[0]), "threaded", False)
 
-    ``run(output_names, feeds)`` is safe to call from several threads at once.
+
+class InferenceSession:
+    """``InferenceSession("model.tfplan")`` or ``InferenceSession(plan, threads=2)``.
+
+    ``threads`` is onnxruntime's ``intra_op_num_threads``: the threads a CPU plan's parallel
+    kernels use (None or 0: ``OMP_NUM_THREADS``, else one per core the process may use).
+    Each session keeps its own, whichever thread runs it; ``session.threads`` is the count
+    they run with (None on a plan whose kernels run on a GPU). ``run(output_names, feeds)``
+    is safe to call from several threads at once.
     """
 
-    def __init__(self, path_or_plan: str | Path | Plan) -> None:
+    def __init__(self, path_or_plan: str | Path | Plan, *, threads: int | None = None) -> None:
         self.plan = path_or_plan if isinstance(path_or_plan, Plan) else load_plan(path_or_plan)
         family = self.plan.target.split(":")[0]
         executor = EXECUTORS.get(family)
         if executor is None:
             raise PlanError(f"no runtime for target {self.plan.target!r} in this tilefuse; runtimes: {sorted(EXECUTORS)}")
-        self._executor = executor(self.plan)
+        if takes_threads(self.plan.target):
+            self._executor = executor(self.plan, threads)
+        elif threads:
+            raise InputError(f"threads={threads!r}: a {self.plan.target} plan's kernels do not run on host threads")
+        else:
+            self._executor = executor(self.plan)
+        self.threads: int | None = getattr(self._executor, "threads", None)
         self._check = FeedChecker(self.plan.input_types(), getattr(self._executor, "feed_device", None))
         self._outputs = [name for name, _ in self.plan.output_types()]
 
