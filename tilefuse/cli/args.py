@@ -28,3 +28,10 @@ def add_shape_arg(p: argparse.ArgumentParser) -> None:
         metavar="NAME=D0,D1,...",
         help="bind an input's shape (input_ids=1,128) or a dynamic dim by its symbol (batch=1); repeatable",
     )
+
+
+def check_threads(n: int | None) -> int | None:
+    """``--threads N``: a non-negative count (0: the default), or None when not given."""
+    if n is not None and n < 0:
+        raise argparse.ArgumentTypeError(f"--threads expects a non-negative integer, got {n}")
+    return n

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tilefuse.cli.args import add_shape_arg, parse_shapes
+from tilefuse.cli.args import add_shape_arg, check_threads, parse_shapes
 from tilefuse.compare import compare_output
 from tilefuse.errors import InputError
 from tilefuse.ir.types import TensorType
@@ -23,6 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--check", action="store_true", help="compare with onnxruntime; exit 1 beyond tolerance")
     p.add_argument("--model", metavar="MODEL.onnx", help="the source model for --check (default: the one the plan records)")
     p.add_argument("--save", metavar="DIR", help="write each output to DIR/NAME.npy")
+    p.add_argument("--threads", type=int, help="threads for a CPU plan's kernels and for --check's onnxruntime "
+                   "(default: OMP_NUM_THREADS, else one per core)")
     p.set_defaults(func=run)
 
 
@@ -57,10 +59,15 @@ def _load_inputs(items: list[str] | None) -> dict[str, np.ndarray]:
 
 def run(args: argparse.Namespace) -> int:
     given = _load_inputs(args.input)
+    threads = check_threads(args.threads)
     if Path(args.target).is_dir():
+        from tilefuse.plan import load_plan
         from tilefuse.runtime import InferenceSession
+        from tilefuse.runtime.session import takes_threads
 
-        session = InferenceSession(args.target)
+        plan = load_plan(args.target)
+        session = InferenceSession(plan, threads=threads if takes_threads(plan.target) else None)
+        threads = session.threads or threads
         inputs = session.plan.input_types()
         feeds = random_feeds(inputs, given, args.seed) if args.random else given
         names = [o.name for o in session.get_outputs()]
@@ -90,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--check needs the source model; {model or 'the plan records none'} is not a file: pass --model")
     import onnxruntime as ort
 
-    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads or 0  # 0: onnxruntime's default
+    session = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
     expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
     worst = 0
     for name, y in outputs.items():
