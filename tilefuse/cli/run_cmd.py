@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
         plan = load_plan(args.target)
         session = InferenceSession(plan, threads=threads if takes_threads(plan.target) else None)
-        threads = session.threads or threads
+        threads = threads or session.threads
         inputs = session.plan.input_types()
         feeds = random_feeds(inputs, given, args.seed) if args.random else given
         names = [o.name for o in session.get_outputs()]
