@@ -10,11 +10,13 @@ its parallel loops run on this pool, which differs from libgomp where cores are 
   for the next kernel of a run and the next run, yet off the core soon when idle. libgomp
   spins about 3 ms by default, burning the time slice of the thread it waits for.
 - A region is split into ``team`` shares (``omp_get_num_threads()`` is the team size, as in
-  OpenMP), and shares go to whichever of the team's threads claims them first, the calling
-  thread included. A thread that the OS has descheduled claims nothing, and the others do
-  its share: the caller never waits for a thread that has not started, only for shares in
-  progress (libgomp's fixed team waits at every barrier for each thread, however late).
-  onnxruntime's pool works the same way.
+  OpenMP). The caller runs share 0 and worker w share w, as libgomp's threads do (so each
+  keeps its rows in its cache from one kernel to the next), but a share is claimed, not
+  assigned: one whose worker has not begun it is taken by a thread that has finished its
+  own, the caller included. A thread that the OS has descheduled claims nothing, and the
+  others do its share: the caller never waits for a thread that has not started, only for
+  shares in progress (libgomp's fixed team waits at every barrier for each thread, however
+  late). onnxruntime's pool works the same way.
 - The team size is per calling thread (``tf_threads_set``; 0 or never set: the default,
   ``OMP_NUM_THREADS`` else one per core of the process's affinity mask), so each session
   keeps its own count. A region entered while another caller has the pool, or from inside a
@@ -60,17 +62,24 @@ struct tf_threads_v1 {        /* a pool, as the other libraries of the process s
     int (*fallback)(void);    /* the default */
 };
 
+#define TF_WORDS (TF_POOL_MAX / 64)
+
+/* a worker's own line: the job number it is told of (its futex word), whether it sleeps, and
+ * the number it starts from */
+struct tf_worker_slot { _Atomic uint32_t go, asleep; uint32_t start; char pad[52]; };
 static struct {
-    /* the job: ticket = epoch << 32 | shares << 16 | next share to claim; fn and data are
-     * written before the ticket publishes them and stay until every share is done */
-    _Atomic uint64_t ticket;
-    _Atomic uint32_t epoch;   /* the futex word idle workers sleep on; follows the ticket */
+    /* the job: fn, data and its share count are written before `avail` offers its shares
+     * and stay until every share is done; avail: one bit per share not yet claimed */
+    _Alignas(64) _Atomic uint64_t avail[TF_WORDS];
     _Atomic(tf_task) fn;
     _Atomic(void *) data;
-    _Atomic uint32_t done;    /* shares finished: the futex word a waiting caller sleeps on */
-    _Atomic int joined, helpers;  /* workers in this job, and how many may join (team - 1) */
-    _Atomic int busy, waiting, sleepers;
-    int workers, fallback;    /* workers: started so far, changed only by the caller holding busy */
+    _Atomic int shares;
+    _Alignas(64) _Atomic uint32_t done;  /* shares finished: the futex word a waiting caller sleeps on */
+    _Atomic int waiting;
+    _Alignas(64) _Atomic int busy;       /* a caller has the pool */
+    uint32_t epoch;                      /* jobs so far: written by the caller holding busy */
+    int workers, fallback;               /* workers: started so far, changed only by that caller */
+    struct tf_worker_slot slot[TF_POOL_MAX];  /* slot[w]: worker w (1 ...), runs share w first */
 } tf_pool_state;
 static __thread int tf_share, tf_shares = 1, tf_in_region, tf_wanted;
 static pthread_once_t tf_pool_started = PTHREAD_ONCE_INIT;
@@ -115,61 +124,65 @@ static int tf_spin(_Atomic uint32_t *word, uint32_t value, int equal) {
     }
 }
 
-/* a share of job `epoch`, or -1 when it has none left (or is over); *shares: its count */
-static int tf_claim(uint32_t epoch, int *shares) {
-    uint64_t t = atomic_load_explicit(&tf_pool_state.ticket, memory_order_acquire);
-    for (;;) {
-        int n = (int)((t >> 16) & 0xffff), next = (int)(t & 0xffff);
-        if ((uint32_t)(t >> 32) != epoch || next >= n) return -1;
-        if (atomic_compare_exchange_weak_explicit(&tf_pool_state.ticket, &t, t + 1, memory_order_acq_rel,
-                                                  memory_order_acquire)) {
-            *shares = n;
-            return next;
-        }
+/* a share of the job in progress: `mine` if still offered, else any; -1 when none is left.
+ * A claim is always of the job in progress: `avail` offers nothing between jobs. */
+static int tf_claim(int mine) {
+    _Atomic uint64_t *w = &tf_pool_state.avail[mine / 64];
+    uint64_t bit = 1ull << (mine % 64), a = atomic_load_explicit(w, memory_order_acquire);
+    while (a & bit)
+        if (atomic_compare_exchange_weak_explicit(w, &a, a & ~bit, memory_order_acq_rel, memory_order_acquire))
+            return mine;
+    for (int k = 0; k < TF_WORDS; ++k) {
+        w = &tf_pool_state.avail[k];
+        a = atomic_load_explicit(w, memory_order_acquire);
+        while (a)
+            if (atomic_compare_exchange_weak_explicit(w, &a, a & (a - 1), memory_order_acq_rel, memory_order_acquire))
+                return k * 64 + __builtin_ctzll(a);
     }
+    return -1;
 }
-static void tf_run_shares(uint32_t epoch) {
-    int s, n;
-    while ((s = tf_claim(epoch, &n)) >= 0) {
-        tf_task fn = atomic_load_explicit(&tf_pool_state.fn, memory_order_relaxed);
-        void *data = atomic_load_explicit(&tf_pool_state.data, memory_order_relaxed);
-        tf_share = s, tf_shares = n;
-        fn(data);
-        tf_share = 0, tf_shares = 1;
-        if (atomic_fetch_add(&tf_pool_state.done, 1) + 1 == (uint32_t)n && atomic_load(&tf_pool_state.waiting))
-            tf_futex_wake(&tf_pool_state.done, 1);
-    }
+static void tf_run_share(int s) {
+    tf_task fn = atomic_load_explicit(&tf_pool_state.fn, memory_order_relaxed);
+    void *data = atomic_load_explicit(&tf_pool_state.data, memory_order_relaxed);
+    int n = atomic_load_explicit(&tf_pool_state.shares, memory_order_relaxed);
+    tf_share = s, tf_shares = n;
+    fn(data);
+    tf_share = 0, tf_shares = 1;
+    if (atomic_fetch_add(&tf_pool_state.done, 1) + 1 == (uint32_t)n && atomic_load(&tf_pool_state.waiting))
+        tf_futex_wake(&tf_pool_state.done, 1);
 }
 static void *tf_worker(void *arg) {
-    uint32_t seen = (uint32_t)(uintptr_t)arg;
+    int me = (int)(intptr_t)arg;
+    struct tf_worker_slot *slot = &tf_pool_state.slot[me];
+    uint32_t seen = slot->start;
     tf_in_region = 1;  /* a region a share opens runs alone */
     pthread_setname_np(pthread_self(), "tilefuse-pool");
     for (;;) {
-        if (!tf_spin(&tf_pool_state.epoch, seen, 1)) {
-            atomic_fetch_add(&tf_pool_state.sleepers, 1);
-            if (atomic_load(&tf_pool_state.epoch) == seen) tf_futex_wait(&tf_pool_state.epoch, seen);
-            atomic_fetch_sub(&tf_pool_state.sleepers, 1);
+        if (!tf_spin(&slot->go, seen, 1)) {
+            atomic_store(&slot->asleep, 1);
+            if (atomic_load(&slot->go) == seen) tf_futex_wait(&slot->go, seen);
+            atomic_store(&slot->asleep, 0);
         }
-        uint32_t epoch = atomic_load_explicit(&tf_pool_state.epoch, memory_order_acquire);
-        if (epoch == seen) continue;
-        seen = epoch;
-        if (atomic_fetch_add(&tf_pool_state.joined, 1) < atomic_load_explicit(&tf_pool_state.helpers, memory_order_relaxed))
-            tf_run_shares(epoch);
+        uint32_t go = atomic_load_explicit(&slot->go, memory_order_acquire);
+        if (go == seen) continue;
+        seen = go;
+        for (int s = me; (s = tf_claim(s)) >= 0;) tf_run_share(s);  /* its own share, then any left */
     }
     return NULL;
 }
-static void tf_grow(int helpers) {  /* called with the pool held */
-    if (tf_pool_state.workers >= helpers) return;
+static void tf_grow(int workers) {  /* called with the pool held */
+    if (tf_pool_state.workers >= workers) return;
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);  /* workers inherit it: signals go to other threads */
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    uintptr_t epoch = atomic_load(&tf_pool_state.epoch);
-    while (tf_pool_state.workers < helpers) {
+    while (tf_pool_state.workers < workers) {
+        int w = tf_pool_state.workers + 1;
+        tf_pool_state.slot[w].start = atomic_load(&tf_pool_state.slot[w].go);  /* so it sees the next job */
         pthread_t t;
-        if (pthread_create(&t, &attr, tf_worker, (void *)epoch) != 0) break;  /* fewer: the caller does more */
+        if (pthread_create(&t, &attr, tf_worker, (void *)(intptr_t)w) != 0) break;  /* fewer: the others do more */
         tf_pool_state.workers++;
     }
     pthread_attr_destroy(&attr);
@@ -189,17 +202,24 @@ static void tf_pool_parallel(tf_task fn, void *data, unsigned team) {
         return;
     }
     tf_grow(n - 1);
-    uint32_t epoch = atomic_load_explicit(&tf_pool_state.epoch, memory_order_relaxed) + 1;
     atomic_store_explicit(&tf_pool_state.fn, fn, memory_order_relaxed);
     atomic_store_explicit(&tf_pool_state.data, data, memory_order_relaxed);
+    atomic_store_explicit(&tf_pool_state.shares, n, memory_order_relaxed);
     atomic_store_explicit(&tf_pool_state.done, 0, memory_order_relaxed);
-    atomic_store_explicit(&tf_pool_state.joined, 0, memory_order_relaxed);
-    atomic_store_explicit(&tf_pool_state.helpers, n - 1, memory_order_relaxed);
-    atomic_store_explicit(&tf_pool_state.ticket, (uint64_t)epoch << 32 | (uint64_t)n << 16, memory_order_release);
-    atomic_store(&tf_pool_state.epoch, epoch);
-    if (atomic_load(&tf_pool_state.sleepers)) tf_futex_wake(&tf_pool_state.epoch, n - 1);
+    for (int k = 0; k < TF_WORDS; ++k) {  /* offer shares 1 .. n-1: share 0 is the caller's */
+        int count = n - 64 * k;
+        uint64_t bits = count <= 0 ? 0 : count >= 64 ? ~0ull : (1ull << count) - 1;
+        atomic_store_explicit(&tf_pool_state.avail[k], k == 0 ? bits & ~1ull : bits, memory_order_release);
+    }
+    uint32_t epoch = ++tf_pool_state.epoch;
+    for (int w = 1; w < n && w <= tf_pool_state.workers; ++w) {  /* tell the team's workers */
+        struct tf_worker_slot *slot = &tf_pool_state.slot[w];
+        atomic_store(&slot->go, epoch);
+        if (atomic_load(&slot->asleep)) tf_futex_wake(&slot->go, 1);
+    }
     tf_in_region = 1;
-    tf_run_shares(epoch);
+    tf_run_share(0);  /* the caller's own share first, so each thread keeps its rows */
+    for (int s; (s = tf_claim(0)) >= 0;) tf_run_share(s);  /* then any a worker has not begun */
     /* the shares left are in progress on workers: wait for them, spinning, then asleep */
     if (!tf_spin(&tf_pool_state.done, (uint32_t)n, 0)) {
         uint32_t d;
@@ -218,8 +238,8 @@ static int tf_pool_fallback(void) { return tf_pool_state.fallback; }
 static void tf_pool_after_fork(void) {  /* the child has none of the parent's workers */
     tf_pool_state.workers = 0;
     atomic_store(&tf_pool_state.busy, 0);
-    atomic_store(&tf_pool_state.sleepers, 0);
     atomic_store(&tf_pool_state.waiting, 0);
+    for (int w = 0; w < TF_POOL_MAX; ++w) atomic_store(&tf_pool_state.slot[w].asleep, 0);
 }
 static const struct tf_threads_v1 tf_pool_iface = {
     tf_pool_parallel, tf_pool_thread_num, tf_pool_num_threads, tf_pool_set, tf_pool_team, tf_pool_fallback};
