@@ -11,8 +11,8 @@ inputs: first quiet, then while ``--neighbours`` processes each burn a core (a b
 that stops by itself at a deadline, pinned to ``--pin CPU`` or placed by the scheduler).
 The runtimes take turns in blocks of about half a second, each block after one untimed run,
 so all see the same conditions and none runs while another's idle threads still spin.
-Reported per runtime and phase: median, p99 and the number of runs; and each runtime's busy
-p99 over its quiet median (the goal for tilefuse: at most 2).
+Reported per runtime and phase: median, p99, p10, mean and the number of runs; and each
+runtime's busy p99 over its quiet median (the goal for tilefuse: at most 2).
 
 Before/after comparisons: ``--save-plans DIR`` writes each plan as DIR/NAME-CONFIG.tfplan;
 ``--baseline DIR`` also times the plans found there (label "baseline"), in the same turns.
@@ -23,8 +23,8 @@ get the thread count through omp_set_num_threads).
 
 Also recorded, so that a reader can tell what ran: the thread count each runtime ran with
 (``session.threads``, onnxruntime's session options), what ran tilefuse's parallel loops
-(its own pool; "libgomp" for kernels built before it, where ``GOMP_SPINCOUNT`` and
-``OMP_WAIT_POLICY`` apply and are recorded), and how much CPU other processes used during
+(its own pool; "openmp" for kernels built before it, on libgomp, where ``GOMP_SPINCOUNT``
+and ``OMP_WAIT_POLICY`` apply and are recorded), and how much CPU other processes used during
 each phase, in cores (a quiet phase on a shared machine is not quiet: the figure shows it).
 """
 from __future__ import annotations
@@ -74,13 +74,15 @@ class Stats:
     median_ms: float
     p99_ms: float
     p10_ms: float  # the good runs: on a shared machine, closer to what a quiet one gives
+    mean_ms: float  # the time per run over the phase: what the stalls cost in throughput
     max_ms: float
     runs: int
 
     @staticmethod
     def of(times: list[float]) -> "Stats":
         a = np.asarray(times)
-        return Stats(float(np.median(a)), float(np.percentile(a, 99)), float(np.percentile(a, 10)), float(a.max()), len(a))
+        return Stats(float(np.median(a)), float(np.percentile(a, 99)), float(np.percentile(a, 10)), float(a.mean()),
+                     float(a.max()), len(a))
 
 
 class CpuMeter:
@@ -204,7 +206,7 @@ def _line(r: dict, n: str) -> str:
     for phase in ("quiet", "busy"):
         if phase in r:
             s = r[phase][n]
-            cells.append(f"{phase} {s['median_ms']:9.3f} / p99 {s['p99_ms']:9.3f} (n={s['runs']})")
+            cells.append(f"{phase} {s['median_ms']:9.3f} / p99 {s['p99_ms']:9.3f} / mean {s['mean_ms']:9.3f} (n={s['runs']})")
     if "busy_p99_over_quiet_median" in r:
         cells.append(f"busy p99 / quiet median {r['busy_p99_over_quiet_median'][n]:5.2f}")
     return "  ".join(cells)
@@ -221,14 +223,14 @@ def markdown(results: list[dict], header: dict) -> str:
         f"{'pinned to CPU ' + str(header['pin']) if header['pin'] is not None else 'unpinned'}. "
         f"Command: `{header['command']}`. Times in ms; 'others': CPU other processes used during the phase, in cores.\n",
     ]
-    cols = [f"{p} {k}" for p in phases for k in ("median", "p99", "runs")]
+    cols = [f"{p} {k}" for p in phases for k in ("median", "p99", "mean", "runs")]
     extra = ["busy p99 / quiet median"] if len(phases) == 2 else []
     lines += ["| model | runtime | " + " | ".join(cols + extra) + " | others |",
               "| --- | --- | " + " | ".join("---" for _ in cols + extra) + " | --- |"]
     for r in results:
         for n in r["threads"]:
             cells = [f"{r[p][n][k]:.3f}" if k != "runs" else str(r[p][n][k]) for p in phases
-                     for k in ("median_ms", "p99_ms", "runs")]
+                     for k in ("median_ms", "p99_ms", "mean_ms", "runs")]
             cells += [f"{r['busy_p99_over_quiet_median'][n]:.2f}"] if extra else []
             others = "/".join(str(r[p]["other_cores_busy"]) for p in phases)
             pool = f", {r['pool'][n]}" if n in r["pool"] else ""

@@ -4,8 +4,9 @@ Kernels run their parallel loops on tilefuse's own thread pool (codegen/cpu/thre
 carried by every kernel library and shared by all of them in the process. Its team size is
 kept per OS thread, so the executor sets it on the calling thread before every run: each
 session keeps its own count whichever thread runs it, and whatever ``OMP_NUM_THREADS`` says.
-Kernels built before the pool link libgomp instead; for them the count goes through
-``omp_set_num_threads``, which libgomp also keeps per thread.
+Kernels built before the pool (or by a compiler whose OpenMP calls the pool does not stand in
+for: clang's) link an OpenMP runtime instead; for them the count goes through
+``omp_set_num_threads``, which libgomp and libomp also keep per thread.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ class Team:
 
     ``threads``: the count they run with, at most: the one asked for, or (None or 0) the
     process default, ``OMP_NUM_THREADS`` else one per core the process may run on; 1 when
-    no kernel has a parallel loop. ``pool``: what runs them ("tilefuse", "libgomp", "none").
+    no kernel has a parallel loop. ``pool``: what runs them ("tilefuse", "openmp", "none").
     """
 
     def __init__(self, libs: Iterable[ctypes.CDLL], threads: int | None) -> None:
@@ -35,7 +36,7 @@ class Team:
                 self.threads = min(threads or lib.tf_threads_default(), lib.tf_threads_cap())
                 return
             if hasattr(lib, "omp_set_num_threads"):  # found through the library's dependencies
-                self._bind(lib.omp_set_num_threads, "libgomp")
+                self._bind(lib.omp_set_num_threads, "openmp")
                 limit = lib.omp_get_thread_limit
                 self.threads = max(1, min(threads or _on_fresh_thread(lib.omp_get_max_threads), limit()))
                 return
@@ -51,8 +52,8 @@ class Team:
 
 
 def _on_fresh_thread(fn: ctypes._CFuncPtr) -> int:
-    """``fn()`` on a new thread: libgomp's process-wide default, which no thread's own
-    ``omp_set_num_threads`` has changed."""
+    """``fn()`` on a new thread: the OpenMP runtime's process-wide default, which no
+    thread's own ``omp_set_num_threads`` has changed."""
     out: list[int] = []
     t = threading.Thread(target=lambda: out.append(fn()), name="tilefuse-omp-default")
     t.start()
