@@ -19,10 +19,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-# --threads N sets both runtimes' thread count; OpenMP reads it once, at its first use.
-if "--threads" in sys.argv[1:-1]:
-    os.environ["OMP_NUM_THREADS"] = sys.argv[sys.argv.index("--threads") + 1]
-
 import onnxruntime as ort  # noqa: E402
 
 import models  # noqa: E402
@@ -60,7 +56,7 @@ def main() -> int:
         for name in args.only or names:
             path = models.build(name, config, "float32")
             shapes = models.ZOO[name].shapes(config)
-            session = InferenceSession(compile(path, "cpu", shapes))
+            session = InferenceSession(compile(path, "cpu", shapes), threads=threads)
             feeds = models.random_inputs(path, shapes, seed=0)
             so = ort.SessionOptions()
             so.intra_op_num_threads = threads

@@ -6,7 +6,9 @@ library with the CPU ABI ``void SYMBOL(void **args)``.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -49,6 +51,25 @@ void SYMBOL(void **args) {
         }
 }
 """
+
+# y = max(x + b, zero), rows in parallel; every share records the team size it ran in. Built
+# with the kernels' flags and (unless pool=False) tilefuse's thread pool, like a real kernel.
+PROBE = r"""
+_Atomic int32_t probe_team;
+void SYMBOL(void **args) {
+    const float *x = args[0], *b = args[1], *zero = args[2];
+    float *y = args[3];
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < M; i++) {
+        atomic_store(&probe_team, omp_get_num_threads());
+        for (int j = 0; j < N; j++) {
+            float v = x[i * N + j] + b[j];
+            y[i * N + j] = v > *zero ? v : *zero;
+        }
+    }
+}
+"""
+PROBE_M, PROBE_N = 256, 64
 
 F32 = DType.FLOAT32
 
@@ -182,3 +203,50 @@ def aborting_library(tmp: Path, symbol: str) -> Path:
     src.write_text(f"#include <stdlib.h>\nvoid {symbol}(void **args) {{ (void)args; abort(); }}\n")
     subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
     return lib
+
+
+def probe_graph(seed: int = 0) -> Graph:
+    """y = max(x + bias, 0) on x [PROBE_M, PROBE_N]: one [add, max] group."""
+    rng = np.random.default_rng(seed)
+    b = Builder("probe")
+    x = b.input("x", TensorType(F32, (PROBE_M, PROBE_N)))
+    bias = b.const(rng.standard_normal(PROBE_N).astype(np.float32), name="bias")
+    b.output("y", b.map(ScalarFn.MAX, b.map(ScalarFn.ADD, x, bias), b.const(np.float32(0))))
+    return b.graph
+
+
+def probe_plan(tmp: Path, pool: bool = True) -> tuple[Graph, Plan, Path]:
+    """(graph, plan, kernel library) of the probe: its kernel reports the team size it ran
+    with (``probe_team``); ``pool=False``: a kernel as built before tilefuse's pool, on libgomp."""
+    from tilefuse.codegen.cpu.build import FLAGS, find_compiler
+    from tilefuse.codegen.cpu.prelude import PRELUDE
+    from tilefuse.codegen.cpu.threads import THREAD_POOL
+
+    graph = probe_graph()
+    partition = partition_graph(graph, CPU)
+    (group,) = partition.groups
+    assert ops(group) == ["add", "max"], "the partitioner changed: adapt the kernel"
+    head = THREAD_POOL + PRELUDE if pool else "#include <stdatomic.h>\n#include <stdint.h>\nint omp_get_num_threads(void);\n"
+    source = head + PROBE
+    name = f"probe_{hashlib.sha256(source.encode()).hexdigest()[:8]}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    src, lib = tmp / f"{name}.c", tmp / f"{name}.so"
+    src.write_text(source)
+    defines = [f"-DSYMBOL={name}", f"-DM={PROBE_M}", f"-DN={PROBE_N}"]
+    subprocess.run([*find_compiler().command, *FLAGS, *defines, "-o", str(lib), str(src)], check=True)
+    params = [ParamSpec(v.name, str(v.type.dtype), v.type.shape, "input") for v in group.inputs]
+    params += [ParamSpec(v.name, str(v.type.dtype), v.type.shape, "output") for v in group.outputs]
+    kernel = KernelArtifact(name, name, lib, tuple(params), {"threads": 1}, src)
+    return graph, link(graph, partition, {group.id: kernel}, "cpu", "2" * 64), lib
+
+
+def probe_team(lib: Path) -> int:
+    """The team size the probe kernel last ran with (in this process)."""
+    return ctypes.c_int32.in_dll(ctypes.CDLL(str(lib.resolve())), "probe_team").value
+
+
+def default_team() -> int:
+    """The pool's default team size: OMP_NUM_THREADS's first level, else the cores this
+    process may run on."""
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(first) if first.isdigit() and int(first) > 0 else len(os.sched_getaffinity(0))

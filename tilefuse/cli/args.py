@@ -63,3 +63,10 @@ def add_const_arg(p: argparse.ArgumentParser) -> None:
         help="bind an input to a value known at compile time (sample_rate=16000; a list as V0,V1,...): "
              "the compiled model no longer takes it, and an If on it keeps only the branch taken; repeatable",
     )
+
+
+def check_threads(n: int | None) -> int | None:
+    """``--threads N``: a non-negative count (0: the default), or None when not given."""
+    if n is not None and n < 0:
+        raise argparse.ArgumentTypeError(f"--threads expects a non-negative integer, got {n}")
+    return n

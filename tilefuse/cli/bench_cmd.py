@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 from tilefuse.bench import measure
-from tilefuse.cli.args import add_shape_arg, parse_shapes
+from tilefuse.cli.args import add_shape_arg, check_threads, parse_shapes
 from tilefuse.cli.run_cmd import plan_ranges, random_feeds
 from tilefuse.errors import InputError
 
@@ -21,25 +20,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", metavar="MODEL.onnx", help="source model for --against (default: the plan's)")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for both runtimes")
+    p.add_argument("--threads", type=int, help="threads for both runtimes (default: tilefuse's, OMP_NUM_THREADS "
+                   "else one per core, for both)")
     p.add_argument("--json", metavar="FILE", help="write the figures as JSON")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    from tilefuse.plan import load_plan
     from tilefuse.runtime import InferenceSession
+    from tilefuse.runtime.session import takes_threads
 
+    check_threads(args.threads)
     if Path(args.target).is_dir():
-        session = InferenceSession(args.target)
+        plan = load_plan(args.target)
     else:
         from tilefuse.compiler import compile
 
-        session = InferenceSession(compile(args.target, args.device, parse_shapes(args.shape)))
-    plan = session.plan
+        plan = compile(args.target, args.device, parse_shapes(args.shape))
+    # a GPU plan's kernels take no thread count; then --threads is onnxruntime's alone
+    on_host = takes_threads(plan.target)
+    session = InferenceSession(plan, threads=args.threads if on_host else None)
     source = args.model or plan.source_path or (args.target if not Path(args.target).is_dir() else "")
     feeds = random_feeds(plan.input_types(), {}, 0, plan_ranges(source, plan.input_types()))
-    result = {"plan_target": plan.target, "threads": args.threads}
+    # what ran: the count the session's kernels run with (None: they run on a GPU)
+    result = {"plan_target": plan.target, "threads": session.threads}
+    print(f"tilefuse threads: {session.threads if on_host else 'none (GPU kernels)'}")
     t = measure(lambda: session.run(None, feeds), warmup=args.warmup, repeats=args.repeats)
     result["tilefuse_ms"] = t.median_ms
     result["tilefuse"] = vars(t)
@@ -51,9 +57,13 @@ def run(args: argparse.Namespace) -> int:
         if not model or not Path(model).is_file():
             raise InputError("--against needs the source model: pass --model")
         so = ort.SessionOptions()
-        so.intra_op_num_threads = args.threads
+        # the count asked for, else the one tilefuse resolved (0: onnxruntime's default); tilefuse
+        # may run with fewer (1 when no kernel has a parallel loop), and records that
+        so.intra_op_num_threads = args.threads or session.threads or 0
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         ref = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+        result["onnxruntime_threads"] = ref.get_session_options().intra_op_num_threads
+        print(f"onnxruntime threads: {result['onnxruntime_threads'] or 'its default'}")
         r = measure(lambda: ref.run(None, feeds), warmup=args.warmup, repeats=args.repeats)
         result["onnxruntime_ms"] = r.median_ms
         result["onnxruntime"] = vars(r)

@@ -8,7 +8,7 @@ from typing import Mapping
 
 import numpy as np
 
-from tilefuse.cli.args import add_shape_arg, parse_consts, parse_shapes
+from tilefuse.cli.args import add_shape_arg, check_threads, parse_consts, parse_shapes
 from tilefuse.compare import compare_output
 from tilefuse.errors import InputError, ModelLoadError
 from tilefuse.frontend.input_ranges import DEFAULT_INT_RANGE, MASK_RANGE, META_RANGES, integer_ranges
@@ -60,6 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--atol", type=_non_negative, help="with --check: the absolute part of that bound (default 0 when --rtol is given)")
     p.add_argument("--model", metavar="MODEL.onnx", help="the source model for --check (default: the one the plan records)")
     p.add_argument("--save", metavar="DIR", help="write each output to DIR/NAME.npy")
+    p.add_argument("--threads", type=int, help="threads for a CPU plan's kernels and for --check's onnxruntime "
+                   "(default: OMP_NUM_THREADS, else one per core)")
     p.set_defaults(func=run)
 
 
@@ -117,10 +119,15 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--rtol and --atol set the tolerance of --check; pass --check too")
     given = _load_inputs(args.input)
     consts = parse_consts(args.const)
+    threads = check_threads(args.threads)
     if Path(args.target).is_dir():
+        from tilefuse.plan import load_plan
         from tilefuse.runtime import InferenceSession
+        from tilefuse.runtime.session import takes_threads
 
-        session = InferenceSession(args.target)
+        plan = load_plan(args.target)
+        session = InferenceSession(plan, threads=threads if takes_threads(plan.target) else None)
+        threads = threads or session.threads
         inputs = session.plan.input_types()
         model = args.model or session.plan.source_path
         precision = session.plan.precision
@@ -152,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not model or not Path(model).is_file():
         raise InputError(f"--check needs the source model; {model or 'the plan records none'} is not a file: pass --model")
-    expected = onnxruntime_outputs(str(model), feeds, consts)
+    expected = onnxruntime_outputs(str(model), feeds, consts, threads)
     worst = 0
     for name, y in outputs.items():
         if name not in expected:
@@ -163,15 +170,18 @@ def run(args: argparse.Namespace) -> int:
     return worst
 
 
-def onnxruntime_outputs(model: str, feeds: Mapping[str, np.ndarray], consts: dict[str, object]) -> dict[str, np.ndarray]:
+def onnxruntime_outputs(model: str, feeds: Mapping[str, np.ndarray], consts: dict[str, object],
+                        threads: int | None = None) -> dict[str, np.ndarray]:
     """onnxruntime's outputs for ``feeds`` (and the --const values a plan was compiled with)
     on its CPU provider; its refusal (of the model or of the inputs) as a one-line error."""
     import onnxruntime as ort
 
     # onnxruntime raises its own exception classes (Fail, InvalidArgument, NotImplemented,
     # InvalidGraph, ...), all bare Exception subclasses with no common base of their own.
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads or 0  # 0: onnxruntime's default
     try:
-        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
     except Exception as e:
         raise ModelLoadError(f"--check: onnxruntime cannot load {model}: {_one_line(e)}") from None
     reference_feeds = {**feeds, **_const_feeds(session, consts)}

@@ -15,7 +15,8 @@ A branch (an If on a run-time condition) reads its condition from its buffer and
 steps of the branch taken; a select step copies that branch's results to the If's outputs.
 
 The runtime does not read a kernel's ``launch`` data: a CPU kernel parallelises itself
-(OpenMP), so its thread count is the code generator's to build in.
+(OpenMP loops, run on tilefuse's pool). How many threads they use is the session's
+``threads``, set on the calling thread before every run (threads.py).
 
 Kernels that check indices read at run time get a status word each, in the arena's
 ``status`` rows (zero; a kernel writes its row only when it finds an index out of
@@ -35,6 +36,7 @@ from tilefuse.plan.model import BranchStep, BufferKind, HostStep, Kernel, Kernel
 from tilefuse.plan.verify import check_kernel_identity
 from tilefuse.runtime.native import NativeLibrary
 from tilefuse.runtime.pool import ArenaPool, aligned_empty
+from tilefuse.runtime.threads import Team
 
 KernelFn = Callable[[ctypes.Array], None]
 # tf_run_steps(n, fns, argvs): every kernel library carries it (codegen/cpu/prelude.py)
@@ -76,16 +78,25 @@ class _Arena:
 
 class CpuExecutor:
     """Executes a cpu plan; ``run`` is safe to call from several threads at once, and
-    ``close`` (once no run is in flight) unloads its libraries and drops its memory."""
+    ``close`` (once no run is in flight) unloads its libraries and drops its memory.
 
-    def __init__(self, plan: Plan) -> None:
+    ``threads``: the thread count of its parallel kernels (None or 0: the default); the
+    attribute of the same name is the count they run with, and ``thread_pool`` what runs
+    them (see ``threads.Team``).
+    """
+
+    threaded = True
+
+    def __init__(self, plan: Plan, threads: int | None = None) -> None:
         self.plan = plan
         self._libs: list[NativeLibrary] = []
         try:
             self._fns = {name: self._load(k) for name, k in plan.kernels.items()}
+            self._team = Team(self._libs, threads)
         except BaseException:
             self.close()
             raise
+        self.threads, self.thread_pool = self._team.threads, self._team.pool
         self._driver = _find_driver(self._libs)
         self._fixed: dict[int, np.ndarray] = {}  # constant buffers: aligned copies of the weights
         for buf in plan.buffers:
@@ -192,6 +203,7 @@ class CpuExecutor:
         """
         arena = self._pool.get()
         try:
+            self._team.apply()  # per run: the count is per OS thread, and others may set it
             for name, dst in arena.inputs:
                 np.copyto(dst, feeds[name], casting="no")
             self._run_block(arena.block, arena)

@@ -82,6 +82,12 @@ class NativeLibrary:
                             f"a plan calls its own kernels only")
         return fn
 
+    def dependency_function(self, symbol: str) -> ctypes._CFuncPtr | None:
+        """``symbol`` as the library sees it, wherever it is defined (its OpenMP runtime's
+        ``omp_set_num_threads``): for the runtime's own calls only, never a name a plan gives."""
+        assert self._lib is not None, "closed"
+        return getattr(self._lib, symbol, None)
+
     def close(self) -> None:
         """Unload the library; every function taken from it is invalid afterwards."""
         lib, self._lib = self._lib, None

@@ -5,8 +5,10 @@ The session checks inputs and picks the executor for the plan's target; executor
 ``Executor(plan)`` and offers ``run(feeds, output_names) -> list[np.ndarray]``, taking
 checked feeds and returning fresh arrays; it must be safe to call from several threads.
 ``close()`` releases what it holds (libraries, device memory, modules, streams); the
-session calls it once no run is in flight. An executor that reads GPU tensors says where
-as ``feed_device`` (a ``feeds.FeedDevice``); the session then lets GPU feeds through as
+session calls it once no run is in flight. One whose kernels run on host threads says so
+with ``threaded = True``: it is built as ``Executor(plan, threads)`` and reports the count
+its kernels run with as ``threads``. An executor that reads GPU tensors says where as
+``feed_device`` (a ``feeds.FeedDevice``); the session then lets GPU feeds through as
 ``DeviceView``s.
 
 A session releases its executor on ``close()``, at the end of a ``with`` block, or when
@@ -53,6 +55,11 @@ class NodeArg:
     type: str
 
 
+def takes_threads(target: str) -> bool:
+    """Whether a plan for ``target`` runs kernels on host threads (takes ``threads=``)."""
+    return getattr(EXECUTORS.get(target.split(":")[0]), "threaded", False)
+
+
 class _Lifetime:
     """Counts the runs in flight; ``close`` refuses new ones and waits for those."""
 
@@ -94,16 +101,30 @@ class InferenceSession:
     """``InferenceSession("model.tfplan")`` or ``InferenceSession(plan)``; also a context
     manager (``with InferenceSession(path) as sess:``) that closes it at the end.
 
-    ``run(output_names, feeds)`` is safe to call from several threads at once.
+
+class InferenceSession:
+    """``InferenceSession("model.tfplan")`` or ``InferenceSession(plan, threads=2)``.
+
+    ``threads`` is onnxruntime's ``intra_op_num_threads``: the threads a CPU plan's parallel
+    kernels use (None or 0: ``OMP_NUM_THREADS``, else one per core the process may use).
+    Each session keeps its own, whichever thread runs it; ``session.threads`` is the count
+    they run with (None on a plan whose kernels run on a GPU). ``run(output_names, feeds)``
+    is safe to call from several threads at once.
     """
 
-    def __init__(self, path_or_plan: str | Path | Plan) -> None:
+    def __init__(self, path_or_plan: str | Path | Plan, *, threads: int | None = None) -> None:
         self.plan = path_or_plan if isinstance(path_or_plan, Plan) else load_plan(path_or_plan)
         family = self.plan.target.split(":")[0]
         executor = EXECUTORS.get(family)
         if executor is None:
             raise PlanError(f"no runtime for target {self.plan.target!r} in this tilefuse; runtimes: {sorted(EXECUTORS)}")
-        self._executor = executor(self.plan)
+        if takes_threads(self.plan.target):
+            self._executor = executor(self.plan, threads)
+        elif threads:
+            raise InputError(f"threads={threads!r}: a {self.plan.target} plan's kernels do not run on host threads")
+        else:
+            self._executor = executor(self.plan)
+        self.threads: int | None = getattr(self._executor, "threads", None)
         self._lifetime = _Lifetime()
         # Not at exit: the process's end releases everything, and the CUDA driver may be gone.
         self._finalizer = weakref.finalize(self, _release, self._lifetime, self._executor)

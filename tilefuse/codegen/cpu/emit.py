@@ -6,8 +6,9 @@ The tile grid is a loop nest, OpenMP-parallel when it has more than one tile and
 work (``GRID_MIN_WORK``); per-tile buffers are local arrays (heap-allocated above
 ``STACK_BUFFER_BYTES``) that start zeroed, as the interpreter's do. A parallel loop nest big enough to pay for a parallel region,
 and not already inside one, becomes ``omp parallel for collapse(k)``; an innermost
-parallel loop of plain stores gets ``omp simd``. Tile statements (Copy, Fill, Gemm,
-ReduceTile) are rendered by ``emit_tiles``.
+parallel loop of plain stores gets ``omp simd``. A kernel with a parallel loop carries the
+thread pool its loops run on (``threads``), so it needs no OpenMP runtime. Tile statements
+(Copy, Fill, Gemm, ReduceTile) are rendered by ``emit_tiles``.
 
 The result is a ``CSource``: text, symbol and params, built from the IR. The symbol is
 the program's name without its group index plus a hash of everything else, so identical
@@ -25,6 +26,7 @@ from tilefuse.codegen.cpu import accumulate, emit_tiles
 from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
 from tilefuse.codegen.cpu.prelude import INDEX_PRELUDE, PRELUDE
+from tilefuse.codegen.cpu.threads import THREAD_POOL
 from tilefuse.codegen.toolchain import kernel_stem, param_specs
 from tilefuse.tile_ir.ir import STATUS, Buffer, Copy, Fill, Gemm, If, Loop, LoopKind, ReduceTile, Stmt, Store, TileProgram
 
@@ -50,9 +52,14 @@ class CSource:
 
 def emit_program(program: TileProgram) -> CSource:
     stem = kernel_stem(program.name)
-    body = _Emitter(program).function_body()
+    emitter = _Emitter(program)
+    body = emitter.function_body()
     header = _header(program, stem)
-    prelude = PRELUDE + INDEX_PRELUDE if program.index_sites else PRELUDE
+    # only a kernel with a parallel loop carries the thread pool (it costs compile time);
+    # it comes first, for its #define _GNU_SOURCE
+    prelude = THREAD_POOL + PRELUDE if emitter.parallel else PRELUDE
+    if program.index_sites:
+        prelude += INDEX_PRELUDE
     digest = hashlib.sha256("\n".join([stem, header, prelude, *body]).encode()).hexdigest()[:10]
     symbol = f"{stem}_{digest}"
     text = "\n".join([header, prelude, f"void {symbol}(void **args)", "{", *body, "}", ""])
@@ -81,6 +88,7 @@ class _Emitter:
             cident(v.name): (0, g - 1) for v, g in zip(program.block_vars, program.grid)
         }
         self._writes: dict[int, tuple[Loop, frozenset[str]]] = {}
+        self.parallel = False  # whether an ``omp parallel`` loop was emitted
 
     # -- the function ------------------------------------------------------------------
     def function_body(self) -> list[str]:
@@ -99,6 +107,7 @@ class _Emitter:
             collapse = f" collapse({len(loops)})" if len(loops) > 1 else ""
             if math.prod(self.p.grid) * sum(_work(s) for s in self.p.body) >= GRID_MIN_WORK:
                 out.append(f"    #pragma omp parallel for{collapse} schedule(static)")
+                self.parallel = True
             out += [f"    {x}" for x in loops] + [f"        {x}" for x in tile] + ["    " + "}" * len(loops)]
         else:
             out += [f"    const int64_t {cident(v.name)} = 0; (void){cident(v.name)};" for v in self.p.block_vars]
@@ -136,7 +145,9 @@ class _Emitter:
         if isinstance(s, Copy):
             return emit_tiles.copy(s, self.exprs(levels, (*s.src.offsets, *s.dst.offsets)), self.names)
         if isinstance(s, Gemm):
-            return emit_tiles.gemm(s, parallel=not in_parallel and _work(s) >= PARALLEL_MIN_WORK)
+            parallel = not in_parallel and _work(s) >= PARALLEL_MIN_WORK
+            self.parallel |= parallel
+            return emit_tiles.gemm(s, parallel=parallel)
         if isinstance(s, ReduceTile):
             return emit_tiles.reduce(s)
         if isinstance(s, If):
@@ -190,6 +201,7 @@ class _Emitter:
             k = len(nest) - 1 if keep_simd else len(nest)
             simd = " simd" if k == 1 and len(nest) == 1 and _simd_ok(s) else ""
             collapse = f" collapse({k})" if k > 1 else ""
+            self.parallel = True
             return self.nest(nest[:k], levels, f"#pragma omp parallel for{simd}{collapse} schedule(static)")
         pragma = "#pragma omp simd" if s.kind is LoopKind.PARALLEL and _simd_ok(s) else ""
         return self.nest([s], levels, pragma, in_parallel=in_parallel)

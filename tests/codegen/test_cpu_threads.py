@@ -1,0 +1,237 @@
+"""The thread pool the CPU kernels' parallel loops run on (codegen/cpu/threads.py): every
+share of a region runs exactly once whoever runs it; the team size is per calling thread and
+one pool serves every kernel library; a nested region, or one entered while another caller
+has the pool, runs alone; idle pool threads sleep; a kernel needs no OpenMP runtime; a
+forked child still runs parallel kernels."""
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tilefuse.codegen.cpu import build_kernel
+from tilefuse.codegen.cpu.build import FLAGS, find_compiler
+from tilefuse.codegen.cpu.prelude import PRELUDE
+from tilefuse.codegen.cpu.threads import THREAD_POOL
+from tilefuse.ir.dtypes import DType
+from tilefuse.ir.prims import ScalarFn as F
+from tilefuse.tile_ir.ir import Call
+
+from tests.codegen.cpu_programs import elementwise, load, param, program, run_both
+from tests.plan.handmade import default_team
+
+ROOT = Path(__file__).resolve().parents[2]
+
+KERNELS = r"""
+/* each iteration adds 1 to its slot */
+void count(int32_t *slots, int64_t n) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) slots[i] += 1;
+}
+/* per iteration: the team size and the share that ran it */
+void shares(int32_t *team, int32_t *share, int64_t n) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) { team[i] = omp_get_num_threads(); share[i] = omp_get_thread_num(); }
+}
+static void __attribute__((noinline)) inner(int32_t *team, int64_t n) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) team[i] = omp_get_num_threads();
+}
+/* a region inside a region's share */
+void nested(int32_t *outer, int32_t *inner_team, int64_t n) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) { outer[i] = omp_get_num_threads(); inner(inner_team + i * n, n); }
+}
+/* each share counts itself in, then waits for *go: holds the pool until released */
+void hold(_Atomic int32_t *go, _Atomic int32_t *entered) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < 2; i++) { atomic_fetch_add(entered, 1); while (!atomic_load(go)) sched_yield(); }
+}
+"""
+
+
+def _build(tmp: Path, name: str) -> Path:
+    src, lib = tmp / f"{name}.c", tmp / f"{name}.so"
+    src.write_text(THREAD_POOL + PRELUDE + KERNELS)
+    subprocess.run([*find_compiler().command, *FLAGS, "-o", str(lib), str(src)], check=True)
+    return lib
+
+
+@pytest.fixture(scope="module")
+def libs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pool")
+    return [ctypes.CDLL(str(_build(tmp, name)), mode=ctypes.RTLD_LOCAL) for name in ("a", "b")]
+
+
+def _ptr(a: np.ndarray) -> ctypes.c_void_p:
+    """The array's address: the caller keeps the array alive."""
+    return ctypes.c_void_p(a.ctypes.data)
+
+
+def test_every_share_runs_once_from_many_callers_and_team_sizes(libs):
+    lib = libs[0]
+    failures = []
+
+    def caller(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(200):
+            lib.tf_threads_set(int(rng.integers(1, 6)))
+            slots = np.zeros(int(rng.integers(1, 5000)), np.int32)
+            rounds = int(rng.integers(1, 10))
+            for _ in range(rounds):
+                lib.count(_ptr(slots), ctypes.c_int64(slots.size))
+            if not (slots == rounds).all():
+                failures.append((seed, slots.size, rounds))
+
+    threads = [threading.Thread(target=caller, args=(s,)) for s in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+
+
+def test_team_size_is_per_calling_thread_and_one_pool_serves_every_library(libs):
+    a, b = libs
+    n = 1000
+    team, share = np.zeros(n, np.int32), np.full(n, -1, np.int32)
+    a.tf_threads_set(3)  # set through one library, used by the other's kernels
+    b.shares(_ptr(team), _ptr(share), ctypes.c_int64(n))
+    assert (team == 3).all() and b.tf_threads_team() == 3
+    # the static schedule's shares: three contiguous runs of rows, 0, 1, 2 in order
+    assert list(np.unique(share)) == [0, 1, 2] and (np.diff(share) >= 0).all()
+
+    seen = {}
+
+    def fresh_thread() -> None:  # its own team size: the default, whatever the caller set
+        t, s = np.zeros(n, np.int32), np.zeros(n, np.int32)
+        b.shares(_ptr(t), _ptr(s), ctypes.c_int64(n))
+        seen["team"], seen["default"] = set(t.tolist()), a.tf_threads_default()
+
+    worker = threading.Thread(target=fresh_thread)
+    worker.start()
+    worker.join()
+    assert seen == {"team": {default_team()}, "default": default_team()}
+    a.tf_threads_set(1)
+    b.shares(_ptr(team), _ptr(share), ctypes.c_int64(n))
+    assert (team == 1).all() and (share == 0).all()
+
+
+def test_a_region_inside_a_share_runs_alone(libs):
+    lib = libs[1]
+    lib.tf_threads_set(2)
+    n = 64
+    outer, inner = np.zeros(n, np.int32), np.zeros(n * n, np.int32)
+    lib.nested(_ptr(outer), _ptr(inner), ctypes.c_int64(n))
+    assert (outer == 2).all() and (inner == 1).all()
+
+
+def test_a_caller_that_finds_the_pool_busy_runs_alone(libs):
+    a, b = libs
+    go, entered = ctypes.c_int32(0), ctypes.c_int32(0)
+
+    def holder() -> None:
+        a.tf_threads_set(2)
+        a.hold(ctypes.byref(go), ctypes.byref(entered))
+
+    t = threading.Thread(target=holder)
+    t.start()
+    try:
+        deadline = time.monotonic() + 30
+        while entered.value == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert entered.value > 0, "the holding region never started"
+        b.tf_threads_set(2)
+        team, share = np.zeros(100, np.int32), np.zeros(100, np.int32)
+        b.shares(_ptr(team), _ptr(share), ctypes.c_int64(100))
+        assert (team == 1).all()  # it did not wait for the pool: it ran every iteration itself
+    finally:
+        go.value = 1
+        t.join()
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread states from /proc")
+def test_idle_pool_threads_sleep(libs):
+    lib = libs[0]
+    lib.tf_threads_set(3)
+    slots = np.zeros(10_000, np.int32)
+    lib.count(_ptr(slots), ctypes.c_int64(slots.size))
+    time.sleep(0.2)  # far past the spin
+    states = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            if (task / "comm").read_text().strip() == "tilefuse-pool":
+                states[task.name] = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+    assert len(states) >= 2 and set(states.values()) == {"S"}, states
+
+
+def _parallel_program():
+    x = param("x", DType.FLOAT32, (512, 512))
+    y = param("y", DType.FLOAT32, (512, 512))
+    body = [elementwise(y, lambda i: Call(F.MUL, (load(x, i), load(x, i)), DType.FLOAT32))]
+    return program("square", [x], [y], body)
+
+
+def test_a_parallel_kernel_runs_without_an_openmp_runtime(tmp_path):
+    p = _parallel_program()
+    artifact = build_kernel(p, cache_dir=tmp_path)
+    text = Path(artifact.source).read_text()
+    assert "#pragma omp parallel" in text and "tf_threads_v1" in text
+    script = f"""
+import ctypes, json, os, numpy as np
+lib = ctypes.CDLL({str(artifact.path)!r}, mode=ctypes.RTLD_LOCAL)
+lib.tf_threads_set(2)
+x = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)
+y = np.zeros_like(x)
+argv = (ctypes.c_void_p * 2)(x.ctypes.data, y.ctypes.data)
+getattr(lib, {artifact.symbol!r})(argv)
+try:
+    ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD)
+    gomp = True
+except OSError:
+    gomp = False
+print(json.dumps({{"gomp": gomp, "ok": bool(np.array_equal(y, x * x))}}))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(out.stdout) == {"gomp": False, "ok": True}
+
+
+def test_a_kernel_without_parallel_loops_carries_no_pool(tmp_path):
+    x = param("x", DType.FLOAT32, (4, 8))
+    y = param("y", DType.FLOAT32, (4, 8))
+    p = program("small", [x], [y], [elementwise(y, lambda i: Call(F.NEG, (load(x, i),), DType.FLOAT32))])
+    artifact = build_kernel(p, cache_dir=tmp_path)
+    assert "tf_threads_v1" not in Path(artifact.source).read_text()
+    got, want = run_both(p, artifact, [np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)])
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_runs_parallel_kernels(libs, tmp_path):
+    lib_path = _build(tmp_path, "forked")
+    script = f"""
+import ctypes, os, numpy as np
+lib = ctypes.CDLL({str(lib_path)!r}, mode=ctypes.RTLD_LOCAL)
+lib.tf_threads_set(3)
+def run():
+    slots = np.zeros(100_000, np.int32)
+    for _ in range(50):
+        lib.count(ctypes.c_void_p(slots.ctypes.data), ctypes.c_int64(slots.size))
+    return bool((slots == 50).all())
+assert run()  # the parent's workers exist now
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if run() else 3)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "0"
