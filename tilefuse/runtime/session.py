@@ -98,12 +98,8 @@ def _release(lifetime: _Lifetime, executor: object) -> None:
 
 
 class InferenceSession:
-    """``InferenceSession("model.tfplan")`` or ``InferenceSession(plan)``; also a context
-    manager (``with InferenceSession(path) as sess:``) that closes it at the end.
-
-
-class InferenceSession:
-    """``InferenceSession("model.tfplan")`` or ``InferenceSession(plan, threads=2)``.
+    """``InferenceSession("model.tfplan")`` or ``InferenceSession(plan, threads=2)``; also a
+    context manager (``with InferenceSession(path) as sess:``) that closes it at the end.
 
     ``threads`` is onnxruntime's ``intra_op_num_threads``: the threads a CPU plan's parallel
     kernels use (None or 0: ``OMP_NUM_THREADS``, else one per core the process may use).
