@@ -92,9 +92,9 @@ def test_export_copies_only_the_kernel_bytes_the_plan_linked(tmp_path):
     _, plan = mlp_plan(tmp_path / "build")
     kernel = next(iter(plan.kernels.values()))
     stitcher = Stitcher(tmp_path / "out", "custom-ops", False)
-    rel = stitcher._write_kernel(kernel)
+    rel = stitcher._write_kernel(kernel, ())
     assert (tmp_path / "out" / "kernels" / f"{kernel.name}.so").read_bytes() == kernel.path.read_bytes()
     assert rel.endswith(".tfk")
     kernel.path.write_bytes(kernel.path.read_bytes() + b"changed")
     with pytest.raises(PlanError, match="sha256 .* the file was modified"):
-        Stitcher(tmp_path / "out2", "custom-ops", False)._write_kernel(kernel)
+        Stitcher(tmp_path / "out2", "custom-ops", False)._write_kernel(kernel, ())

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+from tilefuse.plan.files import write_manifest
 from tilefuse.compiler import compile_model
 from tilefuse.errors import PlanError
 from tilefuse.plan import IndexSite, load_plan
@@ -41,7 +42,7 @@ def test_a_manifest_whose_sites_and_kernel_disagree_is_refused(tmp_path, edit, m
     path = compile_model(_model(), "cpu").plan.save(tmp_path / "p.tfplan")
     manifest = json.loads((path / "manifest.json").read_text())
     edit(next(s for s in manifest["steps"] if "sites" in s))
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    write_manifest(path, manifest)
     with pytest.raises(PlanError, match=match):
         load_plan(path)
 
@@ -51,6 +52,6 @@ def test_a_kernel_without_a_status_param_cannot_take_sites(tmp_path):
     manifest = json.loads((path / "manifest.json").read_text())
     for k in manifest["kernels"]:
         k["params"] = [p for p in k["params"] if p["role"] != "status"]
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    write_manifest(path, manifest)
     with pytest.raises(PlanError, match="takes no status word"):
         load_plan(path)

@@ -8,6 +8,7 @@ import json
 import pytest
 
 import tilefuse
+from tilefuse.plan.files import write_manifest
 from tests.compiler.if_models import nested_switch_model, sample_rate_model
 from tilefuse.errors import PlanError
 from tilefuse.plan import BranchStep, KernelStep, SelectStep, load_plan, step_order, verify_plan
@@ -80,6 +81,6 @@ def test_malformed_branches_are_plan_errors(saved, tmp_path, edit, message):
             (copy / f.relative_to(saved)).write_bytes(f.read_bytes())
     m = json.loads((copy / "manifest.json").read_text())
     edit(m)
-    (copy / "manifest.json").write_text(json.dumps(m))
+    write_manifest(copy, m)
     with pytest.raises(PlanError, match=message):
         load_plan(copy)

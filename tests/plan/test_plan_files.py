@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
+from tilefuse.plan.files import write_manifest
 from tilefuse.errors import PlanError
 from tilefuse.plan import FORMAT_VERSION, load_plan
 from tilefuse.reference import run_graph
@@ -51,7 +52,7 @@ def saved(tmp_path_factory):
 
 
 def test_layout_and_manifest(saved):
-    assert sorted(p.name for p in saved.iterdir()) == ["kernels", "manifest.json", "weights.safetensors"]
+    assert sorted(p.name for p in saved.iterdir()) == ["kernels", "manifest.json", "manifest.sha256", "weights.safetensors"]
     m = json.loads((saved / "manifest.json").read_text())
     assert m["format_version"] == FORMAT_VERSION and m["target"] == "cpu"
     assert [s["op"] for s in m["steps"]] == ["kernel", "host", "kernel"]
@@ -78,7 +79,7 @@ def test_loaded_plan_equals_saved(tmp_path):
 def _edit_manifest(path, edit):
     m = json.loads((path / "manifest.json").read_text())
     edit(m)
-    (path / "manifest.json").write_text(json.dumps(m))
+    write_manifest(path, m)
 
 
 def test_truncated_manifest(saved):

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tilefuse.plan.files import write_manifest
 from tilefuse.errors import PlanError
 from tilefuse.plan import load_plan
 
@@ -47,7 +48,7 @@ def _manifest(path: Path) -> dict:
 
 
 def _write_manifest(path: Path, m: dict) -> None:
-    (path / "manifest.json").write_text(json.dumps(m))
+    write_manifest(path, m)
 
 
 def _weights_layout(path: Path) -> tuple[int, dict]:
@@ -330,6 +331,7 @@ from pathlib import Path
 import numpy as np
 from tilefuse.errors import PlanError, TilefuseError
 from tilefuse.plan import load_plan
+from tilefuse.plan.files import write_manifest
 from tilefuse.runtime import InferenceSession
 
 BAD = [None, True, -1, 0, 2**70, 10**23, 1.5, float("nan"), "x", "../x", [], [0], {}, [[[]]], {"a": 1}]
@@ -366,7 +368,7 @@ for path in list(paths(original)):
         if value is KeyError and not path:
             continue
         cases += 1
-        (work / "manifest.json").write_text(json.dumps(edited(path, value)))
+        write_manifest(work, edited(path, value))
         try:
             plan = load_plan(work)
         except PlanError as e:
@@ -448,7 +450,7 @@ with InferenceSession(second) as s:
     s.run(None, feeds)
 sys.addaudithook(lambda *a: None)
 hooked = list(events)
-plan_names = {"manifest.json", "weights.safetensors", "kernels"} | {p.name for p in (second / "kernels").iterdir()}
+plan_names = {"manifest.json", "manifest.sha256", "weights.safetensors", "kernels"} | {p.name for p in (second / "kernels").iterdir()}
 for event, args in hooked:
     if event in ("open", "ctypes.dlopen"):
         name = args[0]

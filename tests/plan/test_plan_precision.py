@@ -7,6 +7,7 @@ from onnx import helper as h
 
 import tilefuse
 from tilefuse.errors import PlanError
+from tilefuse.plan.files import write_manifest
 from tilefuse.frontend.precision import PRECISIONS as FRONTEND_PRECISIONS
 from tilefuse.plan import load_plan
 from tilefuse.plan.model import PRECISIONS
@@ -27,9 +28,9 @@ def test_precision_is_saved_and_read_back(tmp_path):
     manifest = path / "manifest.json"
     data = json.loads(manifest.read_text())
     del data["precision"]  # a plan written before the field
-    manifest.write_text(json.dumps(data))
+    write_manifest(path, data)
     assert load_plan(path).precision == "fp32"
     data["precision"] = "fp8"
-    manifest.write_text(json.dumps(data))
+    write_manifest(path, data)
     with pytest.raises(PlanError, match=r"precision: expected one of .*got 'fp8'"):
         load_plan(path)

@@ -13,8 +13,8 @@ from tilefuse.frontend.context import onnx_dtype, tensor_to_array
 from tilefuse.frontend.coverage import check_supported, opsets_of
 from tilefuse.frontend.loader import check_model, load_model, onnx_opset, upgrade_opset, without_weights
 from tilefuse.frontend.scope import Scope, convert_nodes
-from tilefuse.frontend.shapes import (ConstSpec, ShapeSpec, bind_constants, bind_input_types, constant_shapes,
-                                     fixed_size, runtime_inputs)
+from tilefuse.frontend.shapes import (ConstSpec, ShapeSpec, as_mapping, bind_constants, bind_input_types,
+                                     constant_shapes, fixed_size, runtime_inputs)
 from tilefuse.ir.builder import Builder
 from tilefuse.ir.graph import Graph
 from tilefuse.ir.verify import verify_graph
@@ -49,7 +49,7 @@ def import_onnx(
     check_supported(proto, any_opset=True)  # first: the version converter trips on unknown ops
     proto = upgrade_opset(proto)
     check_supported(proto)
-    constants = dict(constants or {})
+    constants = as_mapping(constants, "consts", "a dict of input name -> value, e.g. {'sample_rate': 16000}")
     input_types = bind_input_types(proto, constant_shapes(proto, shapes, constants))
     graph = convert_graph(proto, input_types, bind_constants(input_types, constants))
     graph.remove_dead_nodes()
@@ -81,6 +81,7 @@ def convert_graph(
         else:
             scope[vi.name] = b.input(vi.name, t)  # type: ignore[arg-type]
     convert_nodes(b, scope, proto.graph.node, opsets_of(proto))
+    _check_declared_types(proto, scope)
     for out in proto.graph.output:
         if out.name not in scope:
             raise ConversionError(f"graph output {out.name!r} is never computed")
@@ -90,6 +91,19 @@ def convert_graph(
             raise ConversionError(f"output {out.name!r}: declared {onnx_dtype(declared, out.name)}, computed {v.type.dtype}")
         b.output(out.name, v)
     return b.graph
+
+
+def _check_declared_types(proto: onnx.ModelProto, scope: Scope) -> None:
+    """A value_info that declares another element type than the value has makes the model
+    invalid (onnxruntime and the full onnx checker refuse it): refuse it too, rather than
+    run a model whose author meant something else."""
+    for vi in proto.graph.value_info:
+        declared = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+        if declared and vi.name in scope:
+            want = onnx_dtype(declared, f"value {vi.name!r}")
+            got = scope[vi.name].type.dtype
+            if want is not got:
+                raise ModelLoadError(f"value_info declares {vi.name!r} as {want}, but the node computing it gives {got}")
 
 
 def _cross_check_outputs(proto: onnx.ModelProto, graph: Graph, input_types: Mapping[str, object]) -> None:

@@ -115,9 +115,13 @@ def _read_external(tensor: onnx.TensorProto, base: Path, where: str) -> bytes:
         raise ModelLoadError(f"{what}: cannot resolve {location!r}: {e}") from None
     if Path(location).is_absolute() or not target.is_relative_to(base):
         raise ModelLoadError(f"{what}: {location!r} is outside the model's folder {str(base)!r}")
-    if not target.exists():
+    try:
+        exists, regular = target.exists(), target.is_file()
+    except OSError as e:  # a name too long for the file system, say
+        raise ModelLoadError(f"{what}: cannot read {location[:80]!r}: {e.strerror}") from None
+    if not exists:
         raise ModelLoadError(f"{what}: file {location!r} is missing")
-    if not target.is_file():
+    if not regular:
         raise ModelLoadError(f"{what}: {location!r} is not a regular file")
     try:
         # O_NOFOLLOW: the path was resolved above; a symlink put there since is refused.

@@ -28,7 +28,7 @@ def bind_input_types(model: onnx.ModelProto, shapes: ShapeSpec | None) -> dict[s
     ``batch``) to its size. A dynamic dim (a symbol, a dim without a value, or a negative
     value such as ``-1``) left unbound is a ShapeError naming input and dim.
     """
-    shapes = dict(shapes or {})
+    shapes = as_mapping(shapes, "shapes", "a dict of input name or dim symbol -> sizes, e.g. {'batch': 1, 'seq': 128}")
     inputs = runtime_inputs(model)
     names = {i.name for i in inputs}
     symbols = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim if d.dim_param}
@@ -100,10 +100,22 @@ def _symbol_size(symbol: str, given: Sequence[int] | int) -> int:
     return dims[0]
 
 
+def as_mapping(given: object, what: str, form: str) -> dict:
+    """``given`` (None: empty) as a dict with string keys; ShapeError naming ``what`` and
+    the form it takes otherwise (``shapes=5``, ``shapes="batch=2"``)."""
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping) or not all(isinstance(k, str) for k in given):
+        shown = repr(given) if len(repr(given)) <= 60 else type(given).__name__
+        raise ShapeError(f"{what} must be {form}, got {shown}")
+    return dict(given)
+
+
 def constant_shapes(model: onnx.ModelProto, shapes: ShapeSpec | None, constants: ConstSpec) -> dict[str, object]:
     """``shapes`` and, for each input bound to a value whose declared shape is not static
     (and that ``shapes`` does not bind), the value's shape."""
-    out = dict(shapes or {})
+    out = as_mapping(shapes, "shapes", "a dict of input name or dim symbol -> sizes, e.g. {'batch': 1, 'seq': 128}")
+    constants = as_mapping(constants, "consts", "a dict of input name -> value, e.g. {'sample_rate': 16000}")
     for vi in runtime_inputs(model):
         if vi.name in constants and vi.name not in out:
             tt = vi.type.tensor_type

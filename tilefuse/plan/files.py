@@ -34,6 +34,7 @@ from tilefuse.plan.model import FORMAT_VERSION, BufferKind, Plan
 from tilefuse.plan.verify import verify_plan
 
 MANIFEST = "manifest.json"
+MANIFEST_DIGEST = "manifest.sha256"  # the manifest's own sha256: edits and flips that keep valid JSON
 WEIGHTS = "weights.safetensors"
 KERNELS = "kernels"
 MAX_MANIFEST_BYTES = 256 << 20  # far above any model's manifest; a bigger one is not a plan
@@ -65,8 +66,7 @@ def save_plan(plan: Plan, path: Path) -> Path:
             files[kernel.name] = rel
         constants = {b.name for b in plan.buffers if b.kind is BufferKind.CONSTANT}
         save_file({k: v for k, v in plan.weights.items() if k in constants}, tmp / WEIGHTS)
-        manifest = encode(plan, files, sha256_file(tmp / WEIGHTS))
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        write_manifest(tmp, encode(plan, files, sha256_file(tmp / WEIGHTS)))
         if path.exists():
             shutil.rmtree(path) if path.is_dir() else path.unlink()
         tmp.rename(path)
@@ -88,14 +88,23 @@ def write_weights(path: str | Path, tensors: dict[str, np.ndarray]) -> None:
         os.replace(tmp, root / WEIGHTS)
     finally:
         tmp.unlink(missing_ok=True)
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    write_manifest(root, manifest)
+
+
+def write_manifest(root: Path, manifest: dict) -> None:
+    """``manifest.json`` and, beside it, its sha256 (which ``load_plan`` checks last)."""
+    data = (json.dumps(manifest, indent=1) + "\n").encode()
+    (root / MANIFEST).write_bytes(data)
+    (root / MANIFEST_DIGEST).write_text(hashlib.sha256(data).hexdigest() + "\n")
 
 
 def load_plan(path: str | Path) -> Plan:
     """Read and check a ``.tfplan`` directory."""
     root = Path(path)
     with _PlanDir(root) as files:
-        data = _parse_manifest(files.read(MANIFEST, "missing; not a complete plan", MAX_MANIFEST_BYTES), root / MANIFEST)
+        manifest = files.read(MANIFEST, "missing; not a complete plan", MAX_MANIFEST_BYTES)
+        digest = files.read(MANIFEST_DIGEST, "missing; not a complete plan", 128)
+        data = _parse_manifest(manifest, root / MANIFEST)
         dec = Decoder(data, str(root / MANIFEST), root)
         header = dec.header()
         if header["format_version"] != FORMAT_VERSION:
@@ -129,6 +138,9 @@ def load_plan(path: str | Path) -> Plan:
         verify_plan(plan)
     except PlanError as e:
         raise PlanError(f"{root}: {e}") from None
+    # Last, so that a field out of its bounds is named above: an edit or a flipped bit that
+    # left a manifest every check accepts still changes what the plan computes.
+    _check_sha256(manifest, digest.decode(errors="replace").strip(), root / MANIFEST, "the manifest")
     return plan
 
 
@@ -198,9 +210,10 @@ class _PlanDir:
             fd = self._dirs[sub]
         # O_NONBLOCK: a FIFO in a file's place must not hang the load (fstat refuses it next)
         f = _open_plain(fd, name, self.root / rel, os.O_NONBLOCK, missing)
+        if not stat.S_ISREG(os.fstat(f).st_mode):  # a folder or a device in a file's place
+            os.close(f)
+            raise PlanError(f"{self.root / rel}: not a regular file")
         with os.fdopen(f, "rb") as stream:
-            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
-                raise PlanError(f"{self.root / rel}: not a regular file")
             data = stream.read(limit + 1 if limit is not None else -1)
         if limit is not None and len(data) > limit:
             raise PlanError(f"{self.root / rel}: larger than {limit} bytes; not a plan's file")
