@@ -4,8 +4,9 @@
     PYTHONPATH=. python tools/gpu_index_check.py run [--root DIR]   # there: numpy, onnx, onnxruntime, cuda-bindings
 
 ``build`` compiles for cuda:sm_90a, into DIR (default build/gpu_index): the bundled tiny
-BERT (examples/bert-tiny.onnx, vocabulary 100, batch 2, seq 16) as a plan and as an
-export for the plugin execution provider (with the provider library), and one plan per
+BERT (examples/bert-tiny.onnx, vocabulary 100, batch 2, seq 16) as a plan, as an export
+for the plugin execution provider (with the provider library) and as one for the
+custom-op library (FusedKernelCuda nodes), and one plan per
 index-consuming op of tests/compiler/index_cases.py (Gather with int64 and int32
 indices, GatherElements, GatherND, ScatterElements plain and with add, ScatterND, and
 OneHot), each beside its ONNX model.
@@ -16,7 +17,9 @@ OneHot), each beside its ONNX model.
   ExecutionError naming input_ids, the Gather node and the value (the kernel's status
   word, copied back after the graph replay), and a run right after, with valid ids
   (negative ones among them), matches onnxruntime; the same through
-  TilefuseCudaExecutionProvider inside onnxruntime (INVALID_ARGUMENT, the same message);
+  TilefuseCudaExecutionProvider inside onnxruntime (INVALID_ARGUMENT, the same message),
+  and through the custom-op library's CUDA path, driven by tests/ort/gpu_harness.py (the
+  GPU machine's onnxruntime has no CUDA provider; the node's status carries the message);
 - every op with indices in range, and with negative ones, matches onnxruntime; with one
   out of range it fails with its message, and the next valid run matches;
 - OneHot's out-of-range indices give rows of the off value, as onnxruntime's do;
@@ -71,6 +74,7 @@ def build(args) -> int:
     t0 = time.perf_counter()
     compile(EXAMPLE, args.target, BERT_SHAPES).save(root / "bert.tfplan")
     export_ort(EXAMPLE, root / "bert-ep", args.target, BERT_SHAPES, "ep")
+    export_ort(EXAMPLE, root / "bert-ops", args.target, BERT_SHAPES, "custom-ops")
     shutil.copyfile(get_library_path(), root / LIBRARY)
     print(f"bert: plan and provider export, {time.perf_counter() - t0:.1f} s", flush=True)
     for name, model in [(c.name, c.model) for c in CASES] + [("one_hot", one_hot_model())]:
@@ -156,6 +160,36 @@ def check_bert_ep(root: Path, checks: Checks, rng) -> None:
         checks.matches(f"bert in onnxruntime, valid ids after {bad}", sess.run(None, valid), EXAMPLE, valid)
 
 
+def check_bert_custom_ops(root: Path, checks: Checks, rng) -> None:
+    folder = root / "bert-ops"
+    if json.loads((root / "target.json").read_text())["target"].startswith("cuda"):
+        from cuda.bindings import driver as cu
+
+        from tests.ort.gpu_harness import check, run_export
+
+        check(cu, cu.cuInit(0))
+        check(cu, cu.cuCtxSetCurrent(check(cu, cu.cuDevicePrimaryCtxRetain(check(cu, cu.cuDeviceGet(0))))))
+        stream = check(cu, cu.cuStreamCreate(1))  # non-blocking, like onnxruntime's compute stream
+
+        def run(feeds):
+            got = run_export(cu, stream, folder, feeds)
+            return [got[name] for name in ("last_hidden_state", "pooler_output")]
+        where = "custom-op library (FusedKernelCuda through tests/ort/gpu_harness.py)"
+    else:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.register_custom_ops_library(str(folder / "libtilefuse_ops.so"))
+        sess = ort.InferenceSession(str(folder / "model.onnx"), so)
+        run = lambda feeds: sess.run(None, feeds)  # noqa: E731
+        where = "custom-op library (FusedKernel in onnxruntime)"
+    for bad in BAD_IDS:
+        checks.fails(f"bert, {where}, input_ids holding {bad}", lambda: run(_with(bert_feeds(rng), "input_ids", bad, rng)),
+                     bert_message(bad))
+        valid = bert_feeds(rng, low=-100)
+        checks.matches(f"bert, {where}, valid ids after {bad}", run(valid), EXAMPLE, valid)
+
+
 def check_ops(root: Path, checks: Checks, rng) -> None:
     from tilefuse.errors import ExecutionError
     from tilefuse.runtime import InferenceSession
@@ -178,7 +212,7 @@ def run(args) -> int:
     root = Path(args.root)
     rng = np.random.default_rng(args.seed)
     checks = Checks()
-    for part in (check_bert, check_bert_ep, check_ops):
+    for part in (check_bert, check_bert_ep, check_bert_custom_ops, check_ops):
         try:
             part(root, checks, rng)
         except Exception as e:  # noqa: BLE001 - report it and go on with the next part

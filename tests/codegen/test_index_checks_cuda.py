@@ -6,18 +6,16 @@ bad ids (tools/gpu_index_check.py)."""
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
+from tests.compiler.index_cases import CASES, EXAMPLE
 from tilefuse.codegen.cuda.build import HEADER, INDEX_HEADER, headers
 from tilefuse.codegen.cuda.emit import emit_tilelang
 from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
 from tilefuse.target import CUDA_SM90A
 from tilefuse.tile_ir.lower import lower_group
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "bert-tiny.onnx"  # vocabulary 100
 
 
 def _bert_programs():
@@ -90,3 +88,15 @@ def test_tf_index_wraps_valid_indices_and_the_first_bad_one_claims_the_word(tmp_
     # site i - 2 of argument i: the first bad one (100, site 4) keeps the word
     assert rows == [(0, 0, 0), (99, 0, 0), (99, 0, 0), (0, 0, 0), (0, 5, 100), (0, 5, 100), (0, 5, 100), (0, 5, 100),
                     (7, 5, 100)]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_every_index_op_checks_its_indices_where_its_kernel_addresses_with_them(case):
+    """Gathers check where they load, scatters where they store (the staged schedule's
+    stores into its on-chip result), one site per coordinate of the ND ops."""
+    graph = import_onnx(case.model)
+    (program,) = [lower_group(g, CUDA_SM90A).program for g in partition_graph(graph, CUDA_SM90A).groups
+                  if str(g.kind) != "opaque"]
+    text = emit_tilelang(program).text
+    sites = {int(s) for s in re.findall(r'"tf_index", .*?, T\.address_of\(status\[0\]\), (\d+)\)', text)}
+    assert sites == set(range(program.index_sites)) and program.index_sites == (2 if case.op == "GatherND" else 1)

@@ -149,3 +149,15 @@ def test_indices_computed_in_the_graph_are_checked_and_named_by_their_node():
     _matches(sess.run(None, ok), _onnxruntime(m, ok))
     with pytest.raises(ExecutionError, match=r"^index 4 is outside \[-4, 4\) in the indices of Gather node 'lookup'$"):
         sess.run(None, {"table": table, "ids": np.array([0, 3, 1], np.int64)})
+
+
+def test_the_cli_reports_an_out_of_range_id_in_one_line_and_exits_2(bert_plan, tmp_path):
+    rng = np.random.default_rng()
+    feeds = bert_feeds(rng)
+    feeds["input_ids"][1, 5] = 2**40
+    for name, a in feeds.items():
+        np.save(tmp_path / f"{name}.npy", a)
+    done = subprocess.run([sys.executable, "-m", "tilefuse", "run", str(bert_plan),
+                           *(x for name in feeds for x in ("--input", f"{name}={tmp_path / name}.npy"))],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", f"tilefuse: error: {bert_message(2**40)}\n")

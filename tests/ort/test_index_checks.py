@@ -86,3 +86,71 @@ def test_the_descriptor_of_a_checking_kernel_lists_its_checks(bert_exports):
     checking = [d for d in descriptors if "\nstatus " in d]
     assert len(checking) == 1
     assert "\nstatus 7 1 2\ncheck 100 input 'input_ids' (the indices of Gather node 'node_embedding')\n" in checking[0]
+
+
+HARNESS_CHILD = r"""
+import ctypes, json, sys
+import numpy as np
+from pathlib import Path
+from tests.ort.gpu_harness import run_export
+
+class HostMemory:  # cuda-bindings' part the harness uses, in host memory (the fake libcuda's "device")
+    class CUresult:
+        CUDA_SUCCESS = 0
+    def __init__(self):
+        self.blocks = []
+    def cuMemAlloc(self, n):
+        self.blocks.append(np.zeros(n, np.uint8))
+        return 0, self.blocks[-1].ctypes.data
+    def cuMemcpyHtoD(self, dst, src, n):
+        ctypes.memmove(dst, src, n)
+        return (0,)
+    def cuMemcpyDtoH(self, dst, src, n):
+        ctypes.memmove(dst, src, n)
+        return (0,)
+    def cuStreamSynchronize(self, stream):
+        return (0,)
+
+folder, bad, valid, reference = Path(sys.argv[1]), *sys.argv[2:5]
+out = {}
+try:
+    run_export(HostMemory(), 7, folder, dict(np.load(bad)))  # 7: a stream, as onnxruntime's CUDA provider gives one
+    out["error"] = None
+except RuntimeError as e:
+    out["error"] = str(e)
+want = dict(np.load(reference))
+got = run_export(HostMemory(), 7, folder, dict(np.load(valid)))
+out["after"] = [float(np.abs(got[k] - want[k]).max()) for k in want]
+print(json.dumps(out))
+"""
+
+
+def test_the_custom_ops_cuda_path_reads_the_status_word_back_on_the_stream(bert_exports, fake_driver, tmp_path):
+    """FusedKernelCuda (the custom op on onnxruntime's CUDA provider), driven by the GPU
+    harness with the stand-in driver: after the launch on the provider's stream the status
+    word is read back (cuStreamSynchronize, cuMemcpyDtoH) and a bad id fails the node."""
+    import onnx
+    import onnxruntime as ort
+
+    folder = as_fake_cuda(bert_exports["custom-ops"].parent, tmp_path / "ops-cuda")
+    model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    for node in model.graph.node:
+        if node.op_type == "FusedKernel":
+            node.op_type = "FusedKernelCuda"
+    onnx.save(model, str(folder / "model.onnx"))
+    rng = np.random.default_rng()
+    valid = bert_feeds(rng, low=-100)
+    bad = {k: v.copy() for k, v in valid.items()}
+    bad["input_ids"][0, rng.integers(16)] = 2**40
+    ref = ort.InferenceSession(str(EXAMPLE), providers=["CPUExecutionProvider"])
+    for name, feeds in (("bad", bad), ("valid", valid)):
+        np.savez(tmp_path / f"{name}.npz", **feeds)
+    np.savez(tmp_path / "ref.npz", **dict(zip([o.name for o in ref.get_outputs()], ref.run(None, valid))))
+    env = dict(os.environ, PYTHONPATH=str(REPO), LD_LIBRARY_PATH=str(fake_driver))
+    done = subprocess.run([sys.executable, "-c", HARNESS_CHILD, str(folder), *(str(tmp_path / f"{n}.npz") for n in ("bad", "valid", "ref"))],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["error"].startswith("tilefuse: node tilefuse_r0_0_reduce_sum_"), result["error"]
+    assert result["error"].endswith(f": {bert_message(2**40)}")
+    assert max(result["after"]) < 1e-4

@@ -44,13 +44,11 @@ INDEX_INPUT = {Gather: 1, GatherElements: 1, GatherND: 1, ScatterND: 1, ScatterE
 class IndexSite:
     """One checked index coordinate: ``what`` names it for people (the graph input it
     comes from, when it does, and the ONNX node reading it); valid indices lie in
-    ``[-extent, extent)``."""
+    ``[-extent, extent)``. The compiler hands it to the plan as plan.IndexSite, which
+    words the runtime's message (the plan stage does not import this one)."""
 
     what: str
     extent: int
-
-    def message(self, value: int) -> str:
-        return f"index {value} is outside [-{self.extent}, {self.extent}) in {self.what}"
 
 
 def extents(node: Node) -> tuple[int, ...]:
@@ -120,6 +118,8 @@ def _graph_input(v: Value) -> Value | None:
 def _check_constant(node: Node, ind: Value) -> None:
     data = np.asarray(ind.data).astype(np.int64)
     ns = extents(node)
+    if not ns or not data.size:
+        return
     coords = data.reshape(-1, len(ns)) if isinstance(node.op, (GatherND, ScatterND)) else data.reshape(-1, 1)
     for j, n in enumerate(ns):
         bad = (coords[:, j] < -n) | (coords[:, j] >= n)
