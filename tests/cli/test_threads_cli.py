@@ -63,6 +63,10 @@ from tilefuse.cli.main import main
 from tests.plan.handmade import PROBE_M, PROBE_N, probe_plan
 from tests.plan.handmade import probe_team
 from tilefuse.plan import load_plan
+from tilefuse.runtime import session as session_module
+kept = []  # the bench's session stays open, so its kernel library can be read after it
+_init = session_module.InferenceSession.__init__
+session_module.InferenceSession.__init__ = lambda self, *a, **k: (_init(self, *a, **k), kept.append(self))[0]
 code = main({argv!r})
 (kernel,) = load_plan({str(plan)!r}).kernels.values()
 print("ran", probe_team(kernel.path), code)

@@ -72,14 +72,14 @@ def test_the_count_holds_under_omp_num_threads(probe, tmp_path):
     _, plan, lib = probe
     plan.save(tmp_path / "probe.tfplan")
     script = f"""
-import ctypes, json, numpy as np
+import json, numpy as np
+from tests.plan.handmade import probe_team
 from tilefuse.runtime import InferenceSession
 out = {{}}
 for n in (2, None):
     sess = InferenceSession({str(tmp_path / 'probe.tfplan')!r}, threads=n)
     sess.run(None, {{"x": np.ones(({M}, {N}), np.float32)}})
-    lib = ctypes.CDLL(sess.plan.kernels[next(iter(sess.plan.kernels))].path.resolve().as_posix())
-    out[str(n)] = [sess.threads, ctypes.c_int32.in_dll(lib, "probe_team").value]
+    out[str(n)] = [sess.threads, probe_team(sess.plan.kernels[next(iter(sess.plan.kernels))].path)]
 print(json.dumps(out))
 """
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
