@@ -374,3 +374,22 @@ def test_element_types_no_onnx_version_defines_are_clean_errors():
     )
     with pytest.raises(UnsupportedOpError, match=r"Cast .* at cast \[element type 99 \(no ONNX type has this number\)\]"):
         import_onnx(bad_cast)
+
+
+@pytest.mark.parametrize("model", [None, 5, {}, ["m.onnx"], "a" * 5000])
+def test_what_is_not_a_model_is_a_clean_error(model):
+    with pytest.raises(ModelLoadError):
+        import_onnx(model)
+
+
+def test_a_name_that_is_not_utf8_is_a_clean_error():
+    """protobuf parses a string field of bytes that are not UTF-8 and fails only when it is
+    read (deep in the checker or a converter): the loader reads every name once."""
+    node = onnx.helper.make_node("Relu", ["x"], ["y"], name="relu_node")
+    graph = onnx.helper.make_graph([node], "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])])
+    data = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]).SerializeToString()
+    at = data.index(b"relu_node")
+    bad = data[:at] + b"\xff\xfe" + data[at + 2:]
+    with pytest.raises(ModelLoadError, match="not valid UTF-8"):
+        import_onnx(bad)

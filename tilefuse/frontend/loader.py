@@ -35,11 +35,19 @@ def load_model(
         proto, where = model, "<ModelProto>"
     elif isinstance(model, bytes):
         proto, where = _parse(model, "<bytes>"), "<bytes>"
-    else:
+    elif isinstance(model, (bytearray, memoryview)):
+        proto, where = _parse(bytes(model), "<bytes>"), "<bytes>"
+    elif isinstance(model, (str, os.PathLike)):
         path = Path(model)
-        if not path.is_file():
-            raise ModelLoadError(f"{path}: no such file")
-        proto, where, base = _parse(path.read_bytes(), str(path)), str(path), path.resolve().parent
+        try:
+            if not path.is_file():
+                raise ModelLoadError(f"{str(path)[:200]}: no such file")
+            data = path.read_bytes()
+        except OSError as e:  # a name too long for the file system, a file that cannot be read
+            raise ModelLoadError(f"{str(path)[:200]}: cannot be read ({e.strerror})") from None
+        proto, where, base = _parse(data, str(path)), str(path), path.resolve().parent
+    else:
+        raise ModelLoadError(f"a model is a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
     if external_data_dir is not None:
         base = Path(external_data_dir).resolve()
         if not base.is_dir():
@@ -172,7 +180,37 @@ def _parse(data: bytes, where: str) -> onnx.ModelProto:
         raise ModelLoadError(f"{where}: not a readable ONNX model (truncated or corrupt?): {e}") from None
     if not proto.graph.node and not proto.graph.output:
         raise ModelLoadError(f"{where}: not an ONNX model (no graph)")
+    try:
+        _check_text(proto)
+    except (UnicodeDecodeError, TypeError):
+        raise ModelLoadError(f"{where}: a name in the model is not valid UTF-8 (corrupt?)") from None
     return proto
+
+
+def _check_text(proto: onnx.ModelProto) -> None:
+    """Every name a later stage reads is text. protobuf parses a string field holding bytes
+    that are not UTF-8 (a flipped bit) and fails only when it is read, deep inside the
+    checker or the converters; read them all once here instead."""
+    for op in proto.opset_import:
+        _text(op.domain)
+    for f in proto.functions:
+        _text(f.name, f.domain, *f.input, *f.output)
+    graphs = [proto.graph]
+    while graphs:
+        g = graphs.pop()
+        _text(g.name, *(t.name for t in g.initializer), *(v.name for v in (*g.input, *g.output, *g.value_info)))
+        for n in g.node:
+            _text(n.name, n.op_type, n.domain, *n.input, *n.output)
+            for a in n.attribute:
+                _text(a.name)
+                graphs.extend([a.g] if a.HasField("g") else [])
+                graphs.extend(a.graphs)
+
+
+def _text(*values: object) -> None:
+    for v in values:
+        if not isinstance(v, str):
+            raise TypeError("not text")
 
 
 def onnx_opset(model: onnx.ModelProto) -> int:
