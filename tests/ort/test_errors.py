@@ -52,6 +52,20 @@ def test_missing_kernel_descriptor(mode, mlp_export, ep_options):
         sess.run(None, {"x": np.zeros((4, 64), np.float32)})
 
 
+@pytest.mark.parametrize("symbol", ["abort", "exit", "free", "tf_run_steps"])
+@pytest.mark.parametrize("mode", MODES)
+def test_a_descriptor_naming_another_function_is_refused(mode, symbol, mlp_export, ep_options):
+    """A descriptor's symbol must be the generated entry of its own kernel: ``abort`` (in
+    libc, which every kernel library links) would otherwise run inside onnxruntime."""
+    folder = mlp_export(mode)
+    for tfk in (folder / "kernels").glob("*.tfk"):
+        lines = [f"symbol {symbol}" if line.startswith("symbol ") else line for line in tfk.read_text().splitlines()]
+        tfk.write_text("\n".join(lines) + "\n")
+    with pytest.raises(Exception, match=rf"symbol '{symbol}' is not a generated kernel entry"):
+        sess = ort.InferenceSession(str(folder / "model.onnx"), _options(mode, folder, ep_options))
+        sess.run(None, {"x": np.zeros((4, 64), np.float32)})
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_inputs_of_other_shapes(mode, mlp_export, ep_options):
     folder = mlp_export(mode)

@@ -3,6 +3,7 @@
 #include "tf_kernel.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -91,6 +92,33 @@ static tf_kernel* fail(tf_kernel* k, char* err, size_t errlen, const char* fmt, 
 
 static const char* target_name(tf_target t) { return t == TF_TARGET_CUDA ? "cuda" : "cpu"; }
 
+/* A symbol of the form the code generators give a kernel's entry: a stem of a letter and
+ * up to 63 letters, digits or '_', then '_' and 10 lowercase hex digits (the content hash),
+ * then `suffix` ("" on the CPU, "_kernel" for CUDA). Anything else (abort, exit, free, the
+ * step driver) is never called, whatever the descriptor says. */
+static int generated_entry(const char* s, const char* suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  if (n < m || strcmp(s + n - m, suffix) != 0) return 0;
+  n -= m;
+  if (n < 12 || n > 75 || s[n - 11] != '_') return 0;
+  for (size_t i = n - 10; i < n; i++)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+  if (!((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z'))) return 0;
+  for (size_t i = 1; i < n - 11; i++)
+    if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+      return 0;
+  return 1;
+}
+
+/* Whether `fn` is defined by the library `lib` itself, not by one it depends on (libc). */
+static int defined_by(void* lib, void* fn) {
+  struct link_map *own = NULL, *owner = NULL;
+  Dl_info info;
+  if (dlinfo(lib, RTLD_DI_LINKMAP, &own) != 0) return 0;
+  if (!dladdr1(fn, &info, (void**)&owner, RTLD_DL_LINKMAP)) return 0;
+  return own == owner;
+}
+
 tf_kernel* tf_kernel_load(const char* base_dir, const char* rel, const char* node, tf_target target, char* err,
                           size_t errlen) {
   tf_kernel* k = calloc(1, sizeof *k);
@@ -137,6 +165,10 @@ tf_kernel* tf_kernel_load(const char* base_dir, const char* rel, const char* nod
                 k->node, k->name, target_text, target_name(target),
                 target == TF_TARGET_CPU ? " (export with --target cpu)" : "");
   k->target = target;
+  /* CUDA descriptors name the module's function (NAME_kernel) or, written by older tools, NAME */
+  if (!generated_entry(k->symbol, "") && !(target == TF_TARGET_CUDA && generated_entry(k->symbol, "_kernel")))
+    return fail(k, err, errlen, "%s: symbol '%s' is not a generated kernel entry; a descriptor names its own kernel only",
+                k->path, k->symbol);
   for (int i = 0; i < k->n_in; i++) k->in_index[i] = i;
   for (int i = 0; i < k->n_out; i++) k->out_index[i] = i;
   if (!safe_relative(library))
@@ -162,6 +194,11 @@ tf_kernel* tf_kernel_load(const char* base_dir, const char* rel, const char* nod
   if (!k->fn) {
     dlclose(k->lib);
     return fail(k, err, errlen, "node %s: kernel %s: %s has no symbol %s", k->node, k->name, k->library, k->symbol);
+  }
+  if (!defined_by(k->lib, *(void**)&k->fn)) {
+    dlclose(k->lib);
+    return fail(k, err, errlen, "node %s: kernel %s: %s is not defined by %s itself", k->node, k->name, k->symbol,
+                k->library);
   }
   return k;
 }
