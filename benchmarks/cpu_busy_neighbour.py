@@ -33,7 +33,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -45,12 +44,14 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import onnxruntime as ort  # noqa: E402
 
 import models  # noqa: E402
 from tilefuse.compiler import compile  # noqa: E402
 from tilefuse.runtime import InferenceSession  # noqa: E402
+from cpu_vs_onnxruntime import cpu_name  # noqa: E402  (one reading of the machine's name)
 
 # The neighbour: a busy loop until its deadline (so it cannot outlive a killed benchmark
 # by more than that), optionally pinned to one CPU.
@@ -277,7 +278,7 @@ def main() -> int:
     if not results:
         return 0
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    header = {"date": str(datetime.date.today()), "commit": commit, "machine": _cpu_name(), "cpus": os.cpu_count(),
+    header = {"date": str(datetime.date.today()), "commit": commit, "machine": cpu_name(), "cpus": os.cpu_count(),
               "threads": args.threads, "neighbours": args.neighbours, "pin": args.pin,
               "command": "python benchmarks/cpu_busy_neighbour.py " + " ".join(sys.argv[1:]),
               "env": {k: os.environ[k] for k in OMP_VARS if k in os.environ}}
@@ -292,15 +293,6 @@ def main() -> int:
             f.write(markdown(results, header))
     return 0
 
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

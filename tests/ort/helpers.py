@@ -94,3 +94,22 @@ def as_fake_cuda(src: Path, out: Path) -> Path:
                 a.s = CUDA_EP_NAME.encode()
     onnx.save(model, str(out / "model.onnx"))
     return out
+
+
+TILEFUSE_OPS = {"EPContext", "FusedKernel", "Identity"}  # what an export's tilefuse nodes are
+
+
+def export_session(result, ep_options) -> ort.InferenceSession:
+    """onnxruntime's session on an ``export_ort`` result: with the plugin provider
+    (``ep_options``, the conftest fixture) or the custom-op library beside the model."""
+    if result.mode == "ep":
+        return ort.InferenceSession(str(result.model_path), ep_options())
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(str(result.library))
+    return ort.InferenceSession(str(result.model_path), so)
+
+
+def computed_ops(result) -> list[str]:
+    """The op types of an exported model that onnxruntime computes itself."""
+    model = onnx.load(str(result.model_path), load_external_data=False)
+    return sorted(n.op_type for n in model.graph.node if n.op_type not in TILEFUSE_OPS)

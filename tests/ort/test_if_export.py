@@ -12,30 +12,16 @@ import onnxruntime as ort
 import pytest
 
 from tests.compiler.if_models import sample_rate_model, sum_switch_model
-from tests.ort.helpers import reference
+from tests.ort.helpers import computed_ops, export_session, reference
 from tilefuse.cli.main import main
 from tilefuse.compare import compare_output
 from tilefuse.ort import export_ort
 from tilefuse.ort.segment import node_reads
 
-TILEFUSE_OPS = {"EPContext", "FusedKernel", "Identity"}
-
-
-def _session(result, ep_options):
-    if result.mode == "ep":
-        return ort.InferenceSession(str(result.model_path), ep_options())
-    so = ort.SessionOptions()
-    so.register_custom_ops_library(str(result.library))
-    return ort.InferenceSession(str(result.model_path), so)
-
-
-def _ops(result) -> list[str]:
-    model = onnx.load(str(result.model_path), load_external_data=False)
-    return sorted(n.op_type for n in model.graph.node if n.op_type not in TILEFUSE_OPS)
 
 
 def _check(result, source, feeds_list, ep_options, seed):
-    sess = _session(result, ep_options)
+    sess = export_session(result, ep_options)
     names = {i.name for i in sess.get_inputs()}
     for feeds in feeds_list:
         (got,) = sess.run(None, {k: v for k, v in feeds.items() if k in names})
@@ -56,7 +42,7 @@ def test_run_time_if_stays_with_onnxruntime_around_tilefuse_kernels(mode, tmp_pa
     result = export_ort(path, tmp_path / "out", "cpu", None, mode)
     assert [k.name for k in result.kept] == ["switch"]
     assert "condition known only at run time (from ['x'])" in result.kept[0].reason
-    assert _ops(result) == ["If"] and result.kernel_nodes >= 2
+    assert computed_ops(result) == ["If"] and result.kernel_nodes >= 2
     seed = random.randrange(2**31)
     rng = np.random.default_rng(seed)
     feeds = [{"x": (rng.standard_normal((2, 3, 8, 8)) + offset).astype(np.float32)} for offset in (-1.0, 1.0)]
@@ -68,7 +54,7 @@ def test_bound_condition_is_compiled_into_the_branch_taken(rate, tmp_path, ep_op
     path = tmp_path / "rate.onnx"
     onnx.save(sample_rate_model(), str(path))
     result = export_ort(path, tmp_path / "out", "cpu", None, "ep", consts={"sample_rate": rate})
-    assert result.kept == [] and _ops(result) == []
+    assert result.kept == [] and computed_ops(result) == []
     exported = onnx.load(str(result.model_path), load_external_data=False)
     assert [i.name for i in exported.graph.input] == ["audio"]
     seed = random.randrange(2**31)

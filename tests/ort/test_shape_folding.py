@@ -12,13 +12,12 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.ort.helpers import reference
+from tests.ort.helpers import computed_ops, export_session, reference
 from tilefuse.compare import compare_output
 from tilefuse.compiler import compile_model
 from tilefuse.ort import export_ort
 from tilefuse.partition.kinds import FusionKind
 
-TILEFUSE_OPS = {"EPContext", "FusedKernel", "Identity"}
 
 
 def shape_after_kept_model() -> onnx.ModelProto:
@@ -45,20 +44,6 @@ def shape_after_kept_model() -> onnx.ModelProto:
     return model
 
 
-def _session(result, ep_options) -> ort.InferenceSession:
-    if result.mode == "ep":
-        return ort.InferenceSession(str(result.model_path), ep_options())
-    so = ort.SessionOptions()
-    so.register_custom_ops_library(str(result.library))
-    return ort.InferenceSession(str(result.model_path), so)
-
-
-def _compute_ops(result) -> list[str]:
-    """The op types of the exported model that onnxruntime computes itself."""
-    model = onnx.load(str(result.model_path), load_external_data=False)
-    return sorted(n.op_type for n in model.graph.node if n.op_type not in TILEFUSE_OPS)
-
-
 def _host_nodes(path, shapes) -> set[str]:
     """The ONNX nodes `optimize` runs as host steps: what export-ort may leave to onnxruntime."""
     compiled = compile_model(path, "cpu", shapes)
@@ -71,10 +56,10 @@ def test_reshape_after_a_kept_node_reads_a_folded_shape(mode, tmp_path, ep_optio
     onnx.save(shape_after_kept_model(), str(path))
     result = export_ort(path, tmp_path / "out", "cpu", {"batch": 5}, mode)
     assert [k.name for k in result.kept] == ["cumsum"]  # the Reshape after it is claimed
-    assert _compute_ops(result) == ["CumSum"]
+    assert computed_ops(result) == ["CumSum"]
     seed = random.randrange(2**31)
     x = np.random.default_rng(seed).standard_normal((5, 3, 4)).astype(np.float32)
-    (got,) = _session(result, ep_options).run(None, {"x": x})
+    (got,) = export_session(result, ep_options).run(None, {"x": x})
     c = compare_output("y", got, reference(path, {"x": x})["y"])
     assert c.ok, f"seed={seed}: {c.problem}"
 
@@ -123,7 +108,7 @@ def test_roberta_export_leaves_only_what_optimize_runs_on_the_host(mode, roberta
     host = _host_nodes(roberta_path, ROBERTA_SHAPES)
     assert host  # the CumSum of the position ids
     assert {k.name for k in result.kept} == host, result.summary()
-    assert len(_compute_ops(result)) == len(host)
+    assert len(computed_ops(result)) == len(host)
     assert result.kernel_nodes >= 10
     seed = random.randrange(2**31)
     rng = np.random.default_rng(seed)
@@ -131,7 +116,7 @@ def test_roberta_export_leaves_only_what_optimize_runs_on_the_host(mode, roberta
     mask = np.ones((2, 16), np.int64)
     mask[1, 11:] = 0
     feeds = {"input_ids": ids, "attention_mask": mask}
-    sess = _session(result, ep_options)
+    sess = export_session(result, ep_options)
     got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
     want = reference(roberta_path, feeds)
     assert set(got) == set(want)

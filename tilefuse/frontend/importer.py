@@ -13,7 +13,7 @@ from tilefuse.frontend.context import onnx_dtype, tensor_to_array
 from tilefuse.frontend.coverage import check_supported, opsets_of
 from tilefuse.frontend.loader import check_model, load_model, onnx_opset, upgrade_opset, without_weights
 from tilefuse.frontend.scope import Scope, convert_nodes
-from tilefuse.frontend.shapes import (ConstSpec, ShapeSpec, as_mapping, bind_constants, bind_input_types,
+from tilefuse.frontend.shapes import (CONSTS_FORM, ConstSpec, ShapeSpec, as_mapping, bind_constants, bind_input_types,
                                      constant_shapes, fixed_size, runtime_inputs)
 from tilefuse.ir.builder import Builder
 from tilefuse.ir.graph import Graph
@@ -49,7 +49,7 @@ def import_onnx(
     check_supported(proto, any_opset=True)  # first: the version converter trips on unknown ops
     proto = upgrade_opset(proto)
     check_supported(proto)
-    constants = as_mapping(constants, "consts", "a dict of input name -> value, e.g. {'sample_rate': 16000}")
+    constants = as_mapping(constants, "consts", CONSTS_FORM)
     input_types = bind_input_types(proto, constant_shapes(proto, shapes, constants))
     graph = convert_graph(proto, input_types, bind_constants(input_types, constants))
     graph.remove_dead_nodes()

@@ -13,6 +13,8 @@ from tilefuse.ir.types import TensorType
 
 ShapeSpec = Mapping[str, Sequence[int] | int]
 ConstSpec = Mapping[str, object]  # input name -> its value: a number, a nested sequence, an array
+SHAPES_FORM = "a dict of input name or dim symbol -> sizes, e.g. {'batch': 1, 'seq': 128}"
+CONSTS_FORM = "a dict of input name -> value, e.g. {'sample_rate': 16000}"
 
 
 def runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -28,7 +30,7 @@ def bind_input_types(model: onnx.ModelProto, shapes: ShapeSpec | None) -> dict[s
     ``batch``) to its size. A dynamic dim (a symbol, a dim without a value, or a negative
     value such as ``-1``) left unbound is a ShapeError naming input and dim.
     """
-    shapes = as_mapping(shapes, "shapes", "a dict of input name or dim symbol -> sizes, e.g. {'batch': 1, 'seq': 128}")
+    shapes = as_mapping(shapes, "shapes", SHAPES_FORM)
     inputs = runtime_inputs(model)
     names = {i.name for i in inputs}
     symbols = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim if d.dim_param}
@@ -114,8 +116,8 @@ def as_mapping(given: object, what: str, form: str) -> dict:
 def constant_shapes(model: onnx.ModelProto, shapes: ShapeSpec | None, constants: ConstSpec) -> dict[str, object]:
     """``shapes`` and, for each input bound to a value whose declared shape is not static
     (and that ``shapes`` does not bind), the value's shape."""
-    out = as_mapping(shapes, "shapes", "a dict of input name or dim symbol -> sizes, e.g. {'batch': 1, 'seq': 128}")
-    constants = as_mapping(constants, "consts", "a dict of input name -> value, e.g. {'sample_rate': 16000}")
+    out = as_mapping(shapes, "shapes", SHAPES_FORM)
+    constants = as_mapping(constants, "consts", CONSTS_FORM)
     for vi in runtime_inputs(model):
         if vi.name in constants and vi.name not in out:
             tt = vi.type.tensor_type

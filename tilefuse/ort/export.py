@@ -49,7 +49,7 @@ from tilefuse.frontend.loader import (
     upgrade_opset,
     without_weights,
 )
-from tilefuse.frontend.shapes import (ConstSpec, ShapeSpec, as_mapping, bind_constants, bind_input_types,
+from tilefuse.frontend.shapes import (CONSTS_FORM, ConstSpec, ShapeSpec, as_mapping, bind_constants, bind_input_types,
                                      constant_shapes, fixed_size)
 from tilefuse.ir.control import Branch
 from tilefuse.ir.graph import Node
@@ -119,7 +119,7 @@ def export_ort(model: ModelLike, out_dir: str | Path, target: str | Target = "cp
     target = get_target(target) if isinstance(target, str) else target
     cuda = target.name.startswith("cuda:")
     work = _load(model, external_data_dir)
-    consts = as_mapping(consts, "consts", "a dict of input name -> value, e.g. {'sample_rate': 16000}")
+    consts = as_mapping(consts, "consts", CONSTS_FORM)
     input_types = bind_input_types(work, constant_shapes(work, shapes, consts))
     frozen = bind_constants(input_types, consts)
     _freeze_inputs(work, frozen)

@@ -267,6 +267,13 @@ class Plan:
         status word k of the run."""
         return [i for i, s in enumerate(self.steps) if isinstance(s, KernelStep) and s.sites]
 
+    def status_message(self, status: np.ndarray) -> str:
+        """What a run's status words (``[len(checked_steps()), 2]``, some row non-zero)
+        report: the first checking step's out-of-range index."""
+        k = int(np.flatnonzero(status[:, 0])[0])
+        step: KernelStep = self.steps[self.checked_steps()[k]]  # type: ignore[assignment]
+        return step.index_message(int(status[k, 0]) - 1, int(status[k, 1]))
+
     def memory_report(self) -> MemoryReport:
         total = sum(b.nbytes for b in self.buffers if b.kind.in_arena)
         return MemoryReport(self.arena_bytes, total)

@@ -235,11 +235,9 @@ class CpuExecutor:
     def _index_error(self, status: np.ndarray) -> ExecutionError:
         """The error of the first kernel that found an index out of range; its status
         words are cleared for the arena's next run."""
-        k = int(np.flatnonzero(status[:, 0])[0])
-        step = self.plan.steps[self._checked[k]]
-        site, value = int(status[k, 0]) - 1, int(status[k, 1])
+        message = self.plan.status_message(status)
         status[...] = 0
-        return ExecutionError(step.index_message(site, value))  # type: ignore[union-attr]
+        return ExecutionError(message)
 
     def _array(self, b: int, arena: _Arena) -> np.ndarray:
         return arena.views[b] if b in arena.views else self._fixed[b]

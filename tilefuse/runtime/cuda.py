@@ -328,11 +328,9 @@ class CudaExecutor:
     def _index_error(self) -> ExecutionError:
         """The error of the first kernel that found an index out of range; the status
         words are zeroed on the device for the next run."""
-        k = int(np.flatnonzero(self._status[:, 0])[0])
-        step = self.plan.steps[self._checked[k]]
-        site, value = int(self._status[k, 0]) - 1, int(self._status[k, 1])
+        message = self.plan.status_message(self._status)
         self._clear_status()
-        return ExecutionError(step.index_message(site, value))  # type: ignore[union-attr]
+        return ExecutionError(message)
 
     def _clear_status(self) -> None:
         """Zero the status words (after an error, and after tools' runs, which do not read
