@@ -29,6 +29,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 
 from tilefuse.errors import PlanError
 
@@ -50,7 +51,10 @@ _dladdr1.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo), ctypes.POINTER(ct
 _pinned: set[str] = set()
 _pin_lock = threading.Lock()
 _load_lock = threading.Lock()
-_dirs: list[str] = []  # this process's private load directories (_private_dirs)
+_dirs: dict[str, str] = {}  # this process's private load directory under each base (_private_dir)
+LOAD_PREFIX = "tilefuse-load-"  # + pid + "-" + random: a private load directory
+SWEEP_AGE_S = 3600
+_pid_made = os.getpid()
 
 
 class NativeLibrary:
@@ -99,10 +103,14 @@ def _dlopen_bytes(data: bytes, label: str) -> ctypes.CDLL:
     name = f"{hashlib.sha256(data).hexdigest()}.so"
     errors = []
     with _load_lock:  # one writer of a name at a time; the file lives only during dlopen
-        for folder in _private_dirs():
-            path = os.path.join(folder, name)
+        for base in _bases():
             try:
+                path = os.path.join(_private_dir(base), name)
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o700)
+            except OSError as e:
+                errors.append(str(e))
+                continue
+            try:
                 try:
                     _write_all(fd, data)
                 finally:
@@ -116,21 +124,75 @@ def _dlopen_bytes(data: bytes, label: str) -> ctypes.CDLL:
     raise PlanError(f"{label}: cannot load the kernel library: {'; '.join(errors)}")
 
 
-def _private_dirs() -> list[str]:
-    """This process's own directories for libraries being loaded (made on first use,
-    removed at exit): one under the temporary directory, one under the user's cache in
-    case the first is mounted noexec."""
-    if not _dirs:
-        bases = [tempfile.gettempdir(), os.path.join(os.path.expanduser("~"), ".cache", "tilefuse")]
-        for base in bases:
-            try:
-                os.makedirs(base, exist_ok=True)
-                _dirs.append(tempfile.mkdtemp(prefix=f"tilefuse-load-{os.getpid()}-", dir=base))
-            except OSError:
+def _after_fork() -> None:
+    global _pid_made
+    _dirs.clear()
+    _pid_made = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def _bases() -> list[str]:
+    """Where private load directories go: the temporary directory, then the user's cache
+    in case the first is mounted noexec."""
+    return [tempfile.gettempdir(), os.path.join(os.path.expanduser("~"), ".cache", "tilefuse")]
+
+
+def _private_dir(base: str) -> str:
+    """This process's own directory for libraries being loaded under ``base``: made on first
+    use (and again if someone removed it), removed at exit. Making one also removes those
+    that processes which no longer exist left behind (killed before their exit handlers)."""
+    folder = _dirs.get(base)
+    if folder is not None and os.path.isdir(folder):
+        return folder
+    os.makedirs(base, exist_ok=True)
+    if not _dirs:  # the first of this process
+        for b in _bases():
+            _sweep(b)
+    folder = _dirs[base] = tempfile.mkdtemp(prefix=f"{LOAD_PREFIX}{os.getpid()}-", dir=base)
+    return folder
+
+
+@atexit.register
+def _remove_private_dirs() -> None:
+    if _pid_made == os.getpid():  # a forked child does not remove its parent's
+        for folder in _dirs.values():
+            shutil.rmtree(folder, True)
+
+
+def _sweep(base: str) -> None:
+    """Remove ``base``'s load directories of processes that have ended, once they are an
+    hour old: a process of another PID namespace sharing ``base`` may look ended, and an
+    hour-old load directory is empty between loads (its files live only during dlopen)."""
+    now = time.time()
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.startswith(LOAD_PREFIX):
+            continue
+        pid = entry.name[len(LOAD_PREFIX):].partition("-")[0]
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if not pid.isdigit() or not entry.is_dir(follow_symlinks=False) or st.st_uid != os.getuid():
                 continue
-        for folder in _dirs:
-            atexit.register(shutil.rmtree, folder, True)
-    return _dirs
+            if now - st.st_mtime < SWEEP_AGE_S or _alive(int(pid)):
+                continue
+            shutil.rmtree(entry.path, ignore_errors=True)
+        except OSError:
+            continue
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. another user's process: it exists
+        return True
+    return True
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -32,10 +32,14 @@ from tilefuse.tile_ir.ir import STATUS, Buffer, Copy, Fill, Gemm, If, Loop, Loop
 
 STACK_BUFFER_BYTES = 64 * 1024  # a tile buffer above this lives on the heap
 STACK_TOTAL_BYTES = 256 * 1024  # and so do all buffers past this much stack per tile
-PARALLEL_MIN_WORK = 1 << 17  # ~ element operations that pay for an OpenMP region (a few us)
+PARALLEL_MIN_WORK = 1 << 20  # ~ element operations (MACs, or 8 per store) that pay for a parallel region
+# About 50-100 us on one core: enough to pay for waking a sleeping pool thread (tens of us).
+# A smaller region gains a few us on an idle machine, but on a busy one each region risks a
+# wait for a descheduled thread, and a thread spinning between such regions takes the
+# caller's core: a 2-thread tiny BERT (kernels of 2x16x64) had a busy-machine p99 of 6.6x its
+# quiet median at 1 << 17 and 1.8x at 1 << 20 (benchmarks/cpu_busy_neighbour.py, NOTES.md).
 # A tile grid with less work runs its tiles in turn on the calling thread, like a loop nest
-# below PARALLEL_MIN_WORK: a parallel region waits at its end for every thread, and a thread
-# the OS has descheduled (a busy machine) costs a whole time slice there.
+# below PARALLEL_MIN_WORK.
 GRID_MIN_WORK = PARALLEL_MIN_WORK
 COLLAPSE_MIN_ITERS = 8  # outer iterations that justify keeping the innermost loop for simd
 
