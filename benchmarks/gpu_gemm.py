@@ -4,7 +4,7 @@
     PYTHONPATH=. python benchmarks/gpu_gemm.py run [--out DIR]                                  # on the H200
 
 ``pack`` builds one-product ONNX models (fp16), compiles each for cuda:sm_90a under each
-code-generation variant (``codegen_variant``: the knobs of the emitter and the target that a
+code-generation variant (``variant_target``: the policies and options of the target that a
 change to the product schedule would move) and keeps the plans without weights
 (build/gpu_gemm/SHAPE-VARIANT.tfplan). ``run`` synthesises weights and inputs there
 (seeded normal), runs every plan in a child process (a kernel that hangs costs its
@@ -18,7 +18,6 @@ The issue's bar: GEMM + epilogue >= 90% of cuBLAS's throughput on large shapes.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
@@ -76,54 +75,37 @@ def _model(shape: str) -> bytes:
     return m.SerializeToString()
 
 
-@contextlib.contextmanager
-def codegen_variant(name: str):
-    """Code-generation knobs for one variant; restored afterwards."""
-    from tilefuse import target as tmod
-    from tilefuse.codegen.cuda import emit, warp_rows
-    from tilefuse.tile_ir.lower import attention, gemm_epilogue, rows
+# variant name parts: "prefixN" sets an integer field, a flag word sets a field to a value;
+# each is a (part, field) of the target (tilefuse.target.adjust)
+NUMBERS = {"rt": "rows__threads", "re": "rows__tile_elems", "mb": "codegen__min_blocks_per_sm",
+           "kv": "attention__key_tile", "qt": "attention__query_tile", "ow": "attention__one_wave_occupancy",
+           "wv": "codegen__vector_bytes", "bm": "gemm__force_tile_m", "bn": "gemm__force_tile_n",
+           "pb": "codegen__producer_blocks_per_sm", "ps": "gemm__producer_steps"}
+FLAGS = {"tma": ("codegen__tma_pipelines", True), "mirror": ("codegen__epilogue_in_registers", False),
+         "nowarp": ("codegen__warp_rows", False), "nopad": ("codegen__staging_pad", False),
+         "noregrows": ("codegen__register_rows", False), "nocache": ("codegen__cache_rows", False),
+         "pdl": ("codegen__programmatic_launch", "release-first"), "pdlwait": ("codegen__programmatic_launch", "wait-first"),
+         "noerfsum": ("codegen__fast_erf_sum", False),
+         "s3": ("gemm__inflight_bytes", 100 * 1024), "s3k128": ("gemm__inflight_bytes", 200 * 1024)}
 
-    if name == "default":
-        yield tmod.CUDA_SM90A
-        return
-    # the knobs a variant may set, saved and restored as they are
-    knobs = [(emit, "TMA_PIPELINES"), (emit, "EPILOGUE_IN_REGISTERS"), (emit, "MIN_BLOCKS_PER_SM"),
-             (emit, "STAGING_PAD"), (attention, "KEY_TILE"), (attention, "QUERY_TILE"),
-             (attention, "ONE_WAVE_OCCUPANCY"), (rows, "ROW_THREADS"), (rows, "ROW_TILE_ELEMS"),
-             (emit, "REGISTER_ROWS"), (emit, "PRODUCER_BLOCKS_PER_SM"), (warp_rows, "CACHE_ROWS"), (gemm_epilogue, "FORCE_TILE_M"), (gemm_epilogue, "FORCE_TILE_N"), (warp_rows, "ENABLED"),
-             (warp_rows, "VECTOR_BYTES"), (emit, "PROGRAMMATIC_LAUNCH"),
-             (emit, "FAST_ERF_SUM")]
-    saved = [getattr(m, a) for m, a in knobs]
-    # name part -> knob: "prefixN" sets an integer knob, a flag word sets a constant
-    numbers = {"rt": (rows, "ROW_THREADS"), "re": (rows, "ROW_TILE_ELEMS"), "mb": (emit, "MIN_BLOCKS_PER_SM"),
-               "kv": (attention, "KEY_TILE"), "qt": (attention, "QUERY_TILE"), "ow": (attention, "ONE_WAVE_OCCUPANCY"),
-               "wv": (warp_rows, "VECTOR_BYTES"), "bm": (gemm_epilogue, "FORCE_TILE_M"),
-               "bn": (gemm_epilogue, "FORCE_TILE_N"), "pb": (emit, "PRODUCER_BLOCKS_PER_SM")}
-    # target fields: "psN" producer K steps a core (0: no producer tiles), "ptMxN" their tile
-    fields = {"ps": lambda t, v: dataclasses.replace(t, producer_steps=int(v)),
-              "pt": lambda t, v: dataclasses.replace(t, producer_tile=tuple(int(x) for x in v.split("x")))}
-    flags = {"tma": (emit, "TMA_PIPELINES", True), "mirror": (emit, "EPILOGUE_IN_REGISTERS", False),
-             "nowarp": (warp_rows, "ENABLED", False), "nopad": (emit, "STAGING_PAD", False), "noregrows": (emit, "REGISTER_ROWS", False), "nocache": (warp_rows, "CACHE_ROWS", False),
-             "pdl": (emit, "PROGRAMMATIC_LAUNCH", "release-first"), "pdlwait": (emit, "PROGRAMMATIC_LAUNCH", "wait-first"),
-             "noerfsum": (emit, "FAST_ERF_SUM", False)}
-    inflight = {"s3": 100 * 1024, "s3k128": 200 * 1024}
-    emit.TMA_PIPELINES, emit.EPILOGUE_IN_REGISTERS = False, True
-    patched = tmod.CUDA_SM90A
-    for part in name.split("-"):
-        if part in inflight:
-            patched = dataclasses.replace(patched, inflight_bytes=inflight[part])
-        elif part[:2] in fields and part[2:3].isdigit():
-            patched = fields[part[:2]](patched, part[2:])
-        elif part in flags:
-            module, attr, value = flags[part]
-            setattr(module, attr, value)
-        elif part[:2] in numbers and part[2:].isdigit():
-            setattr(*numbers[part[:2]], int(part[2:]))
-    try:
-        yield patched
-    finally:
-        for (module, attr), value in zip(knobs, saved):
-            setattr(module, attr, value)
+
+def variant_target(name: str):
+    """The sm_90a target of one code-generation variant ("default", or parts joined by "-":
+    e.g. "bm64-nopad", "ps0", "pt128x128"): built with ``adjust``, nothing patched."""
+    from tilefuse.target import CUDA_SM90A, adjust
+
+    changes: dict[str, object] = {}
+    for part in [] if name == "default" else name.split("-"):
+        if part in FLAGS:
+            key, value = FLAGS[part]
+            changes[key] = value
+        elif part[:2] == "pt" and "x" in part:
+            changes["gemm__producer_tile"] = tuple(int(x) for x in part[2:].split("x"))
+        elif part[:2] in NUMBERS and part[2:].isdigit():
+            changes[NUMBERS[part[:2]]] = int(part[2:])
+        else:
+            raise SystemExit(f"unknown variant part {part!r} of {name!r}")
+    return adjust(CUDA_SM90A, **changes)
 
 
 def pack(args) -> int:
@@ -134,8 +116,7 @@ def pack(args) -> int:
         model = _model(shape)
         for variant in args.variants:
             t0 = time.perf_counter()
-            with codegen_variant(variant) as target:
-                compiled = compile_model(model, target)
+            compiled = compile_model(model, variant_target(variant))
             out = ROOT / f"{shape}-{variant}.tfplan"
             compiled.plan.save(out)
             (out / "weights.safetensors").unlink()

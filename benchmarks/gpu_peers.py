@@ -42,7 +42,7 @@ def pack(args) -> int:
     from tilefuse.compiler import compile_model
 
     ROOT.mkdir(parents=True, exist_ok=True)
-    from gpu_gemm import codegen_variant
+    from gpu_gemm import variant_target
 
     for name in args.models:
         for batch in args.batches:
@@ -51,8 +51,7 @@ def pack(args) -> int:
             path = models.build(name, "real", args.dtype)
             shapes = {"batch": batch, "seq": SEQ} if models.ZOO[name].family != "cnn" else {
                 k: (batch, *v[1:]) for k, v in models.ZOO[name].shapes("real").items()}
-            with codegen_variant(args.variant) as target:
-                compiled = compile_model(path, target, shapes)
+            compiled = compile_model(path, variant_target(args.variant), shapes)
             out = ROOT / f"{tag}.tfplan"
             compiled.plan.save(out)
             (out / "weights.safetensors").unlink()

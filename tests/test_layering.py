@@ -19,6 +19,9 @@ FORBIDDEN = {
                 "tilefuse.plan", "tilefuse.cli", "tilefuse.conformance", "tilefuse.report"},
     "frontend": {"tilelang", "tilefuse.partition", "tilefuse.tile_ir", "tilefuse.codegen", "tilefuse.runtime",
                  "tilefuse.cli", "tilefuse.conformance"},
+    # codegen prints TilePrograms; it knows nothing of ONNX, fusion, plans or running them
+    "codegen": {"onnx", "onnxruntime", "tilefuse.frontend", "tilefuse.partition", "tilefuse.plan", "tilefuse.runtime",
+                "tilefuse.cli", "tilefuse.conformance", "tilefuse.report", "tilefuse.ort", "tilefuse.reference"},
     # plan reads codegen's artifacts (tilefuse.codegen.artifact), never its generators' internals
     "plan": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.tile_ir", "tilefuse.runtime",
              "tilefuse.cli", "tilefuse.conformance", "tilefuse.report"},

@@ -70,6 +70,7 @@ def compile_graph(graph: Graph, target: Target, source_sha: str = "", onnx_nodes
     plan = link(graph, code.partition, code.kernels, target.name, source_sha, bindings=code.bindings,
                 branches=code.branches, sites=code.sites)
     check_fits(plan, *memory_limit(target))
+    plan.target_spec, plan.target_fingerprint = target.spec(), target.fingerprint()
     return Compiled(graph, code.partition, lowered, plan, onnx_nodes)
 
 
@@ -105,9 +106,10 @@ def _build(target: Target, lowered: list[Lowered]) -> list:
     if target.name == "cpu":
         from tilefuse.codegen.cpu import build_all
 
-        return build_all(programs)
+        return build_all(programs, options=target.codegen)  # type: ignore[arg-type]
     if target.name.startswith("cuda:"):
         from tilefuse.codegen.cuda import build_all as build_cuda
 
-        return build_cuda(programs, arch=target.name.split(":", 1)[1])
+        return build_cuda(programs, arch=target.name.split(":", 1)[1], options=target.codegen,  # type: ignore[arg-type]
+                          device=target.device)
     raise TilefuseError(f"no code generator for target {target.name}")

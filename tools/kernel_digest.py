@@ -34,16 +34,17 @@ from tilefuse.tile_ir import lower_group  # noqa: E402
 CONFIGS = (("cpu", "fp32"), ("cuda:sm_90a", "fp32"), ("cuda:sm_90a", "fp16"))
 
 
-def emit(program, target_name: str) -> tuple[str, str]:
-    """(emitted name, source text) of one program."""
-    if target_name == "cpu":
+def emit(program, target) -> tuple[str, str]:
+    """(emitted name, source text) of one program, emitted as the compiler does for ``target``."""
+    if target.name == "cpu":
         from tilefuse.codegen.cpu.emit import emit_program
 
-        src = emit_program(program)
-        return src.name, src.text
+        src = emit_program(program, target.codegen) if hasattr(target, "codegen") else emit_program(program)
+        return src.symbol, src.text
     from tilefuse.codegen.cuda.emit import emit_tilelang
 
-    src = emit_tilelang(program)
+    # (targets before codegen options: the emitters read module constants)
+    src = emit_tilelang(program, target.codegen, target.device) if hasattr(target, "codegen") else emit_tilelang(program)
     return src.func, src.text
 
 
@@ -59,7 +60,7 @@ def digest_graph(graph, target) -> list[dict]:
             continue
         low = lower_group(g, target)
         try:
-            name, text = emit(low.program, target.name)
+            name, text = emit(low.program, target)
         except Exception as e:  # a refusal is part of the behaviour too
             name, text = "error", f"{type(e).__name__}: {e}"
         out.append({"group": g.id, "program": low.program.name, "kernel": name,

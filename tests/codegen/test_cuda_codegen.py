@@ -256,24 +256,23 @@ def test_packed_siblings_branch_per_sibling_and_store_heads_through_shared_tiles
     assert art.launch["dynamic_smem"] <= 76 * 1024  # three blocks per SM
 
 
-def test_a_schedule_may_ask_for_its_blocks_per_sm(zoo_cache, monkeypatch):
+def test_a_schedule_may_ask_for_its_blocks_per_sm(zoo_cache):
     """TileProgram.occupancy becomes the kernel's min-blocks-per-SM bound. Attention can ask
     for every tile resident in one wave (bert-base b32: 768 tiles, 6 a SM, K/V loads
     unpipelined); off by default, where it spilled and ran slower on the H200."""
+    from tilefuse.target import adjust
     from tilefuse.tile_ir.ir import Loop
-    from tilefuse.tile_ir.lower import attention
 
     graph = import_onnx(models.build("bert", "real", "float16", cache_dir=zoo_cache), {"batch": 32, "seq": 128})
 
-    def flash():
-        (group,) = [g for g in partition_graph(graph, CUDA_SM90A).groups
-                    if lower_group(g, CUDA_SM90A).program.notes[0].startswith("flash attention")][:1]
-        return lower_group(group, CUDA_SM90A).program
+    def flash(target):
+        (group,) = [g for g in partition_graph(graph, target).groups
+                    if lower_group(g, target).program.notes[0].startswith("flash attention")][:1]
+        return lower_group(group, target).program
 
-    default = flash()
+    default = flash(CUDA_SM90A)
     assert default.occupancy == 0 and "T.annotate_min_blocks_per_sm(2)" in emit_tilelang(default).text
-    monkeypatch.setattr(attention, "ONE_WAVE_OCCUPANCY", 6)
-    program = flash()
+    program = flash(adjust(CUDA_SM90A, attention__one_wave_occupancy=6))
     assert program.occupancy == 6 and "one wave" in program.notes[0]
     assert [s.stages for s in program.body if isinstance(s, Loop) and s.stages] == [1]
     assert "T.annotate_min_blocks_per_sm(6)" in emit_tilelang(program).text
@@ -304,18 +303,17 @@ def test_large_products_take_producer_tiles_loaded_by_tma():
 
 
 @pytest.mark.parametrize("order", ["release-first", "wait-first"])
-def test_programmatic_launch_waits_before_any_memory_access(order, zoo_cache, monkeypatch):
+def test_programmatic_launch_waits_before_any_memory_access(order, zoo_cache):
     """With programmatic dependent launch on (a benchmark knob), every kernel, the
     producer-loaded one included (both warp roles), waits for the previous kernel before
     touching global memory, and its launch metadata says so."""
-    from tilefuse.codegen.cuda import emit
+    from tilefuse.codegen.options import CudaOptions
 
-    monkeypatch.setattr(emit, "PROGRAMMATIC_LAUNCH", order)
     graph = import_onnx(models.build("bert", "tiny", "float16", cache_dir=zoo_cache), models.ZOO["bert"].shapes("tiny"))
     programs = [lower_group(g, CUDA_SM90A).program for g in partition_graph(graph, CUDA_SM90A).groups]
     producer = lower_group(partition_graph(_product_graph(rows=4096, k=768, n=3072), CUDA_SM90A).groups[0], CUDA_SM90A).program
     assert producer.producer
-    for art in build_all([*programs, producer], arch="sm_90a"):
+    for art in build_all([*programs, producer], arch="sm_90a", options=CudaOptions(programmatic_launch=order)):
         assert art.launch["programmatic"] is True
         _waits_before_touching_memory(art.source.read_text(), art.symbol)
 

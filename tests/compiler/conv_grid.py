@@ -4,7 +4,7 @@ schedules use, as ONNX models of several independent convolutions each (one comp
 many kernels).
 
 The edges, from tile_ir/lower: on the CPU a convolution of at least
-``conv_rows.MIN_POSITIONS`` (64) output positions per image is tiled as blocks of whole
+``ConvPolicy.min_positions`` (64) output positions per image is tiled as blocks of whole
 output rows of at most 256 positions (the largest divisor of the row count that fits), so
 a 1-D convolution of 257 positions (a prime) runs 257 one-position tiles, of 300 two of
 150, of 513 three of 171; below 64 positions the positions-as-rows tiles of up to 64

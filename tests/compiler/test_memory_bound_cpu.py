@@ -1,6 +1,5 @@
 """A plan that cannot fit in the memory it runs in is refused when it is compiled, naming
 what it would need, instead of failing with a MemoryError at its first run."""
-import dataclasses
 
 import numpy as np
 import pytest
@@ -9,7 +8,7 @@ from onnx import helper as h
 
 import tilefuse
 from tilefuse.errors import ShapeError
-from tilefuse.target import CPU, CUDA_SM90A, memory_limit
+from tilefuse.target import CPU, CUDA_SM90A, adjust, memory_limit
 
 
 def _relu(n):
@@ -27,11 +26,11 @@ def test_dims_of_2_to_the_40_are_refused_at_compile_time():
 
 
 def test_the_bound_is_the_targets_memory():
-    small = dataclasses.replace(CPU, memory_bytes=4096)
+    small = adjust(CPU, device__memory_bytes=4096)
     plan = tilefuse.compile(_relu(256), small)  # 1 KiB in, 1 KiB arena
     x = np.random.default_rng().standard_normal(256).astype(np.float32)
     np.testing.assert_array_equal(tilefuse.InferenceSession(plan).run(None, {"x": x})[0], np.maximum(x, 0))
     with pytest.raises(ShapeError, match=r"needs 8\.0 KiB .* more than the 4\.0 KiB of memory"):
         tilefuse.compile(_relu(1024), small)
-    assert memory_limit(CUDA_SM90A)[0] == CUDA_SM90A.memory_bytes
+    assert memory_limit(CUDA_SM90A)[0] == CUDA_SM90A.device.memory_bytes
     assert memory_limit(CPU)[0] > 0

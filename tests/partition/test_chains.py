@@ -89,6 +89,6 @@ def test_deep_elementwise_chain_is_cut_at_the_depth_cap():
     b.output("y", v)
     p = partition_graph(b.graph, CPU)
     order = {id(n): i for i, n in enumerate(b.graph.nodes)}
-    assert all(_depth(sorted(g.nodes, key=lambda n: order[id(n)])) <= CPU.max_group_depth for g in p.groups)
-    assert len(p.groups) == -(-300 // CPU.max_group_depth)
+    assert all(_depth(sorted(g.nodes, key=lambda n: order[id(n)])) <= CPU.partition.max_group_depth for g in p.groups)
+    assert len(p.groups) == -(-300 // CPU.partition.max_group_depth)
     assert any("depth cap" in r.reason for r in p.refusals), [r.reason for r in p.refusals]

@@ -4,7 +4,6 @@ Each kernel is recognised by the primitives it holds. Dynamo (opset 20) and
 TorchScript-style (opset 14, spelled-out norms) exports must partition alike.
 """
 from collections import Counter
-from dataclasses import replace
 
 import pytest
 
@@ -12,10 +11,10 @@ import models
 from tilefuse.frontend import import_onnx
 from tilefuse.ir.prims import Kind
 from tilefuse.partition import partition_graph
-from tilefuse.target import CPU, CUDA_SM90A
+from tilefuse.target import CPU, CUDA_SM90A, adjust
 
 LAYERS = 2  # every tiny transformer in the zoo has two layers
-ONE_CORE = replace(CUDA_SM90A, cores=1)  # tiny models' few rows still make "enough" row tiles
+ONE_CORE = adjust(CUDA_SM90A, device__cores=1)  # tiny models' few rows still make "enough" row tiles
 
 
 def _partition(name, zoo_cache, target=CUDA_SM90A):
@@ -111,9 +110,8 @@ def test_bert_layer_is_four_kernels_when_the_mlp_fits_on_chip(name, zoo_cache):
 def test_bert_layer_is_five_kernels_when_only_rows_of_the_output_fit(name, zoo_cache):
     """Tiny BERT: hidden 64, FFN 128. 16 rows of 64 fp32 (4 KB) fit the norm epilogue;
     the chain also needs the rows it reads (4 KB more) and does not fit 6 KB."""
-    from dataclasses import replace
 
-    p = _partition(name, zoo_cache, replace(CUDA_SM90A, onchip_bytes=6 * 1024))
+    p = _partition(name, zoo_cache, adjust(CUDA_SM90A, device__onchip_bytes=6 * 1024))
     assert _bert_kernels(p) == {"qkv": LAYERS, "attention": LAYERS, "proj+norm": 2 * LAYERS, "ffn-up+gelu": LAYERS}
     assert len(p.groups) == 5 * LAYERS + 3
     assert any("chain of products needs" in r.reason for r in p.refusals)
@@ -170,9 +168,8 @@ def test_conv_batchnorm_activation_residual(name, zoo_cache):
 def test_row_norm_epilogue_respects_on_chip_capacity(zoo_cache):
     """On the CPU target a tile of whole rows fits; shrink the on-chip budget and the
     norm must leave the projection's kernel, with the capacity as its reason."""
-    from dataclasses import replace
 
-    tight = replace(CPU, onchip_bytes=1024)
+    tight = adjust(CPU, device__onchip_bytes=1024)
     p = _partition("bert", zoo_cache, tight)
     assert not any(is_projection_with_norm(g) for g in p.groups)
     assert any("KB on chip" in r.reason for r in p.refusals)

@@ -442,7 +442,7 @@ first, second = Path(sys.argv[1]), Path(sys.argv[2]).resolve()
 feeds = {"x": np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)}
 with InferenceSession(first) as s:  # every import and private directory made once, before auditing
     s.run(None, feeds)
-private = [Path(d).resolve() for d in native._private_dirs()]
+private = [Path(d).resolve() for d in native._dirs.values()]
 events = []
 sys.addaudithook(lambda event, args: events.append((event, args)) if event in (
     "open", "os.listdir", "os.scandir", "import", "exec", "compile", "ctypes.dlopen", "subprocess.Popen", "os.system") else None)

@@ -1,14 +1,12 @@
 """Which schedule each kind of group gets, and the properties that make it that schedule."""
 import math
-from dataclasses import replace
 
 import models
 from tilefuse.frontend import import_onnx
 from tilefuse.ir.prims import Kind
 from tilefuse.partition import partition_graph
-from tilefuse.target import CPU
+from tilefuse.target import CPU, adjust
 from tilefuse.tile_ir import lower_group
-from tilefuse.tile_ir.lower.conv_rows import MIN_POSITIONS
 
 
 def _lowered(name, zoo_cache, target=CPU):
@@ -46,7 +44,7 @@ def test_mlp_chain_keeps_the_intermediate_on_chip(zoo_cache):
     column chunk at a time into a tile and never written to a kernel parameter."""
     for name in ("bert", "gpt2", "vit"):
         # tiny models have few rows: a one-core CPU target lets their MLPs chain
-        chains = [(g, low) for g, low in _lowered(name, zoo_cache, replace(CPU, cores=1))
+        chains = [(g, low) for g, low in _lowered(name, zoo_cache, adjust(CPU, device__cores=1))
                   if sum(n.op.kind is Kind.CONTRACT and n.inputs[1].is_constant for n in g.nodes) == 2
                   and not any(n.op.name == "exp" for n in g.nodes)]
         assert len(chains) == 2, name  # one per layer
@@ -85,14 +83,14 @@ def test_convolutions_run_as_parallel_tiles(zoo_cache):
     for g, low in convs:
         assert low.program.notes[0].startswith("gemm+epilogue")
         (conv,) = [n for n in g.nodes if n.op.name == "Conv"]
-        rows = math.prod(conv.outputs[0].type.shape[2:]) >= MIN_POSITIONS
+        rows = math.prod(conv.outputs[0].type.shape[2:]) >= CPU.conv.min_positions
         assert any(p.name.endswith("_kxm") for p in low.program.params) != rows
-    kinds = {math.prod(n.outputs[0].type.shape[2:]) >= MIN_POSITIONS for g, _ in convs for n in g.nodes if n.op.name == "Conv"}
+    kinds = {math.prod(n.outputs[0].type.shape[2:]) >= CPU.conv.min_positions for g, _ in convs for n in g.nodes if n.op.name == "Conv"}
     assert kinds == {True, False}  # resnet tiny has both
 
 
 def test_convolutions_with_packed_weights_when_the_target_says_so(zoo_cache):
-    target = replace(CPU, conv_channel_rows=False)
+    target = adjust(CPU, conv__channel_rows=False)
     for g, low in _lowered("resnet", zoo_cache, target):
         if any(n.op.name == "Conv" for n in g.nodes):
             assert low.program.notes[0].startswith("gemm+epilogue")
@@ -152,7 +150,7 @@ def test_product_tiles_shrink_until_the_gpu_is_full():
     """Batch 1, 128 rows x 768: 128x128 tiles make 6 blocks for 132 SMs; tiles halve down to
     the target's 32x32 (96 blocks), which wait on memory: 3 stages of 128-deep K tiles. The
     CPU (2 cores) keeps its 64x64 tiles; big products take 64x128 tiles of one warpgroup
-    and 3 stages of 64 (Target.gemm_rows)."""
+    and 3 stages of 64 (GemmPolicy.rows)."""
     from tilefuse.target import CUDA_SM90A
 
     graph = _matmul_graph(128, 768, 768)
@@ -171,17 +169,16 @@ def test_sibling_products_share_the_accumulator_budget():
     """Unpacked (a target without ``pack_siblings``), three sibling products (Q, K, V) keep
     3 accumulators within the accumulator registers of their block: 64x64 each on the GPU's
     64-row tiles (one warpgroup: 48 of the 96 KB a 256-thread block has)."""
-    from dataclasses import replace
 
     from tilefuse.target import CUDA_SM90A
 
-    target = replace(CUDA_SM90A, pack_siblings=False)
+    target = adjust(CUDA_SM90A, gemm__pack_siblings=False)
     group = partition_graph(_matmul_graph(4096, 768, 768, siblings=3), target).groups[0]
     program = lower_group(group, target).program
     accumulators = [b for b in program.allocs if b.name.startswith("c_tile")]
     assert len(accumulators) == 3
     # 64-row tiles run on one warpgroup: half the registers of the 256-thread budget
-    assert sum(math.prod(b.shape) * 4 for b in accumulators) <= target.accumulator_bytes // 2
+    assert sum(math.prod(b.shape) * 4 for b in accumulators) <= target.gemm.accumulator_bytes // 2
     assert [b.shape for b in accumulators] == [(64, 64)] * 3 and program.threads == 128
 
 

@@ -105,7 +105,7 @@ def test_pooling_runs_on_window_tiles(name, tmp_path):
         notes = low.program.notes
         assert notes[0].startswith("window:"), (target.name, notes)
         (acc,) = low.program.allocs  # the tile's running values, no staged tensor
-        assert math.prod(acc.shape) <= target.window_tile
+        assert math.prod(acc.shape) <= target.window.tile
         if target is CUDA_SM90A:  # the GPU's tiles and grid, through the oracle
             arrays = [feeds[v.name] if not v.is_constant else np.ascontiguousarray(v.data) for v in low.bindings[:-1]]
             out = np.zeros(y_shape, dtype)
@@ -131,5 +131,5 @@ def test_a_resnet50_stem_pool_fits_a_gpu_block():
     (group,) = partition_graph(b.graph, CUDA_SM90A).groups
     p = lower_group(group, CUDA_SM90A).program
     assert p.notes[0].startswith("window:")
-    assert p.threads == math.prod(p.allocs[0].shape) <= CUDA_SM90A.max_threads
-    assert math.prod(p.grid) >= CUDA_SM90A.cores
+    assert p.threads == math.prod(p.allocs[0].shape) <= CUDA_SM90A.window.max_threads
+    assert math.prod(p.grid) >= CUDA_SM90A.device.cores

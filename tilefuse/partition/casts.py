@@ -129,7 +129,7 @@ class _Mover:
         return copies
 
     def _acceptable(self, readers: dict[int, list[Node]], touched: Sequence[int], before: float) -> bool:
-        cap = self.target.max_group_nodes
+        cap = self.target.partition.max_group_nodes
         for g in readers:
             nodes = self.groups[g]
             if len(nodes) > cap or structure_problem(nodes, self.target, self.written):

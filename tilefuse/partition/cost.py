@@ -34,14 +34,14 @@ class Cost:
         return self.bytes_in + self.bytes_out
 
     def compute_seconds(self, target: Target) -> float:
-        return self.matrix_flops / target.matrix_flops + (self.flops - self.matrix_flops) / target.vector_flops
+        return self.matrix_flops / target.device.matrix_flops + (self.flops - self.matrix_flops) / target.device.vector_flops
 
     def memory_seconds(self, target: Target) -> float:
-        return self.bytes / target.dram_bandwidth
+        return self.bytes / target.device.dram_bandwidth
 
     def seconds(self, target: Target) -> float:
         """Roofline time: compute and memory overlap; launches do not."""
-        return max(self.compute_seconds(target), self.memory_seconds(target)) + self.launches * target.launch_seconds
+        return max(self.compute_seconds(target), self.memory_seconds(target)) + self.launches * target.device.launch_seconds
 
     def bound(self, target: Target) -> str:
         return "compute" if self.compute_seconds(target) >= self.memory_seconds(target) else "memory"

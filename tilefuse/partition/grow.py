@@ -108,9 +108,9 @@ class Grower:
         where the target's matrix unit takes more rows at once (``mma_rows``), its
         products run at that fraction of the matrix rate: counted as that much more work."""
         t = self.target
-        if t.mma_rows <= t.row_tile or not base.matrix_flops or not _whole_rows(nodes):
+        if t.device.mma_rows <= t.gemm.row_tile or not base.matrix_flops or not _whole_rows(nodes):
             return Cost()
-        extra = base.matrix_flops * (t.mma_rows // t.row_tile - 1)
+        extra = base.matrix_flops * (t.device.mma_rows // t.gemm.row_tile - 1)
         return Cost(flops=extra, matrix_flops=extra)
 
     def _idle_core_cost(self, nodes: list[Node], base: Cost) -> Cost:
@@ -123,8 +123,8 @@ class Grower:
             return Cost()
         shape = [n for n in nodes if fusion_kind(n) is FusionKind.CONTRACTION][-1].outputs[0].type.shape
         rows, cols = math.prod(shape[:-1]), shape[-1]
-        whole = min(t.cores, -(-rows // t.row_tile))
-        apart = min(t.cores, -(-rows // t.min_tile) * -(-cols // t.min_tile))
+        whole = min(t.device.cores, -(-rows // t.gemm.row_tile))
+        apart = min(t.device.cores, -(-rows // t.gemm.min_tile) * -(-cols // t.gemm.min_tile))
         if whole >= apart:
             return Cost()
         f = apart / whole - 1
@@ -158,8 +158,8 @@ class Grower:
             return None
         if FusionKind.OPAQUE in (a.kind, b.kind):
             return "opaque op runs alone"
-        if len(a.nodes) + len(b.nodes) > self.target.max_group_nodes:
-            return f"group size cap ({self.target.max_group_nodes} primitives)"
+        if len(a.nodes) + len(b.nodes) > self.target.partition.max_group_nodes:
+            return f"group size cap ({self.target.partition.max_group_nodes} primitives)"
         if self._path_via_other(a, b) or self._path_via_other(b, a):
             return "would create a cycle"
         merged = sorted(a.nodes + b.nodes, key=lambda n: self.pos[id(n)])
@@ -208,7 +208,7 @@ class Grower:
         """Merge the groups of ``nodes`` at once if the result is legal."""
         groups = list({id(self.owner[id(n)]): self.owner[id(n)] for n in nodes}.values())
         members = [n for g in groups for n in g.nodes]
-        if len(members) > self.target.max_group_nodes or structure_problem(
+        if len(members) > self.target.partition.max_group_nodes or structure_problem(
             sorted(members, key=lambda n: self.pos[id(n)]), self.target, self.graph_outputs
         ):
             return False

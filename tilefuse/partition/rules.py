@@ -69,8 +69,8 @@ def structure_problem(nodes: Sequence[Node], target: Target, written: frozenset[
     kinds = [fusion_kind(n) for n in nodes]
     if FusionKind.OPAQUE in kinds and len(nodes) > 1:
         return "opaque op runs alone"
-    if len(nodes) > target.max_group_depth and longest_path(nodes) > target.max_group_depth:
-        return f"group depth cap ({target.max_group_depth} primitives along a path)"
+    if len(nodes) > target.partition.max_group_depth and longest_path(nodes) > target.partition.max_group_depth:
+        return f"group depth cap ({target.partition.max_group_depth} primitives along a path)"
     contractions = [n for n, k in zip(nodes, kinds) if k is FusionKind.CONTRACTION]
     reductions = [n for n, k in zip(nodes, kinds) if k is FusionKind.REDUCE]
     windows = [n for n in reductions if is_window(n)]
@@ -138,9 +138,9 @@ def row_epilogue_problem(c: Node, reductions: Sequence[Node], members: set[int],
             return "a reduction feeding a contraction needs whole rows before the product"
         if row_signature(r) != (m, n):
             return f"the reduction's rows {row_signature(r)} are not the product's output rows {(m, n)}"
-    need = target.row_epilogue_bytes(n)
-    if need > target.onchip_bytes:
-        return f"needs {need // 1024} KB on chip for whole rows of {n} > {target.onchip_bytes // 1024} KB"
+    need = target.gemm.row_epilogue_bytes(n)
+    if need > target.device.onchip_bytes:
+        return f"needs {need // 1024} KB on chip for whole rows of {n} > {target.device.onchip_bytes // 1024} KB"
     return None
 
 
@@ -171,8 +171,8 @@ def attention_problem(
         if row_signature(r) != (m, n):
             return f"attention's row ops must reduce the score rows {(m, n)}, not {row_signature(r)}"
     head = max(c1.inputs[0].type.shape[-1], c2.outputs[0].type.shape[-1])
-    if head > target.max_attention_head_dim:
-        return f"head dim {head} > {target.max_attention_head_dim} kept on chip"
+    if head > target.attention.max_head_dim:
+        return f"head dim {head} > {target.attention.max_head_dim} kept on chip"
     return None
 
 
@@ -189,15 +189,15 @@ def chain_problem(
         if not depends_within(r, c2, members) or row_signature(r) != contraction_rows(c2):
             return "a chain of products takes row reductions only after the second product"
     k1, n2 = c1.inputs[0].type.shape[-1], c2.outputs[0].type.shape[-1]
-    need = target.row_epilogue_bytes(n2) + target.row_epilogue_bytes(k1)
-    if need > target.onchip_bytes:
+    need = target.gemm.row_epilogue_bytes(n2) + target.gemm.row_epilogue_bytes(k1)
+    if need > target.device.onchip_bytes:
         return (f"a chain of products needs {need // 1024} KB on chip for whole rows "
-                f"({k1} in, {n2} out) > {target.onchip_bytes // 1024} KB")
+                f"({k1} in, {n2} out) > {target.device.onchip_bytes // 1024} KB")
     # Apart, the first product tiles its columns too; chained, only rows make tiles.
     rows = contraction_rows(c2)[0]
-    tiles = -(-rows // target.row_tile)
-    if tiles < target.cores:
-        return f"a chain of {rows} rows makes {tiles} whole-row tiles, fewer than the target's {target.cores} cores"
+    tiles = -(-rows // target.gemm.row_tile)
+    if tiles < target.device.cores:
+        return f"a chain of {rows} rows makes {tiles} whole-row tiles, fewer than the target's {target.device.cores} cores"
     return None
 
 

@@ -125,6 +125,8 @@ def load_plan(path: str | Path) -> Plan:
             source_sha256=header["source_model_sha256"],  # type: ignore[arg-type]
             source_path=header["source_model_path"],  # type: ignore[arg-type]
             precision=header["precision"],  # type: ignore[arg-type]
+            target_spec=header["target_spec"],  # type: ignore[arg-type]
+            target_fingerprint=header["target_fingerprint"],  # type: ignore[arg-type]
             tilefuse_version=header["tilefuse_version"],  # type: ignore[arg-type]
             buffers=buffers,
             inputs=dec.bindings("inputs", buffers),

@@ -8,6 +8,9 @@ types, arena placement) are checked afterwards by ``verify_plan``.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+
 import math
 import re
 from pathlib import Path
@@ -49,6 +52,8 @@ def encode(plan: Plan, kernel_files: dict[str, str], weights_sha256: str) -> dic
         "source_model_path": plan.source_path,
         "target": plan.target,
         "precision": plan.precision,
+        "target_fingerprint": plan.target_fingerprint,
+        "target_spec": plan.target_spec,
         "inputs": [_binding(plan, b) for b in plan.inputs],
         "outputs": [_binding(plan, b) for b in plan.outputs],
         "arena_bytes": plan.arena_bytes,
@@ -167,6 +172,7 @@ class Decoder:
             "source_model_path": d.get("source_model_path", "") if isinstance(d.get("source_model_path", ""), str) else "",
             "target": self.get(d, "target", str, ""),
             "precision": self.precision(d),
+            **self.target_record(d),
             "arena_bytes": self.integer(d, "arena_bytes", "", hi=MAX_BYTES),
             "weights_sha256": self.sha256(d, "weights_sha256", ""),
         }
@@ -177,6 +183,22 @@ class Decoder:
         if x not in PRECISIONS:
             raise self.fail("precision", f"expected one of {PRECISIONS}, got {show(x)}")
         return x  # type: ignore[return-value]
+
+    def target_record(self, d: dict) -> dict[str, object]:
+        """The target spec and its fingerprint, which must agree (both absent, or empty, in
+        plans that do not record them). Information only: nothing at load depends on it."""
+        spec, fingerprint = d.get("target_spec", {}), d.get("target_fingerprint", "")
+        if not isinstance(spec, dict):
+            raise self.fail("target_spec", f"expected an object, got {show(spec)}")
+        if not isinstance(fingerprint, str):
+            raise self.fail("target_fingerprint", f"expected a string, got {show(fingerprint)}")
+        if spec or fingerprint:
+            if not SHA256.fullmatch(fingerprint):
+                raise self.fail("target_fingerprint", f"expected 64 lowercase hex digits, got {show(fingerprint)}")
+            actual = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+            if actual != fingerprint:
+                raise self.fail("target_fingerprint", f"{fingerprint} is not the sha256 of target_spec ({actual})")
+        return {"target_spec": spec, "target_fingerprint": fingerprint}
 
     def check_target(self, target: str) -> None:
         """The target's family must have a kernel format: it says what kernels look like."""

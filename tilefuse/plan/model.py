@@ -255,6 +255,10 @@ class Plan:
     # the arithmetic the plan was compiled for (``compile(precision=...)``); `tilefuse run
     # --check` takes its tolerance from it, whatever dtype the outputs have
     precision: str = "fp32"
+    # what the plan was built with: the Target's every field (device, policies, codegen
+    # options) as JSON data, and its sha256 (``Target.fingerprint``); empty where unknown
+    target_spec: dict = field(default_factory=dict, repr=False)
+    target_fingerprint: str = ""
 
     def input_types(self) -> list[tuple[str, TensorType]]:
         return [(b.name, self.buffers[b.buffer].type) for b in self.inputs]

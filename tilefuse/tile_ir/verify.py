@@ -43,10 +43,10 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
         _check_stmt(p, s, known, bound)
     if target is not None and not target.name.startswith("cpu"):
         onchip = sum(math.prod(b.shape) * b.dtype.itemsize for b in p.allocs)
-        if onchip > target.onchip_bytes:
+        if onchip > target.device.onchip_bytes:
             how = p.notes[0].split(":")[0] if p.notes else "its"
             raise GraphError(f"kernel {p.name}: the {how} schedule needs {onchip // 1024} KB of on-chip tile buffers, "
-                             f"more than the {target.onchip_bytes // 1024} KB a {target.name} block has; this group has "
+                             f"more than the {target.device.onchip_bytes // 1024} KB a {target.name} block has; this group has "
                              f"no schedule for {target.name} at this size yet")
 
 

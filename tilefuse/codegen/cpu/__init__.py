@@ -16,26 +16,28 @@ from typing import Sequence
 from tilefuse.codegen.artifact import KernelArtifact
 from tilefuse.codegen.cpu.build import cache_key, compile_cached, find_compiler
 from tilefuse.codegen.cpu.emit import CSource, emit_program
+from tilefuse.codegen.options import CpuOptions
 from tilefuse.codegen.toolchain import default_cache_dir, sweep_stale
 from tilefuse.tile_ir.ir import TileProgram
 
 __all__ = ["CSource", "build_all", "build_kernel", "emit_program"]
 
 
-def build_kernel(program: TileProgram, cache_dir: Path | None = None) -> KernelArtifact:
+def build_kernel(program: TileProgram, cache_dir: Path | None = None,
+                 options: CpuOptions = CpuOptions()) -> KernelArtifact:
     """Emit, compile (unless cached) and describe one kernel. Raises CompileError."""
-    return build_all([program], jobs=1, cache_dir=cache_dir)[0]
+    return build_all([program], jobs=1, cache_dir=cache_dir, options=options)[0]
 
 
 def build_all(programs: Sequence[TileProgram], jobs: int | None = None,
-              cache_dir: Path | None = None) -> list[KernelArtifact]:
+              cache_dir: Path | None = None, options: CpuOptions = CpuOptions()) -> list[KernelArtifact]:
     """One artifact per program, in order. Identical kernels are compiled once; distinct
     ones on ``jobs`` threads (default: one per CPU), each running the C compiler."""
     compiler = find_compiler()
     where = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     where.mkdir(parents=True, exist_ok=True)
     sweep_stale(where)
-    sources = [emit_program(p) for p in programs]
+    sources = [emit_program(p, options) for p in programs]
     with ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:
         futures: dict[str, Future] = {}
         for src in sources:

@@ -3,8 +3,8 @@
     void SYMBOL(void **args)   /* args[i]: base of program.params[i], dense row-major */
 
 The tile grid is a loop nest, OpenMP-parallel when it has more than one tile and enough
-work (``GRID_MIN_WORK``); per-tile buffers are local arrays (heap-allocated above
-``STACK_BUFFER_BYTES``) that start zeroed, as the interpreter's do. A parallel loop nest big enough to pay for a parallel region,
+work (``CpuOptions.parallel_min_work``); per-tile buffers are local arrays (heap-allocated above
+``CpuOptions.stack_buffer_bytes``) that start zeroed, as the interpreter's do. A parallel loop nest big enough to pay for a parallel region,
 and not already inside one, becomes ``omp parallel for collapse(k)``; an innermost
 parallel loop of plain stores gets ``omp simd``. A kernel with a parallel loop carries the
 thread pool its loops run on (``threads``), so it needs no OpenMP runtime. Tile statements
@@ -27,22 +27,9 @@ from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
 from tilefuse.codegen.cpu.prelude import INDEX_PRELUDE, PRELUDE
 from tilefuse.codegen.cpu.threads import THREAD_POOL
+from tilefuse.codegen.options import CpuOptions
 from tilefuse.codegen.toolchain import kernel_stem, param_specs
 from tilefuse.tile_ir.ir import STATUS, Buffer, Copy, Fill, Gemm, If, Loop, LoopKind, ReduceTile, Stmt, Store, TileProgram
-
-STACK_BUFFER_BYTES = 64 * 1024  # a tile buffer above this lives on the heap
-STACK_TOTAL_BYTES = 256 * 1024  # and so do all buffers past this much stack per tile
-PARALLEL_MIN_WORK = 1 << 20  # ~ element operations (MACs, or 8 per store) that pay for a parallel region
-# About 50-100 us on one core: enough to pay for waking a sleeping pool thread (tens of us).
-# A smaller region gains a few us on an idle machine, but on a busy one each region risks a
-# wait for a descheduled thread, and a thread spinning between such regions takes the
-# caller's core: a 2-thread tiny BERT (kernels of 2x16x64) had a busy-machine p99 of 6.6x its
-# quiet median at 1 << 17 and 1.8x at 1 << 20 (benchmarks/cpu_busy_neighbour.py, NOTES.md).
-# A tile grid with less work runs its tiles in turn on the calling thread, like a loop nest
-# below PARALLEL_MIN_WORK.
-GRID_MIN_WORK = PARALLEL_MIN_WORK
-COLLAPSE_MIN_ITERS = 8  # outer iterations that justify keeping the innermost loop for simd
-
 
 @dataclass(frozen=True)
 class CSource:
@@ -54,9 +41,9 @@ class CSource:
     launch: Mapping[str, object] = field(default_factory=dict)
 
 
-def emit_program(program: TileProgram) -> CSource:
+def emit_program(program: TileProgram, options: CpuOptions = CpuOptions()) -> CSource:
     stem = kernel_stem(program.name)
-    emitter = _Emitter(program)
+    emitter = _Emitter(program, options)
     body = emitter.function_body()
     header = _header(program, stem)
     # only a kernel with a parallel loop carries the thread pool (it costs compile time);
@@ -83,8 +70,8 @@ def _header(p: TileProgram, stem: str) -> str:
 
 
 class _Emitter:
-    def __init__(self, program: TileProgram) -> None:
-        self.p = program
+    def __init__(self, program: TileProgram, options: CpuOptions) -> None:
+        self.p, self.options = program, options
         self.table = ExprTable()
         self.names = Names()
         self.grid_parallel = math.prod(program.grid) > 1
@@ -109,7 +96,7 @@ class _Emitter:
             loops = [f"for (int64_t {cident(v.name)} = 0; {cident(v.name)} < {g}; ++{cident(v.name)}) {{"
                      for v, g in zip(self.p.block_vars, self.p.grid)]
             collapse = f" collapse({len(loops)})" if len(loops) > 1 else ""
-            if math.prod(self.p.grid) * sum(_work(s) for s in self.p.body) >= GRID_MIN_WORK:
+            if math.prod(self.p.grid) * sum(_work(s) for s in self.p.body) >= self.options.parallel_min_work:
                 out.append(f"    #pragma omp parallel for{collapse} schedule(static)")
                 self.parallel = True
             out += [f"    {x}" for x in loops] + [f"        {x}" for x in tile] + ["    " + "}" * len(loops)]
@@ -124,7 +111,7 @@ class _Emitter:
         for b in self.p.allocs:
             n = max(math.prod(b.shape), 1)
             nbytes, name, t = n * b.dtype.itemsize, cident(b.name), storage(b.dtype)
-            if nbytes <= STACK_BUFFER_BYTES and on_stack + nbytes <= STACK_TOTAL_BYTES:
+            if nbytes <= self.options.stack_buffer_bytes and on_stack + nbytes <= self.options.stack_total_bytes:
                 on_stack += nbytes
                 lines.append(f"{t} {name}[{n}] __attribute__((aligned(64))) = {{0}};")
             else:
@@ -149,7 +136,7 @@ class _Emitter:
         if isinstance(s, Copy):
             return emit_tiles.copy(s, self.exprs(levels, (*s.src.offsets, *s.dst.offsets)), self.names)
         if isinstance(s, Gemm):
-            parallel = not in_parallel and _work(s) >= PARALLEL_MIN_WORK
+            parallel = not in_parallel and _work(s) >= self.options.parallel_min_work
             self.parallel |= parallel
             return emit_tiles.gemm(s, parallel=parallel)
         if isinstance(s, ReduceTile):
@@ -200,8 +187,8 @@ class _Emitter:
             nest.append(nest[-1].body[0])
         if any(l.extent <= 0 for l in nest):
             return []  # never runs: nothing may be hoisted out of it either
-        if s.kind is LoopKind.PARALLEL and not in_parallel and _work(s) >= PARALLEL_MIN_WORK:
-            keep_simd = len(nest) > 1 and _simd_ok(nest[-1]) and math.prod(l.extent for l in nest[:-1]) >= COLLAPSE_MIN_ITERS
+        if s.kind is LoopKind.PARALLEL and not in_parallel and _work(s) >= self.options.parallel_min_work:
+            keep_simd = len(nest) > 1 and _simd_ok(nest[-1]) and math.prod(l.extent for l in nest[:-1]) >= self.options.collapse_min_iters
             k = len(nest) - 1 if keep_simd else len(nest)
             simd = " simd" if k == 1 and len(nest) == 1 and _simd_ok(s) else ""
             collapse = f" collapse({k})" if k > 1 else ""

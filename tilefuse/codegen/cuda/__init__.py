@@ -20,6 +20,8 @@ from typing import Sequence
 from tilefuse.codegen.artifact import KernelArtifact
 from tilefuse.codegen.cuda.build import compile_cubin, headers, lower_cached
 from tilefuse.codegen.cuda.emit import TileLangSource, emit_tilelang
+from tilefuse.codegen.options import CudaOptions
+from tilefuse.device import HOPPER, Device
 from tilefuse.codegen.toolchain import default_cache_dir, sweep_stale
 from tilefuse.tile_ir.ir import TileProgram
 
@@ -27,13 +29,14 @@ __all__ = ["TileLangSource", "build_all", "emit_tilelang"]
 
 
 def build_all(programs: Sequence[TileProgram], arch: str = "sm_90a", jobs: int | None = None,
-              cache_dir: Path | None = None, progress=None) -> list[KernelArtifact]:
+              cache_dir: Path | None = None, progress=None, options: CudaOptions = CudaOptions(),
+              device: Device = HOPPER) -> list[KernelArtifact]:
     """One artifact per program, in order. Identical kernels build once; TileLang lowers
     one at a time, nvcc runs on ``jobs`` threads. Raises CompileError."""
     where = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "cuda"
     where.mkdir(parents=True, exist_ok=True)
     sweep_stale(where)
-    sources = [emit_tilelang(p) for p in programs]
+    sources = [emit_tilelang(p, options, device) for p in programs]
     lowered: dict[str, tuple] = {}
     with ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:
         cubins = {}

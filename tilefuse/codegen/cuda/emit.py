@@ -50,7 +50,9 @@ from dataclasses import dataclass
 from tilefuse.codegen.artifact import ParamSpec
 from tilefuse.codegen.cuda.fast_math import DeviceCall, fast_forms
 from tilefuse.codegen.cuda.warp_rows import warp_rows
+from tilefuse.codegen.options import CudaOptions
 from tilefuse.codegen.toolchain import kernel_stem, param_specs
+from tilefuse.device import HOPPER, Device
 from tilefuse.errors import CompileError
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn, ScalarFn
@@ -85,46 +87,7 @@ from tilefuse.tile_ir.ir import (
 from tilefuse.tile_ir.simplify import simplify_expr
 
 HALF = {DType.FLOAT16, DType.BFLOAT16}
-T_COPY = True  # plain tile loads through T.copy (cp.async, pipelined; see tile_copy)
-# Kernels whose pipelined K loops hold only T.copy tile loads and products may lower with
-# TMA and a warp-specialised producer (TileLang's default on sm_90a); the rest keep
-# cp.async (see pass_config). Part of the module text, so of the build cache key. Programs
-# whose schedule asks for a producer (TileProgram.producer: large tiles, one block per SM)
-# get it; for every kernel (this knob) it is off: with two blocks per SM every such kernel
-# hung on the H200 (benchmarks/NOTES.md, session 4).
-TMA_PIPELINES = False
-# Blocks of a tensor-core kernel the compiler keeps registers for on one SM (TileLang's default
-# is 1): two let one block's epilogue overlap another's K loop (bert-base b32 2.81 -> 2.70 ms)
-MIN_BLOCKS_PER_SM = 2
-# Blocks per SM of a producer-loaded kernel (TileProgram.producer). Above one, the warp
-# roles' register budgets (setmaxnreg) are set to fit that many blocks: TileLang's defaults
-# (consumers 240, producer 24) fit one, and an increase the SM cannot grant waits forever.
-# A benchmark knob (variant "pbN"): on the H200 two blocks of 128x128 tiles still hung with
-# these budgets, and two of 64x128 ran but no faster than cp.async (benchmarks/NOTES.md)
-PRODUCER_BLOCKS_PER_SM = 1
-# Programmatic dependent launch (sm_90+), off by default. "release-first": every kernel
-# starts by releasing the next kernel in the stream (griddepcontrol.launch_dependents) and
-# then waits for the previous one to finish and its writes to be visible
-# (griddepcontrol.wait), before any memory access; "wait-first" waits, then releases (at
-# most one kernel ahead is resident). The runtime launches such kernels with programmatic
-# stream serialisation (launch metadata "programmatic"), so a kernel's launch and block
-# set-up overlap the previous kernel instead of following its completion. TileLang drops
-# __restrict__ from such kernels (no read-only load may move above the wait). Measured on
-# the H200 (benchmarks/NOTES.md, session 7): bert-base b1 0.430 -> 0.507 ms with
-# "release-first" (0.471 launched in plain stream order: the lost __restrict__ alone),
-# b32 1.901 -> 1.891 (noise). A benchmark knob (variants "pdl", "pdlwait").
-PROGRAMMATIC_LAUNCH: str | None = None
-# ``1 + erf(u)`` in float32 through a cheaper erfc (fast_math, tf_erf_plus_one): the exact
-# GELU's epilogue (benchmarks/NOTES.md, session 7)
-FAST_ERF_SUM = True
-REGISTERS_PER_SM = 65536
-PRODUCER_REGISTERS = 24
-EPILOGUE_IN_REGISTERS = True  # accumulators read element by element stay in registers (_own_element_epilogue)
-STAGED_STORES = True  # epilogue results through a shared tile of the output type, copied out (staged_store)
-REGISTER_ROWS = True  # a fragment A operand and row vectors beside register reductions stay in registers (_register_buffers)
-STAGING_PAD = True  # those tiles' rows padded by 16 bytes against bank conflicts (staging_tile)
-MAX_ELEMENTS = 2**31 - 1
-MAX_THREADS = 1024
+MAX_ELEMENTS = 2**31 - 1  # int32 indexing
 
 
 @dataclass(frozen=True)
@@ -143,11 +106,11 @@ class TileLangSource:
         return f"{self.func}_kernel"
 
 
-def emit_tilelang(program: TileProgram) -> TileLangSource:
+def emit_tilelang(program: TileProgram, options: CudaOptions = CudaOptions(), device: Device = HOPPER) -> TileLangSource:
     for b in program.params:
         if math.prod(b.shape) > MAX_ELEMENTS:
             raise CompileError(f"kernel {program.name}: param {b.name} has {math.prod(b.shape)} elements (> 2^31)")
-    emitter = _Emitter(program)
+    emitter = _Emitter(program, options, device)
     body = emitter.kernel()
     emitter.header.insert(0, f"PASS_CONFIG = {emitter.pass_config()!r}")
     stem = kernel_stem(program.name)
@@ -200,8 +163,8 @@ _REDUCE = {ReduceFn.SUM: "T.reduce_sum", ReduceFn.MAX: "T.reduce_max", ReduceFn.
 
 
 class _Emitter:
-    def __init__(self, program: TileProgram) -> None:
-        self.p = program
+    def __init__(self, program: TileProgram, options: CudaOptions, device: Device) -> None:
+        self.p, self.options, self.device = program, options, device
         self.header: list[str] = []  # module-level constants
         self._consts: dict[tuple[str, str], str] = {}
         self._names: dict[str, str] = {}
@@ -224,7 +187,7 @@ class _Emitter:
         """TileLang pass options for this kernel (the lowering reads ``PASS_CONFIG`` from
         the module): TMA loads and warp specialisation only where every pipelined loop is
         plain tile copies and products, else cp.async under TileLang's software pipeline."""
-        if (TMA_PIPELINES or self.p.producer) and self.pipelines and all(self.pipelines):
+        if (self.options.tma_pipelines or self.p.producer) and self.pipelines and all(self.pipelines):
             return {}
         return {"tl.disable_tma_lower": True, "tl.disable_warp_specialized": True}
 
@@ -263,8 +226,9 @@ class _Emitter:
     # -- the kernel --------------------------------------------------------------------
     def kernel(self) -> list[str]:
         p = self.p
-        if p.threads > MAX_THREADS:
-            raise CompileError(f"kernel {p.name}: {p.threads} threads per block > {MAX_THREADS}")
+        most = self.device.max_block_threads
+        if p.threads > most:
+            raise CompileError(f"kernel {p.name}: {p.threads} threads per block > {most}")
         grid, bvars = list(p.grid), [self.name(v) for v in p.block_vars]
         threads = self.threads = _threads(p.threads, _parallel_totals(p.body))
         lines: list[str] = []
@@ -282,21 +246,22 @@ class _Emitter:
                 unfold.append(f"{v} = (_bx // {stride}) % {g}")
         ind = " " * 8
         lines += [ind + x for x in unfold]
-        if PROGRAMMATIC_LAUNCH is not None:
+        if self.options.programmatic_launch is not None:
             pdl = [f"{ind}T.pdl_trigger()", f"{ind}T.pdl_sync()"]
-            lines += pdl if PROGRAMMATIC_LAUNCH == "release-first" else pdl[::-1]
+            lines += pdl if self.options.programmatic_launch == "release-first" else pdl[::-1]
         rows = warp_rows(self, threads, 2)  # norms and softmax rows: whole warps per row
         if rows is not None:
             bound = [f"{ind}T.annotate_min_blocks_per_sm({p.occupancy})"] if p.occupancy > 1 else []
             return lines + bound + rows
-        register = _register_buffers(p.body, threads, p.allocs)
+        register = _register_buffers(p.body, threads, p.allocs, self.options.register_rows)
         accumulators = _gemm_targets(p.body)
         if p.occupancy > 1:  # the schedule's own: e.g. every attention tile resident in one wave
             lines.append(f"{ind}T.annotate_min_blocks_per_sm({p.occupancy})")
-        elif p.producer and PRODUCER_BLOCKS_PER_SM > 1:
-            lines += [ind + x for x in _producer_registers(threads, PRODUCER_BLOCKS_PER_SM)]
-        elif MIN_BLOCKS_PER_SM > 1 and not p.producer and any(isinstance(s, Gemm) and _tensor_core(s, threads) for s in statements(p.body)):
-            lines.append(f"{ind}T.annotate_min_blocks_per_sm({MIN_BLOCKS_PER_SM})")
+        elif p.producer and self.options.producer_blocks_per_sm > 1:
+            lines += [ind + x for x in _producer_registers(threads, self.options, self.device)]
+        elif (self.options.min_blocks_per_sm > 1 and not p.producer
+              and any(isinstance(s, Gemm) and _tensor_core(s, threads) for s in statements(p.body))):
+            lines.append(f"{ind}T.annotate_min_blocks_per_sm({self.options.min_blocks_per_sm})")
         reduced = _reduce_buffers(p.body)
         mirrors: dict[str, Buffer] = {}  # tensor-core accumulator -> its shared copy
         for b in p.allocs:
@@ -304,12 +269,12 @@ class _Emitter:
             lines.append(f"{ind}{self.name(b)} = {alloc}({_shape(b.shape)}, {_dt(b.dtype)})")
             if b.name in register and b.name in accumulators and b.name not in reduced:
                 self.find_transposed_stores(b)
-                if _own_element_epilogue(p.body, b, self.transposed):
+                if self.options.epilogue_in_registers and _own_element_epilogue(p.body, b, self.transposed):
                     self.register_accs.add(b)
                     continue
                 mirror = Buffer(f"{b.name}_s", b.dtype, b.shape, Scope.SHARED)
                 lines.append(f"{ind}{self.name(mirror)} = T.alloc_shared({_shape(b.shape)}, {_dt(b.dtype)})")
-                branches = _mirrored_branches(p.body, b, self.transposed)
+                branches = _mirrored_branches(p.body, b, self.transposed) if self.options.epilogue_in_registers else None
                 if branches:
                     self.register_accs.add(b)
                     for branch in branches:
@@ -454,7 +419,7 @@ class _Emitter:
         asynchronous copies that the pipelined K loop overlaps with the products; any
         other fill (guarded tails, casts, transposes, reshapes) stays an element loop."""
         body = loops[-1].body
-        if not T_COPY or self.threads < self.p.threads or len(body) != 1 or not isinstance(body[0], Store):
+        if not self.options.t_copy or self.threads < self.p.threads or len(body) != 1 or not isinstance(body[0], Store):
             return None
         st, names = body[0], [l.var for l in loops]
         dst, value = st.buffer, st.value
@@ -496,7 +461,7 @@ class _Emitter:
         output's type, and ``T.copy`` writes the rectangle out with whole-line vector
         stores (a thread's accumulator elements are scattered over the tile's rows)."""
         body = loops[-1].body
-        if not STAGED_STORES or len(body) != 1 or not isinstance(body[0], Store) or len(loops) != 2:
+        if not self.options.staged_stores or len(body) != 1 or not isinstance(body[0], Store) or len(loops) != 2:
             return None
         st = body[0]
         if st.buffer.scope is not Scope.GLOBAL or not any(_reads(st.value, b) for b in self.register_accs):
@@ -522,7 +487,7 @@ class _Emitter:
         The padding keeps each row's start 16-byte aligned for the vector copies out."""
         tile = f"_out{len(self.staging)}"
         # not under a producer (TMA stores the tile as one contiguous box)
-        pad = max(1, 16 // dtype.itemsize) if STAGING_PAD and not self.p.producer else 0
+        pad = max(1, 16 // dtype.itemsize) if self.options.staging_pad and not self.p.producer else 0
         self.staging.append(f"{tile} = T.alloc_shared({_shape((rows, cols + pad))}, {_dt(dtype)})")
         return tile
 
@@ -531,7 +496,7 @@ class _Emitter:
         a rectangle (or per-head rectangles) of a global output whose contiguous axis runs
         along the rows: written from registers into a shared tile of the output's type laid
         out [col, row], then copied out (transposed_store). Recorded in ``self.transposed``."""
-        if not (STAGED_STORES and EPILOGUE_IN_REGISTERS):
+        if not (self.options.staged_stores and self.options.epilogue_in_registers):
             return
         for s in statements(self.p.body):
             if not (isinstance(s, Loop) and s.kind is LoopKind.PARALLEL):
@@ -741,7 +706,7 @@ class _Emitter:
     def render(self, roots: list[Expr], is_index: list[bool]) -> tuple[list[str], list[str]]:
         """Text of each root, with ``let`` lines for subexpressions used more than once
         (outside WHERE branches)."""
-        if FAST_ERF_SUM:  # values only: index arithmetic holds no erf
+        if self.options.fast_erf_sum:  # values only: index arithmetic holds no erf
             roots = [r if index else fast_forms(r) for r, index in zip(roots, is_index)]
         counts: Counter = Counter()
         seen: set[int] = set()
@@ -969,13 +934,14 @@ def _reads(e: Expr, buffer: Buffer) -> bool:
     return any(isinstance(x, Load) and x.buffer == buffer for x in subexpressions(e))
 
 
-def _producer_registers(threads: int, blocks: int) -> list[str]:
-    """Register budgets of a warp-specialised kernel's roles for ``blocks`` per SM:
-    ``threads`` consumers (TileLang adds a producer warpgroup of 128) at the most whole
-    8-register steps that fit beside the producer's ``PRODUCER_REGISTERS``."""
-    consumers = (REGISTERS_PER_SM // blocks - 128 * PRODUCER_REGISTERS) // threads // 8 * 8
+def _producer_registers(threads: int, options: CudaOptions, device: Device) -> list[str]:
+    """Register budgets of a warp-specialised kernel's roles for ``producer_blocks_per_sm``
+    blocks per SM: ``threads`` consumers (TileLang adds a producer warpgroup of 128) at the
+    most whole 8-register steps that fit beside the producer's ``producer_registers``."""
+    blocks, producer = options.producer_blocks_per_sm, options.producer_registers
+    consumers = (device.registers_per_core // blocks - 128 * producer) // threads // 8 * 8
     return [f"T.annotate_min_blocks_per_sm({blocks})",
-            f"T.annotate_producer_reg_dealloc({PRODUCER_REGISTERS})",
+            f"T.annotate_producer_reg_dealloc({producer})",
             f"T.annotate_consumer_reg_alloc({min(consumers, 240)})"]
 
 
@@ -1013,9 +979,8 @@ def _own_element_epilogue(stmts: tuple[Stmt, ...], acc: Buffer, staged: dict) ->
     ``acc[i, j]`` inside a parallel nest over exactly ``acc``'s shape (i, j its loop
     variables in order): TileLang then lays the nest out as the accumulator's fragment,
     and every thread reads its own registers. Nests in ``staged`` (transposed stores the
-    emitter stages from registers) count as such. EPILOGUE_IN_REGISTERS switches it off."""
-    if not EPILOGUE_IN_REGISTERS:
-        return False
+    emitter stages from registers) count as such (CudaOptions.epilogue_in_registers
+    switches it off at the caller)."""
     return all(_own_reads_only(s, acc, staged) for s in stmts[_last_gemm(stmts, acc.name) + 1:])
 
 
@@ -1024,8 +989,6 @@ def _mirrored_branches(stmts: tuple[Stmt, ...], acc: Buffer, staged: dict) -> li
     other threads' elements (packed siblings: one writes K transposed): those branches,
     which copy the accumulator to shared memory for themselves; the others keep reading
     registers. None where a read outside a branch needs the copy."""
-    if not EPILOGUE_IN_REGISTERS:
-        return None
     out = []
     for s in stmts[_last_gemm(stmts, acc.name) + 1:]:
         if _own_reads_only(s, acc, staged):
@@ -1088,9 +1051,10 @@ def _reduce_buffers(stmts: tuple[Stmt, ...]) -> set[str]:
     return {b.name for s in statements(stmts) if isinstance(s, ReduceTile) for b in (s.src, s.dst)}
 
 
-def _register_buffers(stmts: tuple[Stmt, ...], threads: int, allocs: tuple[Buffer, ...] = ()) -> set[str]:
+def _register_buffers(stmts: tuple[Stmt, ...], threads: int, allocs: tuple[Buffer, ...] = (),
+                      register_rows: bool = True) -> set[str]:
     """Fragments TileLang must own: tensor-core accumulators and tile reductions, and
-    (``REGISTER_ROWS``) what TileLang lays out from them: a product's A operand held as a
+    (``register_rows``) what TileLang lays out from them: a product's A operand held as a
     fragment (attention's P, read by wgmma from registers) and per-row vectors the length
     of a register reduction's result (attention's running max and sum), so the online
     softmax needs no shared memory and no barriers. Other fragment buffers become shared
@@ -1101,11 +1065,11 @@ def _register_buffers(stmts: tuple[Stmt, ...], threads: int, allocs: tuple[Buffe
     for s in statements(stmts):
         if isinstance(s, Gemm) and _tensor_core(s, threads):
             out.add(s.c.name)
-            if REGISTER_ROWS and s.a.scope is Scope.FRAGMENT and not s.trans_a and _warpgroup_rows(s, threads):
+            if register_rows and s.a.scope is Scope.FRAGMENT and not s.trans_a and _warpgroup_rows(s, threads):
                 out.add(s.a.name)
         elif isinstance(s, ReduceTile) and _fragment_reduce(s, threads):
             out |= {s.src.name, s.dst.name}
             rows.add(s.dst.shape)
-    if REGISTER_ROWS:
+    if register_rows:
         out |= {b.name for b in allocs if b.scope is Scope.FRAGMENT and len(b.shape) == 1 and b.shape in rows}
     return out

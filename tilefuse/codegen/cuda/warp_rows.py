@@ -17,7 +17,7 @@ warps, and the tile never exists:
     output nest        -> every lane writes its elements ``j = jj * L + lane``; a per-row
                           output (width 1) is written by lane 0
     a global element   -> read once: a lane loads its elements of a row into registers
-    several steps read    before the first step (``CACHE_ROWS``), and the steps read those
+    several steps read    before the first step (``CudaOptions.cache_rows``), and the steps read those
                           registers (a LayerNorm reads its input for the mean, the variance
                           and the output)
 
@@ -30,6 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from tilefuse.codegen.options import CudaOptions
+from tilefuse.device import Device
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn, ScalarFn
 from tilefuse.tile_ir.ir import (
@@ -50,13 +52,6 @@ from tilefuse.tile_ir.ir import (
     substitute,
 )
 
-WARP = 32
-MAX_UNROLL = 32  # longer per-lane loops stay T.serial (nvcc unrolls them in part)
-ENABLED = True  # off: row programs keep the block-wide emission (a benchmark knob: variant "nowarp")
-# Each lane takes runs of this many bytes of the row's narrowest input type, read as one vector
-# load into registers (where the row width allows); 0: one element a lane (variant "wv0")
-VECTOR_BYTES = 16
-CACHE_ROWS = True  # global elements several steps read are loaded once into registers (_Writer.cached)
 
 # the fold of one lane's terms (its text and identity) and the warp's shuffle reduction
 _FOLD = {ReduceFn.SUM: ("({a} + {b})", 0.0, "T.warp_reduce_sum"),
@@ -71,6 +66,8 @@ class Emitter(Protocol):
     register instead of their buffer."""
 
     p: TileProgram
+    options: CudaOptions
+    device: Device
     replaced: dict[tuple[str, tuple[Expr, ...]], str]
 
     def name(self, b: Buffer | Var) -> str: ...
@@ -107,11 +104,11 @@ class _Plan:
 def warp_rows(em: Emitter, threads: int, depth: int) -> list[str] | None:
     """The kernel body (inside ``T.Kernel``, at ``depth``) of a row-schedule program with
     whole warps per row, or None where the program is not of that shape."""
-    plan = _match(em.p, threads) if ENABLED else None
+    plan = _match(em.p, threads, em.device.warp) if em.options.warp_rows else None
     return None if plan is None else _Writer(em, plan, depth).lines()
 
 
-def _match(p: TileProgram, threads: int) -> _Plan | None:
+def _match(p: TileProgram, threads: int, warp: int) -> _Plan | None:
     if len(p.grid) != 1 or threads != p.threads or not p.allocs:
         return None
     if any(b.scope is not Scope.FRAGMENT for b in p.allocs):
@@ -119,7 +116,7 @@ def _match(p: TileProgram, threads: int) -> _Plan | None:
     br = p.allocs[0].shape[0]
     row_bufs = tuple(b for b in p.allocs if b.shape == (br,))
     tiles = {b for b in p.allocs if len(b.shape) == 2 and b.shape[0] == br}
-    if len(row_bufs) + len(tiles) != len(p.allocs) or threads % br or (threads // br) % WARP:
+    if len(row_bufs) + len(tiles) != len(p.allocs) or threads % br or not warp or (threads // br) % warp:
         return None
     lanes = threads // br
     ready: set[Buffer] = set()  # row buffers reduced so far
@@ -228,7 +225,7 @@ class _Writer:
         lane's share of the row and the run length the steps read them in. Only where
         every such step splits the row the same way: the array's slot of an element is
         then the same in each."""
-        if not CACHE_ROWS:
+        if not self.em.options.cache_rows:
             return {}
         readers: dict[Load, list[_Nest]] = {}
         for st in self.plan.steps:
@@ -284,17 +281,18 @@ class _Writer:
     def lanes_loop(self, count: int) -> tuple[str, str]:
         """The per-lane loop head over ``count`` elements (or runs) per lane and its variable."""
         jj = self.em.temp()
-        kind = "T.unroll" if count <= MAX_UNROLL else "T.serial"
+        kind = "T.unroll" if count <= self.em.options.max_unroll else "T.serial"
         return f"for {jj} in {kind}({count}):", jj
 
     def run_length(self, nest: _Nest) -> int:
-        """Elements a lane takes at a time: VECTOR_BYTES of the narrowest type the nest
+        """Elements a lane takes at a time: ``vector_bytes`` of the narrowest type the nest
         reads from global memory, where the width splits into whole runs for every lane."""
         sizes = [x.buffer.dtype.itemsize for e in (nest.store.value,) for x in subexpressions(e)
                  if isinstance(x, Load) and x.buffer in self.em.p.params]
-        if not VECTOR_BYTES or not sizes:
+        vector = self.em.options.vector_bytes
+        if not vector or not sizes:
             return 1
-        v = max(1, VECTOR_BYTES // min(sizes))
+        v = max(1, vector // min(sizes))
         while v > 1 and nest.width % (self.plan.lanes * v):
             v //= 2
         return v
@@ -330,7 +328,8 @@ class _Writer:
                     f"{ind}    for {vv} in T.unroll({v}):",
                     f"{ind}        {acc} = {combine.format(a=acc, b=f'{run}[{vv}]')}"]
         out += [f"{ind}{acc} = {shuffle}({acc})"]
-        warps = lanes // WARP
+        warp = em.device.warp
+        warps = lanes // warp
         if warps == 1:
             return out
         # the row's warps meet in shared memory: one array per reduction, so no warp
@@ -338,8 +337,8 @@ class _Writer:
         part = f"_warps{len(self.shared)}"
         self.shared.append(f'{ind}{part} = T.alloc_shared(({self.plan.rows}, {warps}), "{dt.value}")')
         w = em.temp()
-        return out + [f"{ind}if _lane % {WARP} == 0:",
-                      f"{ind}    {part}[_row, _lane // {WARP}] = {acc}",
+        return out + [f"{ind}if _lane % {warp} == 0:",
+                      f"{ind}    {part}[_row, _lane // {warp}] = {acc}",
                       f"{ind}T.sync_threads()",
                       f"{ind}{acc} = {part}[_row, 0]",
                       f"{ind}for {w} in T.serial(1, {warps}):",

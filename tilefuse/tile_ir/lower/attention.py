@@ -89,7 +89,7 @@ def _match_softmax(c2: Node, members: set[int]) -> _Softmax | None:
 
 
 def lower_attention(group: FusedGroup, name: str, target: Target = CPU) -> tuple[TileProgram, tuple[Value, ...]] | None:
-    """With ``target.half_operand_tiles``, Q, K, V and the probabilities feeding P.V stay
+    """With ``target.gemm.half_operand_tiles``, Q, K, V and the probabilities feeding P.V stay
     half-float in their tiles (scores, softmax state and the output stay fp32)."""
     contractions = [n for n in group.nodes if n.op.kind is Kind.CONTRACT]
     if len(contractions) != 2 or not all(isinstance(c.op, MatMul) for c in contractions):
@@ -106,20 +106,11 @@ def lower_attention(group: FusedGroup, name: str, target: Target = CPU) -> tuple
     return _Flash(group, c1, c2, sm, maps[0], name, target).build()
 
 
-QUERY_TILE = 64  # query rows of a tile before fill_cores shrinks it
-KEY_TILE = 64  # keys per step of the online softmax
-# Where the grid is a few waves of tiles (bert-base b32: 768 tiles, 4 resident per SM by
-# registers and shared memory: 1.45 waves), ask for as many resident per SM as one wave
-# needs, up to this many, with K/V loads unpipelined to make room (short key loops).
-# Off (0): at 6 a SM the kernel spilled (80 registers) and ran 31 us against 22 (NOTES).
-ONE_WAVE_OCCUPANCY = 0
-
-
 class _Flash:
     def __init__(self, group: FusedGroup, c1: Node, c2: Node, sm: _Softmax, fwd, name: str, target: Target) -> None:
         self.group, self.c1, self.c2, self.sm, self.fwd, self.name = group, c1, c2, sm, fwd, name
         self.target = target
-        half_tiles = target.half_operand_tiles
+        half_tiles = target.gemm.half_operand_tiles
         dtypes = {v.type.dtype for v in (*c1.inputs, c2.inputs[1])}
         (only,) = dtypes if len(dtypes) == 1 else (None,)
         self.op = only if half_tiles and only in HALF_FLOATS else F32  # Q, K, V tiles
@@ -133,11 +124,11 @@ class _Flash:
         dv = c2.outputs[0].type.shape[-1]
         if c2.outputs[0].type.shape[:-2] != batch:
             return None
-        bm, bn = _edge(m, QUERY_TILE), _edge(n, KEY_TILE)
+        bm, bn = _edge(m, self.target.attention.query_tile), _edge(n, self.target.attention.key_tile)
         if m % bm:  # power-of-two query tiles, the last one partial: halved while cores idle
-            bm = halve_while_idle(m, bm, math.prod(batch), self.target.cores, self.target.min_tile // 2)
+            bm = halve_while_idle(m, bm, math.prod(batch), self.target.device.cores, self.target.gemm.min_tile // 2)
         else:  # query tiles down to half the target's smallest tile where heads x tiles leave cores idle
-            (bm,) = fill_cores((m,), [bm], math.prod(batch), self.target.cores, self.target.min_tile // 2)
+            (bm,) = fill_cores((m,), [bm], math.prod(batch), self.target.device.cores, self.target.gemm.min_tile // 2)
         # Partial last tiles: global reads past the sequence are clamped (in_range), so a
         # query row past m computes row m - 1 again and writes it there (the same values);
         # keys past n score -inf and weigh nothing (the first key tile is whole, so every
@@ -255,9 +246,9 @@ class _Flash:
             Gemm(ph, v_, o, tf32=tf32),
         ]
         blocks = math.prod(batch) * qtiles
-        waves = -(-blocks // self.target.cores)  # tiles per core for one wave
-        one_wave = self.target.mma_rows > 1 and 2 < waves <= ONE_WAVE_OCCUPANCY and ktiles <= 4
-        if op is F32 and not tf32 and self.target.mma_rows > 1:
+        waves = -(-blocks // self.target.device.cores)  # tiles per core for one wave
+        one_wave = self.target.device.mma_rows > 1 and 2 < waves <= self.target.attention.one_wave_occupancy and ktiles <= 4
+        if op is F32 and not tf32 and self.target.device.mma_rows > 1:
             # exact float32 products are FMA loops on the GPU: nothing for a pipeline to
             # overlap, and TileLang's unrolled stages of them took nvcc minutes
             body.append(Loop(jt, ktiles, LoopKind.SERIAL, tuple(step)))

@@ -20,9 +20,6 @@ from tilefuse.tile_ir.ir import Buffer, Call, Const, Expr, If, IOp, Load, Stmt, 
 from tilefuse.tile_ir.lower.common import narrow, parallel, widen
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, linearize, window_needs_guard, window_source
 
-MIN_POSITIONS = 64  # output positions per image below which channels stay columns
-DEPTHWISE_CHANNELS = 8  # channels per depthwise tile
-
 if TYPE_CHECKING:
     from tilefuse.tile_ir.lower.gemm_epilogue import _Builder
 

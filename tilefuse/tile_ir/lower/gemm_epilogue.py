@@ -86,10 +86,6 @@ from tilefuse.tile_ir.lower.params import DROP, kernel_params
 
 Forward = Callable[[Index], Index]
 
-# Product tile edges forced where they divide the product (None: the schedule's own): a
-# benchmark knob (benchmarks/gpu_gemm.py variants bmM / bnN), not a user setting
-FORCE_TILE_M: int | None = None
-FORCE_TILE_N: int | None = None
 
 
 def _row_reduction(node: Node, ident: set[int], cs: list[Node]) -> bool:
@@ -175,7 +171,7 @@ def lower_gemm_epilogue(group: FusedGroup, name: str, target: Target = CPU) -> t
     if not isinstance(c.op, (MatMul, Conv, ConvTranspose)):
         return None
     if not isinstance(c.op, MatMul) and c.op.groups != 1 and not (conv_rows.depthwise_ok(c) and (
-            target.conv_channel_rows or _wide_rows(c))):
+            target.conv.channel_rows or _wide_rows(c))):
         return None
     maps = forward_maps(group, contractions)
     if maps is None:
@@ -221,28 +217,28 @@ class _Builder:
     def __init__(self, group: FusedGroup, cs: list[Node], fwd: dict[int, Forward], reductions: list[Node],
                  name: str, first: Node | None, target: Target) -> None:
         self.group, self.cs, self.fwd, self.reductions, self.name = group, cs, fwd, reductions, name
-        self.tile_k, self.row_tile, self.onchip = target.tile_k, target.row_tile, target.onchip_bytes
-        self.cores, self.min_tile, self.gemm_tile = target.cores, target.min_tile, target.gemm_tile
-        self.gemm_rows = target.gemm_rows or target.gemm_tile
-        self.max_threads, self.acc_budget = target.max_threads, target.accumulator_bytes
-        self.inflight = target.inflight_bytes
-        self.mma_rows = target.mma_rows
+        self.tile_k, self.row_tile, self.onchip = target.gemm.tile_k, target.gemm.row_tile, target.device.onchip_bytes
+        self.cores, self.min_tile, self.gemm_tile = target.device.cores, target.gemm.min_tile, target.gemm.tile
+        self.gemm_rows = target.gemm.rows or target.gemm.tile
+        self.max_threads, self.acc_budget = target.gemm.max_threads, target.gemm.accumulator_bytes
+        self.inflight = target.gemm.inflight_bytes
+        self.mma_rows = target.device.mma_rows
         self.target = target
         # channels as tile rows (conv_rows.py): weights x im2col^T, stored along positions;
         # not for few positions per image (deep layers: 7x7), where positions x channels tiles
         # fill the product core better
-        self.flip = (isinstance(cs[0].op, Conv) and target.conv_channel_rows
-                     and math.prod(cs[0].outputs[0].type.shape[2:]) >= conv_rows.MIN_POSITIONS)
+        self.flip = (isinstance(cs[0].op, Conv) and target.conv.channel_rows
+                     and math.prod(cs[0].outputs[0].type.shape[2:]) >= target.conv.min_positions)
         self.depthwise = isinstance(cs[0].op, Conv) and cs[0].op.groups != 1  # only when depthwise_ok
         self.flip = self.flip or self.depthwise
-        # siblings as one product of their weights side by side (target.pack_siblings), where
+        # siblings as one product of their weights side by side (target.gemm.pack_siblings), where
         # each value downstream of a product comes from one sibling only
-        self.sibling_of = _sibling_of(group, cs) if len(cs) > 1 and target.pack_siblings else None
+        self.sibling_of = _sibling_of(group, cs) if len(cs) > 1 and target.gemm.pack_siblings else None
         self._tile_at: dict[Index, Index] = {}  # product index -> c tile index, for the epilogue
         operands = {v.type.dtype for x in (*cs, *([first] if first else [])) for v in x.inputs[:2]}
         (only,) = operands if len(operands) == 1 else (None,)
         # operand tiles: the operands' half type for tensor cores, else the accumulator type
-        self.op_dtype = only if target.half_operand_tiles and only in HALF_FLOATS else accumulator_dtype(cs[0].outputs[0].type.dtype)
+        self.op_dtype = only if target.gemm.half_operand_tiles and only in HALF_FLOATS else accumulator_dtype(cs[0].outputs[0].type.dtype)
         self.first = first  # a weight chain's first product, computed a K chunk at a time
         self.tf32 = target.tf32_products and self.op_dtype is DType.FLOAT32  # --precision tf32
         c = self.c = cs[0]
@@ -300,7 +296,7 @@ class _Builder:
             inner = math.prod(self.c.outputs[0].type.shape[3:])
             bm = divisor_tile(self.c.outputs[0].type.shape[2], max(1, 256 // inner)) * inner
         if self.depthwise:  # a few channels per tile: the grid has tiles for every core
-            bn = divisor_tile(self.n, conv_rows.DEPTHWISE_CHANNELS)
+            bn = divisor_tile(self.n, self.target.conv.depthwise_channels)
         if conv:  # K tiles hold whole channels, so im2col addressing needs no division
             taps = math.prod(self.c.inputs[1].type.shape[2:])
             cin = self.c.inputs[1].type.shape[1]
@@ -470,8 +466,8 @@ class _Builder:
         """The target's large tile for a large plain product: a MatMul (no convolution, no
         epilogue row reduction, no chain, not packed siblings) of half-float operands that
         splits into whole tiles, with enough K steps per core to amortise the pipeline."""
-        steps = self.target.producer_steps
-        bm, bn = self.target.producer_tile
+        steps = self.target.gemm.producer_steps
+        bm, bn = self.target.gemm.producer_tile
         if not steps or not isinstance(self.c.op, MatMul) or len(self.cs) > 1 or self.reductions or self.first is not None:
             return None
         if self.op_dtype not in HALF_FLOATS or self.m % bm or self.n % bn or self._pads_weight():
@@ -515,10 +511,11 @@ class _Builder:
             # rows with no divisor worth a tile (ViT's 197 tokens, a prime): power-of-two
             # tiles, halved while the grid leaves cores idle, the last one partial
             bm = halve_while_idle(self.m, self.gemm_rows, lead * -(-self.n // bn), self.cores, self.min_tile)
-        if FORCE_TILE_M and self.m % FORCE_TILE_M == 0:
-            bm = FORCE_TILE_M
-        if FORCE_TILE_N and self.n % FORCE_TILE_N == 0:
-            bn = FORCE_TILE_N
+        force_m, force_n = self.target.gemm.force_tile_m, self.target.gemm.force_tile_n
+        if force_m and self.m % force_m == 0:
+            bm = force_m
+        if force_n and self.n % force_n == 0:
+            bn = force_n
         return bm, bn
 
     def _rows_innermost(self, v: Value, bvars, row, column) -> bool:

@@ -27,10 +27,6 @@ from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, delinearize, 
 from tilefuse.tile_ir.lower.params import kernel_params
 from tilefuse.tile_ir.lower.staged import STAGED
 
-ROW_TILE_ELEMS = 8192  # br x E of one reduction tile: 32 KB of fp32
-MAX_ROW = 16384  # longer rows: the staged schedule
-MAX_RESIDENT = 4  # row tiles a GPU core is asked to hold at once: 256 threads x 64 registers each
-ROW_THREADS = 256  # threads of a row tile's block (GPU; bert-base b32 norms 15 -> 14 us against 128)
 
 
 def lower_rows(group: FusedGroup, name: str, target: Target = CPU) -> tuple[TileProgram, tuple[Value, ...]] | None:
@@ -48,7 +44,7 @@ def lower_rows(group: FusedGroup, name: str, target: Target = CPU) -> tuple[Tile
             return None
     else:
         shape = group.outputs[0].type.shape
-    if not shape or shape[-1] > MAX_ROW:
+    if not shape or shape[-1] > target.rows.max_row:
         return None
     row_shape = shape[:-1] + (1,)
     if not _rowwise(nodes, reductions, shape, row_shape):
@@ -95,21 +91,22 @@ class _Rows:
     def __init__(self, group: FusedGroup, reductions: list[Node], shape: tuple[int, ...], name: str,
                  target: Target) -> None:
         self.group, self.reductions, self.shape, self.name = group, reductions, shape, name
-        self.cores, self.warp = target.cores, target.warp
+        self.cores, self.warp = target.device.cores, target.device.warp
+        self.policy = target.rows
         self.names = Names()
 
     def row_tile(self, rows: int, e: int) -> int:
-        """Rows per tile. At most ROW_TILE_ELEMS per tile; where the target has warps and
+        """Rows per tile. At most ``tile_elems`` per tile; where the target has warps and
         there are reductions, a power of two of rows that gives each row whole warps of
-        ROW_THREADS // br lanes dividing E (the CUDA emitter's one-warp-per-row form) where
+        threads // br lanes dividing E (the CUDA emitter's one-warp-per-row form) where
         one exists. Fewer tiles than cores: fewer rows per tile (down to one), as long as
         rows keep those whole warps."""
-        cap = max(1, ROW_TILE_ELEMS // e)
+        cap = max(1, self.policy.tile_elems // e)
         br, floor = divisor_tile(rows, cap), 1
         if self.warp and self.reductions:
-            most = ROW_THREADS // self.warp  # rows of one warp each
+            most = self.policy.threads // self.warp  # rows of one warp each
             fits = [t for t in (2**k for k in range(most.bit_length()))
-                    if t <= cap and rows % t == 0 and e % (ROW_THREADS // t) == 0]
+                    if t <= cap and rows % t == 0 and e % (self.policy.threads // t) == 0]
             if fits:
                 br, floor = max(fits), min(fits)
         (br,) = fill_cores((rows,), [br], 1, self.cores, floor)
@@ -173,9 +170,9 @@ class _Rows:
         # warps per row (GPU): every tile resident at once where a few per core do it, so the
         # code generator keeps the registers to that (bert-base b32's 512 norm tiles: 4 a core)
         waves = -(-math.prod(grid) // self.cores)
-        occupancy = waves if self.warp and self.reductions and 1 < waves <= MAX_RESIDENT else 0
+        occupancy = waves if self.warp and self.reductions and 1 < waves <= self.policy.max_resident else 0
         if occupancy:
             notes = (notes[0] + f", {occupancy} tiles resident per core",)
-        program = TileProgram(self.name, tuple(params), kp.num_inputs, grid, (rt,), ROW_THREADS, allocs, tuple(body), notes,
+        program = TileProgram(self.name, tuple(params), kp.num_inputs, grid, (rt,), self.policy.threads, allocs, tuple(body), notes,
                               occupancy=occupancy)
         return program, tuple(kp.bindings)

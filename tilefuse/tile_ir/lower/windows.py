@@ -111,7 +111,7 @@ def _build(group: FusedGroup, r: Node, fwd: dict[int, Forward], name: str,
     out_shape = y.type.shape
     fn = r.op.fn  # type: ignore[attr-defined]
     dt = accumulator_dtype(y.type.dtype)
-    tiles = tile_shape(out_shape, target.window_tile, target.cores, target.min_tile)
+    tiles = tile_shape(out_shape, target.window.tile, target.device.cores, target.gemm.min_tile)
     grid_dims = [d for d, (s, t) in enumerate(zip(out_shape, tiles)) if s > t]
     block_vars = tuple(Var(f"b{d}") for d in grid_dims) or (Var("b0"),)
     grid = tuple(out_shape[d] // tiles[d] for d in grid_dims) or (1,)
@@ -165,6 +165,6 @@ def _build(group: FusedGroup, r: Node, fwd: dict[int, Forward], name: str,
     else:
         what = f"{fn.value} over axes {r.op.axes} ({math.prod(taps)} terms)"  # type: ignore[attr-defined]
     notes = (f"window: {what}, tiles of {elems} outputs {tuple(tiles)}, grid {grid}",)
-    program = TileProgram(name, tuple(kp.params), kp.num_inputs, grid, block_vars, min(target.max_threads, elems),
+    program = TileProgram(name, tuple(kp.params), kp.num_inputs, grid, block_vars, min(target.window.max_threads, elems),
                           (acc,), tuple(body), notes)
     return program, tuple(kp.bindings)

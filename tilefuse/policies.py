@@ -1,0 +1,98 @@
+"""Schedule policies as data: per pattern, the choices a lowering makes that the hardware
+does not dictate (tile edges, threads a tile takes, when to stop growing a group).
+
+Each policy is a frozen dataclass holding today's defaults, with the measurement that chose
+them; a target holds one of each (tilefuse/target.py). Nothing here is read from module
+state: a benchmark builds a variant with ``dataclasses.replace`` (``tilefuse.target.adjust``)
+and the plan records the policies it was built with, so a plan says how it was scheduled.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class GemmPolicy:
+    """Contraction tiles: plain products, products with epilogues, chains and convolutions
+    as implicit GEMM (tile_ir/lower/gemm_epilogue.py)."""
+
+    row_tile: int  # rows of a contraction tile when an epilogue needs whole rows
+    tile_k: int = 256  # K depth of a contraction tile (operand tiles are rows x tile_k, tile_k x cols)
+    min_tile: int = 64  # smallest tile edge the lowering shrinks to where a grid would leave cores idle
+    tile: int = 64  # edge of a plain contraction tile before shrinking for parallelism
+    rows: int = 0  # its rows where they differ from ``tile`` (0: the same)
+    max_threads: int = 128  # threads of a tile's block (GPU; a 128x128 product tile takes two warpgroups)
+    accumulator_bytes: int = 1 << 30  # accumulators one plain product tile may hold (GPU: registers)
+    inflight_bytes: int = 0  # operand bytes a small product tile keeps loading ahead (GPU); 0: 2 stages of tile_k
+    half_operand_tiles: bool = False  # half-float products keep operand tiles half (tensor cores)
+    # sibling products (Q, K, V) run as one product of their weights packed side by side,
+    # each column tile running its own sibling's epilogue (GPU: one full-size accumulator
+    # instead of one per sibling); else the siblings share the A tile, one accumulator each
+    pack_siblings: bool = False
+    # large plain half-float products take ``producer_tile`` tiles (rows, columns) whose operand
+    # loads a producer warp issues ahead of the matrix unit (sm_90a: TMA, warp-specialised,
+    # one block a core), where each core then runs at least ``producer_steps`` K steps of
+    # them (the pipeline's fill and drain amortised); 0: never
+    producer_steps: int = 0
+    producer_tile: tuple[int, int] = (128, 256)
+    # product tile edges forced where they divide the product (None: the schedule's own);
+    # for measuring schedules (benchmarks/gpu_gemm.py variants bmM / bnN), not a user setting
+    force_tile_m: int | None = None
+    force_tile_n: int | None = None
+
+    def row_epilogue_bytes(self, row_elems: int) -> int:
+        """On-chip bytes for a tile of whole fp32 accumulator rows of ``row_elems``."""
+        return self.row_tile * row_elems * 4
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionPolicy:
+    """Flash-style attention tiles (tile_ir/lower/attention.py)."""
+
+    max_head_dim: int  # largest head dim a flash-style tile keeps on chip
+    query_tile: int = 64  # query rows of a tile before fill_cores shrinks it
+    key_tile: int = 64  # keys per step of the online softmax
+    # Where the grid is a few waves of tiles (bert-base b32: 768 tiles, 4 resident per SM by
+    # registers and shared memory: 1.45 waves), ask for as many resident per SM as one wave
+    # needs, up to this many, with K/V loads unpipelined to make room (short key loops).
+    # Off (0): at 6 a SM the kernel spilled (80 registers) and ran 31 us against 22 (NOTES).
+    one_wave_occupancy: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RowsPolicy:
+    """Row reductions and normalisations (tile_ir/lower/rows.py)."""
+
+    tile_elems: int = 8192  # br x E of one reduction tile: 32 KB of fp32
+    max_row: int = 16384  # longer rows: the staged schedule
+    max_resident: int = 4  # row tiles a GPU core is asked to hold at once: 256 threads x 64 registers each
+    threads: int = 256  # threads of a row tile's block (GPU; bert-base b32 norms 15 -> 14 us against 128)
+
+
+@dataclass(frozen=True, slots=True)
+class ConvPolicy:
+    """How convolutions are laid out as products (tile_ir/lower/conv_rows.py)."""
+
+    # tiles as [out channels x positions] (weights x im2col^T): NCHW outputs are stored
+    # along positions, im2col rows are runs of input rows (CPU); else [positions x channels]
+    channel_rows: bool = False
+    min_positions: int = 64  # output positions per image below which channels stay columns
+    depthwise_channels: int = 8  # channels per depthwise tile
+
+
+@dataclass(frozen=True, slots=True)
+class WindowPolicy:
+    """Pooling windows (tile_ir/lower/windows.py)."""
+
+    tile: int = 256  # output elements of a pooling tile (GPU: one per thread of the block)
+    max_threads: int = 128  # threads of its block (GPU)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionPolicy:
+    """Bounds on one fusion group (partition/grow.py)."""
+
+    max_group_nodes: int = 512  # cap that keeps pathological graphs tractable
+    # longest path of primitives in one group: the lowering builds each element expression
+    # recursively, and a few hundred levels overflow Python's stack (the zoo's deepest is 22)
+    max_group_depth: int = 128
