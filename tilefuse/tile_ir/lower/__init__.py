@@ -33,8 +33,12 @@ def lower_group(group: FusedGroup, target: Target) -> Lowered:
     """The group as one kernel. Opaque groups are host steps, never lowered."""
     if str(group.kind) == "opaque":
         raise ValueError(f"group {group.id} is opaque: it runs as a host step")
+    empty = any(v.type.size == 0 for n in group.nodes for v in (*n.inputs, *n.outputs))
     program, bindings = (
-        lower_attention(group, group.name, target)
+        # empty tensors (a dim of 0): nothing to tile; the staged schedule's loop nests of
+        # zero trips still give reductions over nothing their identity
+        lower_staged(group, group.name) if empty else None
+        or lower_attention(group, group.name, target)
         or lower_gemm_epilogue(group, group.name, target)
         or lower_rows(group, group.name, target)
         or lower_windows(group, group.name, target)

@@ -224,7 +224,10 @@ def _tiled_gemm(
     """C[m, n] = sum_k A[m, k] B[k, n] by tiles: operand tiles are filled from element
     expressions (prologues inline; tails read as zero), multiplied by Gemm statements
     over K tiles, and the C tile is copied to ``dst(m0, n0, bm, bn)`` (tails clipped)."""
-    bm, bn, bk = min(m, TILE_M), min(n, TILE_N), min(k, TILE_K)
+    if m == 0 or n == 0:
+        return []  # C is empty: nothing to write
+    # K of 0: C is zeros (the K loop runs no trips over operand tiles one element deep)
+    bm, bn, bk = min(m, TILE_M), min(n, TILE_N), max(1, min(k, TILE_K))
     ta = Buffer(f"s{len(allocs)}", dtype, (bm, bk), Scope.SHARED)
     tb = Buffer(f"s{len(allocs) + 1}", dtype, (bk, bn), Scope.SHARED)
     tc = Buffer(f"s{len(allocs) + 2}", dtype, (bm, bn), Scope.FRAGMENT)
