@@ -7,6 +7,7 @@ when asking for it by name, not a wrong value).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ from safetensors.numpy import load_file, save_file
 from tests.robustness.cases import Expect, PlanCase
 from tests.robustness.gen_models import rng_for
 
-MANIFEST, WEIGHTS, KERNELS = "manifest.json", "weights.safetensors", "kernels"
+MANIFEST, MANIFEST_DIGEST, WEIGHTS, KERNELS = "manifest.json", "manifest.sha256", "weights.safetensors", "kernels"
 E, X = Expect.ERROR, Expect.EITHER
 Mutation = Callable[..., None]
 MUTATIONS: dict[str, Mutation] = {}
@@ -45,7 +46,22 @@ def _load(plan: Path) -> dict:
     return json.loads((plan / MANIFEST).read_text())
 
 
-def _save(plan: Path, m: object) -> None:
+def _save(plan: Path, m: object, digest: bool = True) -> None:
+    """The edited manifest with its digest rewritten (as a plan's author would write it), so
+    an edit reaches every check after the digest, not only the digest's own. ``digest``
+    False keeps the old digest: for edits that make another consistent plan (an input
+    swapped, TopK's largest flipped), which only the digest tells from the plan compiled."""
+    data = (json.dumps(m, indent=1) + "\n").encode()
+    (plan / MANIFEST).write_bytes(data)
+    if digest:
+        (plan / MANIFEST_DIGEST).write_text(hashlib.sha256(data).hexdigest() + "\n")
+
+
+@mutation
+def manifest_digest_stale(plan: Path, outside: Path) -> None:
+    """A harmless edit (the source path) under the digest of the manifest before it."""
+    m = _load(plan)
+    m["source_model_path"] = "/elsewhere/model.onnx"
     (plan / MANIFEST).write_text(json.dumps(m, indent=1))
 
 
@@ -58,11 +74,11 @@ def _path(m: dict, path: list) -> tuple[Any, Any]:
 
 
 @mutation
-def manifest_set(plan: Path, outside: Path, path: list, value: Any) -> None:
+def manifest_set(plan: Path, outside: Path, path: list, value: Any, digest: bool = True) -> None:
     m = _load(plan)
     node, key = _path(m, path)
     node[key] = value
-    _save(plan, m)
+    _save(plan, m, digest)
 
 
 @mutation
@@ -140,7 +156,7 @@ def manifest_output_is_input(plan: Path, outside: Path) -> None:
     out = m["outputs"][0]
     same = [i for i in m["inputs"] if i["dtype"] == out["dtype"] and i["shape"] == out["shape"]]
     out["buffer"] = (same[0] if same else m["inputs"][0])["buffer"]
-    _save(plan, m)
+    _save(plan, m, digest=False)
 
 
 @mutation
@@ -153,7 +169,7 @@ def manifest_swap_same_type_inputs(plan: Path, outside: Path) -> None:
             twins = [c for c, t in consts.items() if c != b and b in consts and t == consts[b]]
             if twins:
                 step["inputs"][j] = twins[0]
-                _save(plan, m)
+                _save(plan, m, digest=False)
                 return
     raise ValueError("no constant has a twin of its type")
 
@@ -407,7 +423,7 @@ def handmade() -> Iterator[PlanCase]:
         yield c("arena-nan", X, "arena_bytes NaN", "manifest_raw_field", field="arena_bytes", literal="NaN")
         yield c("arena-infinity", X, "arena_bytes Infinity", "manifest_raw_field", field="arena_bytes", literal="Infinity")
         yield c("arena-duplicate-key", X, "arena_bytes given twice, the second 64", "manifest_duplicate_key", field="arena_bytes", literal="64")
-        yield c("format-version-2", E, "format_version 2", "manifest_set", path=["format_version"], value=2)
+        yield c("format-version-3", E, "format_version 3 (a later tilefuse's)", "manifest_set", path=["format_version"], value=3)
         yield c("format-version-str", E, "format_version '1'", "manifest_set", path=["format_version"], value="1")
         yield c("format-version-float", X, "format_version 1.0", "manifest_set", path=["format_version"], value=1.0)
         yield c("target-cuda", X, "target 'cuda:sm_90a' (no GPU here)", "manifest_set", path=["target"], value="cuda:sm_90a")
@@ -426,6 +442,7 @@ def handmade() -> Iterator[PlanCase]:
         yield c("manifest-bom", X, "the manifest starts with a UTF-8 BOM", "manifest_prefix", prefix="\ufeff")
         yield c("manifest-trailing-garbage", E, "text after the manifest's JSON", "manifest_prefix", prefix="", suffix="\n}garbage")
         yield c("manifest-huge-whitespace", X, "the manifest padded with 8 MB of spaces", "manifest_prefix", prefix=" " * (8 << 20))
+        yield c("manifest-digest-stale", E, "an edit under the old manifest.sha256", "manifest_digest_stale")
         yield c("manifest-missing", E, "manifest.json removed", "remove", which=MANIFEST)
         yield c("manifest-directory", E, "manifest.json is a folder", "make_directory", which=MANIFEST)
         yield c("manifest-symlink-out", E, "manifest.json moved outside, a symlink left", "symlink_out", which=MANIFEST)
@@ -469,7 +486,7 @@ def handmade() -> Iterator[PlanCase]:
     yield h("host-axis-5", X, "TopK axis 5", path=["steps", 1, "params", "axis"], value=5)
     yield h("host-axis-0", X, "TopK axis 0", path=["steps", 1, "params", "axis"], value=0)
     yield h("host-largest-str", X, "TopK largest 'yes'", path=["steps", 1, "params", "largest"], value="yes")
-    yield h("host-largest-false", X, "TopK largest false", path=["steps", 1, "params", "largest"], value=False)
+    yield h("host-largest-false", X, "TopK largest false (old digest)", path=["steps", 1, "params", "largest"], value=False, digest=False)
     yield h("host-params-list", X, "TopK params []", path=["steps", 1, "params"], value=[])
     yield h("host-primitive-eval", E, "host primitive 'eval'", path=["steps", 1, "primitive"], value="eval")
     yield h("host-primitive-cumsum", X, "host primitive 'CumSum' with TopK's params", path=["steps", 1, "primitive"], value="CumSum")
