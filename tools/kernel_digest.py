@@ -40,7 +40,7 @@ def emit(program, target_name: str) -> tuple[str, str]:
         from tilefuse.codegen.cpu.emit import emit_program
 
         src = emit_program(program)
-        return src.name, src.text
+        return src.symbol, src.text
     from tilefuse.codegen.cuda.emit import emit_tilelang
 
     src = emit_tilelang(program)
