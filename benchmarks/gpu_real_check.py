@@ -107,10 +107,12 @@ def derive_weights(model, shapes: dict, plan_dir: Path) -> dict[str, np.ndarray]
     compiler does, binding the kernels the carried manifest names."""
     from tilefuse.codegen.artifact import KernelArtifact
     from tilefuse.codegen.cuda.emit import emit_tilelang
+    from tilefuse.codegen.launch import decode_cuda
     from tilefuse.frontend import import_onnx
     from tilefuse.partition import partition_graph
     from tilefuse.partition.kinds import FusionKind
     from tilefuse.plan import link
+    from tilefuse.plan.manifest import Decoder
     from tilefuse.target import get_target
     from tilefuse.tile_ir import lower_group
 
@@ -127,7 +129,9 @@ def derive_weights(model, shapes: dict, plan_dir: Path) -> dict[str, np.ndarray]
         k = built.get(src.func)
         if k is None:
             raise SystemExit(f"kernel {src.func} is not in the carried plan: pack again with this commit")
-        kernels[g.id] = KernelArtifact(src.func, k["symbol"], plan_dir / k["file"], src.params, k["launch"])
+        launch = decode_cuda(Decoder(manifest, "manifest.json", plan_dir), k["launch"], f"kernel {src.func}.launch",
+                             len(k["params"]), k["symbol"])
+        kernels[g.id] = KernelArtifact(src.func, k["symbol"], plan_dir / k["file"], src.params, launch)
     plan = link(graph, partition, kernels, target.name, "", bindings={gid: low.bindings for gid, low in lowered.items()})
     want = {b["name"] for b in manifest["buffers"] if b["kind"] == "constant"}
     if set(plan.weights) != want:

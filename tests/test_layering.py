@@ -77,3 +77,48 @@ def test_onnx_is_imported_only_at_the_edges():
             if name == "onnx" or name.startswith("onnx."):
                 problems.append(f"{path.relative_to(PKG)} imports {name}")
     assert not problems, problems
+
+
+def _load_time_imports(path: Path) -> set[str]:
+    """What a module imports when it is imported: its top-level imports, less those only
+    for type checkers (``if TYPE_CHECKING:``)."""
+    names: set[str] = set()
+    todo = list(ast.parse(path.read_text()).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue  # runs when called
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            continue
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+        todo.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def test_backends_load_no_stage():
+    """Every stage asks the backend registry (the tile IR's verifier too), so importing it
+    must pull in no stage: a backend imports its generator, executor and launch records
+    only when asked for one."""
+    allowed = {"tilefuse.errors", "tilefuse.backends"}
+    problems = []
+    for path in (PKG / "backends").rglob("*.py"):
+        for name in _load_time_imports(path):
+            if name.startswith("tilefuse") and not any(name == a or name.startswith(a + ".") for a in allowed):
+                problems.append(f"{path.relative_to(PKG)} imports {name}")
+    assert not problems, problems
+
+
+def test_the_compiler_and_runtime_load_no_gpu_stack():
+    """The CPU path never needs TileLang, TVM, torch or cuda-python: importing the compiler,
+    the registry and the runtime loads none of them."""
+    import subprocess
+    import sys
+
+    code = ("import sys, tilefuse.compiler, tilefuse.backends, tilefuse.runtime; "
+            "print(sorted(m for m in ('tilelang', 'tvm', 'torch', 'cuda', 'cuda.bindings') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=PKG.parent, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from dataclasses import dataclass, field
 
+from tilefuse import backends
 from tilefuse.errors import TilefuseError
 from tilefuse.frontend import import_onnx
 from tilefuse.frontend.importer import ModelLike
@@ -80,7 +81,7 @@ def generate(graph: Graph, target: Target) -> tuple[GraphCode, dict[int, Lowered
     partition = partition_graph(graph, target)  # -> fusion groups (verified)
     kernel_groups = [g for g in partition.groups if g.kind is not FusionKind.OPAQUE]
     lowered = {g.id: lower_group(g, target) for g in kernel_groups}  # one TileProgram each (verified)
-    artifacts = _build(target, [lowered[g.id] for g in kernel_groups])
+    artifacts = backends.for_target(target).build_all([lowered[g.id].program for g in kernel_groups], target)
     kernels = {g.id: a for g, a in zip(kernel_groups, artifacts)}
     bindings = {gid: low.bindings for gid, low in lowered.items()}
     sites = {gid: tuple(IndexSite(s.what, s.extent) for s in low.sites) for gid, low in lowered.items()}
@@ -100,16 +101,3 @@ def _sha256(model: ModelLike, proto: object) -> str:
     data = model if isinstance(model, bytes) else proto.SerializeToString(deterministic=True)  # type: ignore[attr-defined]
     return hashlib.sha256(data).hexdigest()
 
-
-def _build(target: Target, lowered: list[Lowered]) -> list:
-    programs = [low.program for low in lowered]
-    if target.name == "cpu":
-        from tilefuse.codegen.cpu import build_all
-
-        return build_all(programs, options=target.codegen)  # type: ignore[arg-type]
-    if target.name.startswith("cuda:"):
-        from tilefuse.codegen.cuda import build_all as build_cuda
-
-        return build_cuda(programs, arch=target.name.split(":", 1)[1], options=target.codegen,  # type: ignore[arg-type]
-                          device=target.device)
-    raise TilefuseError(f"no code generator for target {target.name}")

@@ -6,13 +6,16 @@ import json
 import os
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
 import models
 from tilefuse.codegen.cuda import build_all, emit_tilelang
+from tilefuse.codegen.launch import decode_cuda
 from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
+from tilefuse.plan.manifest import Decoder
 from tilefuse.target import CUDA_SM90A
 from tilefuse.tile_ir.lower import lower_group
 
@@ -28,6 +31,12 @@ def _programs(name, zoo_cache):
     return [lower_group(g, CUDA_SM90A).program for g in partition_graph(graph, CUDA_SM90A).groups if str(g.kind) != "opaque"]
 
 
+def _reloaded(art):
+    """The artifact's launch record through the manifest's JSON form and its checks."""
+    data = json.loads(json.dumps(art.launch.encode()))
+    return decode_cuda(Decoder({}, "manifest.json", Path(".")), data, "launch", len(art.params), art.symbol)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_every_kernel_lowers_and_compiles_for_sm90a(name, zoo_cache):
     programs = _programs(name, zoo_cache)
@@ -36,16 +45,16 @@ def test_every_kernel_lowers_and_compiles_for_sm90a(name, zoo_cache):
     for program, art in zip(programs, artifacts):
         assert art.path.suffix == ".cubin" and art.path.read_bytes()[:4] == b"\x7fELF"
         launch = art.launch
-        assert launch["entry"] == art.symbol
-        assert all(g >= 1 for g in launch["grid"]) and 1 <= launch["block"][0] <= 1024
-        assert launch["dynamic_smem"] <= 227 * 1024
+        assert launch.entry == art.symbol and launch.arch == "sm_90a"
+        assert all(g >= 1 for g in launch.grid) and 1 <= launch.block[0] <= 1024
+        assert launch.dynamic_smem <= 227 * 1024
         # every kernel argument points into one TileProgram param (or the status word of a
         # kernel that checks indices, last), each one is reached
-        assert {a["param"] for a in launch["args"]} == set(range(len(program.params) + (program.index_sites > 0)))
+        assert {a.param for a in launch.args} == set(range(len(program.params) + (program.index_sites > 0)))
         source = art.source.read_text()
         assert re.search(rf'extern "C" __global__ void (__launch_bounds__\([^)]*\) )?{art.symbol}\(', source)
-        assert launch["programmatic"] is False and "cudaGridDependencySynchronize" not in source
-        json.dumps(launch)  # plain data for the plan's manifest
+        assert launch.programmatic is False and "cudaGridDependencySynchronize" not in source
+        assert _reloaded(art) == launch  # the manifest's form, and back
 
 
 def _waits_before_touching_memory(source, symbol):
@@ -162,7 +171,7 @@ def test_pooling_kernels_read_windows_in_place_for_sm90a():
         assert re.search(r"for [^\n]* in T\.Parallel\([^\n]*\n\s+_acc_float32\[0\] = _c\d+\n\s+for \w+ in T\.serial\(", text)
         assert "T.alloc_local((1,)" in text
         launch = art.launch
-        assert launch["dynamic_smem"] == 0 and launch["block"][0] == program.threads
+        assert launch.dynamic_smem == 0 and launch.block[0] == program.threads
         source = art.source.read_text()
         assert "__shared__" not in source and "__syncthreads" not in source
 
@@ -253,7 +262,7 @@ def test_packed_siblings_branch_per_sibling_and_store_heads_through_shared_tiles
     assert sorted(h[:2] for h in k_heads) == [("0", "64"), ("64", "128")]  # K: [d, seq] pieces
     assert len({h[2] for h in heads}) == 2 and {h[2] for h in k_heads}.isdisjoint(h[2] for h in heads)
     (art,) = build_all([program], arch="sm_90a")
-    assert art.launch["dynamic_smem"] <= 76 * 1024  # three blocks per SM
+    assert art.launch.dynamic_smem <= 76 * 1024  # three blocks per SM
 
 
 def test_a_schedule_may_ask_for_its_blocks_per_sm(zoo_cache):
@@ -293,8 +302,9 @@ def test_large_products_take_producer_tiles_loaded_by_tma():
     assert "PASS_CONFIG = {}" in src.text and "annotate_min_blocks_per_sm" not in src.text
     assert re.search(r'_out0 = T\.alloc_shared\(\(128, 256\), "float16"\)', src.text)
     (art,) = build_all([program], arch="sm_90a")
-    kinds = [a["kind"] for a in art.launch["args"]]
-    assert kinds.count("tensormap") == 3 and art.launch["block"][0] == 384  # A, B, output; producer + 2 warpgroups
+    kinds = [a.kind for a in art.launch.args]
+    assert kinds.count("tensormap") == 3 and art.launch.block[0] == 384  # A, B, output; producer + 2 warpgroups
+    assert _reloaded(art) == art.launch
     small = lower_group(partition_graph(_product_graph(rows=4096, k=768, n=768), CUDA_SM90A).groups[0], CUDA_SM90A).program
     assert not small.producer and "tiles 64x128x64" in small.notes[0]
     # 2048^3: 128 tiles of 32 K steps, one a core (27.6 us on the H200 against 49.8 on cp.async tiles)
@@ -314,7 +324,7 @@ def test_programmatic_launch_waits_before_any_memory_access(order, zoo_cache):
     producer = lower_group(partition_graph(_product_graph(rows=4096, k=768, n=3072), CUDA_SM90A).groups[0], CUDA_SM90A).program
     assert producer.producer
     for art in build_all([*programs, producer], arch="sm_90a", options=CudaOptions(programmatic_launch=order)):
-        assert art.launch["programmatic"] is True
+        assert art.launch.programmatic is True
         _waits_before_touching_memory(art.source.read_text(), art.symbol)
 
 
@@ -364,7 +374,7 @@ def test_attention_over_a_prime_sequence_takes_whole_tiles_and_compiles():
     assert "key tiles 64" in program.notes[0] and "last key tile 5" in program.notes[0], program.notes
     assert "query tiles 16" in program.notes[0] and program.grid == (1, 12, 13)
     (art,) = build_all([program], arch="sm_90a")
-    assert "mma" in art.source.read_text() and art.launch["grid"] == [1, 12, 13]
+    assert "mma" in art.source.read_text() and art.launch.grid == (1, 12, 13)
 
 
 @pytest.mark.parametrize("damage", ["cubin", "json", "cu"])

@@ -67,7 +67,7 @@ def _compile(programs):
     arts = build_all(programs, arch="sm_90a")
     for p, art in zip(programs, arts):
         assert art.path.read_bytes()[:4] == b"\x7fELF"
-        assert art.launch["block"][0] == p.threads and art.launch["grid"][0] == p.grid[0]
+        assert art.launch.block[0] == p.threads and art.launch.grid[0] == p.grid[0]
         assert "tl::warp_reduce_" in art.source.read_text()
     return arts
 
@@ -86,7 +86,7 @@ def test_bert_layer_norms_are_whole_warps_per_row(batch, rows_per_tile, lanes, z
     for p, art in zip(programs, _compile(programs)):
         source = art.source.read_text()
         if lanes == 32:  # nothing shared: no barrier at all; runs of 8 fp16 read as one 16-byte load
-            assert art.launch["dynamic_smem"] == 0 and "__syncthreads" not in source
+            assert art.launch.dynamic_smem == 0 and "__syncthreads" not in source
             assert "*(uint4*)(in0" in source
         if lanes == 32 and len(p.params) == 4:  # the layers' norm: its input read once, kept in registers
             text = emit_tilelang(p).text
@@ -95,7 +95,7 @@ def test_bert_layer_norms_are_whole_warps_per_row(batch, rows_per_tile, lanes, z
             # 512 tiles of 8 rows: all resident at once, 4 a core (registers kept to 64)
             assert "T.annotate_min_blocks_per_sm(4)" in text and "4 tiles resident per core" in p.notes[0]
         if lanes != 32:
-            assert 0 < art.launch["dynamic_smem"] <= 1024
+            assert 0 < art.launch.dynamic_smem <= 1024
 
 
 def test_llama_rms_norm_is_whole_warps_per_row(zoo_cache):

@@ -12,6 +12,7 @@ import pytest
 from tests.compiler.index_cases import CASES, EXAMPLE
 from tilefuse.codegen.cuda.build import HEADER, INDEX_HEADER, headers
 from tilefuse.codegen.cuda.emit import emit_tilelang
+from tilefuse.codegen.launch import KernelArg
 from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
 from tilefuse.target import CUDA_SM90A
@@ -52,8 +53,7 @@ def test_the_checking_kernel_lowers_and_compiles_for_sm90a():
     (art,) = build_all([program], arch="sm_90a")
     assert art.path.read_bytes()[:4] == b"\x7fELF"
     status = len(program.params)
-    assert [a for a in art.launch["args"] if a["param"] == status] == [
-        {"name": "status", "kind": "pointer", "param": status, "tma": {}}]
+    assert [a for a in art.launch.args if a.param == status] == [KernelArg("status", status)]
     cuda = art.source.read_text()
     assert re.search(r"int64_t\* __restrict__ status|int64_t\* status", cuda) and "tf_index(" in cuda
 

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from tilefuse.codegen.artifact import KernelArtifact, ParamSpec
+from tilefuse.codegen.launch import CpuLaunch, CudaLaunch, KernelArg
 from tilefuse.ir import Builder, DType, Graph, TensorType
 from tilefuse.ir.prims import CumSum, ScalarFn, TopK
 from tilefuse.partition import FusedGroup, Partition, partition_graph
@@ -88,7 +89,7 @@ def compile_kernel(tmp: Path, group: FusedGroup, source: str, **defines: int) ->
     subprocess.run([cc, "-O2", "-shared", "-fPIC", *flags, "-o", str(lib), str(src)], check=True)
     params = [ParamSpec(v.name, str(v.type.dtype), v.type.shape, "input") for v in group.inputs]
     params += [ParamSpec(v.name, str(v.type.dtype), v.type.shape, "output") for v in group.outputs]
-    return KernelArtifact(name, name, lib, tuple(params), {"threads": 1}, src)
+    return KernelArtifact(name, name, lib, tuple(params), CpuLaunch(1), src)
 
 
 def ops(group: FusedGroup) -> list[str]:
@@ -178,9 +179,8 @@ def fake_cuda_kernel(tmp: Path, group: FusedGroup) -> KernelArtifact:
     tmp.mkdir(parents=True, exist_ok=True)
     path = tmp / f"{name}.cubin"
     path.write_bytes(b"not a cubin: " + name.encode())
-    launch = {"entry": f"{name}_kernel", "grid": [2, 1, 1], "block": [128, 1, 1], "dynamic_smem": 0,
-              "arch": "sm_90a", "programmatic": False,
-              "args": [{"name": p.name, "kind": "pointer", "param": i, "tma": {}} for i, p in enumerate(params)]}
+    launch = CudaLaunch(f"{name}_kernel", (2, 1, 1), (128, 1, 1), tuple(KernelArg(p.name, i) for i, p in enumerate(params)),
+                        arch="sm_90a")
     return KernelArtifact(name, f"{name}_kernel", path, tuple(params), launch)
 
 
@@ -236,7 +236,7 @@ def probe_plan(tmp: Path, pool: bool = True) -> tuple[Graph, Plan, Path]:
     subprocess.run([*find_compiler().command, *FLAGS, *defines, "-o", str(lib), str(src)], check=True)
     params = [ParamSpec(v.name, str(v.type.dtype), v.type.shape, "input") for v in group.inputs]
     params += [ParamSpec(v.name, str(v.type.dtype), v.type.shape, "output") for v in group.outputs]
-    kernel = KernelArtifact(name, name, lib, tuple(params), {"threads": 1}, src)
+    kernel = KernelArtifact(name, name, lib, tuple(params), CpuLaunch(1), src)
     return graph, link(graph, partition, {group.id: kernel}, "cpu", "2" * 64), lib
 
 

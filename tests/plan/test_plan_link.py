@@ -81,10 +81,10 @@ def test_kernel_file_and_name_are_checked(tmp_path):
     clash[1] = dataclasses.replace(kernels[1], name=kernels[0].name, symbol=kernels[0].symbol)
     with pytest.raises(PlanError, match="two different kernels"):
         link(graph, partition, clash, "cpu", "")
-    unjson = dict(kernels)
-    unjson[0] = dataclasses.replace(kernels[0], launch={"threads": object()})
-    with pytest.raises(PlanError, match="JSON"):
-        link(graph, partition, unjson, "cpu", "")
+    untyped = dict(kernels)  # launch data is the family's record, never a loose dict
+    untyped[0] = dataclasses.replace(kernels[0], launch={"threads": 1})
+    with pytest.raises(PlanError, match="launch data is a dict, not a CpuLaunch"):
+        link(graph, partition, untyped, "cpu", "")
 
 
 def test_shared_kernel_appears_once(tmp_path):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tilefuse.codegen.artifact import ParamSpec
+from tilefuse.codegen.launch import CudaLaunch, KernelArg
 from tilefuse.errors import ExecutionError
 from tilefuse.ir import DType, TensorType
 from tilefuse.plan.model import Binding, Buffer, BufferKind, IndexSite, Kernel, KernelStep, Plan
@@ -113,9 +114,8 @@ def _plan(tmp_path) -> Plan:
                Buffer(2, "y", BufferKind.OUTPUT, out, 0), Buffer(3, "y2", BufferKind.OUTPUT, out, 64))
     params = (ParamSpec("in0", "int64", (N,), "input"), ParamSpec("in1", "float32", (ROWS, COLS), "input"),
               ParamSpec("out0", "float32", (N, COLS), "output"), ParamSpec("status", "int64", (2,), "status"))
-    launch = {"grid": [1, 1, 1], "block": [32, 1, 1], "dynamic_smem": 0,
-              "args": [{"name": p.name, "kind": "pointer", "param": i} for i, p in enumerate(params)]}
     name = "gather_0123456789"  # a generated name's form: the runtime calls only NAME_kernel in it
+    launch = CudaLaunch(f"{name}_kernel", (1, 1, 1), (32, 1, 1), tuple(KernelArg(p.name, i) for i, p in enumerate(params)))
     kernel = Kernel(name, f"{name}_kernel", image, hashlib.sha256(image.read_bytes()).hexdigest(), launch, params)
     steps = (KernelStep(name, (0, 1), (2,), 0, (IndexSite(SITES[0], ROWS),)),
              KernelStep(name, (0, 1), (3,), 1, (IndexSite(SITES[1], ROWS),)))

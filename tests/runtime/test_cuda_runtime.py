@@ -3,6 +3,7 @@ same checks over the whole tiny zoo with benchmarks/gpu_check.py."""
 import numpy as np
 import pytest
 
+from tilefuse.codegen.launch import CudaLaunch, KernelArg
 from tilefuse.errors import PlanError
 
 
@@ -152,9 +153,8 @@ def test_programmatic_kernels_launch_with_stream_serialisation(monkeypatch):
     def executor():
         ex = object.__new__(CudaExecutor)
         ex.cu, ex.stream, ex.ptr = Driver(), 7, {0: 0x1000}
-        kernels = {f"k{i}": SimpleNamespace(name=f"k{i}", launch={"grid": [4, 1, 2], "block": [384, 1, 1],
-                   "dynamic_smem": 1024, "programmatic": i == 1, "args": [{"kind": "pointer", "param": 0}]})
-                   for i in range(2)}
+        kernels = {f"k{i}": SimpleNamespace(name=f"k{i}", launch=CudaLaunch(f"k{i}_kernel", (4, 1, 2), (384, 1, 1),
+                   (KernelArg("x", 0),), dynamic_smem=1024, programmatic=i == 1)) for i in range(2)}
         steps = [SimpleNamespace(kernel=f"k{i}", inputs=(0,), outputs=(), sites=()) for i in range(2)]
         ex.plan = SimpleNamespace(steps=steps, kernels=kernels)
         ex._functions = {"k0": "fn0", "k1": "fn1"}

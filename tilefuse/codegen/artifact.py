@@ -21,9 +21,10 @@ kernel must not keep mutable global state.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+
+from tilefuse.codegen.launch import LaunchRecord
 
 ROLES = ("input", "output", "status")
 
@@ -49,14 +50,14 @@ class KernelArtifact:
     ``name`` is deterministic (the ops it holds plus ``_`` and ten hex digits of a content
     hash: ``plan.model.KERNEL_NAME``) and is its file name inside a plan; ``symbol`` is the
     entry that name gives on the target (cpu: the name; cuda: ``NAME_kernel``), which the
-    plan checks (``plan.model.KERNEL_FORMATS``). Two groups may share
-    one artifact (identical layers) as long as their params agree. ``launch`` must be
-    JSON-serialisable: cpu ``{"threads": n}``; cuda grid, block and shared memory.
+    plan checks (the family's ``kernel_format``, ``tilefuse.backends``). Two groups may
+    share one artifact (identical layers) as long as their params agree. ``launch`` is the
+    family's launch record (``codegen/launch.py``: ``CpuLaunch``, ``CudaLaunch``).
     """
 
     name: str
     symbol: str
     path: Path
     params: tuple[ParamSpec, ...]
-    launch: Mapping[str, object] = field(default_factory=dict)
+    launch: LaunchRecord
     source: Path | None = None

@@ -33,6 +33,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from tilefuse import backends
 from tilefuse.compiler import compile_graph
 from tilefuse.errors import (
     ConversionError,
@@ -117,7 +118,7 @@ def export_ort(model: ModelLike, out_dir: str | Path, target: str | Target = "cp
     if mode not in MODES:
         raise TilefuseError(f"--as must be one of {MODES}, got {mode!r}")
     target = get_target(target) if isinstance(target, str) else target
-    cuda = target.name.startswith("cuda:")
+    cuda = backends.for_target(target).on_gpu
     work = _load(model, external_data_dir)
     consts = as_mapping(consts, "consts", CONSTS_FORM)
     input_types = bind_input_types(work, constant_shapes(work, shapes, consts))

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from tilefuse.codegen.launch import CudaLaunch, KernelArg
 from tilefuse.errors import TilefuseError
 from tilefuse.frontend.context import TO_ONNX_DTYPE
 from tilefuse.frontend.shapes import runtime_inputs
@@ -97,15 +98,8 @@ class Stitcher:
         if rel is not None:
             return rel
         variant = name if not sites else f"{name}-{len([k for k in self.descriptors if k[0] == name and k[1]])}"
-        lines = ["tilefuse-kernel 1", f"target {'cuda' if self.cuda else 'cpu'}", f"name {name}",
-                 f"library {name}{kernel.suffix}", f"symbol {kernel.symbol}"]
-        for p in kernel.params:
-            lines.append(f"{p.role} {_onnx_type(p.dtype)} {len(p.shape)} {' '.join(map(str, p.shape))}".rstrip())
-        lines += [f"check {s.extent} {' '.join(s.what.split())}" for s in sites]
-        if self.cuda:
-            lines += _launch_lines(kernel)
         rel = f"{KERNELS_DIR}/{variant}.tfk"
-        (self.out / rel).write_text("\n".join(lines) + "\n")
+        (self.out / rel).write_text(descriptor(kernel, name, sites, self.cuda))
         self.descriptors[(name, sites)] = rel
         return rel
 
@@ -123,26 +117,36 @@ class Stitcher:
         return name
 
 
+def descriptor(kernel: Kernel, library: str, sites: tuple[IndexSite, ...], cuda: bool) -> str:
+    """The descriptor of ``kernel`` (format: csrc/tf_kernel.h), its file copied beside it as
+    ``library`` plus the kernel's suffix, checking ``sites``."""
+    lines = ["tilefuse-kernel 1", f"target {'cuda' if cuda else 'cpu'}", f"name {library}",
+             f"library {library}{kernel.suffix}", f"symbol {kernel.symbol}"]
+    for p in kernel.params:
+        lines.append(f"{p.role} {_onnx_type(p.dtype)} {len(p.shape)} {' '.join(map(str, p.shape))}".rstrip())
+    lines += [f"check {s.extent} {' '.join(s.what.split())}" for s in sites]
+    if cuda:
+        lines += _launch_lines(kernel)
+    return "\n".join(lines) + "\n"
+
+
 def _launch_lines(kernel: Kernel) -> list[str]:
     """The launch of a CUDA kernel, as tf_cuda.c reads it: grid, block, dynamic shared
     memory, and each kernel argument (a param's pointer, or a TMA descriptor over it)."""
     launch = kernel.launch
-    lines = [f"grid {' '.join(map(str, launch['grid']))}", f"block {' '.join(map(str, launch['block']))}",  # type: ignore[arg-type]
-             f"smem {int(launch.get('dynamic_smem', 0))}"]  # type: ignore[arg-type]
-    for arg in launch["args"]:  # type: ignore[union-attr]
-        if arg["kind"] == "pointer":
-            lines.append(f"arg pointer {arg['param']}")
-        elif arg["kind"] == "tensormap":
-            t = arg["tma"]
-            head = [t["dtype"], t["rank"], t["interleave"], t["swizzle"], t["l2_promotion"], t["oob_fill"]]
-            body = [*t["dims"], *t["strides"], *t["box"], *t["element_strides"]]
-            if len(body) != 4 * t["rank"] - 1:
-                raise TilefuseError(f"kernel {kernel.name}: TMA argument {arg['name']} has {len(body)} numbers "
-                                    f"for rank {t['rank']}")
-            lines.append(f"arg tensormap {arg['param']} {' '.join(map(str, head + body))}")
-        else:
-            raise TilefuseError(f"kernel {kernel.name}: argument kind {arg['kind']!r} cannot be exported")
-    return lines
+    if not isinstance(launch, CudaLaunch):
+        raise TilefuseError(f"kernel {kernel.name}: a {type(launch).__name__} is not a CUDA launch")
+    return [f"grid {' '.join(map(str, launch.grid))}", f"block {' '.join(map(str, launch.block))}",
+            f"smem {launch.dynamic_smem}", *map(_arg_line, launch.args)]
+
+
+def _arg_line(arg: KernelArg) -> str:
+    t = arg.tma
+    if t is None:
+        return f"arg pointer {arg.param}"
+    numbers = [t.dtype, t.rank, t.interleave, t.swizzle, t.l2_promotion, t.oob_fill,
+               *t.dims, *t.strides, *t.box, *t.element_strides]
+    return f"arg tensormap {arg.param} {' '.join(map(str, numbers))}"
 
 
 def assemble(work: onnx.ModelProto, kept: dict[str, str], stitcher: Stitcher, mode: str) -> onnx.ModelProto:

@@ -9,7 +9,6 @@ a kernel group never get a buffer: they live in the kernel's registers and tiles
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -185,10 +184,7 @@ class _Linker:
 
     def _kernel(self, artifact: KernelArtifact, what: str) -> Kernel:
         path = Path(artifact.path)
-        try:
-            launch = json.loads(json.dumps(dict(artifact.launch)))
-        except (TypeError, ValueError) as e:
-            raise PlanError(f"{what}: launch data is not JSON-serialisable: {e}") from None
+        launch = artifact.launch
         kernel = Kernel(artifact.name, artifact.symbol, path, "", launch, tuple(artifact.params))
         try:  # its name names its file in the plan and gives its entry symbol
             check_kernel_identity(kernel, self.target)

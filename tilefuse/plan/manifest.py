@@ -3,7 +3,9 @@
 Decoding trusts nothing: each field is type- and range-checked and a bad one gives a
 PlanError naming the manifest file and the field's path (``steps[3].inputs[1]``). Sizes
 are bounded before anything is allocated from them; a kernel's file and symbol must be
-the ones its name gives (``KERNEL_FORMATS``). Cross-references (buffer ids, kernel names,
+the ones its name gives (the family's ``kernel_format``), and its launch data decodes to
+the family's launch record (``codegen/launch.py``, the one encoder and decoder of that
+form). Cross-references (buffer ids, kernel names,
 types, arena placement) are checked afterwards by ``verify_plan``.
 """
 from __future__ import annotations
@@ -15,15 +17,15 @@ import math
 import re
 from pathlib import Path
 
+from tilefuse import backends
 from tilefuse.codegen.artifact import ROLES, ParamSpec
 from tilefuse.errors import PlanError
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.types import TensorType
 from tilefuse.plan.hostops import primitive_from_json, primitive_to_json
-from tilefuse.plan.launch import check_launch
 from tilefuse.plan.model import (
-    FORMAT_VERSION, KERNEL_FORMATS, KERNEL_NAME, PRECISIONS, Binding, BranchStep, Buffer, BufferKind, HostStep,
-    IndexSite, Kernel, KernelFormat, KernelStep, Plan, SelectStep, Step,
+    FORMAT_VERSION, KERNEL_NAME, PRECISIONS, Binding, BranchStep, Buffer, BufferKind, HostStep, IndexSite, Kernel,
+    KernelStep, Plan, SelectStep, Step,
 )
 
 # Bounds on what a manifest may ask for, far beyond any model, so that a corrupt number is
@@ -41,7 +43,7 @@ def encode(plan: Plan, kernel_files: dict[str, str], weights_sha256: str) -> dic
     for k in plan.kernels.values():
         kernels.append({
             "name": k.name, "file": kernel_files[k.name], "symbol": k.symbol, "sha256": k.sha256,
-            "launch": dict(k.launch),
+            "launch": k.launch.encode(),
             "params": [{"name": p.name, "dtype": p.dtype, "shape": list(p.shape), "role": p.role} for p in k.params],
         })
     report = plan.memory_report()
@@ -98,8 +100,7 @@ class Decoder:
         self.source = source
         self.root = root
         self.data = self.obj(data, "the manifest")
-        self.family = ""  # the target's family ("cpu", "cuda"), once check_target has run
-        self.format: KernelFormat | None = None
+        self.backend: backends.Backend | None = None  # the target's family, once check_target has run
 
     def fail(self, where: str, msg: str) -> PlanError:
         return PlanError(f"{self.source}: {where.lstrip('.') or 'top level'}: {msg}")
@@ -201,11 +202,11 @@ class Decoder:
         return {"target_spec": spec, "target_fingerprint": fingerprint}
 
     def check_target(self, target: str) -> None:
-        """The target's family must have a kernel format: it says what kernels look like."""
-        self.family = target.split(":")[0]
-        self.format = KERNEL_FORMATS.get(self.family)
-        if self.format is None:
-            raise self.fail("target", f"unknown target {show(target)}; known families: {sorted(KERNEL_FORMATS)}")
+        """The target's family must have a backend: it says what kernels and their launch
+        data look like."""
+        self.backend = backends.find(backends.family(target))
+        if self.backend is None:
+            raise self.fail("target", f"unknown target {show(target)}; known families: {backends.families()}")
 
     def buffers(self) -> tuple[Buffer, ...]:
         out = []
@@ -233,7 +234,8 @@ class Decoder:
         return tuple(out)
 
     def kernels(self) -> dict[str, Kernel]:
-        assert self.format is not None, "check_target first"
+        assert self.backend is not None, "check_target first"
+        fmt = self.backend.kernel_format
         out: dict[str, Kernel] = {}
         for d, where in self.items(self.data, "kernels", ""):
             params = []
@@ -247,11 +249,11 @@ class Decoder:
             if not KERNEL_NAME.fullmatch(name):  # type: ignore[arg-type]
                 raise self.fail(f"{where}.name", f"{show(name)} is not a generated kernel name ({KERNEL_NAME.pattern})")
             symbol = self.get(d, "symbol", str, where)
-            if symbol != self.format.entry(name):  # type: ignore[arg-type]
+            if symbol != fmt.entry(name):  # type: ignore[arg-type]
                 raise self.fail(f"{where}.symbol", f"{show(symbol)} is not the entry of kernel {name}, "
-                                f"{self.format.entry(name)!r}")  # type: ignore[arg-type]
-            launch = self.obj(self.get(d, "launch", dict, where), f"{where}.launch")
-            check_launch(self, self.family, launch, f"{where}.launch", len(params), symbol)  # type: ignore[arg-type]
+                                f"{fmt.entry(name)!r}")  # type: ignore[arg-type]
+            launch_data = self.obj(self.get(d, "launch", dict, where), f"{where}.launch")
+            launch = self.backend.decode_launch(self, launch_data, f"{where}.launch", len(params), symbol)  # type: ignore[arg-type]
             kernel = Kernel(name, symbol, self.kernel_path(d, name, where),  # type: ignore[arg-type]
                             self.sha256(d, "sha256", where), launch, tuple(params))
             if out.setdefault(name, kernel) is not kernel:  # type: ignore[arg-type]
@@ -261,9 +263,9 @@ class Decoder:
     def kernel_path(self, d: dict, name: str, where: str) -> Path:
         """The kernel's file: ``kernels/NAME.SUFFIX`` and nothing else, so it stays inside
         the plan (and the loader opens it by that plain name, refusing symlinks)."""
-        assert self.format is not None
+        assert self.backend is not None
         rel = self.get(d, "file", str, where)
-        want = f"kernels/{name}{self.format.suffix}"
+        want = f"kernels/{name}{self.backend.kernel_format.suffix}"
         if rel != want:
             raise self.fail(f"{where}.file", f"{show(rel)} must be the plan's own {want!r}, a path inside the plan")
         return self.root / want

@@ -10,11 +10,12 @@ import enum
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence, Union
+from typing import Callable, Iterator, Sequence, Union
 
 import numpy as np
 
 from tilefuse.codegen.artifact import ParamSpec
+from tilefuse.codegen.launch import LaunchRecord
 from tilefuse.ir.prims import Primitive
 from tilefuse.ir.types import TensorType
 
@@ -26,22 +27,6 @@ ALIGN = 64  # bytes: arena offsets and the arena base; a cache line, an AVX-512 
 # It is the kernel's file name in a plan and its entry symbol derives from it, so a
 # manifest can name no other file and no other function (``abort``, ``free``, ...).
 KERNEL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}_[0-9a-f]{10}")
-
-
-@dataclass(frozen=True, slots=True)
-class KernelFormat:
-    """How one target family stores its kernels: the file's suffix, and the entry symbol,
-    which is the kernel's name plus ``entry_suffix`` (TileLang names a prim_func's CUDA
-    entry ``<func>_kernel``; a C kernel's function is its name)."""
-
-    suffix: str
-    entry_suffix: str
-
-    def entry(self, name: str) -> str:
-        return name + self.entry_suffix
-
-
-KERNEL_FORMATS = {"cpu": KernelFormat(".so", ""), "cuda": KernelFormat(".cubin", "_kernel")}
 
 
 class BufferKind(str, enum.Enum):
@@ -80,13 +65,14 @@ class Binding:
 
 @dataclass(frozen=True, eq=False)
 class Kernel:
-    """A compiled kernel as the plan knows it; ``path`` is where its file is now."""
+    """A compiled kernel as the plan knows it; ``path`` is where its file is now;
+    ``launch`` is its family's record (``codegen/launch.py``)."""
 
     name: str
     symbol: str
     path: Path
     sha256: str
-    launch: Mapping[str, object]
+    launch: LaunchRecord
     params: tuple[ParamSpec, ...]
 
     @property

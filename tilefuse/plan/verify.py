@@ -5,10 +5,11 @@ plan); both get a PlanError saying which step, buffer or kernel is wrong.
 """
 from __future__ import annotations
 
+from tilefuse import backends
 from tilefuse.errors import PlanError, TilefuseError
 from tilefuse.plan.memory import verify_memory
 from tilefuse.ir.dtypes import DType
-from tilefuse.plan.model import (KERNEL_FORMATS, KERNEL_NAME, BranchStep, BufferKind, HostStep, Kernel, KernelStep, Plan,
+from tilefuse.plan.model import (KERNEL_NAME, BranchStep, BufferKind, HostStep, Kernel, KernelStep, Plan,
                                   SelectStep)
 
 
@@ -60,16 +61,21 @@ def check_kernel_identity(kernel: Kernel, target: str) -> None:
     """PlanError unless the kernel's name is one the code generators make, its symbol is
     the entry they give that name on ``target`` and its file has the target's suffix: a
     plan names its own kernels' entries and files, nothing else."""
-    family = target.split(":")[0]
-    fmt = KERNEL_FORMATS.get(family)
-    if fmt is None:
-        raise PlanError(f"target {target!r} has no kernel format; known: {sorted(KERNEL_FORMATS)}")
+    family = backends.family(target)
+    backend = backends.find(family)
+    if backend is None:
+        raise PlanError(f"target {target!r} has no kernel format; known: {backends.families()}")
+    fmt = backend.kernel_format
     if not KERNEL_NAME.fullmatch(kernel.name):
         raise PlanError(f"kernel name {kernel.name[:80]!r} is not a generated kernel name ({KERNEL_NAME.pattern})")
     if kernel.symbol != fmt.entry(kernel.name):
         raise PlanError(f"kernel {kernel.name}: symbol {kernel.symbol[:80]!r} is not its entry {fmt.entry(kernel.name)!r}")
     if kernel.suffix != fmt.suffix:
         raise PlanError(f"kernel {kernel.name}: file {kernel.path.name!r} is not a {family} kernel (*{fmt.suffix})")
+    record = backend.launch_type()
+    if not isinstance(kernel.launch, record):
+        raise PlanError(f"kernel {kernel.name}: its launch data is a {type(kernel.launch).__name__}, "
+                        f"not a {record.__name__}")
 
 
 def _check_weight(plan: Plan, b: int) -> None:

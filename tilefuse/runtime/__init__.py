@@ -7,6 +7,6 @@ A CUDA session also takes GPU tensors (DLPack or ``__cuda_array_interface__``) a
 returns ``DeviceArray``s, which export both.
 """
 from tilefuse.runtime.device_array import DeviceArray
-from tilefuse.runtime.session import EXECUTORS, InferenceSession, NodeArg
+from tilefuse.runtime.session import InferenceSession, NodeArg
 
-__all__ = ["EXECUTORS", "DeviceArray", "InferenceSession", "NodeArg"]
+__all__ = ["DeviceArray", "InferenceSession", "NodeArg"]

@@ -26,7 +26,8 @@ Kernels that check indices read at run time get a status word each, in one devic
 run copies the array back with its outputs, once, and raises the first word's error,
 zeroing the array again.
 
-Kernels whose launch metadata says ``programmatic`` wait for the previous kernel
+Each kernel's launch comes from its ``CudaLaunch`` record (``codegen/launch.py``, checked
+when the plan was loaded). Kernels whose record says ``programmatic`` wait for the previous kernel
 themselves (griddepcontrol.wait before any memory access): they are launched with
 programmatic stream serialisation, so each one's launch and block set-up overlap the end
 of the one before (in the graph too: capture turns the attribute into programmatic edges).
@@ -212,7 +213,7 @@ class CudaExecutor:
         module = self._check(cu.cuModuleLoadData(image), f"cuModuleLoadData({kernel.path.name})")
         self._modules.append(module)
         fn = self._check(cu.cuModuleGetFunction(module, kernel.symbol.encode()), f"cuModuleGetFunction({kernel.symbol})")
-        smem = int(kernel.launch.get("dynamic_smem", 0))
+        smem = kernel.launch.dynamic_smem
         if smem:
             attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             self._check(cu.cuFuncSetAttribute(fn, attr, smem), f"cuFuncSetAttribute({kernel.symbol}, {smem} B)")
@@ -225,36 +226,33 @@ class CudaExecutor:
         if step.sites:  # the kernel's status word, after its buffers
             ptrs.append(self._status_ptr + self._status[0].nbytes * self._checked.index(index))
         values, types, keep = [], [], []
-        for arg in kernel.launch["args"]:  # type: ignore[index]
-            ptr = ptrs[arg["param"]]
-            if arg["kind"] == "pointer":
+        for arg in kernel.launch.args:
+            ptr = ptrs[arg.param]
+            t = arg.tma
+            if t is None:  # the param's device pointer
                 values.append(ptr)
                 types.append(ctypes.c_void_p)
-            elif arg["kind"] == "tensormap":
-                t = arg["tma"]
-                if ptr % 16:
-                    raise ExecutionError(f"{kernel.name}: TMA needs 16-byte aligned buffers ({arg['name']})")
-                try:  # enums the driver does not know are a corrupt plan (the manifest checked their type)
-                    enums = (cu.CUtensorMapDataType(t["dtype"]), cu.CUtensorMapInterleave(t["interleave"]),
-                             cu.CUtensorMapSwizzle(t["swizzle"]), cu.CUtensorMapL2promotion(t["l2_promotion"]),
-                             cu.CUtensorMapFloatOOBfill(t["oob_fill"]))
-                except ValueError as e:
-                    raise PlanError(f"kernel {kernel.name}: argument {arg['name']}: {e}") from None
-                tmap = self._check(cu.cuTensorMapEncodeTiled(
-                    enums[0], t["rank"], ptr,
-                    [cu.cuuint64_t(x) for x in t["dims"]], [cu.cuuint64_t(x) for x in t["strides"]],
-                    [cu.cuuint32_t(x) for x in t["box"]], [cu.cuuint32_t(x) for x in t["element_strides"]],
-                    *enums[1:],
-                ), f"cuTensorMapEncodeTiled({kernel.name}.{arg['name']})")
-                keep.append(tmap)
-                values.append(tmap)
-                types.append(None)
-            else:
-                raise PlanError(f"kernel {kernel.name}: unknown argument kind {arg['kind']!r}")
+                continue
+            if ptr % 16:
+                raise ExecutionError(f"{kernel.name}: TMA needs 16-byte aligned buffers ({arg.name})")
+            try:  # enums the driver does not know are a corrupt plan (the manifest checked their type)
+                enums = (cu.CUtensorMapDataType(t.dtype), cu.CUtensorMapInterleave(t.interleave),
+                         cu.CUtensorMapSwizzle(t.swizzle), cu.CUtensorMapL2promotion(t.l2_promotion),
+                         cu.CUtensorMapFloatOOBfill(t.oob_fill))
+            except ValueError as e:
+                raise PlanError(f"kernel {kernel.name}: argument {arg.name}: {e}") from None
+            tmap = self._check(cu.cuTensorMapEncodeTiled(
+                enums[0], t.rank, ptr,
+                [cu.cuuint64_t(x) for x in t.dims], [cu.cuuint64_t(x) for x in t.strides],
+                [cu.cuuint32_t(x) for x in t.box], [cu.cuuint32_t(x) for x in t.element_strides],
+                *enums[1:],
+            ), f"cuTensorMapEncodeTiled({kernel.name}.{arg.name})")
+            keep.append(tmap)
+            values.append(tmap)
+            types.append(None)
         launch = kernel.launch
-        grid, block = tuple(launch["grid"]), tuple(launch["block"])  # type: ignore[arg-type]
-        smem = int(launch.get("dynamic_smem", 0))  # type: ignore[arg-type]
-        config = self._programmatic(grid, block, smem, keep) if PROGRAMMATIC and launch.get("programmatic") else None
+        grid, block, smem = launch.grid, launch.block, launch.dynamic_smem
+        config = self._programmatic(grid, block, smem, keep) if PROGRAMMATIC and launch.programmatic else None
         return _Launch(self._functions[step.kernel], grid, block, smem, (tuple(values), tuple(types)), keep, config)
 
     def _programmatic(self, grid, block, smem: int, keep: list):

@@ -1,7 +1,8 @@
 """InferenceSession: load a plan and run it, with onnxruntime's interface.
 
-The session checks inputs and picks the executor for the plan's target; executors
-(``cpu.CpuExecutor``, ``cuda.CudaExecutor``) only run steps. An executor is built as
+The session checks inputs and picks the executor of the plan's target family (its
+``Backend``, ``tilefuse.backends``); executors (``cpu.CpuExecutor``, ``cuda.CudaExecutor``)
+only run steps. An executor is built as
 ``Executor(plan)`` and offers ``run(feeds, output_names) -> list[np.ndarray]``, taking
 checked feeds and returning fresh arrays; it must be safe to call from several threads.
 ``close()`` releases what it holds (libraries, device memory, modules, streams); the
@@ -26,16 +27,12 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from tilefuse import backends
 from tilefuse.errors import ExecutionError, InputError, PlanError
 from tilefuse.feeds import FeedChecker
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.types import TensorType
 from tilefuse.plan import Plan, load_plan
-from tilefuse.runtime.cpu import CpuExecutor
-from tilefuse.runtime.cuda import CudaExecutor
-
-# target family (the part of a target name before ":") -> executor class
-EXECUTORS = {"cpu": CpuExecutor, "cuda": CudaExecutor}
 
 # ONNX's names for tensor element types, as onnxruntime's NodeArg.type spells them.
 _ONNX_TYPE = {
@@ -55,9 +52,14 @@ class NodeArg:
     type: str
 
 
+def _executor(target: str) -> type | None:
+    backend = backends.find(backends.family(target))
+    return backend.executor() if backend is not None else None
+
+
 def takes_threads(target: str) -> bool:
     """Whether a plan for ``target`` runs kernels on host threads (takes ``threads=``)."""
-    return getattr(EXECUTORS.get(target.split(":")[0]), "threaded", False)
+    return getattr(_executor(target), "threaded", False)
 
 
 class _Lifetime:
@@ -110,10 +112,9 @@ class InferenceSession:
 
     def __init__(self, path_or_plan: str | Path | Plan, *, threads: int | None = None) -> None:
         self.plan = path_or_plan if isinstance(path_or_plan, Plan) else load_plan(path_or_plan)
-        family = self.plan.target.split(":")[0]
-        executor = EXECUTORS.get(family)
+        executor = _executor(self.plan.target)
         if executor is None:
-            raise PlanError(f"no runtime for target {self.plan.target!r} in this tilefuse; runtimes: {sorted(EXECUTORS)}")
+            raise PlanError(f"no runtime for target {self.plan.target!r} in this tilefuse; runtimes: {backends.families()}")
         if takes_threads(self.plan.target):
             self._executor = executor(self.plan, threads)
         elif threads:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+from tilefuse import backends
 from tilefuse.errors import GraphError
 from tilefuse.ir.dtypes import DType
 from tilefuse.target import Target
@@ -41,7 +42,7 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
     bound = {v.name for v in p.block_vars}
     for s in p.body:
         _check_stmt(p, s, known, bound)
-    if target is not None and not target.name.startswith("cpu"):
+    if target is not None and backends.for_target(target).tiles_on_chip:
         onchip = sum(math.prod(b.shape) * b.dtype.itemsize for b in p.allocs)
         if onchip > target.device.onchip_bytes:
             how = p.notes[0].split(":")[0] if p.notes else "its"

@@ -46,6 +46,6 @@ def build_all(programs: Sequence[TileProgram], jobs: int | None = None,
                 futures[key] = pool.submit(compile_cached, src, compiler, where)
         built = [futures[cache_key(src, compiler)].result() for src in sources]
     return [
-        KernelArtifact(src.symbol, src.symbol, lib, src.params, dict(src.launch), c_file)
+        KernelArtifact(src.symbol, src.symbol, lib, src.params, src.launch, c_file)
         for src, (lib, c_file) in zip(sources, built)
     ]

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Sequence
 
 from tilefuse.codegen.artifact import ParamSpec
 from tilefuse.codegen.cpu import accumulate, emit_tiles
@@ -27,18 +27,19 @@ from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
 from tilefuse.codegen.cpu.prelude import INDEX_PRELUDE, PRELUDE
 from tilefuse.codegen.cpu.threads import THREAD_POOL
+from tilefuse.codegen.launch import CpuLaunch
 from tilefuse.codegen.options import CpuOptions
 from tilefuse.codegen.toolchain import kernel_stem, param_specs
 from tilefuse.tile_ir.ir import STATUS, Buffer, Copy, Fill, Gemm, If, Loop, LoopKind, ReduceTile, Stmt, Store, TileProgram
 
 @dataclass(frozen=True)
 class CSource:
-    """One emitted kernel: its C text, exported symbol and parameters."""
+    """One emitted kernel: its C text, exported symbol, parameters and launch record."""
 
     text: str
     symbol: str
     params: tuple[ParamSpec, ...]
-    launch: Mapping[str, object] = field(default_factory=dict)
+    launch: CpuLaunch
 
 
 def emit_program(program: TileProgram, options: CpuOptions = CpuOptions()) -> CSource:
@@ -54,7 +55,7 @@ def emit_program(program: TileProgram, options: CpuOptions = CpuOptions()) -> CS
     digest = hashlib.sha256("\n".join([stem, header, prelude, *body]).encode()).hexdigest()[:10]
     symbol = f"{stem}_{digest}"
     text = "\n".join([header, prelude, f"void {symbol}(void **args)", "{", *body, "}", ""])
-    return CSource(text, symbol, param_specs(program), {"threads": program.threads, "grid": list(program.grid)})
+    return CSource(text, symbol, param_specs(program), CpuLaunch(program.threads, tuple(program.grid)))
 
 
 def _header(p: TileProgram, stem: str) -> str:

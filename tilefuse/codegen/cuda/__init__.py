@@ -4,7 +4,7 @@
 
 ``emit`` writes the TileLang module (pure), ``tilelang_lower`` lowers it on the host (no
 GPU needed) and reads the launch metadata, ``build`` runs nvcc and keeps the cache. The
-artifact's ``launch`` holds what the CUDA runtime needs, as JSON data: entry, grid, block,
+artifact's ``launch`` is a ``CudaLaunch`` (codegen/launch.py): entry, grid, block,
 dynamic shared memory, the kernel's params (device pointers and TMA descriptors, each
 naming the TileProgram param it covers) and whether the kernel waits for the previous one
 itself (``programmatic``: launched with programmatic stream serialisation).
@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
 from tilefuse.codegen.artifact import KernelArtifact
 from tilefuse.codegen.cuda.build import compile_cubin, headers, lower_cached
 from tilefuse.codegen.cuda.emit import TileLangSource, emit_tilelang
+from tilefuse.codegen.cuda.tilelang_lower import KernelParam, Lowered
+from tilefuse.codegen.launch import CudaLaunch, KernelArg, TensorMap
 from tilefuse.codegen.options import CudaOptions
-from tilefuse.device import HOPPER, Device
 from tilefuse.codegen.toolchain import default_cache_dir, sweep_stale
+from tilefuse.device import HOPPER, Device
 from tilefuse.tile_ir.ir import TileProgram
 
 __all__ = ["TileLangSource", "build_all", "emit_tilelang"]
@@ -52,10 +53,21 @@ def build_all(programs: Sequence[TileProgram], arch: str = "sm_90a", jobs: int |
     out = []
     for src in sources:
         stem, low = lowered[src.func]
-        launch = {
-            "entry": low.entry, "grid": list(low.grid), "block": list(low.block),
-            "dynamic_smem": low.dynamic_smem, "arch": arch, "programmatic": low.programmatic,
-            "args": [asdict(p) for p in low.params],
-        }
-        out.append(KernelArtifact(src.func, low.entry, paths[src.func], src.params, launch, stem.with_suffix(".cu")))
+        out.append(KernelArtifact(src.func, low.entry, paths[src.func], src.params, launch_record(low, arch),
+                                  stem.with_suffix(".cu")))
     return out
+
+
+def launch_record(low: Lowered, arch: str) -> CudaLaunch:
+    """The launch of a lowered kernel, as the plan and the runtimes read it."""
+    return CudaLaunch(low.entry, tuple(low.grid), tuple(low.block), tuple(_arg(p) for p in low.params),  # type: ignore[arg-type]
+                      low.dynamic_smem, low.programmatic, arch)
+
+
+def _arg(p: KernelParam) -> KernelArg:
+    if p.kind == "pointer":
+        return KernelArg(p.name, p.param)
+    t = p.tma
+    return KernelArg(p.name, p.param, TensorMap(
+        t["dtype"], tuple(t["dims"]), tuple(t["strides"]), tuple(t["box"]), tuple(t["element_strides"]),
+        t["interleave"], t["swizzle"], t["l2_promotion"], t["oob_fill"]))
