@@ -21,6 +21,9 @@ LIMITS = {
     ("codegen/cuda/build.py", "COMPILE_TIMEOUT_S"),  # how long nvcc may run
     ("codegen/toolchain.py", "ERROR_LINES"),  # compiler output kept in a CompileError
     ("codegen/toolchain.py", "STALE_TMP_S"),  # age of a killed build's temporary file
+    ("codegen/launch.py", "MAX_THREADS"),  # CUDA's limits, which a launch record read from a plan is checked against
+    ("codegen/launch.py", "MAX_SHARED_BYTES"),
+    ("codegen/launch.py", "MAX_TMA_RANK"),
 }
 # knobs still turned from outside, each with where it is going
 STILL_TURNED = {
