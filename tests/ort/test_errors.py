@@ -67,6 +67,31 @@ def test_a_descriptor_naming_another_function_is_refused(mode, symbol, mlp_expor
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_kernel_changed_after_export_is_refused(mode, mlp_export, ep_options):
+    """The libraries load only the bytes the export recorded (each descriptor's sha256):
+    a kernel file with a byte flipped (an ELF that still loads) is refused, not run."""
+    folder = mlp_export(mode)
+    victim = sorted((folder / "kernels").glob("*.so"))[0]
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0xFF  # past the code: the library would load and run as before
+    victim.write_bytes(bytes(data))
+    with pytest.raises(Exception, match=rf"tilefuse: node \S+: kernel \S+: \S+{victim.name}: sha256 .* is not the "
+                                        r"exported kernel's .*modified after export"):
+        sess = ort.InferenceSession(str(folder / "model.onnx"), _options(mode, folder, ep_options))
+        sess.run(None, {"x": np.zeros((4, 64), np.float32)})
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_descriptor_without_its_kernel_digest_is_refused(mode, mlp_export, ep_options):
+    folder = mlp_export(mode)
+    for tfk in (folder / "kernels").glob("*.tfk"):
+        tfk.write_text("".join(line for line in tfk.read_text().splitlines(keepends=True) if not line.startswith("sha256 ")))
+    with pytest.raises(Exception, match="no sha256 line: the kernel's bytes cannot be checked"):
+        sess = ort.InferenceSession(str(folder / "model.onnx"), _options(mode, folder, ep_options))
+        sess.run(None, {"x": np.zeros((4, 64), np.float32)})
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_inputs_of_other_shapes(mode, mlp_export, ep_options):
     folder = mlp_export(mode)
     sess = ort.InferenceSession(str(folder / "model.onnx"), _options(mode, folder, ep_options))

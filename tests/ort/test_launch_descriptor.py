@@ -2,6 +2,7 @@
 read back by the onnxruntime libraries' own C parser (tf_kernel_load, through the small
 harness tfk_read.c): the C side sees exactly the record's grid, block, shared memory and
 arguments, TMA descriptors included."""
+import hashlib
 import json
 import shutil
 import subprocess
@@ -32,7 +33,7 @@ def tfk_read(tmp_path_factory) -> Path:
         pytest.skip("no C compiler")
     exe = tmp_path_factory.mktemp("tfk") / "tfk_read"
     done = subprocess.run(["cc", "-std=gnu11", "-Wall", "-Werror", "-DTF_WITH_CUDA", f"-I{CSRC}", "-o", str(exe),
-                           str(HERE / "tfk_read.c"), str(CSRC / "tf_kernel.c"), "-ldl", "-lpthread"],
+                           str(HERE / "tfk_read.c"), str(CSRC / "tf_kernel.c"), str(CSRC / "tf_sha256.c"), "-ldl", "-lpthread"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return exe
@@ -40,8 +41,8 @@ def tfk_read(tmp_path_factory) -> Path:
 
 def test_the_c_parser_reads_the_launch_record_back(tmp_path, tfk_read):
     library = tmp_path / f"{NAME}.cubin"
-    library.write_bytes(b"\x7fELF not really a cubin")  # the parser only reads it
-    kernel = Kernel(NAME, LAUNCH.entry, library, "0" * 64, LAUNCH, PARAMS)
+    library.write_bytes(b"\x7fELF not really a cubin")  # the parser reads it and checks its sha256, nothing more
+    kernel = Kernel(NAME, LAUNCH.entry, library, hashlib.sha256(library.read_bytes()).hexdigest(), LAUNCH, PARAMS)
     path = tmp_path / f"{NAME}.tfk"
     path.write_text(descriptor(kernel, NAME, (IndexSite("input 'ids'", 4),), cuda=True))
     done = subprocess.run([str(tfk_read), str(path)], capture_output=True, text=True)

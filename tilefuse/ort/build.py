@@ -29,7 +29,7 @@ FLAGS = ("-O2", "-fPIC", "-shared", "-std=gnu11", "-fvisibility=hidden", "-Wall"
 # only when CUDA work comes, so they build and load without CUDA.
 LIBRARIES = {"ep": (("tf_ep.c", "tf_ep_cuda.c", "tf_cuda.c"), ("-DTF_WITH_CUDA",)),
              "custom-ops": (("tf_customops.c", "tf_cuda.c"), ("-DTF_WITH_CUDA",))}
-COMMON = ("tf_kernel.c",)
+COMMON = ("tf_kernel.c", "tf_sha256.c")
 HEADERS = ("ort_abi.h", "tf_kernel.h", "cuda_abi.h", "tf_cuda.h", "tf_ep.h")
 _lock = threading.Lock()
 

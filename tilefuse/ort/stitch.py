@@ -121,7 +121,7 @@ def descriptor(kernel: Kernel, library: str, sites: tuple[IndexSite, ...], cuda:
     """The descriptor of ``kernel`` (format: csrc/tf_kernel.h), its file copied beside it as
     ``library`` plus the kernel's suffix, checking ``sites``."""
     lines = ["tilefuse-kernel 1", f"target {'cuda' if cuda else 'cpu'}", f"name {library}",
-             f"library {library}{kernel.suffix}", f"symbol {kernel.symbol}"]
+             f"library {library}{kernel.suffix}", f"symbol {kernel.symbol}", f"sha256 {kernel.sha256}"]
     for p in kernel.params:
         lines.append(f"{p.role} {_onnx_type(p.dtype)} {len(p.shape)} {' '.join(map(str, p.shape))}".rstrip())
     lines += [f"check {s.extent} {' '.join(s.what.split())}" for s in sites]

@@ -152,18 +152,12 @@ int tf_cuda_prepare(tf_kernel* k, char* err, size_t errlen) {
       snprintf(err, errlen, "%s: argument %d names param %d of %d", k->path, i, c->args[i].param, n_params);
       return 0;
     }
-  FILE* f = fopen(k->library, "rb");
-  if (!f) {
-    snprintf(err, errlen, "node %s: kernel %s: cannot load %s: %s", k->node, k->name, k->library, strerror(errno));
-    return 0;
-  }
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  c->image = size > 0 ? malloc((size_t)size) : NULL;
-  int ok = c->image && fread(c->image, 1, (size_t)size, f) == (size_t)size;
-  fclose(f);
-  if (!ok) snprintf(err, errlen, "node %s: kernel %s: cannot read %s", k->node, k->name, k->library);
+  unsigned char* image = NULL;
+  size_t size = 0;
+  char why[1024];
+  int ok = tf_read_verified(k->library, k->sha256, &image, &size, why, sizeof why);
+  c->image = image;  /* the verified bytes are what cuModuleLoadData gets */
+  if (!ok) snprintf(err, errlen, "node %s: kernel %s: %s", k->node, k->name, why);
   return ok;
 }
 

@@ -5,6 +5,8 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +44,46 @@ static int safe_relative(const char* p) {
   for (const char* s = p; *s; s = strchr(s, '/') ? strchr(s, '/') + 1 : s + strlen(s))
     if (strncmp(s, "..", 2) == 0 && (s[2] == '/' || s[2] == 0)) return 0;
   return 1;
+}
+
+static int is_sha256(const char* s) {
+  int n = 0;
+  for (; s[n]; n++)
+    if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f'))) return 0;
+  return n == 64;
+}
+
+/* dlopen the verified bytes of a library: written to a file of a private directory (0700)
+ * that is removed as soon as it is loaded, so what runs is what was checked, whatever
+ * happens to the export's file meanwhile. A fresh directory per load: the loader never
+ * mistakes it for a library loaded before. TMPDIR first, then /tmp. */
+static void* dlopen_private(const unsigned char* data, size_t n, const char* sha256, char* err, size_t errlen) {
+  const char* bases[] = {getenv("TMPDIR"), "/tmp"};
+  err[0] = 0;
+  for (size_t b = 0; b < sizeof bases / sizeof *bases; b++) {
+    if (!bases[b] || !*bases[b]) continue;
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/tilefuse-ort-XXXXXX", bases[b]);
+    if (!mkdtemp(dir)) {
+      snprintf(err, errlen, "cannot make a directory in %s: %s", bases[b], strerror(errno));
+      continue;
+    }
+    snprintf(path, sizeof path, "%s/%s.so", dir, sha256);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0700);
+    size_t done = 0;
+    while (fd >= 0 && done < n) {
+      ssize_t w = write(fd, data + done, n - done);
+      if (w <= 0) break;
+      done += (size_t)w;
+    }
+    if (fd >= 0) close(fd);
+    void* lib = done == n && fd >= 0 ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (!lib) snprintf(err, errlen, "%s", fd < 0 || done != n ? strerror(errno) : dlerror());
+    unlink(path);
+    rmdir(dir);
+    if (lib) return lib;
+  }
+  return NULL;
 }
 
 static int parse_spec(char* rest, tf_spec* spec) {
@@ -146,6 +188,7 @@ tf_kernel* tf_kernel_load(const char* base_dir, const char* rel, const char* nod
     else if (!strcmp(line, "name")) snprintf(k->name, sizeof k->name, "%s", rest);
     else if (!strcmp(line, "library")) snprintf(library, sizeof library, "%s", rest);
     else if (!strcmp(line, "symbol")) snprintf(k->symbol, sizeof k->symbol, "%s", rest);
+    else if (!strcmp(line, "sha256")) ok = is_sha256(rest) && snprintf(k->sha256, sizeof k->sha256, "%s", rest) == 64;
     else if (!strcmp(line, "input")) ok = k->n_in < TF_MAX_ARGS && parse_spec(rest, &k->in[k->n_in++]);
     else if (!strcmp(line, "output")) ok = k->n_out < TF_MAX_ARGS && parse_spec(rest, &k->out[k->n_out++]);
     else if (!strcmp(line, "status")) ok = parse_status(rest, k);
@@ -158,6 +201,9 @@ tf_kernel* tf_kernel_load(const char* base_dir, const char* rel, const char* nod
   if (version != 1) return fail(k, err, errlen, "%s: not a tilefuse kernel descriptor of format 1", k->path);
   if (!ok || !*library || !*k->symbol || !k->n_out)
     return fail(k, err, errlen, "%s: malformed descriptor (line %d)", k->path, lineno);
+  if (!*k->sha256)
+    return fail(k, err, errlen, "%s: no sha256 line: the kernel's bytes cannot be checked (export the model again)",
+                k->path);
   if (k->checked != (k->n_sites > 0))
     return fail(k, err, errlen, "%s: a status word needs check lines, and check lines a status word", k->path);
   if (strcmp(target_text, target_name(target)) != 0)
@@ -187,9 +233,15 @@ tf_kernel* tf_kernel_load(const char* base_dir, const char* rel, const char* nod
     return fail(k, err, errlen, "node %s: this library was built without CUDA support", k->node);
 #endif
   }
-  k->lib = dlopen(k->library, RTLD_NOW | RTLD_LOCAL);
+  unsigned char* bytes = NULL;
+  size_t size = 0;
+  char why[1024];
+  if (!tf_read_verified(k->library, k->sha256, &bytes, &size, why, sizeof why))
+    return fail(k, err, errlen, "node %s: kernel %s: %s", k->node, k->name, why);
+  k->lib = dlopen_private(bytes, size, k->sha256, why, sizeof why);
+  free(bytes);
   if (!k->lib)
-    return fail(k, err, errlen, "node %s: kernel %s: cannot load %s: %s", k->node, k->name, k->library, dlerror());
+    return fail(k, err, errlen, "node %s: kernel %s: cannot load %s: %s", k->node, k->name, k->library, why);
   *(void**)&k->fn = dlsym(k->lib, k->symbol);
   if (!k->fn) {
     dlclose(k->lib);

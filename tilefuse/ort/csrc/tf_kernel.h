@@ -59,6 +59,7 @@ typedef struct {
   char path[4096];     /* the descriptor, for messages */
   char library[8192];  /* the .so or .cubin */
   char symbol[256];
+  char sha256[65];     /* of the library's bytes, as exported: what is loaded must have it */
   void* lib;
   void (*fn)(void**);
   tf_cuda* cuda;
@@ -74,6 +75,15 @@ typedef struct {
   int in_index[TF_MAX_ARGS];
   int out_index[TF_MAX_ARGS];
 } tf_kernel;
+
+#define TF_MAX_KERNEL_BYTES ((size_t)1 << 30) /* a kernel file above this is not one */
+
+/* The lowercase hex SHA-256 of `n` bytes (tf_sha256.c). */
+void tf_sha256_hex(const unsigned char* data, size_t n, char hex[65]);
+/* `path`'s bytes, read once, if their SHA-256 is `sha256` (malloc'd into *out); 0 with a
+ * message in `err` if the file cannot be read or differs. */
+int tf_read_verified(const char* path, const char* sha256, unsigned char** out, size_t* size, char* err,
+                     size_t errlen);
 
 /* Load the descriptor `rel` (relative to `base_dir` unless absolute) and its library,
  * which must be for `target`. Returns NULL with a message in `err` on failure. */
