@@ -82,7 +82,7 @@ def _roofline(compiled) -> dict:
     return {"flops": flops, "bytes": nbytes, "floor_ms": floor_ms(flops, nbytes), "kernels_floor_ms": kernels}
 
 
-def prepare(plan_dir: Path):
+def prepare(plan_dir: Path, launch: str = "as-built"):
     """A session of a packed plan, its weights synthesised (seeded), and feeds for it."""
     from tilefuse.plan import write_weights
     from tilefuse.runtime import InferenceSession
@@ -96,7 +96,7 @@ def prepare(plan_dir: Path):
             w = rng.standard_normal(b["shape"], dtype=np.float32) * 0.02 if dt.kind == "f" else np.zeros(b["shape"])
             weights[b["name"]] = np.ascontiguousarray(w.astype(dt))
     write_weights(plan_dir, weights)  # and their hash, in the manifest
-    sess = InferenceSession(plan_dir)
+    sess = InferenceSession(plan_dir, launch=launch)
     feeds = {}
     for i in sess.get_inputs():
         dtype = {"tensor(int64)": np.int64, "tensor(float16)": np.float16, "tensor(float)": np.float32}[i.type]
@@ -106,11 +106,11 @@ def prepare(plan_dir: Path):
     return sess, feeds
 
 
-def _time_plan(plan_dir: Path, tag: str, args) -> dict:
+def _time_plan(plan_dir: Path, tag: str, args, launch: str = "as-built") -> dict:
     """Outputs finite and equal across replays, the median of timed graph replays, and
     each kernel's share (what holds the model back)."""
     manifest = json.loads((plan_dir / "manifest.json").read_text())
-    sess, feeds = prepare(plan_dir)
+    sess, feeds = prepare(plan_dir, launch)
     outs = sess.run(None, feeds)
     finite = all(np.isfinite(o.astype(np.float32)).all() for o in outs)
     # the same inputs replayed: every replay of the graph gives the same bits
@@ -138,20 +138,14 @@ def _time_plan(plan_dir: Path, tag: str, args) -> dict:
 
 
 def run(args) -> int:
-    from tilefuse.runtime import cuda as cuda_runtime
-
     root = Path(args.plans) if args.plans else ROOT
     out_dir = Path(args.out or os.environ.get("OUT") or root)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
-    launches = [("", True)] + ([("-plainlaunch", False)] if args.plain_launch else [])
-    try:
-        for plan_dir in sorted(root.glob(args.match)):
-            for suffix, programmatic in launches:
-                cuda_runtime.PROGRAMMATIC = programmatic
-                rows.append(_time_plan(plan_dir, plan_dir.name.removesuffix(".tfplan") + suffix, args))
-    finally:
-        cuda_runtime.PROGRAMMATIC = True
+    launches = [("", "as-built")] + ([("-plainlaunch", "plain")] if args.plain_launch else [])
+    for plan_dir in sorted(root.glob(args.match)):
+        for suffix, launch in launches:
+            rows.append(_time_plan(plan_dir, plan_dir.name.removesuffix(".tfplan") + suffix, args, launch))
     import torch_peers
 
     for name in args.torch_models:

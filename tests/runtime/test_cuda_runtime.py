@@ -115,15 +115,14 @@ def test_step_by_step_waits_for_each_kernel_and_reads_buffers_back():
     np.testing.assert_array_equal(ex.read_buffer(0), np.arange(6, dtype=np.float32).reshape(2, 3))
 
 
-def test_programmatic_kernels_launch_with_stream_serialisation(monkeypatch):
+def test_programmatic_kernels_launch_with_stream_serialisation():
     """A kernel whose launch metadata says ``programmatic`` (it waits for the previous
     kernel itself) is launched with cuLaunchKernelEx and the programmatic-stream-
     serialisation attribute, with its grid, block, shared memory and stream; the others
-    with cuLaunchKernel. Off in the runtime (PROGRAMMATIC), every kernel launches plainly.
+    with cuLaunchKernel. With launch="plain", every kernel launches plainly.
     Checked against a recording driver."""
     from types import SimpleNamespace
 
-    from tilefuse.runtime import cuda as cuda_runtime
     from tilefuse.runtime.cuda import CudaExecutor
 
     calls = []
@@ -150,9 +149,9 @@ def test_programmatic_kernels_launch_with_stream_serialisation(monkeypatch):
                           config.hStream, attr.id, attr.value.programmaticStreamSerializationAllowed))
             return (0,)
 
-    def executor():
+    def executor(programmatic=True):
         ex = object.__new__(CudaExecutor)
-        ex.cu, ex.stream, ex.ptr = Driver(), 7, {0: 0x1000}
+        ex.cu, ex.stream, ex.ptr, ex.programmatic = Driver(), 7, {0: 0x1000}, programmatic
         kernels = {f"k{i}": SimpleNamespace(name=f"k{i}", launch=CudaLaunch(f"k{i}_kernel", (4, 1, 2), (384, 1, 1),
                    (KernelArg("x", 0),), dynamic_smem=1024, programmatic=i == 1)) for i in range(2)}
         steps = [SimpleNamespace(kernel=f"k{i}", inputs=(0,), outputs=(), sites=()) for i in range(2)]
@@ -165,8 +164,7 @@ def test_programmatic_kernels_launch_with_stream_serialisation(monkeypatch):
     assert calls == [("plain", "fn0", (4, 1, 2), (384, 1, 1), 1024, 7),
                      ("programmatic", "fn1", (4, 1, 2), (384, 1, 1), 1024, 7, 6, 1)]
     calls.clear()
-    monkeypatch.setattr(cuda_runtime, "PROGRAMMATIC", False)
-    executor().launch_steps()
+    executor(programmatic=False).launch_steps()  # InferenceSession(plan, launch="plain")
     assert [c[0] for c in calls] == ["plain", "plain"]
 
 
@@ -221,3 +219,24 @@ def test_branches_launch_the_branch_taken_and_copy_its_results(cond):
     taken, source = ("fn_k1", "0x200") if cond else ("fn_k2", "0x300")
     assert calls == [("launch", "fn_k0"), ("read condition",), ("wait",), ("launch", taken),
                      ("read condition",), ("wait",), ("copy", source, "0x400", 24), ("launch", "fn_k3")]
+
+
+def test_launch_mode_is_checked_and_only_for_gpu_plans(tmp_path):
+    """``InferenceSession(plan, launch="plain")`` times a plan without programmatic launches
+    (it replaced a module switch); an unknown mode, or one given for a CPU plan, is an
+    InputError naming it, before any driver is touched."""
+    from types import SimpleNamespace
+
+    from tilefuse.compiler import compile_graph
+    from tilefuse.errors import InputError
+    from tilefuse.runtime import InferenceSession
+    from tilefuse.runtime.cuda import CudaExecutor
+    from tilefuse.target import CPU
+
+    from tests.plan.handmade import mlp_graph
+
+    with pytest.raises(InputError, match="launch must be one of .*'as-built', 'plain'.*got 'fast'"):
+        CudaExecutor(SimpleNamespace(), launch="fast")
+    plan = compile_graph(mlp_graph(4, 8, 16), CPU).plan
+    with pytest.raises(InputError, match="launch='plain': a cpu plan has no GPU launches"):
+        InferenceSession(plan, launch="plain")

@@ -42,7 +42,7 @@ from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from tilefuse.errors import ExecutionError, PlanError
+from tilefuse.errors import ExecutionError, InputError, PlanError
 from tilefuse.feeds import DeviceView, FeedDevice
 from tilefuse.plan.files import read_verified
 from tilefuse.plan.model import BranchStep, BufferKind, HostStep, KernelStep, Plan, SelectStep, step_order
@@ -50,8 +50,9 @@ from tilefuse.plan.verify import check_kernel_identity
 from tilefuse.runtime.device_array import DeviceArray
 
 
-# Benchmarks set this to False to time the same plan launched in plain stream order.
-PROGRAMMATIC = True
+
+
+LAUNCH_MODES = ("as-built", "plain")
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,12 @@ class CudaExecutor:
     _closed = False
     _outstanding = 0  # DeviceArrays not yet freed: each needs the context
 
-    def __init__(self, plan: Plan, device: int = 0) -> None:
+    def __init__(self, plan: Plan, device: int = 0, launch: str = "as-built") -> None:
+        if launch not in LAUNCH_MODES:
+            raise InputError(f"launch must be one of {LAUNCH_MODES}, got {launch!r}")
+        # "plain": kernels built to wait for their predecessor (programmatic launch) are
+        # launched in plain stream order anyway, to time the same plan both ways
+        self.programmatic = launch == "as-built"
         self.plan = plan
         self.device = device
         self.cu = cu = _driver()
@@ -252,7 +258,7 @@ class CudaExecutor:
             types.append(None)
         launch = kernel.launch
         grid, block, smem = launch.grid, launch.block, launch.dynamic_smem
-        config = self._programmatic(grid, block, smem, keep) if PROGRAMMATIC and launch.programmatic else None
+        config = self._programmatic(grid, block, smem, keep) if self.programmatic and launch.programmatic else None
         return _Launch(self._functions[step.kernel], grid, block, smem, (tuple(values), tuple(types)), keep, config)
 
     def _programmatic(self, grid, block, smem: int, keep: list):

@@ -106,19 +106,26 @@ class InferenceSession:
     ``threads`` is onnxruntime's ``intra_op_num_threads``: the threads a CPU plan's parallel
     kernels use (None or 0: ``OMP_NUM_THREADS``, else one per core the process may use).
     Each session keeps its own, whichever thread runs it; ``session.threads`` is the count
-    they run with (None on a plan whose kernels run on a GPU). ``run(output_names, feeds)``
-    is safe to call from several threads at once.
+    they run with (None on a plan whose kernels run on a GPU). ``launch`` (GPU plans):
+    "as-built" (the default: kernels built to overlap their predecessor's end are launched
+    programmatically) or "plain" (every kernel in plain stream order). ``run(output_names,
+    feeds)`` is safe to call from several threads at once.
     """
 
-    def __init__(self, path_or_plan: str | Path | Plan, *, threads: int | None = None) -> None:
+    def __init__(self, path_or_plan: str | Path | Plan, *, threads: int | None = None,
+                 launch: str | None = None) -> None:
         self.plan = path_or_plan if isinstance(path_or_plan, Plan) else load_plan(path_or_plan)
         executor = _executor(self.plan.target)
         if executor is None:
             raise PlanError(f"no runtime for target {self.plan.target!r} in this tilefuse; runtimes: {backends.families()}")
         if takes_threads(self.plan.target):
+            if launch is not None:
+                raise InputError(f"launch={launch!r}: a {self.plan.target} plan has no GPU launches")
             self._executor = executor(self.plan, threads)
         elif threads:
             raise InputError(f"threads={threads!r}: a {self.plan.target} plan's kernels do not run on host threads")
+        elif launch is not None:
+            self._executor = executor(self.plan, launch=launch)
         else:
             self._executor = executor(self.plan)
         self.threads: int | None = getattr(self._executor, "threads", None)
