@@ -209,9 +209,12 @@ def match_gemm(nodes: Sequence[Node], outputs: Sequence[Value], target: Target) 
             return Refusal("several products, neither siblings nor a weight chain")
     if not isinstance(c.op, (MatMul, Conv, ConvTranspose)):
         return Refusal(f"{c.op.name} is not a matrix product or convolution")
-    if not isinstance(c.op, MatMul) and c.op.groups != 1 and not (depthwise_ok(c) and (
-            target.conv.channel_rows or wide_rows(c))):
-        return Refusal("a grouped convolution that is not a depthwise one the target tiles")
+    if not isinstance(c.op, MatMul) and c.op.groups != 1:
+        if not depthwise_ok(c):
+            return Refusal("a grouped convolution that is not depthwise")
+        if not (target.conv.channel_rows or wide_rows(c)):
+            return Refusal("a depthwise convolution whose rows are narrower than twice its kernel, "
+                           "on a target that tiles positions")
     epilogue = match_epilogue(nodes, outputs, contractions)
     if isinstance(epilogue, Refusal):
         return epilogue

@@ -81,7 +81,6 @@ from tilefuse.tile_ir.lower.forward import Forward, forward_index
 from tilefuse.tile_ir.lower.params import DROP, kernel_params
 
 
-
 def lower_gemm_epilogue(group: FusedGroup, match: GemmMatch, name: str,
                         target: Target = CPU) -> tuple[TileProgram, tuple[Value, ...]] | None:
     """The tiled program of ``match``'s products and the values bound to its params, or

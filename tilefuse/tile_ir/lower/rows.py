@@ -28,7 +28,6 @@ from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, delinearize, 
 from tilefuse.tile_ir.lower.params import kernel_params
 
 
-
 def lower_rows(group: FusedGroup, match: RowsMatch, name: str,
                target: Target = CPU) -> tuple[TileProgram, tuple[Value, ...]]:
     """The row-tiled program of ``match`` and the values bound to its params."""
