@@ -53,7 +53,9 @@ class Lowered:
 
 def lower_group(group: FusedGroup, target: Target) -> Lowered:
     """The group as one kernel, by the lowering of its match. Opaque groups are host
-    steps, never lowered."""
+    steps, never lowered. The match was made for the partition's target (a few of its
+    answers depend on it: the longest row, whether tiles must divide the rows): lower
+    for that target."""
     if str(group.kind) == "opaque":
         raise ValueError(f"group {group.id} is opaque: it runs as a host step")
     match = group.match
