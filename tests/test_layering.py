@@ -11,21 +11,28 @@ PKG = Path(__file__).resolve().parent.parent / "tilefuse"
 # stage -> packages it must not import
 FORBIDDEN = {
     "ir": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.reference", "tilefuse.partition",
-           "tilefuse.tile_ir", "tilefuse.codegen", "tilefuse.runtime", "tilefuse.cli", "tilefuse.conformance"},
-    "reference": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.partition", "tilefuse.cli"},
+           "tilefuse.patterns", "tilefuse.tile_ir", "tilefuse.codegen", "tilefuse.runtime", "tilefuse.cli", "tilefuse.conformance"},
+    "reference": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.partition", "tilefuse.patterns",
+                  "tilefuse.cli"},
     "partition": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.tile_ir", "tilefuse.codegen",
                   "tilefuse.runtime", "tilefuse.cli", "tilefuse.conformance", "tilefuse.report"},
+    # patterns sit between the partitioner and the tile IR: they see the IR and the target,
+    # nothing of how groups grow, nor of tiles, code or plans
+    "patterns": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.reference", "tilefuse.partition",
+                 "tilefuse.tile_ir", "tilefuse.codegen", "tilefuse.plan", "tilefuse.runtime", "tilefuse.cli",
+                 "tilefuse.conformance", "tilefuse.report", "tilefuse.ort", "tilefuse.backends"},
     "tile_ir": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.codegen", "tilefuse.runtime",
                 "tilefuse.plan", "tilefuse.cli", "tilefuse.conformance", "tilefuse.report"},
-    "frontend": {"tilelang", "tilefuse.partition", "tilefuse.tile_ir", "tilefuse.codegen", "tilefuse.runtime",
+    "frontend": {"tilelang", "tilefuse.partition", "tilefuse.patterns", "tilefuse.tile_ir", "tilefuse.codegen", "tilefuse.runtime",
                  "tilefuse.cli", "tilefuse.conformance"},
     # codegen prints TilePrograms; it knows nothing of ONNX, fusion, plans or running them
-    "codegen": {"onnx", "onnxruntime", "tilefuse.frontend", "tilefuse.partition", "tilefuse.plan", "tilefuse.runtime",
+    "codegen": {"onnx", "onnxruntime", "tilefuse.frontend", "tilefuse.partition", "tilefuse.patterns", "tilefuse.plan", "tilefuse.runtime",
                 "tilefuse.cli", "tilefuse.conformance", "tilefuse.report", "tilefuse.ort", "tilefuse.reference"},
     # plan reads codegen's artifacts (tilefuse.codegen.artifact), never its generators' internals
     "plan": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.tile_ir", "tilefuse.runtime",
              "tilefuse.cli", "tilefuse.conformance", "tilefuse.report"},
-    "runtime": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.partition", "tilefuse.tile_ir",
+    "runtime": {"onnx", "onnxruntime", "tilelang", "tilefuse.frontend", "tilefuse.partition", "tilefuse.patterns",
+                "tilefuse.tile_ir",
                 "tilefuse.codegen", "tilefuse.cli", "tilefuse.conformance", "tilefuse.report"},
     # ort sits on top of the compiler and the plan; only the CLI is above it
     "ort": {"tilelang", "tilefuse.cli", "tilefuse.conformance", "tilefuse.report", "tilefuse.runtime"},
@@ -52,6 +59,26 @@ def test_stages_import_only_downstream():
             for name in _imports(path):
                 if any(name == f or name.startswith(f + ".") for f in forbidden):
                     problems.append(f"{path.relative_to(PKG)} imports {name}")
+    assert not problems, problems
+
+
+def test_lowerings_never_match():
+    """Which kernel a group becomes is its pattern's match, made once: the lowerings take
+    the match types from ``tilefuse.patterns`` and nothing that matches (only the
+    dispatch's fall-through, in ``lower/__init__.py``, asks ``match_group`` again)."""
+    allowed = {"AttentionMatch", "GemmMatch", "RowsMatch", "WindowsMatch", "StagedMatch", "Softmax", "Epilogue",
+               "STAGED", "Match", "product_extents"}
+    problems = []
+    for path in (PKG / "tile_ir").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tilefuse.patterns"):
+                problems += [f"{path.relative_to(PKG)} imports {a.name}" for a in node.names if a.name not in allowed]
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tilefuse.partition") \
+                    and node.module != "tilefuse.partition.model":
+                problems.append(f"{path.relative_to(PKG)} imports {node.module}")
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "patterns" \
+                    and node.attr.startswith("match_") and path.relative_to(PKG).as_posix() != "tile_ir/lower/__init__.py":
+                problems.append(f"{path.relative_to(PKG)} calls patterns.{node.attr}")
     assert not problems, problems
 
 

@@ -2,7 +2,8 @@
 
 ``partition_graph(graph, target)`` is analysis (kinds, rules, costs), then decision
 (grow.py), then rewrites of the grown groups (casts.py: widening casts move into the
-kernels that read them), then the result as ordered FusedGroups, checked by the verifier.
+kernels that read them), then the result as ordered FusedGroups, checked by the verifier,
+each carrying its pattern's match (which kernel it becomes, ``tilefuse/patterns/``).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tilefuse.partition.grow import Grower, grow
 from tilefuse.partition.kinds import FusionKind, fusion_kind
 from tilefuse.partition.model import FusedGroup, Partition, Refusal
 from tilefuse.partition.verify import verify_partition
+from tilefuse.patterns import match_group
 from tilefuse.target import Target
 
 __all__ = ["FusedGroup", "FusionKind", "Partition", "Refusal", "partition_graph", "verify_partition"]
@@ -28,14 +30,14 @@ def partition_graph(graph: Graph, target: Target, *, verify: bool = True, move_c
     apart = _apart(grower, ordered)  # asked of the grown groups, before any rewrite
     members = [list(g.nodes) for g in ordered]
     recomputed = sink_widening_casts(graph, members, target, grower.cost) if move_casts else []
-    groups = [_fused_group(i, nodes, grower) for i, nodes in enumerate(members)]
+    groups = [_fused_group(i, nodes, grower, target) for i, nodes in enumerate(members)]
     partition = Partition(graph, target, groups, _refusals(apart, groups), recomputed)
     if verify:
         verify_partition(partition)
     return partition
 
 
-def _fused_group(index: int, nodes: list, grower: Grower) -> FusedGroup:
+def _fused_group(index: int, nodes: list, grower: Grower, target: Target) -> FusedGroup:
     members = {id(n) for n in nodes}
     inputs = {}
     for n in nodes:
@@ -43,8 +45,10 @@ def _fused_group(index: int, nodes: list, grower: Grower) -> FusedGroup:
             if v.producer is None or id(v.producer) not in members:
                 inputs.setdefault(id(v), v)
     kind = max(fusion_kind(n) for n in nodes)
-    return FusedGroup(index, tuple(nodes), kind, tuple(inputs.values()), tuple(grower.outputs_of(nodes)),
-                      grower.cost(nodes))
+    outputs = tuple(grower.outputs_of(nodes))
+    # the members are final here (casts moved): the match is made once, of these
+    return FusedGroup(index, tuple(nodes), kind, tuple(inputs.values()), outputs, grower.cost(nodes),
+                      match_group(nodes, outputs, target))
 
 
 def _topological(grower: Grower) -> list:

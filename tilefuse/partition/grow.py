@@ -22,7 +22,8 @@ from typing import Iterable
 from tilefuse.ir.graph import Graph, Node
 from tilefuse.partition.cost import Cost, kernel_cost
 from tilefuse.partition.kinds import FusionKind, fusion_kind
-from tilefuse.partition.rules import siblings, structure_problem
+from tilefuse.partition.rules import structure_problem
+from tilefuse.patterns.gemm import siblings
 from tilefuse.target import Target
 
 

@@ -2,11 +2,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tilefuse.ir.graph import Graph, Node, Value
 from tilefuse.partition.cost import Cost
 from tilefuse.partition.kinds import FusionKind
 from tilefuse.target import Target
+
+if TYPE_CHECKING:
+    from tilefuse.patterns import Match
+    from tilefuse.patterns import Refusal as NoPattern
 
 
 @dataclass(slots=True, eq=False)
@@ -15,7 +20,9 @@ class FusedGroup:
 
     ``nodes`` are in graph order; ``inputs`` are the values read from outside (graph
     inputs, constants, other groups' outputs); ``outputs`` the values other groups or
-    the graph's outputs read.
+    the graph's outputs read. ``match``: which kernel the group becomes (a pattern's
+    match, ``tilefuse/patterns/``), set once the partition is final; for an opaque group,
+    the refusal that makes it a host step.
     """
 
     id: int
@@ -24,6 +31,7 @@ class FusedGroup:
     inputs: tuple[Value, ...]
     outputs: tuple[Value, ...]
     cost: Cost
+    match: "Match | NoPattern | None" = None
 
     @property
     def anchor(self) -> Node | None:

@@ -1,8 +1,19 @@
-"""Lowering a fusion group to one TileProgram, with a schedule chosen per target."""
+"""Lowering a fusion group to one TileProgram, with a schedule chosen per target.
+
+Which kernel a group becomes was decided once, by its pattern (``group.match``, made by
+``tilefuse/patterns/`` when the partition was final); here each match type has its
+lowering, which builds the tiles around the match's nodes and never matches again. A
+lowering may still find no tiles that fit its match (awkward sizes): then the patterns
+after it, in their order, are tried, and the program's notes say so — over the zoo this
+never happens (tests/tile_ir/test_patterns_zoo.py).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
+from tilefuse import patterns
+from tilefuse.errors import GraphError
 from tilefuse.ir.graph import Value
 from tilefuse.partition.model import FusedGroup
 from tilefuse.target import Target
@@ -15,6 +26,17 @@ from tilefuse.tile_ir.lower.staged import lower_staged
 from tilefuse.tile_ir.lower.windows import lower_windows
 from tilefuse.tile_ir.simplify import simplify_program
 from tilefuse.tile_ir.verify import verify_program
+
+Lowering = Callable[..., "tuple[TileProgram, tuple[Value, ...]] | None"]
+
+# one lowering per match type: what it returns for that match, or None where no tiles fit
+LOWERINGS: dict[type, Lowering] = {
+    patterns.AttentionMatch: lower_attention,
+    patterns.GemmMatch: lower_gemm_epilogue,
+    patterns.RowsMatch: lower_rows,
+    patterns.WindowsMatch: lower_windows,
+    patterns.StagedMatch: lower_staged,
+}
 
 
 @dataclass(frozen=True)
@@ -30,22 +52,35 @@ class Lowered:
 
 
 def lower_group(group: FusedGroup, target: Target) -> Lowered:
-    """The group as one kernel. Opaque groups are host steps, never lowered."""
+    """The group as one kernel, by the lowering of its match. Opaque groups are host
+    steps, never lowered. The match was made for the partition's target (a few of its
+    answers depend on it: the longest row, whether tiles must divide the rows): lower
+    for that target."""
     if str(group.kind) == "opaque":
         raise ValueError(f"group {group.id} is opaque: it runs as a host step")
-    empty = any(v.type.size == 0 for n in group.nodes for v in (*n.inputs, *n.outputs))
-    program, bindings = (
-        # empty tensors (a dim of 0): nothing to tile; the staged schedule's loop nests of
-        # zero trips still give reductions over nothing their identity
-        lower_staged(group, group.name) if empty else None
-        or lower_attention(group, group.name, target)
-        or lower_gemm_epilogue(group, group.name, target)
-        or lower_rows(group, group.name, target)
-        or lower_windows(group, group.name, target)
-        or lower_staged(group, group.name)
-    )
+    match = group.match
+    if match is None or type(match) not in LOWERINGS:
+        raise GraphError(f"group {group.id} carries no kernel pattern ({match}): partition_graph sets it")
+    program, bindings = _lower(group, match, target)
     sites = IndexSites(group).sites
     program = simplify_program(replace(program, index_sites=len(sites)))
     verify_program(program, target)
     assert len(bindings) == len(program.params), "lowering binds every param to a value"
     return Lowered(program, bindings, tuple(sites))
+
+
+def _lower(group: FusedGroup, match: patterns.Match, target: Target) -> tuple[TileProgram, tuple[Value, ...]]:
+    """The lowering of ``match``; where it finds no tiles, the next pattern's (staged, the
+    last, always lowers), the declined ones named in the program's notes."""
+    declined: list[str] = []
+    while True:
+        lowered = LOWERINGS[type(match)](group, match, group.name, target)
+        if lowered is not None:
+            break
+        declined.append(patterns.pattern_name(match))
+        match = patterns.match_group(group.nodes, group.outputs, target, after=type(match))
+    program, bindings = lowered
+    if declined:
+        note = f"fell through: the {', '.join(declined)} lowering found no tiles for its match"
+        program = replace(program, notes=(*program.notes, note))
+    return program, bindings

@@ -3,18 +3,19 @@
 For each tile of query rows, key/value tiles stream through: scores for the tile are
 computed (with the group's scale and mask inlined), the running row max and row sum are
 updated (online softmax), and the output accumulator is rescaled and advanced by P @ V.
-The score matrix never exists beyond one tile. The softmax is recognised from the
-primitives between the two products — max, subtract, exp, sum, divide — not from names.
+The score matrix never exists beyond one tile. The attention pattern
+(``patterns/attention.py``) recognised the softmax between the two products from its
+primitives; this module tiles the match it is given.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from tilefuse.ir.dtypes import HALF_FLOATS, DType
 from tilefuse.ir.graph import Node, Value
-from tilefuse.ir.prims import Kind, Map, MatMul, Reduce, ReduceFn, ScalarFn
+from tilefuse.ir.prims import ReduceFn, ScalarFn
 from tilefuse.partition.model import FusedGroup
+from tilefuse.patterns import AttentionMatch, Softmax
 from tilefuse.target import CPU, Target
 from tilefuse.tile_ir.ir import (
     Buffer,
@@ -38,76 +39,22 @@ from tilefuse.tile_ir.ir import (
 )
 from tilefuse.tile_ir.lower.common import Names, divisor_tile, fill_cores, halve_while_idle, parallel, var_ids
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, broadcast_index
-from tilefuse.tile_ir.lower.gemm_epilogue import forward_maps
+from tilefuse.tile_ir.lower.forward import forward_index
 from tilefuse.tile_ir.lower.params import kernel_params
 
 F32 = DType.FLOAT32
 
 
-@dataclass
-class _Softmax:
-    scores: Value  # x: what the row softmax is taken of
-    probs: Value  # the value c2 reads as its left operand
-
-
-def _through_casts(v: Value, members: set[int]) -> Value:
-    while v.producer is not None and id(v.producer) in members and isinstance(v.producer.op, Map) \
-            and v.producer.op.fn is ScalarFn.CAST:
-        v = v.producer.inputs[0]
-    return v
-
-
-def _match_softmax(c2: Node, members: set[int]) -> _Softmax | None:
-    """probs = exp(x - max(x)) / sum(exp(x - max(x))) over the last axis, casts allowed."""
-    p = _through_casts(c2.inputs[0], members)
-    div = p.producer
-    if div is None or not isinstance(div.op, Map) or div.op.fn is not ScalarFn.DIV:
-        return None
-    e, s = (_through_casts(u, members) for u in div.inputs)
-    rsum = s.producer
-    if rsum is None or not isinstance(rsum.op, Reduce) or rsum.op.fn is not ReduceFn.SUM:
-        return None
-    if _through_casts(rsum.inputs[0], members) is not e:
-        return None
-    exp = e.producer
-    if exp is None or not isinstance(exp.op, Map) or exp.op.fn is not ScalarFn.EXP:
-        return None
-    sub = _through_casts(exp.inputs[0], members).producer
-    if sub is None or not isinstance(sub.op, Map) or sub.op.fn is not ScalarFn.SUB:
-        return None
-    x, m = sub.inputs
-    rmax = _through_casts(m, members).producer
-    if rmax is None or not isinstance(rmax.op, Reduce) or rmax.op.fn is not ReduceFn.MAX:
-        return None
-    if rmax.inputs[0] is not x:
-        return None
-    last = x.type.rank - 1
-    for r in (rsum, rmax):
-        if r.op.axes != (last,) or not r.op.keepdims:  # type: ignore[attr-defined]
-            return None
-    return _Softmax(x, c2.inputs[0])
-
-
-def lower_attention(group: FusedGroup, name: str, target: Target = CPU) -> tuple[TileProgram, tuple[Value, ...]] | None:
+def lower_attention(group: FusedGroup, match: AttentionMatch, name: str,
+                    target: Target = CPU) -> tuple[TileProgram, tuple[Value, ...]] | None:
     """With ``target.gemm.half_operand_tiles``, Q, K, V and the probabilities feeding P.V stay
     half-float in their tiles (scores, softmax state and the output stay fp32)."""
-    contractions = [n for n in group.nodes if n.op.kind is Kind.CONTRACT]
-    if len(contractions) != 2 or not all(isinstance(c.op, MatMul) for c in contractions):
-        return None
-    c1, c2 = contractions
-    members = {id(n) for n in group.nodes}
-    sm = _match_softmax(c2, members)
-    if sm is None or sm.scores.type.shape != c1.outputs[0].type.shape:
-        return None
-    after = list(group.nodes)[list(group.nodes).index(c2) + 1 :]
-    maps = forward_maps(group, [c2], after)
-    if maps is None or maps[1]:
-        return None
-    return _Flash(group, c1, c2, sm, maps[0], name, target).build()
+    fwd = forward_index(match.epilogue, [match.c2])
+    return _Flash(group, match.c1, match.c2, match.softmax, fwd, name, target).build()
 
 
 class _Flash:
-    def __init__(self, group: FusedGroup, c1: Node, c2: Node, sm: _Softmax, fwd, name: str, target: Target) -> None:
+    def __init__(self, group: FusedGroup, c1: Node, c2: Node, sm: Softmax, fwd, name: str, target: Target) -> None:
         self.group, self.c1, self.c2, self.sm, self.fwd, self.name = group, c1, c2, sm, fwd, name
         self.target = target
         half_tiles = target.gemm.half_operand_tiles
@@ -116,14 +63,12 @@ class _Flash:
         self.op = only if half_tiles and only in HALF_FLOATS else F32  # Q, K, V tiles
         self.names = Names()
 
-    def build(self) -> tuple[TileProgram, tuple[Value, ...]] | None:
+    def build(self) -> tuple[TileProgram, tuple[Value, ...]]:
         c1, c2 = self.c1, self.c2
         s_shape = c1.outputs[0].type.shape
         batch, (m, n) = s_shape[:-2], s_shape[-2:]
         d = c1.inputs[0].type.shape[-1]
         dv = c2.outputs[0].type.shape[-1]
-        if c2.outputs[0].type.shape[:-2] != batch:
-            return None
         bm, bn = _edge(m, self.target.attention.query_tile), _edge(n, self.target.attention.key_tile)
         if m % bm:  # power-of-two query tiles, the last one partial: halved while cores idle
             bm = halve_while_idle(m, bm, math.prod(batch), self.target.device.cores, self.target.gemm.min_tile // 2)

@@ -14,7 +14,7 @@ import itertools
 import math
 from typing import TYPE_CHECKING
 
-from tilefuse.ir.graph import Node, Value
+from tilefuse.ir.graph import Value
 from tilefuse.ir.prims import Conv, ScalarFn
 from tilefuse.tile_ir.ir import Buffer, Call, Const, Expr, If, IOp, Load, Stmt, Store, Var, const_index, iop
 from tilefuse.tile_ir.lower.common import narrow, parallel, widen
@@ -171,12 +171,6 @@ def stores(b: "_Builder", el: ElementBuilder, v: Value, ob: Buffer, mt: Var, n0:
         return [Store(ob, out_idx, el.at(v, out_idx))]
 
     return parallel(b.names, (bn, *shape), store)
-
-
-def depthwise_ok(c: Node) -> bool:
-    """A depthwise convolution: one input channel per group, one output channel per group."""
-    op, x, w = c.op, c.inputs[0], c.inputs[1]
-    return isinstance(op, Conv) and op.groups == x.type.shape[1] == w.type.shape[0] and w.type.shape[1] == 1
 
 
 def depthwise(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr) -> list[Stmt]:

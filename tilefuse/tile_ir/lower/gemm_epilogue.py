@@ -6,15 +6,14 @@ of Gemm statements accumulates the tile, and every group output is computed from
 tile while it is on chip (bias, activation, residual, reshape/transpose to heads: the
 epilogue). Tiles are independent, so the grid runs in parallel.
 
-It applies when the group holds one matrix product or ungrouped convolution, nothing
-that needs whole rows (no reduction, no scatter), and every output is reached from the
-product through Maps of the same shape, Reshapes and Transposes — so that each output
-element has exactly one product element behind it. Otherwise the staged schedule runs.
+Which groups take it, and around which products, is the gemm pattern's answer
+(``patterns/gemm.py``: one product, siblings or a weight chain, and an epilogue that
+gives each output element exactly one product element); this module only tiles the
+match it is given.
 """
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 import numpy as np
 
@@ -23,17 +22,14 @@ from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import (
     Conv,
     ConvTranspose,
-    Kind,
-    Map,
     MatMul,
     Reduce,
-    Reshape,
     ScalarFn,
-    Transpose,
 )
 from tilefuse.ir.types import TensorType
 from tilefuse.partition.model import FusedGroup
-from tilefuse.partition.rules import siblings, weight_chain
+from tilefuse.patterns import GemmMatch
+from tilefuse.patterns.gemm import product_extents
 from tilefuse.target import CPU, Target
 from tilefuse.tile_ir.ir import (
     Buffer,
@@ -77,119 +73,25 @@ from tilefuse.tile_ir.lower.elements import (
     broadcast_index,
     delinearize,
     linearize,
-    reshape_index,
     transposed_source,
     window_needs_guard,
     window_source,
 )
+from tilefuse.tile_ir.lower.forward import Forward, forward_index
 from tilefuse.tile_ir.lower.params import DROP, kernel_params
 
-Forward = Callable[[Index], Index]
 
-
-
-def _row_reduction(node: Node, ident: set[int], cs: list[Node]) -> bool:
-    """A keepdims reduction of a product-shaped value over its columns (a norm's mean or
-    variance): computable on a tile that holds whole rows."""
-    op, x = node.op, node.inputs[0]
-    return (
-        isinstance(op, Reduce)
-        and isinstance(cs[0].op, MatMul)
-        and op.keepdims
-        and op.axes == (x.type.rank - 1,)
-        and id(x) in ident
-    )
-
-
-def forward_maps(
-    group: FusedGroup, cs: list[Node], nodes: list[Node] | None = None
-) -> tuple[dict[int, Forward], list[Node]] | None:
-    """For every value downstream of the products: product index -> that value's index
-    (sibling products share one index space: the same tile position in each); and the
-    row reductions, whose results are per-row values read where they broadcast. The
-    anchors ``cs`` may also be one pooling reduction (the window schedule's epilogue)."""
-    nodes = list(group.nodes) if nodes is None else nodes
-    fwd: dict[int, Forward] = {id(c.outputs[0]): (lambda g: g) for c in cs}
-    ident = set(fwd)  # values whose last axis is the product's columns, rows in row order
-    reductions: list[Node] = []
-    for node in nodes:
-        chain = [u for u in node.inputs if id(u) in fwd]
-        if not chain or node in cs:
-            continue
-        out = node.outputs[0]
-        if _row_reduction(node, ident, cs):
-            reductions.append(node)
-            continue
-        if isinstance(node.op, Map):
-            if any(u.type.shape != out.type.shape for u in chain):
-                return None  # the product would be broadcast: one element, many outputs
-            fwd[id(out)] = fwd[id(chain[0])]
-            if all(id(u) in ident for u in chain):
-                ident.add(id(out))
-        elif isinstance(node.op, Reshape):
-            src, f = node.inputs[0], fwd[id(chain[0])]
-            fwd[id(out)] = lambda g, f=f, src=src, out=out: reshape_index(f(g), src.type.shape, out.type.shape)
-            if id(src) in ident and src.type.shape[-1:] == out.type.shape[-1:]:
-                ident.add(id(out))  # rows regrouped, columns untouched: still row-wise
-        elif isinstance(node.op, Transpose):
-            perm, f = node.op.perm, fwd[id(chain[0])]
-            fwd[id(out)] = lambda g, f=f, perm=perm: tuple(f(g)[p] for p in perm)
-        else:
-            return None
-    for node in nodes:  # nothing downstream may leave through another path
-        if node in cs or node in reductions:
-            continue
-        if any(id(u) in fwd for u in node.inputs) and id(node.outputs[0]) not in fwd:
-            return None
-    if not all(id(v) in fwd for v in group.outputs):
-        return None
-    if any(n.op.kind is Kind.REDUCE and n not in reductions and n not in cs for n in nodes):
-        return None
-    return fwd, reductions
-
-
-def lower_gemm_epilogue(group: FusedGroup, name: str, target: Target = CPU) -> tuple[TileProgram, tuple[Value, ...]] | None:
-    """The tiled program and the values bound to its params, or None if it does not apply.
-    From ``target``: the K depth of tiles, the rows of a whole-row tile, and whether
-    half-float operands stay half in their tiles (tensor cores take them so)."""
-    contractions = [n for n in group.nodes if n.op.kind is Kind.CONTRACT]
-    if not contractions or any(n.op.kind is Kind.OPAQUE for n in group.nodes):
-        return None
-    c = contractions[0]
-    first: Node | None = None
-    members, written = {id(n) for n in group.nodes}, frozenset(id(v) for v in group.outputs)
-    chain = weight_chain(contractions, members, written) if len(contractions) == 2 else None
-    if isinstance(chain, tuple):  # a weight chain: the first product is the second's prologue
-        first, c = chain
-        contractions = [c]
-        if first.inputs[0].type.size != math.prod(c.outputs[0].type.shape[:-1]) * first.inputs[0].type.shape[-1]:
-            return None  # the first product's rows are broadcast: not one row per output row
-    elif len(contractions) > 1:  # sibling products on one activation: share the A tile
-        same = all(x.outputs[0].type == c.outputs[0].type for x in contractions)
-        if not (siblings(contractions) and same):
-            return None
-    if not isinstance(c.op, (MatMul, Conv, ConvTranspose)):
-        return None
-    if not isinstance(c.op, MatMul) and c.op.groups != 1 and not (conv_rows.depthwise_ok(c) and (
-            target.conv.channel_rows or _wide_rows(c))):
-        return None
-    maps = forward_maps(group, contractions)
-    if maps is None:
-        return None
-    fwd, reductions = maps
-    if reductions and len(contractions) > 1:
-        return None
-    builder = _Builder(group, contractions, fwd, reductions, name, first, target)
+def lower_gemm_epilogue(group: FusedGroup, match: GemmMatch, name: str,
+                        target: Target = CPU) -> tuple[TileProgram, tuple[Value, ...]] | None:
+    """The tiled program of ``match``'s products and the values bound to its params, or
+    None where no tiles fit (awkward sizes). From ``target``: the K depth of tiles, the
+    rows of a whole-row tile, and whether half-float operands stay half in their tiles
+    (tensor cores take them so)."""
+    contractions = list(match.contractions)
+    fwd = forward_index(match.epilogue, contractions)
+    builder = _Builder(group, contractions, fwd, list(match.epilogue.reductions), name, match.first, target)
     program = builder.build()
     return None if program is None else (program, tuple(builder.bindings))
-
-
-def _wide_rows(c: Node) -> bool:
-    """A depthwise convolution whose output rows are at least twice its kernel's width: the
-    per-tap row runs of its schedule are long enough for TileLang's parallel-loop layouts
-    on the GPU (MobileNetV2's 3x3 on 7 to 112 wide maps; a 4x4 kernel on a 5-wide map made
-    runs of 3 that TileLang could not lay out). Others run the staged schedule there."""
-    return c.outputs[0].type.shape[-1] >= 2 * c.inputs[1].type.shape[-1]
 
 
 def _sibling_of(group: FusedGroup, cs: list[Node]) -> dict[int, int] | None:
@@ -229,7 +131,7 @@ class _Builder:
         # fill the product core better
         self.flip = (isinstance(cs[0].op, Conv) and target.conv.channel_rows
                      and math.prod(cs[0].outputs[0].type.shape[2:]) >= target.conv.min_positions)
-        self.depthwise = isinstance(cs[0].op, Conv) and cs[0].op.groups != 1  # only when depthwise_ok
+        self.depthwise = isinstance(cs[0].op, Conv) and cs[0].op.groups != 1  # the pattern took it: depthwise
         self.flip = self.flip or self.depthwise
         # siblings as one product of their weights side by side (target.gemm.pack_siblings), where
         # each value downstream of a product comes from one sibling only
@@ -243,21 +145,8 @@ class _Builder:
         self.tf32 = target.tf32_products and self.op_dtype is DType.FLOAT32  # --precision tf32
         c = self.c = cs[0]
         self.names = Names()
-        out = c.outputs[0].type
-        self.acc_dtype = accumulator_dtype(out.dtype)
-        if isinstance(c.op, MatMul):
-            self.batch = out.shape[:-2]
-            self.m, self.n, self.k = out.shape[-2], out.shape[-1], c.inputs[0].type.shape[-1]
-        elif isinstance(c.op, Conv):
-            self.batch = ()
-            self.m = out.shape[0] * math.prod(out.shape[2:])
-            self.n = out.shape[1]
-            self.k = math.prod(c.inputs[1].type.shape[1:])
-        else:  # ConvTranspose: K runs over (input channel, *taps); w is [C, M, *taps]
-            self.batch = ()
-            self.m = out.shape[0] * math.prod(out.shape[2:])
-            self.n = out.shape[1]
-            self.k = c.inputs[1].type.shape[0] * math.prod(c.inputs[1].type.shape[2:])
+        self.acc_dtype = accumulator_dtype(c.outputs[0].type.dtype)
+        self.batch, self.m, self.n, self.k = product_extents(c)
 
     def build(self) -> TileProgram | None:
         producer = self._producer_tile()

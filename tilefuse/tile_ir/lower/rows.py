@@ -9,82 +9,29 @@ with no reduction at all is the same with no reduction stage: tiles of rows of i
 shape. Inputs reach the tiles through their element expressions (gathers, reshapes,
 casts: the prologue), so an embedding lookup + add + LayerNorm is one pass.
 
-It applies when everything downstream of a reduction is elementwise, of the row shape or
-the per-row shape, and every output has one of those shapes: then each output element
-depends only on its own row. Otherwise the staged schedule runs.
+Which groups take it is the rows pattern's answer (``patterns/rows.py``: everything
+downstream of a reduction elementwise on row-aligned shapes, so each output element
+depends only on its own row); this module tiles the match it is given.
 """
 from __future__ import annotations
 
 import math
 
 from tilefuse.ir.graph import Node, Value
-from tilefuse.ir.prims import Kind, Map, Reduce, Reshape, ScalarFn
+from tilefuse.ir.prims import ScalarFn
 from tilefuse.partition.model import FusedGroup
+from tilefuse.patterns import RowsMatch
 from tilefuse.target import CPU, Target
 from tilefuse.tile_ir.ir import Buffer, Call, Expr, IOp, Load, ReduceTile, Scope, Stmt, Store, TileProgram, Var, iop
 from tilefuse.tile_ir.lower.common import Names, accumulator_dtype, divisor_tile, fill_cores, parallel
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, delinearize, linearize
 from tilefuse.tile_ir.lower.params import kernel_params
-from tilefuse.tile_ir.lower.staged import STAGED
 
 
-
-def lower_rows(group: FusedGroup, name: str, target: Target = CPU) -> tuple[TileProgram, tuple[Value, ...]] | None:
-    nodes = list(group.nodes)
-    # contractions, scatters, windowed and arg reductions need the staged schedule
-    if any(n.op.kind in (Kind.CONTRACT, Kind.OPAQUE) or (isinstance(n.op, STAGED) and not isinstance(n.op, Reduce))
-           for n in nodes):
-        return None
-    if any(v.type.size == 0 for n in nodes for v in (*n.inputs, *n.outputs)):
-        return None  # empty tensors: nothing to tile
-    reductions = [n for n in nodes if n.op.kind is Kind.REDUCE]
-    if reductions:
-        shape = reductions[0].inputs[0].type.shape
-        if not all(_row_reduction(r, shape) for r in reductions):
-            return None
-    else:
-        shape = group.outputs[0].type.shape
-    if not shape or shape[-1] > target.rows.max_row:
-        return None
-    row_shape = shape[:-1] + (1,)
-    if not _rowwise(nodes, reductions, shape, row_shape):
-        return None
-    if any(v.type.shape not in (shape, row_shape) and not _same_rows(v.type.shape, shape) for v in group.outputs):
-        return None
-    return _Rows(group, reductions, shape, name, target).build()
-
-
-def _row_reduction(r: Node, shape: tuple[int, ...]) -> bool:
-    op = r.op
-    return (isinstance(op, Reduce) and op.keepdims and op.axes == (len(shape) - 1,)
-            and r.inputs[0].type.shape == shape)
-
-
-def _same_rows(s: tuple[int, ...], shape: tuple[int, ...]) -> bool:
-    """``s`` holds the rows of ``shape`` in the same order, regrouped: same last axis, same
-    row count."""
-    return bool(s) and s[-1] == shape[-1] and math.prod(s[:-1]) == math.prod(shape[:-1])
-
-
-def _rowwise(nodes: list[Node], reductions: list[Node], shape, row_shape) -> bool:
-    """Everything that reads a reduction's result, directly or not, is elementwise (or the
-    next reduction) on row-aligned shapes: each element stays in its row."""
-    downstream: set[int] = {id(r.outputs[0]) for r in reductions}
-    for n in nodes:
-        if not any(id(v) in downstream for v in n.inputs):
-            continue
-        if n in reductions:
-            continue
-        if isinstance(n.op, Reshape) and n.inputs[0].type.shape == shape and _same_rows(n.outputs[0].type.shape, shape):
-            downstream.add(id(n.outputs[0]))  # rows kept, only their leading index regrouped ([1, S, E] -> [S, E])
-            continue
-        if not isinstance(n.op, Map) or n.outputs[0].type.shape not in (shape, row_shape):
-            return False
-        if any(v.type.shape not in (shape, row_shape) and not v.is_constant and v.type.size != 1
-               and id(v) in downstream for v in n.inputs):
-            return False
-        downstream.add(id(n.outputs[0]))
-    return True
+def lower_rows(group: FusedGroup, match: RowsMatch, name: str,
+               target: Target = CPU) -> tuple[TileProgram, tuple[Value, ...]]:
+    """The row-tiled program of ``match`` and the values bound to its params."""
+    return _Rows(group, list(match.reductions), match.shape, name, target).build()
 
 
 class _Rows:
@@ -112,7 +59,7 @@ class _Rows:
         (br,) = fill_cores((rows,), [br], 1, self.cores, floor)
         return br
 
-    def build(self) -> tuple[TileProgram, tuple[Value, ...]] | None:
+    def build(self) -> tuple[TileProgram, tuple[Value, ...]]:
         rows, e = math.prod(self.shape[:-1]), self.shape[-1]
         br = self.row_tile(rows, e)
         kp = kernel_params(self.group)

@@ -29,6 +29,8 @@ from tilefuse.ir.prims import (
     WindowReduce,
 )
 from tilefuse.partition.model import FusedGroup
+from tilefuse.patterns import STAGED, StagedMatch
+from tilefuse.target import CPU, Target
 from tilefuse.tile_ir.ir import (
     Buffer,
     Call,
@@ -73,11 +75,11 @@ from tilefuse.tile_ir.lower.elements import (
 )
 from tilefuse.tile_ir.lower.params import kernel_params
 
-STAGED = (Reduce, ArgReduce, WindowReduce, MatMul, Conv, ConvTranspose, ScatterND, ScatterElements)
 
-
-def lower_staged(group: FusedGroup, name: str) -> tuple[TileProgram, tuple[Value, ...]]:
-    """The staged program and the values bound to its params."""
+def lower_staged(group: FusedGroup, match: StagedMatch, name: str,
+                 target: Target = CPU) -> tuple[TileProgram, tuple[Value, ...]]:
+    """The staged program and the values bound to its params (every group has one: the
+    match only says why no specialised pattern applied)."""
     names = Names()
     kp = kernel_params(group)
     params, buffers, num_inputs, outs = kp.params, kp.buffers, kp.num_inputs, kp.outputs

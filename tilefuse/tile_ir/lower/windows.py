@@ -13,9 +13,9 @@ parallel nest runs over the tile's elements (one per thread on a GPU); each elem
 
 Nothing is staged: the tile's running values are all it keeps on chip.
 
-It applies when every output is reached from the reduction through Maps of its shape,
-Reshapes and Transposes, so one reduction element stands behind each output element
-(``gemm_epilogue.forward_maps``). Otherwise the staged schedule runs.
+Which groups take it is the windows pattern's answer (``patterns/windows.py``: every
+output reached from the reduction through Maps of its shape, Reshapes and Transposes, so
+one reduction element stands behind each output element); this module tiles the match.
 """
 from __future__ import annotations
 
@@ -23,36 +23,26 @@ import math
 from typing import Callable
 
 from tilefuse.ir.graph import Node, Value
-from tilefuse.ir.prims import Kind, Reduce, ScalarFn, WindowReduce
+from tilefuse.ir.prims import Reduce, ScalarFn, WindowReduce
 from tilefuse.partition.model import FusedGroup
+from tilefuse.patterns import WindowsMatch
 from tilefuse.target import CPU, Target
 from tilefuse.tile_ir.ir import Buffer, Call, Expr, IOp, Load, Scope, Stmt, Store, TileProgram, Var, const_index, iop
 from tilefuse.tile_ir.lower.common import COMBINE, Names, accumulator_dtype, divisor_tile, identity, parallel, serial, widen
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, window_needs_guard, window_source
-from tilefuse.tile_ir.lower.gemm_epilogue import Forward, forward_maps
+from tilefuse.tile_ir.lower.forward import Forward, forward_index
 from tilefuse.tile_ir.lower.params import kernel_params
-from tilefuse.tile_ir.lower.staged import STAGED
 
 # output index, tap index -> the input index it reads, and the condition that it is inside
 # the input (None: always)
 Source = Callable[[Index, Index], "tuple[Index, Expr | None]"]
 
 
-def lower_windows(group: FusedGroup, name: str, target: Target = CPU) -> tuple[TileProgram, tuple[Value, ...]] | None:
-    """The tiled program and the values bound to its params, or None if it does not apply."""
-    nodes = list(group.nodes)
-    reductions = [n for n in nodes if n.op.kind is Kind.REDUCE]
-    if len(reductions) != 1 or not isinstance(reductions[0].op, (WindowReduce, Reduce)):
-        return None
-    (r,) = reductions
-    if any(n is not r and (n.op.kind in (Kind.CONTRACT, Kind.OPAQUE) or isinstance(n.op, STAGED)) for n in nodes):
-        return None
-    if any(v.type.size == 0 for n in nodes for v in (*n.inputs, *n.outputs)) or not r.outputs[0].type.shape:
-        return None  # empty tensors, or a reduction to a scalar (no output to tile)
-    maps = forward_maps(group, [r])
-    if maps is None:
-        return None
-    return _build(group, r, maps[0], name, target)
+def lower_windows(group: FusedGroup, match: WindowsMatch, name: str,
+                  target: Target = CPU) -> tuple[TileProgram, tuple[Value, ...]]:
+    """The tiled program of ``match``'s reduction and the values bound to its params."""
+    r = match.reduction
+    return _build(group, r, forward_index(match.epilogue, [r]), name, target)
 
 
 def _taps(r: Node) -> tuple[tuple[int, ...], Source]:

@@ -1,0 +1,80 @@
+"""The pattern matchers on small graphs and tiny zoo models: what each match names, and
+the reasons a pattern refuses (a staged kernel's match carries them)."""
+import numpy as np
+import pytest
+
+import models
+from tilefuse import patterns
+from tilefuse.frontend import import_onnx
+from tilefuse.ir import Builder, DType, TensorType
+from tilefuse.partition import partition_graph
+from tilefuse.target import CPU, CUDA_SM90A
+
+
+def _groups(name, zoo_cache, target):
+    graph = import_onnx(models.build(name, "tiny", "float32", cache_dir=zoo_cache), models.ZOO[name].shapes("tiny"))
+    return partition_graph(graph, target).groups
+
+
+def _matmul_graph(rows: int, k: int, n: int):
+    b = Builder("mm")
+    x = b.input("x", TensorType(DType.FLOAT32, (1, rows, k)))
+    b.output("y", b.matmul(x, b.const(np.random.default_rng(0).standard_normal((k, n)).astype(np.float32))))
+    return b.graph
+
+
+@pytest.mark.parametrize("target", [CPU, CUDA_SM90A], ids=lambda t: t.name)
+def test_attention_names_its_products_and_softmax(target, zoo_cache):
+    matches = [g.match for g in _groups("bert", zoo_cache, target) if isinstance(g.match, patterns.AttentionMatch)]
+    assert len(matches) == 2  # one a layer
+    for m in matches:
+        assert m.softmax.probs is m.c2.inputs[0]
+        assert m.softmax.scores.type.shape == m.c1.outputs[0].type.shape
+        assert not m.epilogue.reductions
+
+
+def test_siblings_and_chains_are_one_gemm_match(zoo_cache):
+    """BERT's Q, K and V share one tiled product on the GPU; each match's products are the
+    group's, a chain's first product its prologue."""
+    gemms = [g for g in _groups("bert", zoo_cache, CUDA_SM90A) if isinstance(g.match, patterns.GemmMatch)]
+    assert any(g.match.siblings and len(g.match.contractions) == 3 for g in gemms)
+    for g in gemms:
+        assert all(c in g.nodes for c in g.match.contractions)
+        assert g.match.first is None or g.match.first in g.nodes
+
+
+def test_norms_are_rows_and_pools_are_windows(zoo_cache):
+    rows = [g.match for g in _groups("bert", zoo_cache, CPU) if isinstance(g.match, patterns.RowsMatch)]
+    assert any(m.reductions for m in rows)  # the embeddings' LayerNorm; the mask is rows of no reduction
+    assert all(r.inputs[0].type.shape == m.shape for m in rows for r in m.reductions)
+    pools = [g.match for g in _groups("resnet", zoo_cache, CPU) if isinstance(g.match, patterns.WindowsMatch)]
+    assert pools and all(m.reduction.op.kind.name == "REDUCE" for m in pools)
+
+
+def test_a_staged_match_says_why_each_pattern_refused(zoo_cache):
+    """MobileNetV2's depthwise convolutions on 2-wide maps are staged on the GPU (rows too
+    narrow for its position tiles) and tiled on the CPU (channels as rows)."""
+    staged = [g.match for g in _groups("mobilenetv2", zoo_cache, CUDA_SM90A) if isinstance(g.match, patterns.StagedMatch)]
+    assert staged and all("gemm: a depthwise convolution whose rows are narrower" in m.reason for m in staged)
+    assert all(m.reason.startswith("attention: ") for m in staged)
+    assert not any(isinstance(g.match, patterns.StagedMatch) for g in _groups("mobilenetv2", zoo_cache, CPU))
+
+
+def test_thin_rows_are_staged_by_the_match_where_tiles_divide_them():
+    """197 rows (a prime: ViT's tokens) have no divisor tile on the CPU, whose tiles divide
+    the rows; the GPU's power-of-two tiles take them with a partial last tile."""
+    graph = _matmul_graph(197, 64, 64)
+    (cpu,) = partition_graph(graph, CPU).groups
+    assert isinstance(cpu.match, patterns.StagedMatch) and "197 rows have no divisor tile" in cpu.match.reason
+    (gpu,) = partition_graph(graph, CUDA_SM90A).groups
+    assert isinstance(gpu.match, patterns.GemmMatch)
+
+
+def test_opaque_groups_and_empty_tensors():
+    """An opaque group is no kernel (a Refusal); a group with an empty tensor is staged."""
+    b = Builder("empty")
+    x = b.input("x", TensorType(DType.FLOAT32, (0, 4)))
+    b.output("y", b.matmul(x, b.const(np.ones((4, 4), np.float32))))
+    (g,) = partition_graph(b.graph, CPU).groups
+    assert g.match == patterns.StagedMatch("empty tensors: nothing to tile")
+    assert patterns.match_group(g.nodes, g.outputs, CPU, after=patterns.GemmMatch) == g.match

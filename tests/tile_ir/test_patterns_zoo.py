@@ -1,0 +1,69 @@
+"""Every zoo kernel is lowered by the lowering of its group's own match.
+
+Which kernel a group becomes is decided once, by its pattern (``group.match``, made by
+``tilefuse/patterns/`` when the partition is final). A lowering that finds no tiles for
+its match falls through to the next pattern and says so in the program's notes; over the
+zoo that must never happen, and lowering must never match again (``match_group`` is
+made to fail while the groups are lowered). Tiny models always; real ones where they are
+in the model cache (or ``TILEFUSE_ZOO_REAL=1`` builds them), since they lower in seconds.
+"""
+import os
+
+import pytest
+
+import models
+from tilefuse import patterns
+from tilefuse.frontend import import_onnx
+from tilefuse.ir.control import Branch
+from tilefuse.partition import partition_graph
+from tilefuse.target import CPU, CUDA_SM90A
+from tilefuse.tile_ir.lower import LOWERINGS, lower_group
+
+CASES = [(n, c) for n, s in models.ZOO.items() if s.runs_in_ort for c in s.configs]
+
+
+def _kernel_groups(graph, target):
+    """The partition's kernel groups, those of If branches included."""
+    for g in partition_graph(graph, target).groups:
+        if str(g.kind) != "opaque":
+            yield g
+            continue
+        assert isinstance(g.match, patterns.Refusal), g.match  # a host step: no kernel pattern
+        for n in g.nodes:
+            if isinstance(n.op, Branch):
+                yield from _kernel_groups(n.op.then_graph, target)
+                yield from _kernel_groups(n.op.else_graph, target)
+
+
+@pytest.mark.parametrize("target", [CPU, CUDA_SM90A], ids=lambda t: t.name)
+@pytest.mark.parametrize("name,config", CASES, ids=[f"{n}:{c}" for n, c in CASES])
+def test_every_group_is_lowered_by_its_own_match(name, config, target, zoo_cache, monkeypatch):
+    path = models.model_path(name, config, "float32", cache_dir=zoo_cache)
+    if config != "tiny" and not path.exists() and os.environ.get("TILEFUSE_ZOO_REAL") != "1":
+        pytest.skip("real-size model not in the cache; TILEFUSE_ZOO_REAL=1 builds it")
+    graph = import_onnx(models.build(name, config, "float32", cache_dir=zoo_cache), models.ZOO[name].shapes(config))
+    groups = list(_kernel_groups(graph, target))
+
+    def no_matching(*args, **kwargs):
+        raise AssertionError("a lowering matched again")
+
+    monkeypatch.setattr(patterns, "match_group", no_matching)
+    fell = []
+    for g in groups:
+        assert type(g.match) in LOWERINGS, f"group {g.name}: {g.match}"
+        notes = lower_group(g, target).program.notes
+        fell += [f"{g.name} ({patterns.pattern_name(g.match)}): {n}" for n in notes if n.startswith("fell through")]
+    assert not fell, fell
+
+
+def test_a_group_without_a_match_is_an_error(zoo_cache):
+    """Groups come from partition_graph, which matches them; a hand-made one is refused
+    rather than matched inside the lowering."""
+    from tilefuse.errors import GraphError
+
+    graph = import_onnx(models.build("mlp", "tiny", "float32", cache_dir=zoo_cache), models.ZOO["mlp"].shapes("tiny"))
+    group = partition_graph(graph, CPU).groups[0]
+    assert isinstance(group.match, patterns.GemmMatch)
+    group.match = None
+    with pytest.raises(GraphError, match="carries no kernel pattern"):
+        lower_group(group, CPU)

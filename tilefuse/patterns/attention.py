@@ -1,0 +1,129 @@
+"""Attention, flash-style: two products of activations with a row softmax between them.
+
+Two questions, asked at two times. While groups grow, ``attention_problem`` says whether
+a set of primitives can still become one attention kernel: two matrix products of
+activations, the second taking the first's row-wise result as its left operand, every
+reduction over the score rows, a head small enough to keep on chip. Once the partition
+is final, ``match_attention`` says whether a group *is* one: the primitives between the
+products are exactly a softmax over the last axis — max, subtract, exp, sum, divide,
+casts allowed — recognised from the primitives, not from names, and what follows the
+second product is an epilogue of it (no reduction).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from tilefuse.ir.graph import Node, Value
+from tilefuse.ir.prims import Kind, Map, MatMul, Reduce, ReduceFn, ScalarFn
+from tilefuse.patterns.dataflow import contraction_rows, depends_within, row_signature, through_casts
+from tilefuse.patterns.epilogue import Epilogue, match_epilogue
+from tilefuse.patterns.refusal import Refusal
+from tilefuse.target import Target
+
+
+@dataclass(frozen=True, slots=True)
+class Softmax:
+    """``probs = exp(x - max(x)) / sum(exp(x - max(x)))`` over the last axis."""
+
+    scores: Value  # x: what the row softmax is taken of
+    probs: Value  # the value the second product reads as its left operand
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionMatch:
+    """``c1`` computes the scores, ``c2`` multiplies their softmax by the values; the
+    epilogue follows ``c2`` (a reshape / transpose of the heads, a cast)."""
+
+    c1: Node
+    c2: Node
+    softmax: Softmax
+    epilogue: Epilogue
+
+
+def match_softmax(c2: Node, members: set[int]) -> Softmax | Refusal:
+    """The row softmax ``c2`` reads as its left operand, casts allowed."""
+    p = through_casts(c2.inputs[0], members)
+    div = p.producer
+    if div is None or not isinstance(div.op, Map) or div.op.fn is not ScalarFn.DIV:
+        return Refusal("the second product's left operand is not a quotient (softmax's division)")
+    e, s = (through_casts(u, members) for u in div.inputs)
+    rsum = s.producer
+    if rsum is None or not isinstance(rsum.op, Reduce) or rsum.op.fn is not ReduceFn.SUM:
+        return Refusal("softmax's divisor is not a sum")
+    if through_casts(rsum.inputs[0], members) is not e:
+        return Refusal("softmax's sum is not of its numerator")
+    exp = e.producer
+    if exp is None or not isinstance(exp.op, Map) or exp.op.fn is not ScalarFn.EXP:
+        return Refusal("softmax's numerator is not an exp")
+    sub = through_casts(exp.inputs[0], members).producer
+    if sub is None or not isinstance(sub.op, Map) or sub.op.fn is not ScalarFn.SUB:
+        return Refusal("softmax's exp is not of a difference")
+    x, m = sub.inputs
+    rmax = through_casts(m, members).producer
+    if rmax is None or not isinstance(rmax.op, Reduce) or rmax.op.fn is not ReduceFn.MAX:
+        return Refusal("softmax's difference does not subtract a row max")
+    if rmax.inputs[0] is not x:
+        return Refusal("softmax's max is not of the scores it is subtracted from")
+    last = x.type.rank - 1
+    for r in (rsum, rmax):
+        if r.op.axes != (last,) or not r.op.keepdims:  # type: ignore[attr-defined]
+            return Refusal("softmax's reductions are not over the last axis, dims kept")
+    return Softmax(x, c2.inputs[0])
+
+
+def match_attention(nodes: Sequence[Node], outputs: Sequence[Value], target: Target) -> AttentionMatch | Refusal:
+    """The group as one flash-style kernel, or why not."""
+    contractions = [n for n in nodes if n.op.kind is Kind.CONTRACT]
+    if len(contractions) != 2 or not all(isinstance(c.op, MatMul) for c in contractions):
+        return Refusal("not two matrix products")
+    c1, c2 = contractions
+    members = {id(n) for n in nodes}
+    sm = match_softmax(c2, members)
+    if isinstance(sm, Refusal):
+        return sm
+    if sm.scores.type.shape != c1.outputs[0].type.shape:
+        return Refusal("the softmax is not of the first product's scores")
+    after = list(nodes)[list(nodes).index(c2) + 1:]
+    epilogue = match_epilogue(after, outputs, [c2])
+    if isinstance(epilogue, Refusal):
+        return epilogue
+    if epilogue.reductions:
+        return Refusal("a row reduction after attention's second product")
+    if c2.outputs[0].type.shape[:-2] != c1.outputs[0].type.shape[:-2]:
+        return Refusal("the two products' batch dims differ")
+    return AttentionMatch(c1, c2, sm, epilogue)
+
+
+def attention_problem(
+    contractions: Sequence[Node], reductions: Sequence[Node], members: set[int], target: Target
+) -> Refusal | None:
+    """Why two products (and the reductions beside them) cannot grow into one attention
+    kernel, or None while they still can."""
+    if len(contractions) != 2 or not all(isinstance(c.op, MatMul) for c in contractions):
+        return Refusal("more than one contraction, and not an attention chain")
+    c1, c2 = contractions
+    if not depends_within(c2, c1, members):
+        c1, c2 = c2, c1
+    if not depends_within(c2, c1, members):
+        return Refusal("two independent contractions on different inputs")
+    p, v = c2.inputs
+    v_from_c1 = v.producer is not None and id(v.producer) in members and (
+        v.producer is c1 or depends_within(v.producer, c1, members)
+    )
+    if p.producer is None or id(p.producer) not in members or v_from_c1:
+        return Refusal("the second product must take the first's row-wise result as its left operand")
+    if c1.inputs[1].is_constant or c2.inputs[1].is_constant:
+        return Refusal("a chain of products with weights does not stream (attention multiplies activations)")
+    m, n = contraction_rows(c1)
+    if not reductions:
+        return Refusal("two chained products fuse only through a row softmax (flash-style)")
+    if c2.inputs[0].type.shape[-1] != n:
+        return Refusal("the second product does not reduce over the first's columns")
+    for r in reductions:
+        if row_signature(r) != (m, n):
+            return Refusal(f"attention's row ops must reduce the score rows {(m, n)}, not {row_signature(r)}")
+    head = max(c1.inputs[0].type.shape[-1], c2.outputs[0].type.shape[-1])
+    if head > target.attention.max_head_dim:
+        return Refusal(f"head dim {head} > {target.attention.max_head_dim} kept on chip")
+    return None

@@ -1,0 +1,226 @@
+"""A contraction with its epilogue: one tiled product, or a few that share their tiles.
+
+The kernel tiles one product's output (a matrix product, an ungrouped or depthwise
+convolution, a transposed convolution) and computes every group output from the tile on
+chip (``epilogue.py``). Two shapes widen it:
+
+- siblings: products of one activation by constant weights of one shape (Q, K and V; a
+  SwiGLU's gate and up) share the activation's tile — one wider product;
+- a weight chain (an MLP): the first product's output reaches the second's left operand
+  only through elementwise ops and row regroupings, and nothing else reads it, so a tile
+  of rows computes the intermediate a column chunk at a time and never writes it.
+
+While groups grow, ``row_epilogue_problem`` and ``chain_problem`` say whether whole rows
+fit on chip; once the partition is final, ``match_gemm`` says which products the kernel
+tiles and with which epilogue.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from tilefuse.ir.graph import Node, Value
+from tilefuse.ir.prims import Conv, ConvTranspose, Kind, MatMul, Reshape
+from tilefuse.patterns.dataflow import contraction_rows, depends_within, row_signature
+from tilefuse.patterns.epilogue import Epilogue, match_epilogue
+from tilefuse.patterns.refusal import Refusal
+from tilefuse.target import Target
+
+
+@dataclass(frozen=True, slots=True)
+class GemmMatch:
+    """``contractions``: the products the kernel tiles (one, or siblings in group order);
+    ``first``: a weight chain's first product, computed on chip as the second's prologue
+    (then ``contractions`` is the second alone); ``epilogue``: what follows them."""
+
+    contractions: tuple[Node, ...]
+    first: Node | None
+    epilogue: Epilogue
+
+    @property
+    def siblings(self) -> bool:
+        return len(self.contractions) > 1
+
+    @property
+    def chain(self) -> bool:
+        return self.first is not None
+
+
+def siblings(contractions: Sequence[Node]) -> bool:
+    """Matrix products of one activation by constant weights of one shape: one wide GEMM
+    whose tiles share the activation's tile (grouped-query attention's Q beside K and V,
+    wider than they are, runs apart)."""
+    first = contractions[0]
+    return all(
+        isinstance(c.op, MatMul)
+        and c.inputs[0] is first.inputs[0]
+        and c.inputs[1].is_constant
+        and c.inputs[1].type.rank == 2
+        and c.inputs[1].type.shape == first.inputs[1].type.shape
+        for c in contractions
+    )
+
+
+def weight_chain(
+    contractions: Sequence[Node], members: set[int], written: frozenset[int] = frozenset()
+) -> tuple[Node, Node] | Refusal:
+    """(first, second) product of a weight chain inside ``members``, or why it is not one:
+    the first's output reaches the second's left operand only through elementwise ops and
+    reshapes that regroup rows, and nothing else reads the intermediate (it stays on chip).
+    ``written``: ids of values written whatever their readers (graph or group outputs)."""
+    if len(contractions) != 2 or not all(
+        isinstance(c.op, MatMul) and c.inputs[1].is_constant and c.inputs[1].type.rank == 2 for c in contractions
+    ):
+        return Refusal("more than two weight products, or not plain matrix products")
+    c1, c2 = contractions
+    if not depends_within(c2, c1, members):
+        c1, c2 = c2, c1
+    if not depends_within(c2, c1, members):
+        return Refusal("two independent contractions on different inputs")
+    a = c2.inputs[0]
+    if a.producer is None or id(a.producer) not in members:
+        return Refusal("the second product's left operand does not come from the first")
+    mid = c1.outputs[0].type
+    stack, between, seen = [a.producer], [], {id(c1)}
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        out = n.outputs[0].type
+        rows_kept = out.size == mid.size and out.shape[-1:] == mid.shape[-1:]
+        if not rows_kept or not (n.op.kind is Kind.MAP or isinstance(n.op, Reshape)):
+            return Refusal("a chain of weight products fuses only through elementwise ops and row regroupings")
+        between.append(n)
+        stack += [v.producer for v in n.inputs if v.producer is not None and id(v.producer) in members]
+    for n in [c1, *between]:
+        if id(n.outputs[0]) in written or any(id(u) not in seen and u is not c2 for u in n.outputs[0].users):
+            return Refusal("the intermediate of a chain of products is read outside the chain")
+    return c1, c2
+
+
+def row_epilogue_problem(c: Node, reductions: Sequence[Node], members: set[int], target: Target) -> Refusal | None:
+    """Why a product cannot take ``reductions`` into its epilogue (whole output rows on a
+    tile), or None."""
+    if not isinstance(c.op, MatMul):
+        return Refusal("a reduction after a convolution needs whole channel rows")
+    m, n = contraction_rows(c)
+    for r in reductions:
+        if not depends_within(r, c, members):
+            return Refusal("a reduction feeding a contraction needs whole rows before the product")
+        if row_signature(r) != (m, n):
+            return Refusal(f"the reduction's rows {row_signature(r)} are not the product's output rows {(m, n)}")
+    need = target.gemm.row_epilogue_bytes(n)
+    if need > target.device.onchip_bytes:
+        return Refusal(f"needs {need // 1024} KB on chip for whole rows of {n} > {target.device.onchip_bytes // 1024} KB")
+    return None
+
+
+def chain_problem(
+    contractions: Sequence[Node], reductions: Sequence[Node], members: set[int], target: Target,
+    written: frozenset[int] = frozenset(),
+) -> Refusal | None:
+    """Why two weight products back to back (an MLP: up-projection, activation,
+    down-projection) cannot be one kernel, or None."""
+    chain = weight_chain(contractions, members, written)
+    if isinstance(chain, Refusal):
+        return chain
+    c1, c2 = chain
+    for r in reductions:
+        if not depends_within(r, c2, members) or row_signature(r) != contraction_rows(c2):
+            return Refusal("a chain of products takes row reductions only after the second product")
+    k1, n2 = c1.inputs[0].type.shape[-1], c2.outputs[0].type.shape[-1]
+    need = target.gemm.row_epilogue_bytes(n2) + target.gemm.row_epilogue_bytes(k1)
+    if need > target.device.onchip_bytes:
+        return Refusal(f"a chain of products needs {need // 1024} KB on chip for whole rows "
+                       f"({k1} in, {n2} out) > {target.device.onchip_bytes // 1024} KB")
+    # Apart, the first product tiles its columns too; chained, only rows make tiles.
+    rows = contraction_rows(c2)[0]
+    tiles = -(-rows // target.gemm.row_tile)
+    if tiles < target.device.cores:
+        return Refusal(f"a chain of {rows} rows makes {tiles} whole-row tiles, fewer than the target's "
+                       f"{target.device.cores} cores")
+    return None
+
+
+def depthwise_ok(c: Node) -> bool:
+    """A depthwise convolution: one input channel per group, one output channel per group."""
+    op, x, w = c.op, c.inputs[0], c.inputs[1]
+    return isinstance(op, Conv) and op.groups == x.type.shape[1] == w.type.shape[0] and w.type.shape[1] == 1
+
+
+def wide_rows(c: Node) -> bool:
+    """A depthwise convolution whose output rows are at least twice its kernel's width: the
+    per-tap row runs of its schedule are long enough for TileLang's parallel-loop layouts
+    on the GPU (MobileNetV2's 3x3 on 7 to 112 wide maps; a 4x4 kernel on a 5-wide map made
+    runs of 3 that TileLang could not lay out). Others run the staged schedule there."""
+    return c.outputs[0].type.shape[-1] >= 2 * c.inputs[1].type.shape[-1]
+
+
+def product_extents(c: Node) -> tuple[tuple[int, ...], int, int, int]:
+    """(batch, M, N, K) of a product as a GEMM: a matrix product's own; a convolution's
+    rows are its output positions (images folded in), its columns the output channels,
+    its K the input channels x taps (a transposed one's weight is [C, M, *taps])."""
+    out = c.outputs[0].type.shape
+    if isinstance(c.op, MatMul):
+        return out[:-2], out[-2], out[-1], c.inputs[0].type.shape[-1]
+    w = c.inputs[1].type.shape
+    m = out[0] * math.prod(out[2:])
+    if isinstance(c.op, Conv):
+        return (), m, out[1], math.prod(w[1:])
+    return (), m, out[1], w[0] * math.prod(w[2:])
+
+
+def _thin_rows(c: Node, whole_rows: bool, target: Target) -> Refusal | None:
+    """Where the target's product tiles divide the rows (no matrix unit that takes a
+    partial last tile, no forced edge), rows past 64 with no divisor of at least 8 within
+    the row tile make tiles too thin to pay: the staged schedule takes them (ViT's 197
+    tokens on the CPU). Tiles only shrink from that divisor, so no tile plan is lost."""
+    if target.device.mma_rows > 1 or target.gemm.force_tile_m:
+        return None
+    m = product_extents(c)[1]
+    cap = target.gemm.row_tile if whole_rows else (target.gemm.rows or target.gemm.tile)
+    most = max(d for d in range(1, min(m, cap) + 1) if m % d == 0)
+    if m > 64 and most < 8:
+        return Refusal(f"{m} rows have no divisor tile of 8 to {cap} rows on a target whose tiles divide them")
+    return None
+
+
+def match_gemm(nodes: Sequence[Node], outputs: Sequence[Value], target: Target) -> GemmMatch | Refusal:
+    """The products the group's kernel tiles and their epilogue, or why it is not one
+    tiled product. From ``target``: whether depthwise convolutions of short rows tile,
+    and whether its tiles must divide the rows."""
+    contractions = [n for n in nodes if n.op.kind is Kind.CONTRACT]
+    if not contractions or any(n.op.kind is Kind.OPAQUE for n in nodes):
+        return Refusal("no contraction" if not contractions else "an opaque op")
+    c = contractions[0]
+    first: Node | None = None
+    members, written = {id(n) for n in nodes}, frozenset(id(v) for v in outputs)
+    chain = weight_chain(contractions, members, written) if len(contractions) == 2 else None
+    if isinstance(chain, tuple):  # a weight chain: the first product is the second's prologue
+        first, c = chain
+        contractions = [c]
+        if first.inputs[0].type.size != math.prod(c.outputs[0].type.shape[:-1]) * first.inputs[0].type.shape[-1]:
+            return Refusal("the first product's rows are broadcast: not one row per output row")
+    elif len(contractions) > 1:  # sibling products on one activation: share the A tile
+        same = all(x.outputs[0].type == c.outputs[0].type for x in contractions)
+        if not (siblings(contractions) and same):
+            return Refusal("several products, neither siblings nor a weight chain")
+    if not isinstance(c.op, (MatMul, Conv, ConvTranspose)):
+        return Refusal(f"{c.op.name} is not a matrix product or convolution")
+    if not isinstance(c.op, MatMul) and c.op.groups != 1:
+        if not depthwise_ok(c):
+            return Refusal("a grouped convolution that is not depthwise")
+        if not (target.conv.channel_rows or wide_rows(c)):
+            return Refusal("a depthwise convolution whose rows are narrower than twice its kernel, "
+                           "on a target that tiles positions")
+    epilogue = match_epilogue(nodes, outputs, contractions)
+    if isinstance(epilogue, Refusal):
+        return epilogue
+    if epilogue.reductions and len(contractions) > 1:
+        return Refusal("sibling products cannot share a row reduction epilogue")
+    thin = _thin_rows(c, bool(epilogue.reductions) or first is not None, target)
+    if thin is not None:
+        return thin
+    return GemmMatch(tuple(contractions), first, epilogue)
