@@ -69,7 +69,7 @@ def _roofline(compiled) -> dict:
     from tilefuse.target import CUDA_SM90A as T
 
     def floor_ms(flops: float, nbytes: float) -> float:
-        return 1e3 * max(flops / T.matrix_flops, nbytes / T.dram_bandwidth)
+        return 1e3 * max(flops / T.device.matrix_flops, nbytes / T.device.dram_bandwidth)
 
     flops = sum(g.cost.flops for g in compiled.partition.groups)
     nbytes = sum(g.cost.bytes for g in compiled.partition.groups)
