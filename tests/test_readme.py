@@ -13,3 +13,20 @@ def test_readme_op_table_is_current():
     text = (ROOT / "README.md").read_text()
     assert module.BEGIN in text and module.END in text
     assert module.render(text) == text, "run: python tools/update_readme.py"
+
+
+def test_readme_python_example_runs_as_written(tmp_path):
+    """The Python API block runs unchanged from the repository root on the bundled model."""
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Python API"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "[(2, 16, 64), (2, 64)]" in done.stdout

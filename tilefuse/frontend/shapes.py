@@ -37,8 +37,10 @@ def bind_input_types(model: onnx.ModelProto, shapes: ShapeSpec | None) -> dict[s
     unknown = sorted(k for k in shapes if k not in names and k not in symbols)
     if unknown:
         raise InputError(
-            f"--shape names {unknown}, which are neither inputs {sorted(names)} nor dim symbols {sorted(symbols)}"
+            f"the shapes given (shapes= / --shape) name {unknown}, which are neither inputs {sorted(names)} "
+            f"nor dim symbols {sorted(symbols)}"
         )
+    shapes = {**_implied_symbols(inputs, shapes), **shapes}
     out: dict[str, TensorType] = {}
     for vi in inputs:
         tt = vi.type.tensor_type
@@ -57,7 +59,8 @@ def bind_input_types(model: onnx.ModelProto, shapes: ShapeSpec | None) -> dict[s
             out[vi.name] = TensorType(dtype, given)
             continue
         if not tt.HasField("shape"):
-            raise ShapeError(f"input {vi.name!r} has no shape; give one with --shape {vi.name}=D0,D1,...")
+            raise ShapeError(f"input {vi.name!r} has no shape; give one: shapes={{{vi.name!r}: (D0, D1, ...)}} "
+                             f"(CLI: --shape {vi.name}=D0,D1,...)")
         bound = []
         for k, d in enumerate(dims):
             size = fixed_size(d)
@@ -67,13 +70,40 @@ def bind_input_types(model: onnx.ModelProto, shapes: ShapeSpec | None) -> dict[s
                 bound.append(_symbol_size(d.dim_param, shapes[d.dim_param]))
             else:
                 sym = f" ({d.dim_param!r})" if d.dim_param else f" (declared {d.dim_value})" if d.HasField("dim_value") else ""
+                sizes = [str(fixed_size(x)) if fixed_size(x) is not None else "N" for x in dims]
                 raise ShapeError(
-                    f"input {vi.name!r} dim {k}{sym} is dynamic; bind it, e.g. --shape {vi.name}="
-                    + ",".join(str(fixed_size(x)) if fixed_size(x) is not None else "N" for x in dims)
+                    f"input {vi.name!r} dim {k}{sym} is dynamic; bind it, e.g. --shape {vi.name}={','.join(sizes)}"
                     + (f" or --shape {d.dim_param}=N" if d.dim_param else "")
+                    + f" (Python: shapes={{{vi.name!r}: ({', '.join(sizes)})}}"
+                    + (f" or shapes={{{d.dim_param!r}: N}})" if d.dim_param else ")")
                 )
         out[vi.name] = TensorType(dtype, tuple(bound))
     return out
+
+
+def _implied_symbols(inputs: Sequence[onnx.ValueInfoProto], shapes: Mapping[str, object]) -> dict[str, int]:
+    """The dim symbols a whole input's shape names: ``input_ids=(2, 16)`` on an input
+    declared [batch, seq] binds batch=2 and seq=16 for every input that shares them (the
+    attention mask too). Two sizes for one symbol, from two inputs or against the symbol's
+    own binding, are a ShapeError naming both."""
+    implied: dict[str, tuple[int, str]] = {}
+    for vi in inputs:
+        given = shapes.get(vi.name)
+        if given is None:
+            continue
+        sizes = _given_sizes(f"input {vi.name!r}", given)  # type: ignore[arg-type]
+        for d, g in zip(vi.type.tensor_type.shape.dim, sizes):
+            if not d.dim_param:
+                continue
+            sym = d.dim_param
+            if sym in shapes and _symbol_size(sym, shapes[sym]) != g:  # type: ignore[arg-type]
+                raise ShapeError(f"input {vi.name!r} given as {list(sizes)} makes {sym!r} {g}, but {sym!r} is given "
+                                 f"as {_symbol_size(sym, shapes[sym])}")  # type: ignore[arg-type]
+            if sym in implied and implied[sym][0] != g:
+                raise ShapeError(f"inputs {implied[sym][1]!r} and {vi.name!r} give dim symbol {sym!r} two sizes: "
+                                 f"{implied[sym][0]} and {g}")
+            implied[sym] = (g, vi.name)
+    return {sym: size for sym, (size, _) in implied.items()}
 
 
 def fixed_size(dim: onnx.TensorShapeProto.Dimension) -> int | None:
