@@ -11,6 +11,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", help="an .onnx file")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for model.onnx, its kernels and weights")
     p.add_argument("--target", default="cpu", help="cpu (default) or cuda:sm_90a")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "tf32"],
+                   help="arithmetic of the kernels, as for optimize (inputs and outputs keep their dtypes)")
     add_shape_arg(p)
     add_const_arg(p)
     p.add_argument("--as", dest="mode", choices=("ep", "custom-ops"), default="ep",
@@ -24,6 +26,6 @@ def run(args: argparse.Namespace) -> int:
     from tilefuse.ort import export_ort
 
     result = export_ort(args.model, args.output, args.target, parse_shapes(args.shape), args.mode,
-                        consts=parse_consts(args.const))
+                        consts=parse_consts(args.const), precision=args.precision)
     print(result.summary())
     return 0

@@ -1,4 +1,4 @@
-"""`tilefuse optimize MODEL`: import, partition, (later) compile into a plan."""
+"""`tilefuse optimize MODEL`: import, partition and compile into a plan."""
 from __future__ import annotations
 
 import argparse
@@ -17,7 +17,7 @@ from tilefuse.target import get_target
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("optimize", help="partition a model into fused kernels (and, later, compile a plan)")
+    p = sub.add_parser("optimize", help="partition a model into fused kernels and compile them into a plan")
     p.add_argument("model", help="an .onnx file")
     add_shape_arg(p)
     add_const_arg(p)

@@ -50,6 +50,7 @@ from tilefuse.frontend.loader import (
     upgrade_opset,
     without_weights,
 )
+from tilefuse.frontend.precision import precision_target, with_precision
 from tilefuse.frontend.shapes import (CONSTS_FORM, ConstSpec, ShapeSpec, as_mapping, bind_constants, bind_input_types,
                                      constant_shapes, fixed_size)
 from tilefuse.ir.control import Branch
@@ -107,17 +108,18 @@ class ExportResult:
 
 def export_ort(model: ModelLike, out_dir: str | Path, target: str | Target = "cpu",
                shapes: ShapeSpec | None = None, mode: str = "ep", consts: ConstSpec | None = None, *,
-               external_data_dir: str | os.PathLike[str] | None = None) -> ExportResult:
+               external_data_dir: str | os.PathLike[str] | None = None, precision: str = "fp32") -> ExportResult:
     """Write ``out_dir/model.onnx`` with tilefuse kernels for onnxruntime (see module doc).
 
     ``consts`` binds inputs to values known at compile time: they become initializers of
     the exported model, which no longer takes them, and what depends only on them (an If
     on a sample rate) is specialised as ``tilefuse optimize`` specialises it. External
     weights are read from ``external_data_dir`` (default: the model file's folder), as in
-    ``tilefuse.compile``."""
+    ``tilefuse.compile``; ``precision`` is ``tilefuse.compile``'s too (a float32 model's
+    kernels computing in fp16 or bf16, inputs and outputs keeping their dtypes)."""
     if mode not in MODES:
         raise TilefuseError(f"--as must be one of {MODES}, got {mode!r}")
-    target = get_target(target) if isinstance(target, str) else target
+    target = precision_target(get_target(target) if isinstance(target, str) else target, precision)
     cuda = backends.for_target(target).on_gpu
     work = _load(model, external_data_dir)
     consts = as_mapping(consts, "consts", CONSTS_FORM)
@@ -127,7 +129,7 @@ def export_ort(model: ModelLike, out_dir: str | Path, target: str | Target = "cp
     input_types = {name: t for name, t in input_types.items() if name not in frozen}
     types = _value_types(work, input_types)
     kept = unsupported_nodes(work)  # node name -> why onnxruntime runs it; grows while compiling
-    compiled = _compile_regions(work, kept, types, target)
+    compiled = _compile_regions(work, kept, types, target, precision)
     out = Path(out_dir)
     _clear(out)
     stitcher = Stitcher(out, mode, cuda)
@@ -191,7 +193,7 @@ def _value_types(work: onnx.ModelProto, input_types: Mapping[str, object]) -> di
 # ------------------------------------------------------------------------- compiling
 
 def _compile_regions(work: onnx.ModelProto, kept: dict[str, str], types: dict[str, ValueType],
-                     target: Target) -> list[Plan]:
+                     target: Target, precision: str = "fp32") -> list[Plan]:
     """A plan per region, in region order. A node moves to ``kept`` (and the regions are
     formed again) when tilefuse cannot convert it, would run it on the host, or it reads
     a value from onnxruntime whose shape is not static. Each round moves a node, so this
@@ -205,7 +207,7 @@ def _compile_regions(work: onnx.ModelProto, kept: dict[str, str], types: dict[st
         plans: list[Plan] = []
         moved: dict[str, str] = {}
         for region in regions(work, kept):
-            plan, moved = _compile_region(work, region, consumers, outputs, known, folded, target, cache)
+            plan, moved = _compile_region(work, region, consumers, outputs, known, folded, target, cache, precision)
             if moved:
                 break
             if plan is not None:
@@ -222,7 +224,7 @@ def _compile_regions(work: onnx.ModelProto, kept: dict[str, str], types: dict[st
 def _compile_region(work: onnx.ModelProto, region: list[onnx.NodeProto], consumers: dict[str, set[str]],
                     graph_outputs: set[str], known: dict[str, ValueType], folded: Mapping[str, np.ndarray],
                     target: Target, cache: dict[tuple[tuple[str, ...], tuple[str, ...]], Plan],
-                    ) -> tuple[Plan | None, dict[str, str]]:
+                    precision: str = "fp32") -> tuple[Plan | None, dict[str, str]]:
     """The region's plan (None if nothing outside reads it), or the nodes to keep instead.
 
     A value an earlier region folded to a constant (shape arithmetic on bound shapes:
@@ -256,7 +258,7 @@ def _compile_region(work: onnx.ModelProto, region: list[onnx.NodeProto], consume
     sub = helper.make_model(g, opset_imports=list(work.opset_import))
     sub.ir_version = work.ir_version
     try:
-        graph = import_onnx(sub, check_shapes=False)
+        graph = with_precision(import_onnx(sub, check_shapes=False), precision)
     except UnsupportedOpError as e:
         return None, {label.split("/", 1)[0]: f"not convertible here: {op}" for op in e.ops for label in op.nodes}
     except NotConstantError as e:
@@ -274,6 +276,7 @@ def _compile_region(work: onnx.ModelProto, region: list[onnx.NodeProto], consume
     if host:
         return None, host
     plan = compile_graph(graph, target, "", len(region)).plan
+    plan.precision = precision
     cache[key] = plan
     return plan, {}
 
