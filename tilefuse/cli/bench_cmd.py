@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tilefuse.bench import measure
 from tilefuse.cli.args import add_shape_arg, check_threads, parse_shapes
-from tilefuse.cli.run_cmd import plan_ranges, random_feeds
+from tilefuse.cli.run_cmd import _load_inputs, plan_ranges, random_feeds
 from tilefuse.errors import InputError
 
 
@@ -18,8 +18,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", dest="device", default="cpu", help="compile target when given a model (default cpu)")
     p.add_argument("--against", choices=["onnxruntime"], help="also time onnxruntime on the source model")
     p.add_argument("--model", metavar="MODEL.onnx", help="source model for --against (default: the plan's)")
-    p.add_argument("--repeats", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed runs first (default 3)")
+    p.add_argument("--iterations", "--repeats", dest="iterations", type=int, default=20, metavar="N",
+                   help="timed runs, at least (default 20)")
+    p.add_argument("--duration", type=float, metavar="SECONDS",
+                   help="and for at least this long (default 0.5, with at most 10 x --iterations runs)")
+    p.add_argument("--max-iterations", type=int, metavar="N", help="stop after this many timed runs "
+                   "(default: no limit when --duration is given, else 10 x --iterations)")
+    p.add_argument("--input", action="append", metavar="NAME=FILE.npy",
+                   help="an input from a .npy file (repeatable; the others are random)")
     p.add_argument("--threads", type=int, help="threads for both runtimes (default: tilefuse's, OMP_NUM_THREADS "
                    "else one per core, for both)")
     p.add_argument("--json", metavar="FILE", help="write the figures as JSON")
@@ -42,14 +49,22 @@ def run(args: argparse.Namespace) -> int:
     on_host = takes_threads(plan.target)
     session = InferenceSession(plan, threads=args.threads if on_host else None)
     source = args.model or plan.source_path or (args.target if not Path(args.target).is_dir() else "")
-    feeds = random_feeds(plan.input_types(), {}, 0, plan_ranges(source, plan.input_types()))
+    if args.warmup < 0 or args.iterations < 1 or (args.duration or 0) < 0 or (args.max_iterations or 1) < 1:
+        raise InputError("--warmup must be >= 0, --iterations and --max-iterations >= 1, --duration >= 0")
+    feeds = random_feeds(plan.input_types(), _load_inputs(args.input), 0, plan_ranges(source, plan.input_types()))
+    seconds = 0.5 if args.duration is None else args.duration
+    cap = args.max_iterations or (10 * args.iterations if args.duration is None else 1 << 62)
+
+    def timed(fn):
+        return measure(fn, warmup=args.warmup, repeats=args.iterations, min_seconds=seconds, max_repeats=cap)
+
     # what ran: the count the session's kernels run with (None: they run on a GPU)
     result = {"plan_target": plan.target, "threads": session.threads}
     print(f"tilefuse threads: {session.threads if on_host else 'none (GPU kernels)'}")
-    t = measure(lambda: session.run(None, feeds), warmup=args.warmup, repeats=args.repeats)
+    t = timed(lambda: session.run(None, feeds))
     result["tilefuse_ms"] = t.median_ms
-    result["tilefuse"] = vars(t)
-    print(f"tilefuse     {t}")
+    result["tilefuse"] = t.as_dict()
+    print(f"tilefuse     {t.report()}")
     if args.against:
         import onnxruntime as ort
 
@@ -64,11 +79,11 @@ def run(args: argparse.Namespace) -> int:
         ref = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
         result["onnxruntime_threads"] = ref.get_session_options().intra_op_num_threads
         print(f"onnxruntime threads: {result['onnxruntime_threads'] or 'its default'}")
-        r = measure(lambda: ref.run(None, feeds), warmup=args.warmup, repeats=args.repeats)
+        r = timed(lambda: ref.run(None, feeds))
         result["onnxruntime_ms"] = r.median_ms
-        result["onnxruntime"] = vars(r)
+        result["onnxruntime"] = r.as_dict()
         result["ratio"] = t.median_ms / r.median_ms
-        print(f"onnxruntime  {r}")
+        print(f"onnxruntime  {r.report()}")
         print(f"tilefuse / onnxruntime = {result['ratio']:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
