@@ -24,9 +24,16 @@ def test_readme_python_example_runs_as_written(tmp_path):
 
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## Python API"):]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    section = section[:section.index("\n## ", 1)]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) >= 2  # the compile-and-run example and the onnxruntime drop-in
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "[(2, 16, 64), (2, 64)]" in done.stdout
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT), "TILEFUSE_CACHE": str(tmp_path / "cache")}
+    outputs = []
+    for code in blocks:
+        done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                              env=env)
+        assert done.returncode == 0, code + done.stderr[-2000:]
+        outputs.append(done.stdout)
+    assert "[(2, 16, 64), (2, 64)]" in outputs[0]
+    assert "(2, 64) main_graph" in outputs[1]

@@ -16,13 +16,14 @@ if TYPE_CHECKING:
     from tilefuse import errors
     from tilefuse.compiler import compile
     from tilefuse.frontend import import_onnx
-    from tilefuse.runtime import InferenceSession
+    from tilefuse.session import InferenceSession, SessionOptions
 
 __version__ = "0.1.0"
-__all__ = ["InferenceSession", "compile", "errors", "import_onnx", "__version__"]
+__all__ = ["InferenceSession", "SessionOptions", "compile", "errors", "import_onnx", "__version__"]
 
 _LAZY = {"errors": ("tilefuse.errors", None), "import_onnx": ("tilefuse.frontend", "import_onnx"),
-         "compile": ("tilefuse.compiler", "compile"), "InferenceSession": ("tilefuse.runtime", "InferenceSession")}
+         "compile": ("tilefuse.compiler", "compile"), "InferenceSession": ("tilefuse.session", "InferenceSession"),
+         "SessionOptions": ("tilefuse.session", "SessionOptions")}
 
 
 def __getattr__(name: str) -> object:

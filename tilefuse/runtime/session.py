@@ -182,5 +182,10 @@ class InferenceSession:
         return names  # type: ignore[return-value]
 
 
+def onnx_type_name(dtype: DType) -> str:
+    """ONNX's name of an element type, as onnxruntime's NodeArg.type spells it ("float")."""
+    return _ONNX_TYPE[dtype]
+
+
 def _arg(name: str, t: TensorType) -> NodeArg:
-    return NodeArg(name, list(t.shape), f"tensor({_ONNX_TYPE[t.dtype]})")
+    return NodeArg(name, list(t.shape), f"tensor({onnx_type_name(t.dtype)})")
