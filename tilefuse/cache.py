@@ -3,7 +3,8 @@
 Everything lives under one root, ``$TILEFUSE_CACHE`` (default ``~/.cache/tilefuse``):
 ``kernels/`` (CPU kernel libraries and their C sources), ``kernels/cuda/`` (TileLang
 modules, CUDA sources and cubins), ``ort/`` (the onnxruntime libraries built from
-``tilefuse/ort/csrc``) and, for the model zoo of a source checkout, ``models/``. Each
+``tilefuse/ort/csrc``), ``plans/`` (plans ``tilefuse.InferenceSession`` compiled from
+models) and, for the model zoo of a source checkout, ``models/``. Each
 entry carries its sha256 and is rebuilt when missing or damaged, so clearing any part
 is always safe: the next compile builds what it needs again (minutes for a large CUDA
 model). A build running while the cache is cleared rebuilds what it loses.
@@ -36,6 +37,7 @@ def parts() -> list[Part]:
     cpu, cuda = base / "kernels", base / "kernels" / "cuda"
     out = []
     for name, path, skip in (("cpu kernels", cpu, cuda), ("cuda kernels", cuda, None), ("onnxruntime libraries", base / "ort", None),
+                             ("plans", base / "plans", None),
                              ("zoo models", base / "models", None)):
         files = size = 0
         for dirpath, dirnames, filenames in os.walk(path):

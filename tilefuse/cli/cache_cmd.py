@@ -6,7 +6,7 @@ import argparse
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cache", help="show the build cache ($TILEFUSE_CACHE, default ~/.cache/tilefuse) or clear it")
-    p.add_argument("--clear", action="store_true", help="remove the compiled kernels and onnxruntime libraries")
+    p.add_argument("--clear", action="store_true", help="remove the compiled kernels, onnxruntime libraries and cached plans")
     p.add_argument("--models", action="store_true", help="with --clear: the zoo's built models too")
     p.set_defaults(func=run)
 
