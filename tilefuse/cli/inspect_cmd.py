@@ -33,6 +33,8 @@ def format_summary(s: ModelSummary) -> str:
     lines.append(f"parameters: {s.parameters:,} ({_human(s.parameter_bytes, 'B')})")
     lines.append(f"ONNX nodes: {s.onnx_nodes}")
     lines.append("op histogram: " + ", ".join(f"{k} {v}" for k, v in s.op_histogram.items()))
+    if s.tilefuse_export:
+        lines.append("a tilefuse export: " + ", ".join(f"{n} kernel node(s) ({how})" for how, n in s.tilefuse_export.items()))
     if s.flops is not None:
         lines.append(f"FLOPs: {_human(s.flops)} ({s.flops:,})")
         lines.append(f"primitives: {sum(s.primitives.values())} ({', '.join(f'{k} {v}' for k, v in s.primitive_kinds.items())})")  # type: ignore[union-attr]
@@ -49,6 +51,7 @@ def format_summary(s: ModelSummary) -> str:
 
 def run(args: argparse.Namespace) -> int:
     summary = summarize(args.model, parse_shapes(args.shape))
+    _recognise_export(args.model, summary)
     if args.json:
         print(json.dumps(summary.to_json(), indent=1, default=str))
     else:
@@ -58,3 +61,24 @@ def run(args: argparse.Namespace) -> int:
     if summary.error is not None:  # printed in the summary too; the exit status must say it
         raise summary.error
     return 0
+
+
+def _recognise_export(model: str, summary: ModelSummary) -> None:
+    """An export-ort model's tilefuse nodes are its kernels, not unsupported ops."""
+    from collections import Counter
+
+    import onnx
+
+    from tilefuse.ort.stitch import tilefuse_nodes
+
+    try:
+        proto = onnx.load(model, load_external_data=False)
+    except Exception:  # summarize has already reported what is wrong with the file
+        return
+    exported = tilefuse_nodes(proto)
+    if not exported:
+        return
+    summary.tilefuse_export = dict(Counter(exported.values()))
+    summary.unsupported = [u for u in summary.unsupported if not set(u.nodes) <= set(exported)]
+    if not summary.unsupported and summary.flops is None:
+        summary.not_imported = "its kernels were compiled by tilefuse; inspect the model it was exported from"

@@ -34,6 +34,8 @@ class ModelSummary:
     primitives: dict[str, int] | None = None
     primitive_kinds: dict[str, int] | None = None
     not_imported: str = ""  # why flops/primitives are missing
+    # a model tilefuse's export-ort wrote: its kernel nodes, counted by how they run
+    tilefuse_export: dict[str, int] = field(default_factory=dict)
     # The error that stopped the import, when something is wrong with the model or the
     # shapes given (a dynamic model inspected without shapes has none: it is not wrong)
     error: TilefuseError | None = None

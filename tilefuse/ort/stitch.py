@@ -117,6 +117,20 @@ class Stitcher:
         return name
 
 
+def tilefuse_nodes(model: onnx.ModelProto) -> dict[str, str]:
+    """The nodes of ``model`` that an export made: node name -> how they run ("plugin
+    execution provider, cpu", "custom ops"). EPContext nodes of other providers are not."""
+    found = {}
+    for n in model.graph.node:
+        if n.op_type == "EPContext" and n.domain == "com.microsoft":
+            source = next((a.s.decode() for a in n.attribute if a.name == "source"), "")
+            if source in (EP_NAME, CUDA_EP_NAME):
+                found[n.name] = f"plugin execution provider, {'cuda' if source == CUDA_EP_NAME else 'cpu'}"
+        elif n.domain == CUSTOM_DOMAIN:
+            found[n.name] = f"custom ops, {'cuda' if n.op_type == CUSTOM_OP_CUDA else 'cpu'}"
+    return found
+
+
 def descriptor(kernel: Kernel, library: str, sites: tuple[IndexSite, ...], cuda: bool) -> str:
     """The descriptor of ``kernel`` (format: csrc/tf_kernel.h), its file copied beside it as
     ``library`` plus the kernel's suffix, checking ``sites``."""
