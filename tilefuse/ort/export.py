@@ -71,6 +71,7 @@ MODES = ("ep", "custom-ops")
 MODEL_FILE = "model.onnx"
 WEIGHTS_FILE = "model.weights"
 CUSTOM_OPS_LIBRARY = "libtilefuse_ops.so"
+EP_LIBRARY = "libtilefuse_ep.so"  # the plugin execution providers (CPU and CUDA), for --as ep
 
 # ONNX element type and dims: None for a dim, or for all of them, that shape inference left open
 ValueType = tuple[int, tuple[int | None, ...] | None]
@@ -90,7 +91,7 @@ class ExportResult:
     kernel_nodes: int
     claimed_nodes: int
     kept: list[KeptNode] = field(default_factory=list)
-    library: Path | None = None  # the custom-op library copied beside the model
+    library: Path | None = None  # the library that runs the kernels (custom-op or provider), copied beside the model
     plans: list[Plan] = field(default_factory=list, repr=False)  # one per region, in order
 
     def summary(self) -> str:
@@ -102,7 +103,7 @@ class ExportResult:
         else:
             lines.append("no node stays with onnxruntime")
         if self.library:
-            lines.append(f"custom-op library: {self.library}")
+            lines.append(f"{'custom-op' if self.mode == 'custom-ops' else 'execution provider'} library: {self.library}")
         return "\n".join(lines)
 
 
@@ -139,16 +140,29 @@ def export_ort(model: ModelLike, out_dir: str | Path, target: str | Target = "cp
     out.mkdir(parents=True, exist_ok=True)
     onnx.save_model(proto, str(out / MODEL_FILE), save_as_external_data=True, all_tensors_to_one_file=True,
                     location=WEIGHTS_FILE, size_threshold=1024)
-    library = None
-    if mode == "custom-ops":
-        from tilefuse.ort.build import library as build_library
+    # the library that runs the kernels, beside them: a server needs onnxruntime and this
+    # folder only (no C compiler, no tilefuse)
+    from tilefuse.ort.build import library as build_library
 
-        library = out / CUSTOM_OPS_LIBRARY
-        shutil.copyfile(build_library("custom-ops"), library)
+    library = out / (CUSTOM_OPS_LIBRARY if mode == "custom-ops" else EP_LIBRARY)
+    shutil.copyfile(build_library("custom-ops" if mode == "custom-ops" else "ep"), library)
+    _readable(out)
     kept_nodes = [KeptNode(n.name, n.op_type, n.domain, kept[n.name]) for n in work.graph.node if n.name in kept]
     claimed = len(work.graph.node) - len(kept)
     return ExportResult(out / MODEL_FILE, mode, target.name, stitcher.kernel_nodes, claimed, kept_nodes, library,
                         compiled)
+
+
+def _readable(out: Path) -> None:
+    """Every file of the export readable by all (as the umask allows), libraries also
+    executable: the folder is deployed to servers whose runtime user is not the exporter
+    (onnx writes the weights 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in out.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            mode = 0o755 if path.suffix in (".so", ".cubin") else 0o644
+            os.chmod(path, mode & ~mask | 0o600)
 
 
 # ------------------------------------------------------------------------- loading
