@@ -20,6 +20,7 @@ from tilefuse.partition.kinds import FusionKind
 from tilefuse.plan import IndexSite, Plan, link
 from tilefuse.plan.link import GraphCode
 from tilefuse.plan.memory import check_fits
+from tilefuse.progress import Progress
 from tilefuse.target import Target, get_target, memory_limit
 from tilefuse.tile_ir import Lowered, lower_group
 
@@ -51,37 +52,59 @@ def compile(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | 
 
 def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None,
                   precision: str = "fp32", consts: ConstSpec | None = None, *,
-                  external_data_dir: str | os.PathLike[str] | None = None) -> Compiled:
+                  external_data_dir: str | os.PathLike[str] | None = None,
+                  progress: Progress | None = None) -> Compiled:
+    """``compile``, keeping every stage's result; ``progress`` hears of each stage and
+    kernel (tilefuse.progress)."""
     if not isinstance(target, (str, Target)):
         raise TilefuseError(f"target must be a target name such as 'cpu' or a Target, got {target!r}")
     target = precision_target(get_target(target) if isinstance(target, str) else target, precision)
+    progress = progress or Progress()
+    progress.begin("import")
     proto = load_model(model, external_data_dir)
     source_sha = _sha256(model, proto)
     graph = with_precision(import_onnx(proto, shapes, constants=consts), precision)  # ONNX -> ir.Graph (verified)
-    compiled = compile_graph(graph, target, source_sha, len(proto.graph.node))
+    progress.end("import")
+    compiled = compile_graph(graph, target, source_sha, len(proto.graph.node), progress)
     compiled.plan.precision = precision
     if isinstance(model, (str, os.PathLike)):
         compiled.plan.source_path = str(Path(model).resolve())
     return compiled
 
 
-def compile_graph(graph: Graph, target: Target, source_sha: str = "", onnx_nodes: int = 0) -> Compiled:
+def compile_graph(graph: Graph, target: Target, source_sha: str = "", onnx_nodes: int = 0,
+                  progress: Progress | None = None) -> Compiled:
     """Partition, lower, generate code and link an imported graph."""
-    code, lowered = generate(graph, target)
+    progress = progress or Progress()
+    code, lowered = generate(graph, target, progress)
+    progress.begin("link")
     plan = link(graph, code.partition, code.kernels, target.name, source_sha, bindings=code.bindings,
                 branches=code.branches, sites=code.sites)
     check_fits(plan, *memory_limit(target))
+    progress.end("link")
     plan.target_spec, plan.target_fingerprint = target.spec(), target.fingerprint()
     return Compiled(graph, code.partition, lowered, plan, onnx_nodes)
 
 
-def generate(graph: Graph, target: Target) -> tuple[GraphCode, dict[int, Lowered]]:
+def generate(graph: Graph, target: Target, progress: Progress | None = None) -> tuple[GraphCode, dict[int, Lowered]]:
     """A graph's partition and kernels, and those of each run-time branch's two graphs
     (compiled on their own, as whole graphs); the TileProgram of each kernel group."""
+    progress = progress or Progress()
+    progress.begin("partition")
     partition = partition_graph(graph, target)  # -> fusion groups (verified)
+    progress.end("partition")
     kernel_groups = [g for g in partition.groups if g.kind is not FusionKind.OPAQUE]
-    lowered = {g.id: lower_group(g, target) for g in kernel_groups}  # one TileProgram each (verified)
-    artifacts = backends.for_target(target).build_all([lowered[g.id].program for g in kernel_groups], target)
+    progress.begin("lower", len(kernel_groups))
+    lowered = {}
+    for g in kernel_groups:
+        lowered[g.id] = lower_group(g, target)  # one TileProgram each (verified)
+        progress.step("lower")
+    progress.end("lower")
+    programs = [lowered[g.id].program for g in kernel_groups]
+    progress.begin("build")  # identical kernels build once: how many are distinct shows as they come
+    artifacts = backends.for_target(target).build_all(programs, target,
+                                                      on_kernel=lambda cached: progress.step("build", cached))
+    progress.end("build")
     kernels = {g.id: a for g, a in zip(kernel_groups, artifacts)}
     bindings = {gid: low.bindings for gid, low in lowered.items()}
     sites = {gid: tuple(IndexSite(s.what, s.extent) for s in low.sites) for gid, low in lowered.items()}

@@ -14,7 +14,7 @@ importing this.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Callable, TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:  # for the annotations only
     from tilefuse.codegen.artifact import KernelArtifact
@@ -48,8 +48,10 @@ class Backend:
     tiles_on_chip: bool
     on_gpu: bool
 
-    def build_all(self, programs: Sequence[TileProgram], target: Target) -> list[KernelArtifact]:
-        """One built kernel per program, in order (raises CompileError)."""
+    def build_all(self, programs: Sequence[TileProgram], target: Target,
+                  on_kernel: Callable[[bool], None] | None = None) -> list[KernelArtifact]:
+        """One built kernel per program, in order (raises CompileError); ``on_kernel(cached)``
+        once per distinct kernel as it is ready (``cached``: it came from the build cache)."""
         raise NotImplementedError
 
     def executor(self) -> type:

@@ -9,10 +9,10 @@ class CpuBackend(Backend):
     def __init__(self) -> None:
         super().__init__("cpu", KernelFormat(".so", ""), tiles_on_chip=False, on_gpu=False)
 
-    def build_all(self, programs, target):
+    def build_all(self, programs, target, on_kernel=None):
         from tilefuse.codegen.cpu import build_all
 
-        return build_all(programs, options=target.codegen)
+        return build_all(programs, options=target.codegen, on_kernel=on_kernel)
 
     def executor(self) -> type:
         from tilefuse.runtime.cpu import CpuExecutor

@@ -10,10 +10,12 @@ class CudaBackend(Backend):
     def __init__(self) -> None:
         super().__init__("cuda", KernelFormat(".cubin", "_kernel"), tiles_on_chip=True, on_gpu=True)
 
-    def build_all(self, programs, target):
+    def build_all(self, programs, target, on_kernel=None):
         from tilefuse.codegen.cuda import build_all
 
-        return build_all(programs, arch=target.device.arch, options=target.codegen, device=target.device)
+        progress = (lambda: on_kernel(False)) if on_kernel is not None else None  # cache hits are not told apart
+        return build_all(programs, arch=target.device.arch, options=target.codegen, device=target.device,
+                         progress=progress)
 
     def executor(self) -> type:
         from tilefuse.runtime.cuda import CudaExecutor

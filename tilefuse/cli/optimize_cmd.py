@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 from tilefuse.cli.args import add_const_arg, add_shape_arg, parse_consts, parse_shapes
-from tqdm import tqdm
 
 from tilefuse.frontend import import_onnx
 from tilefuse.frontend.loader import load_model
@@ -47,9 +46,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         from tilefuse.compiler import compile_model
 
-        with tqdm(total=1, desc=f"compiling for {target.name}", unit="model", leave=False, disable=None) as bar:
-            compiled = compile_model(args.model, target, shapes, precision=args.precision, consts=consts)
-            bar.update(1)
+        from tilefuse.progress import for_terminal
+
+        compiled = compile_model(args.model, target, shapes, precision=args.precision, consts=consts,
+                                 progress=for_terminal())
         partition, onnx_nodes = compiled.partition, compiled.onnx_nodes
     summary = summarize_partition(partition, onnx_nodes)
     print(format_summary(summary))

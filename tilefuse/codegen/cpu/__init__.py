@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tilefuse.codegen.artifact import KernelArtifact
-from tilefuse.codegen.cpu.build import cache_key, compile_cached, find_compiler
+from tilefuse.codegen.cpu.build import cache_key, compile_cached, find_compiler, library_path
 from tilefuse.codegen.cpu.emit import CSource, emit_program
 from tilefuse.codegen.options import CpuOptions
-from tilefuse.codegen.toolchain import default_cache_dir, sweep_stale
+from tilefuse.codegen.toolchain import default_cache_dir, entry_ok, sweep_stale
 from tilefuse.tile_ir.ir import TileProgram
 
 __all__ = ["CSource", "build_all", "build_kernel", "emit_program"]
@@ -30,7 +30,8 @@ def build_kernel(program: TileProgram, cache_dir: Path | None = None,
 
 
 def build_all(programs: Sequence[TileProgram], jobs: int | None = None,
-              cache_dir: Path | None = None, options: CpuOptions = CpuOptions()) -> list[KernelArtifact]:
+              cache_dir: Path | None = None, options: CpuOptions = CpuOptions(),
+              on_kernel: Callable[[bool], None] | None = None) -> list[KernelArtifact]:
     """One artifact per program, in order. Identical kernels are compiled once; distinct
     ones on ``jobs`` threads (default: one per CPU), each running the C compiler."""
     compiler = find_compiler()
@@ -43,7 +44,10 @@ def build_all(programs: Sequence[TileProgram], jobs: int | None = None,
         for src in sources:
             key = cache_key(src, compiler)
             if key not in futures:
+                cached = entry_ok(library_path(src, compiler, where))
                 futures[key] = pool.submit(compile_cached, src, compiler, where)
+                if on_kernel is not None:
+                    futures[key].add_done_callback(lambda f, c=cached: f.exception() is None and on_kernel(c))
         built = [futures[cache_key(src, compiler)].result() for src in sources]
     return [
         KernelArtifact(src.symbol, src.symbol, lib, src.params, src.launch, c_file)
