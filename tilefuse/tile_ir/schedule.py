@@ -87,8 +87,8 @@ def _json(v: object) -> object:
         return [_json(x) for x in v]
     if isinstance(v, DType):
         return str(v)
-    if isinstance(v, Sym):
-        return {"sym": v.name, "lo": v.lo, "hi": v.hi}
+    if isinstance(v, Sym):  # a scalar, as a plan's manifest takes only scalars and lists
+        return str(v)
     return v
 
 
