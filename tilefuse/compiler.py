@@ -79,7 +79,7 @@ def compile_graph(graph: Graph, target: Target, source_sha: str = "", onnx_nodes
     code, lowered = generate(graph, target, progress)
     progress.begin("link")
     plan = link(graph, code.partition, code.kernels, target.name, source_sha, bindings=code.bindings,
-                branches=code.branches, sites=code.sites)
+                branches=code.branches, sites=code.sites, schedules=code.schedules)
     check_fits(plan, *memory_limit(target))
     progress.end("link")
     plan.target_spec, plan.target_fingerprint = target.spec(), target.fingerprint()
@@ -108,9 +108,10 @@ def generate(graph: Graph, target: Target, progress: Progress | None = None) -> 
     kernels = {g.id: a for g, a in zip(kernel_groups, artifacts)}
     bindings = {gid: low.bindings for gid, low in lowered.items()}
     sites = {gid: tuple(IndexSite(s.what, s.extent) for s in low.sites) for gid, low in lowered.items()}
+    schedules = {gid: low.program.schedule.to_json() for gid, low in lowered.items() if low.program.schedule is not None}
     branches = {id(n): (generate(n.op.then_graph, target)[0], generate(n.op.else_graph, target)[0])
                 for g in partition.groups if g.kind is FusionKind.OPAQUE for n in g.nodes if isinstance(n.op, Branch)}
-    return GraphCode(partition, kernels, bindings, branches, sites), lowered
+    return GraphCode(partition, kernels, bindings, branches, sites, schedules), lowered
 
 
 def _sha256(model: ModelLike, proto: object) -> str:

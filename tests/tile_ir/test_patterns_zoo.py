@@ -4,7 +4,8 @@ Which kernel a group becomes is decided once, by its pattern (``group.match``, m
 ``tilefuse/patterns/`` when the partition is final). A lowering that finds no tiles for
 its match falls through to the next pattern and says so in the program's notes; over the
 zoo that must never happen, and lowering must never match again (``match_group`` is
-made to fail while the groups are lowered). Tiny models always; real ones where they are
+made to fail while the groups are lowered). Every program carries the schedule record of
+its match's family, agreeing with the program on threads, occupancy and producer. Tiny models always; real ones where they are
 in the model cache (or ``TILEFUSE_ZOO_REAL=1`` builds them), since they lower in seconds.
 """
 import os
@@ -51,8 +52,14 @@ def test_every_group_is_lowered_by_its_own_match(name, config, target, zoo_cache
     fell = []
     for g in groups:
         assert type(g.match) in LOWERINGS, f"group {g.name}: {g.match}"
-        notes = lower_group(g, target).program.notes
-        fell += [f"{g.name} ({patterns.pattern_name(g.match)}): {n}" for n in notes if n.startswith("fell through")]
+        program = lower_group(g, target).program
+        fell += [f"{g.name} ({patterns.pattern_name(g.match)}): {n}" for n in program.notes if n.startswith("fell through")]
+        # the program carries the record of what its own pattern's lowering chose
+        s = program.schedule
+        assert s is not None and s.family == patterns.pattern_name(g.match), (g.name, s)
+        assert (s.threads, getattr(s, "occupancy", program.occupancy)) == (program.threads, program.occupancy), g.name
+        assert getattr(s, "producer", program.producer) == program.producer, g.name
+        assert s.to_json()["family"] == s.family
     assert not fell, fell
 
 

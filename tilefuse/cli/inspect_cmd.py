@@ -1,8 +1,10 @@
-"""`tilefuse inspect MODEL`: what the model holds and what tilefuse makes of it."""
+"""`tilefuse inspect MODEL`: what the model holds and what tilefuse makes of it;
+`tilefuse inspect PLAN.tfplan`: a compiled plan's kernels and the schedule of each."""
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from tilefuse.cli.args import add_shape_arg, parse_shapes
 from tilefuse.errors import UnsupportedOpError
@@ -11,7 +13,7 @@ from tilefuse.frontend.summary import ModelSummary, summarize
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="inputs, opsets, op histogram, FLOPs, unsupported ops")
-    p.add_argument("model", help="an .onnx file")
+    p.add_argument("model", help="an .onnx file, or a .tfplan directory (its kernels and their schedules)")
     add_shape_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
@@ -49,7 +51,40 @@ def format_summary(s: ModelSummary) -> str:
     return "\n".join(lines)
 
 
+def format_plan(plan) -> str:
+    """A plan's header line, then one line per kernel: its name and its schedule record
+    (``family: field=value ...``; "no schedule recorded" for older plans)."""
+    lines = [str(plan)]
+    for k in plan.kernels.values():
+        fields = dict(k.schedule)
+        family = fields.pop("family", None)
+        what = f"{family}: " + " ".join(f"{n}={_value(v)}" for n, v in fields.items()) if family else "no schedule recorded"
+        lines.append(f"  {k.name}  {what}")
+    return "\n".join(lines)
+
+
+def _value(v: object) -> str:
+    if isinstance(v, list):
+        joined = "x".join(map(_value, v)) if all(not isinstance(x, list) for x in v) else ",".join(map(_value, v))
+        return joined or "()"
+    return repr(v) if isinstance(v, str) and " " in v else str(v)
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    from tilefuse.plan import load_plan
+
+    plan = load_plan(args.model)
+    if args.json:
+        kernels = [{"name": k.name, "schedule": k.schedule} for k in plan.kernels.values()]
+        print(json.dumps({"target": plan.target, "precision": plan.precision, "kernels": kernels}, indent=1))
+    else:
+        print(format_plan(plan))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if Path(args.model).is_dir():  # a .tfplan directory: what was compiled, not the model
+        return _run_plan(args)
     summary = summarize(args.model, parse_shapes(args.shape))
     _recognise_export(args.model, summary)
     if args.json:

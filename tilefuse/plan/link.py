@@ -40,6 +40,7 @@ class GraphCode:
     bindings: Mapping[int, Sequence[Value]] | None = None
     branches: Mapping[int, tuple["GraphCode", "GraphCode"]] = field(default_factory=dict)
     sites: Mapping[int, Sequence[IndexSite]] = field(default_factory=dict)  # a checking kernel's index checks
+    schedules: Mapping[int, dict] = field(default_factory=dict)  # each kernel's schedule record, as JSON data
 
 
 def link(
@@ -51,6 +52,7 @@ def link(
     bindings: Mapping[int, Sequence[Value]] | None = None,
     branches: Mapping[int, tuple[GraphCode, GraphCode]] | None = None,
     sites: Mapping[int, Sequence[IndexSite]] | None = None,
+    schedules: Mapping[int, dict] | None = None,
 ) -> Plan:
     """Build the plan; ``kernels[group.id]`` is the artifact of each non-opaque group.
 
@@ -60,13 +62,15 @@ def link(
     outputs. ``branches`` holds the compiled branches of each Branch node (an If on a
     run-time condition): both are laid out as steps between a BranchStep and a
     SelectStep. ``sites[group.id]`` are the index checks of a kernel that takes a status
-    word (its last param). PlanError if a kernel is missing, its params disagree with its
-    values or sites, or two artifacts claim one name with different files.
+    word (its last param). ``schedules[group.id]`` is the JSON form of the schedule record
+    its lowering made (``Kernel.schedule``; absent: none recorded). PlanError if a kernel
+    is missing, its params disagree with its values or sites, or two artifacts claim one
+    name with different files.
     """
     import tilefuse
 
     linker = _Linker(graph, target_name)
-    linker.graph_steps(GraphCode(partition, kernels, bindings, branches or {}, sites or {}))
+    linker.graph_steps(GraphCode(partition, kernels, bindings, branches or {}, sites or {}, schedules or {}))
     outputs = tuple(Binding(name, linker.read(v, f"graph output {name!r}")) for name, v in graph.outputs.items())
     buffers, arena = plan_memory(linker.buffers, linker.steps)
     plan = Plan(
@@ -140,7 +144,8 @@ class _Linker:
             else:
                 bindings = code.bindings
                 values = tuple(bindings[group.id]) if bindings and group.id in bindings else group.inputs + group.outputs
-                self.kernel_step(group, code.kernels[group.id], values, tuple(code.sites.get(group.id, ())))
+                self.kernel_step(group, code.kernels[group.id], values, tuple(code.sites.get(group.id, ())),
+                                 dict(code.schedules.get(group.id, {})))
 
     def host_step(self, group: FusedGroup, node: Node) -> None:
         what = f"host step {node.name} (group {group.id})"
@@ -171,18 +176,18 @@ class _Linker:
         self.steps.append(SelectStep(cond, then_values, else_values, outs, group.id, node.name))
 
     def kernel_step(self, group: FusedGroup, artifact: KernelArtifact, values: tuple[Value, ...],
-                    sites: tuple[IndexSite, ...]) -> None:
+                    sites: tuple[IndexSite, ...], schedule: dict) -> None:
         what = f"kernel {artifact.name} (group {group.id})"
         if tuple(map(id, values[len(values) - len(group.outputs):])) != tuple(map(id, group.outputs)):
             raise PlanError(f"{what}: the bound values must end with the group's outputs")
         inputs = values[: len(values) - len(group.outputs)]
         _check_params(inputs, group.outputs, bool(sites), artifact, what)
-        kernel = self._kernel(artifact, what)
+        kernel = self._kernel(artifact, what, schedule)
         ins = tuple(self.read(v, what) for v in inputs)
         outs = tuple(self.write(v, what) for v in group.outputs)
         self.steps.append(KernelStep(kernel.name, ins, outs, group.id, sites))
 
-    def _kernel(self, artifact: KernelArtifact, what: str) -> Kernel:
+    def _kernel(self, artifact: KernelArtifact, what: str, schedule: dict) -> Kernel:
         path = Path(artifact.path)
         launch = artifact.launch
         kernel = Kernel(artifact.name, artifact.symbol, path, "", launch, tuple(artifact.params))
@@ -192,7 +197,7 @@ class _Linker:
             raise PlanError(f"{what}: {e}") from None
         if not path.is_file():
             raise PlanError(f"{what}: kernel file {path} does not exist")
-        kernel = Kernel(artifact.name, artifact.symbol, path, sha256_file(path), launch, tuple(artifact.params))
+        kernel = Kernel(artifact.name, artifact.symbol, path, sha256_file(path), launch, tuple(artifact.params), schedule)
         known = self.kernels.setdefault(kernel.name, kernel)
         if known is not kernel and (known.sha256, known.symbol, known.params) != (kernel.sha256, kernel.symbol, kernel.params):
             raise PlanError(f"{what}: two different kernels are both named {kernel.name!r}")

@@ -3,9 +3,10 @@
 Decoding trusts nothing: each field is type- and range-checked and a bad one gives a
 PlanError naming the manifest file and the field's path (``steps[3].inputs[1]``). Sizes
 are bounded before anything is allocated from them; a kernel's file and symbol must be
-the ones its name gives (the family's ``kernel_format``), and its launch data decodes to
+the ones its name gives (the family's ``kernel_format``), its launch data decodes to
 the family's launch record (``codegen/launch.py``, the one encoder and decoder of that
-form). Cross-references (buffer ids, kernel names,
+form), and its schedule record, where there is one, is a small object of scalars.
+Cross-references (buffer ids, kernel names,
 types, arena placement) are checked afterwards by ``verify_plan``.
 """
 from __future__ import annotations
@@ -34,6 +35,11 @@ MAX_BYTES = 1 << 48  # of one tensor, or of the arena: 256 TiB
 MAX_RANK = 32
 MAX_COUNT = 1 << 31  # ids, group numbers
 SHA256 = re.compile(r"[0-9a-f]{64}")
+# A kernel's schedule record (information only): an object of at most MAX_FIELDS fields
+# named like identifiers, each a scalar or a list of at most MAX_ITEMS scalars or of such
+# lists (a staged kernel's product tiles), strings at most MAX_TEXT long.
+FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+MAX_FIELDS, MAX_ITEMS, MAX_TEXT = 64, 64, 2048
 
 
 def encode(plan: Plan, kernel_files: dict[str, str], weights_sha256: str) -> dict[str, object]:
@@ -41,11 +47,14 @@ def encode(plan: Plan, kernel_files: dict[str, str], weights_sha256: str) -> dic
     ``weights_sha256`` is the hash of the weights file written beside it."""
     kernels = []
     for k in plan.kernels.values():
-        kernels.append({
+        kernel: dict[str, object] = {
             "name": k.name, "file": kernel_files[k.name], "symbol": k.symbol, "sha256": k.sha256,
             "launch": k.launch.encode(),
             "params": [{"name": p.name, "dtype": p.dtype, "shape": list(p.shape), "role": p.role} for p in k.params],
-        })
+        }
+        if k.schedule:
+            kernel["schedule"] = k.schedule
+        kernels.append(kernel)
     report = plan.memory_report()
     return {
         "format_version": FORMAT_VERSION,
@@ -255,10 +264,54 @@ class Decoder:
             launch_data = self.obj(self.get(d, "launch", dict, where), f"{where}.launch")
             launch = self.backend.decode_launch(self, launch_data, f"{where}.launch", len(params), symbol)  # type: ignore[arg-type]
             kernel = Kernel(name, symbol, self.kernel_path(d, name, where),  # type: ignore[arg-type]
-                            self.sha256(d, "sha256", where), launch, tuple(params))
+                            self.sha256(d, "sha256", where), launch, tuple(params), self.schedule(d, where))
             if out.setdefault(name, kernel) is not kernel:  # type: ignore[arg-type]
                 raise self.fail(where, f"kernel {name!r} listed twice")
         return out
+
+    def schedule(self, d: dict, where: str) -> dict:
+        """A kernel's schedule record: absent in plans written before it was recorded
+        (then empty), else an object with a ``family`` name and bounded scalar fields.
+        Nothing depends on its values, so only its shape is checked."""
+        if "schedule" not in d:
+            return {}
+        where = f"{where}.schedule"
+        x = self.obj(d["schedule"], where)
+        if len(x) > MAX_FIELDS:
+            raise self.fail(where, f"{len(x)} fields, at most {MAX_FIELDS} expected")
+        family = x.get("family")
+        if not isinstance(family, str) or not FIELD_NAME.fullmatch(family):
+            raise self.fail(f"{where}.family", f"expected a schedule family name, got {show(family)}")
+        for key, value in x.items():
+            if not isinstance(key, str) or not FIELD_NAME.fullmatch(key):
+                raise self.fail(where, f"field name {show(key)} is not an identifier")
+            self.schedule_value(value, f"{where}.{key}", depth=2)
+        return x
+
+    def schedule_value(self, x: object, where: str, depth: int) -> None:
+        """A scalar (null, bool, finite number, short string), or within ``depth`` levels
+        a short list of them."""
+        if x is None or isinstance(x, bool):
+            return
+        if isinstance(x, int):
+            if abs(x) > MAX_BYTES:
+                raise self.fail(where, f"{show(x)} is outside [-{MAX_BYTES}, {MAX_BYTES}]")
+            return
+        if isinstance(x, float):
+            if not math.isfinite(x):
+                raise self.fail(where, f"expected a finite number, got {show(x)}")
+            return
+        if isinstance(x, str):
+            if len(x) > MAX_TEXT:
+                raise self.fail(where, f"a string of {len(x)} characters, at most {MAX_TEXT} expected")
+            return
+        if isinstance(x, list) and depth > 0:
+            if len(x) > MAX_ITEMS:
+                raise self.fail(where, f"{len(x)} items, at most {MAX_ITEMS} expected")
+            for i, item in enumerate(x):
+                self.schedule_value(item, f"{where}[{i}]", depth - 1)
+            return
+        raise self.fail(where, f"expected a number, string, bool, null or a short list of them, got {show(x)}")
 
     def kernel_path(self, d: dict, name: str, where: str) -> Path:
         """The kernel's file: ``kernels/NAME.SUFFIX`` and nothing else, so it stays inside

@@ -66,7 +66,11 @@ class Binding:
 @dataclass(frozen=True, eq=False)
 class Kernel:
     """A compiled kernel as the plan knows it; ``path`` is where its file is now;
-    ``launch`` is its family's record (``codegen/launch.py``)."""
+    ``launch`` is its family's record (``codegen/launch.py``). ``schedule`` is what its
+    lowering chose, as JSON data: ``{"family": "gemm", "tile_m": 64, ...}`` (the
+    ``to_json`` of its ``tile_ir/schedule.py`` record), for people and for tools; nothing
+    at load or run time depends on it. Empty where unknown (hand-built kernels, plans
+    written before it was recorded)."""
 
     name: str
     symbol: str
@@ -74,6 +78,7 @@ class Kernel:
     sha256: str
     launch: LaunchRecord
     params: tuple[ParamSpec, ...]
+    schedule: dict = field(default_factory=dict, repr=False)
 
     @property
     def suffix(self) -> str:

@@ -21,6 +21,7 @@ from typing import Iterator
 
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn, ScalarFn
+from tilefuse.tile_ir.schedule import Schedule
 
 
 class Scope(enum.Enum):
@@ -225,6 +226,10 @@ class TileProgram:
     # IndexCheck sites in the body; above 0 the kernel takes the status word STATUS as an
     # argument after its params
     index_sites: int = 0
+    # what the lowering chose, as one record of its pattern's family (tile_ir/schedule.py):
+    # printed above the program and saved in the plan, never emitted into a kernel; None
+    # only for programs built by hand (lower_group gives every group's program one)
+    schedule: Schedule | None = None
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:

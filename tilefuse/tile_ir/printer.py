@@ -72,10 +72,12 @@ def _stmt(s: object, indent: int, out: list[str]) -> None:
 
 
 def format_program(p: TileProgram) -> str:
+    """The program, its schedule record (when it has one) on a comment line above it."""
     params = ", ".join(f"{b.name}: T.Tensor({list(b.shape)}, {b.dtype})" for b in p.params)
     if p.index_sites:
         params += f", {STATUS.name}: T.Tensor({list(STATUS.shape)}, {STATUS.dtype})  # {p.index_sites} index checks"
-    out = [f"@T.prim_func  # inputs: {p.num_inputs}, outputs: {len(p.params) - p.num_inputs}"]
+    out = [f"# schedule {p.schedule.describe()}"] if p.schedule is not None else []
+    out.append(f"@T.prim_func  # inputs: {p.num_inputs}, outputs: {len(p.params) - p.num_inputs}")
     out += [f"# {n}" for n in p.notes]
     out.append(f"def {p.name}({params}):")
     grid = ", ".join(map(str, p.grid))

@@ -33,12 +33,15 @@ from tilefuse.tile_ir.ir import (
 def verify_program(p: TileProgram, target: Target | None = None) -> None:
     """Raise GraphError if a buffer is used that is not a param or alloc, a variable is
     unbound, an index count does not match a buffer's rank, a Gemm's tiles do not fit
-    together, or (with a target) per-tile buffers exceed its on-chip budget."""
+    together, a schedule record disagrees with the program it describes (threads,
+    occupancy, producer), or (with a target) per-tile buffers exceed its on-chip budget."""
     known = {b.name: b for b in (*p.params, *p.allocs)}
     if len(known) != len(p.params) + len(p.allocs):
         raise GraphError(f"{p.name}: buffer names repeat")
     if any(b.scope is not Scope.GLOBAL for b in p.params) or any(b.scope is Scope.GLOBAL for b in p.allocs):
         raise GraphError(f"{p.name}: params must be global, allocs shared/fragment")
+    if p.schedule is not None:
+        _check_schedule(p)
     bound = {v.name for v in p.block_vars}
     for s in p.body:
         _check_stmt(p, s, known, bound)
@@ -49,6 +52,18 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
             raise GraphError(f"kernel {p.name}: the {how} schedule needs {onchip // 1024} KB of on-chip tile buffers, "
                              f"more than the {target.device.onchip_bytes // 1024} KB a {target.name} block has; this group has "
                              f"no schedule for {target.name} at this size yet")
+
+
+def _check_schedule(p: TileProgram) -> None:
+    """The record says what the program does: the same threads, and where the record has
+    them, the same resident tiles and producer."""
+    s = p.schedule
+    assert s is not None
+    said = {"threads": p.threads, "occupancy": p.occupancy, "producer": p.producer}
+    for name, actual in said.items():
+        recorded = getattr(s, name, actual)
+        if recorded != actual:
+            raise GraphError(f"{p.name}: its {s.family} schedule records {name}={recorded}, the program has {actual}")
 
 
 def _check_buffer(p: TileProgram, b: Buffer, known: dict[str, Buffer]) -> None:

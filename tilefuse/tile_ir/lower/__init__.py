@@ -2,7 +2,8 @@
 
 Which kernel a group becomes was decided once, by its pattern (``group.match``, made by
 ``tilefuse/patterns/`` when the partition was final); here each match type has its
-lowering, which builds the tiles around the match's nodes and never matches again. A
+lowering, which builds the tiles around the match's nodes and never matches again, and
+records what it chose in the program's schedule (``tile_ir/schedule.py``). A
 lowering may still find no tiles that fit its match (awkward sizes): then the patterns
 after it, in their order, are tried, and the program's notes say so — over the zoo this
 never happens (tests/tile_ir/test_patterns_zoo.py).
@@ -62,6 +63,8 @@ def lower_group(group: FusedGroup, target: Target) -> Lowered:
     if match is None or type(match) not in LOWERINGS:
         raise GraphError(f"group {group.id} carries no kernel pattern ({match}): partition_graph sets it")
     program, bindings = _lower(group, match, target)
+    if program.schedule is None:  # every lowering records what it chose (tile_ir/schedule.py)
+        raise GraphError(f"group {group.id}: the {patterns.pattern_name(match)} lowering gave no schedule record")
     sites = IndexSites(group).sites
     program = simplify_program(replace(program, index_sites=len(sites)))
     verify_program(program, target)

@@ -41,6 +41,7 @@ from tilefuse.tile_ir.lower.common import Names, divisor_tile, fill_cores, halve
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, broadcast_index
 from tilefuse.tile_ir.lower.forward import forward_index
 from tilefuse.tile_ir.lower.params import kernel_params
+from tilefuse.tile_ir.schedule import AttentionSchedule
 
 F32 = DType.FLOAT32
 
@@ -196,9 +197,11 @@ class _Flash:
         if op is F32 and not tf32 and self.target.device.mma_rows > 1:
             # exact float32 products are FMA loops on the GPU: nothing for a pipeline to
             # overlap, and TileLang's unrolled stages of them took nvcc minutes
+            stages = 0
             body.append(Loop(jt, ktiles, LoopKind.SERIAL, tuple(step)))
         else:
-            body.append(Loop(jt, ktiles, LoopKind.PIPELINED, tuple(step), stages=1 if one_wave else 2))
+            stages = 1 if one_wave else 2
+            body.append(Loop(jt, ktiles, LoopKind.PIPELINED, tuple(step), stages=stages))
         for val, ob in zip(self.group.outputs, outs):
             def store(ix: Index, val: Value = val, ob: Buffer = ob) -> list[Stmt]:
                 # a row past m (a partial tile) holds row m - 1's values, computed from the
@@ -215,8 +218,12 @@ class _Flash:
         threads = 256 if bm >= 128 else 128  # two warpgroups for 128 query rows
         if one_wave:
             notes = (notes[0] + f", {waves} tiles resident per SM (one wave), K/V loads unpipelined",)
+        occupancy = waves if one_wave else 0
+        schedule = AttentionSchedule(
+            batch=tuple(batch), queries=m, keys=n, head_dim=d, value_dim=dv, query_tile=bm, key_tile=bn, threads=threads,
+            stages=stages, occupancy=occupancy, operands=op, tf32=tf32)
         program = TileProgram(self.name, tuple(params), len(params) - len(outs), grid, (*bvars, mt), threads, allocs,
-                              tuple(body), notes, occupancy=waves if one_wave else 0)
+                              tuple(body), notes, occupancy=occupancy, schedule=schedule)
         return program, tuple(bindings)
 
 

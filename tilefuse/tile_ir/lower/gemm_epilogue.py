@@ -79,6 +79,7 @@ from tilefuse.tile_ir.lower.elements import (
 )
 from tilefuse.tile_ir.lower.forward import Forward, forward_index
 from tilefuse.tile_ir.lower.params import DROP, kernel_params
+from tilefuse.tile_ir.schedule import GemmSchedule
 
 
 def lower_gemm_epilogue(group: FusedGroup, match: GemmMatch, name: str,
@@ -348,8 +349,14 @@ class _Builder:
         threads = self.max_threads if bm >= 128 and accs * bn >= 128 else 128
         if producer:
             notes = (notes[0] + ", operand tiles loaded by a producer warp",)
+        schedule = GemmSchedule(
+            batch=tuple(self.batch), m=self.m, n=self.n, k=self.k, tile_m=bm, tile_n=bn, tile_k=bk, threads=threads,
+            stages=stages, products=len(self.cs), packed_siblings=packed, chain=self.first is not None,
+            whole_rows=bool(self.reductions) or self.first is not None, producer=producer is not None,
+            channel_rows=self.flip, depthwise=self.depthwise, channels_per_k_tile=ch_per_tile if conv else 0,
+            padded_columns=self.pad_to, accumulator=self.acc_dtype, operands=self.op_dtype, tf32=self.tf32, occupancy=0)
         return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), threads, allocs, tuple(body), notes,
-                           producer=producer is not None)
+                           producer=producer is not None, schedule=schedule)
 
     def _producer_tile(self) -> tuple[int, int] | None:
         """The target's large tile for a large plain product: a MatMul (no convolution, no

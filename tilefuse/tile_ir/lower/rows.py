@@ -26,6 +26,7 @@ from tilefuse.tile_ir.ir import Buffer, Call, Expr, IOp, Load, ReduceTile, Scope
 from tilefuse.tile_ir.lower.common import Names, accumulator_dtype, divisor_tile, fill_cores, parallel
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, delinearize, linearize
 from tilefuse.tile_ir.lower.params import kernel_params
+from tilefuse.tile_ir.schedule import RowsSchedule
 
 
 def lower_rows(group: FusedGroup, match: RowsMatch, name: str,
@@ -42,26 +43,27 @@ class _Rows:
         self.policy = target.rows
         self.names = Names()
 
-    def row_tile(self, rows: int, e: int) -> int:
-        """Rows per tile. At most ``tile_elems`` per tile; where the target has warps and
-        there are reductions, a power of two of rows that gives each row whole warps of
+    def row_tile(self, rows: int, e: int) -> tuple[int, int]:
+        """Rows per tile, and the lanes each row was sized for (0: none in particular).
+        At most ``tile_elems`` per tile; where the target has warps and there are
+        reductions, a power of two of rows that gives each row whole warps of
         threads // br lanes dividing E (the CUDA emitter's one-warp-per-row form) where
         one exists. Fewer tiles than cores: fewer rows per tile (down to one), as long as
         rows keep those whole warps."""
         cap = max(1, self.policy.tile_elems // e)
-        br, floor = divisor_tile(rows, cap), 1
+        br, floor, warp_rows = divisor_tile(rows, cap), 1, False
         if self.warp and self.reductions:
             most = self.policy.threads // self.warp  # rows of one warp each
             fits = [t for t in (2**k for k in range(most.bit_length()))
                     if t <= cap and rows % t == 0 and e % (self.policy.threads // t) == 0]
             if fits:
-                br, floor = max(fits), min(fits)
+                br, floor, warp_rows = max(fits), min(fits), True
         (br,) = fill_cores((rows,), [br], 1, self.cores, floor)
-        return br
+        return br, self.policy.threads // br if warp_rows else 0
 
     def build(self) -> tuple[TileProgram, tuple[Value, ...]]:
         rows, e = math.prod(self.shape[:-1]), self.shape[-1]
-        br = self.row_tile(rows, e)
+        br, lanes = self.row_tile(rows, e)
         kp = kernel_params(self.group)
         params, buffers = kp.params, kp.buffers
         rt = Var("br")
@@ -120,6 +122,8 @@ class _Rows:
         occupancy = waves if self.warp and self.reductions and 1 < waves <= self.policy.max_resident else 0
         if occupancy:
             notes = (notes[0] + f", {occupancy} tiles resident per core",)
+        schedule = RowsSchedule(rows=rows, width=e, rows_per_tile=br, threads=self.policy.threads,
+                                reductions=len(self.reductions), lanes_per_row=lanes, occupancy=occupancy)
         program = TileProgram(self.name, tuple(params), kp.num_inputs, grid, (rt,), self.policy.threads, allocs, tuple(body), notes,
-                              occupancy=occupancy)
+                              occupancy=occupancy, schedule=schedule)
         return program, tuple(kp.bindings)

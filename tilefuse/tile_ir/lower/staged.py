@@ -51,6 +51,7 @@ from tilefuse.tile_ir.ir import (
     Var,
     const_index,
     iop,
+    statements,
 )
 from tilefuse.tile_ir.lower.common import (
     COMBINE,
@@ -74,6 +75,7 @@ from tilefuse.tile_ir.lower.elements import (
     window_source,
 )
 from tilefuse.tile_ir.lower.params import kernel_params
+from tilefuse.tile_ir.schedule import StagedSchedule
 
 
 def lower_staged(group: FusedGroup, match: StagedMatch, name: str,
@@ -114,8 +116,14 @@ def lower_staged(group: FusedGroup, match: StagedMatch, name: str,
         elements.memo.clear()
     for v, out in zip(group.outputs, outs):
         body += parallel(names, v.type.shape, lambda idx, v=v, out=out: [Store(out, idx, elements.at(v, idx))])
-    notes = (f"staged: {len(allocs)} on-chip buffers, {sum(b.dtype.itemsize * math.prod(b.shape) for b in allocs)} bytes",)
-    program = TileProgram(name, tuple(params), num_inputs, (1,), (Var("bx"),), 1, tuple(allocs), tuple(body), notes)
+    scratch = sum(b.dtype.itemsize * math.prod(b.shape) for b in allocs)
+    notes = (f"staged: {len(allocs)} on-chip buffers, {scratch} bytes",)
+    # the tiles of each product stage, as its Gemm statements hold them (a: rows x K, b: K x columns)
+    products = tuple((g.a.shape[0], g.b.shape[1], g.a.shape[1]) for g in statements(body) if isinstance(g, Gemm))
+    schedule = StagedSchedule(reason=match.reason, buffers=len(allocs), scratch_bytes=scratch, product_tiles=products,
+                              threads=1)
+    program = TileProgram(name, tuple(params), num_inputs, (1,), (Var("bx"),), 1, tuple(allocs), tuple(body), notes,
+                          schedule=schedule)
     return program, tuple(kp.bindings)
 
 

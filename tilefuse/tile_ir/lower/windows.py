@@ -32,6 +32,7 @@ from tilefuse.tile_ir.lower.common import COMBINE, Names, accumulator_dtype, div
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, window_needs_guard, window_source
 from tilefuse.tile_ir.lower.forward import Forward, forward_index
 from tilefuse.tile_ir.lower.params import kernel_params
+from tilefuse.tile_ir.schedule import WindowsSchedule
 
 # output index, tap index -> the input index it reads, and the condition that it is inside
 # the input (None: always)
@@ -155,6 +156,8 @@ def _build(group: FusedGroup, r: Node, fwd: dict[int, Forward], name: str,
     else:
         what = f"{fn.value} over axes {r.op.axes} ({math.prod(taps)} terms)"  # type: ignore[attr-defined]
     notes = (f"window: {what}, tiles of {elems} outputs {tuple(tiles)}, grid {grid}",)
-    program = TileProgram(name, tuple(kp.params), kp.num_inputs, grid, block_vars, min(target.window.max_threads, elems),
-                          (acc,), tuple(body), notes)
+    threads = min(target.window.max_threads, elems)
+    schedule = WindowsSchedule(shape=tuple(out_shape), tile=tuple(tiles), taps=tuple(taps), threads=threads)
+    program = TileProgram(name, tuple(kp.params), kp.num_inputs, grid, block_vars, threads, (acc,), tuple(body), notes,
+                          schedule=schedule)
     return program, tuple(kp.bindings)
