@@ -15,7 +15,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
-from tilefuse.errors import UnsupportedOpError
+from tilefuse.errors import TilefuseError, UnsupportedOpError
 from tilefuse.frontend import import_onnx
 from tilefuse.frontend.importer import convert_graph
 from tilefuse.ir.dtypes import DType
@@ -91,6 +91,12 @@ CONTRACT = [
     C("convT_pads_dilation", "ConvTranspose", [rand(1, 2, 5, 5), rand(2, 2, 3, 2)], consts=(1,), pads=[1, 0, 2, 1], dilations=[2, 2]),
     C("convT_groups", "ConvTranspose", [rand(2, 4, 3, 3), rand(4, 3, 2, 2), rand(6)], consts=(1, 2), group=2, strides=[2, 2]),
     C("convT_output_shape", "ConvTranspose", [rand(1, 1, 3, 3), rand(1, 2, 3, 3)], consts=(1,), strides=[2, 2], output_shape=[5, 5]),
+    # output_shape past the full result (by less than a stride): grown at the end whatever
+    # auto_pad says, as onnxruntime does (SAME_UPPER used to grow at the beginning)
+    C("convT_output_shape_grow_same_upper", "ConvTranspose", [rand(1, 1, 3, 4), rand(1, 2, 3, 3)], consts=(1,),
+      strides=[2, 3], output_shape=[8, 11], auto_pad="SAME_UPPER"),
+    C("convT_output_shape_grow_notset", "ConvTranspose", [rand(1, 1, 3), rand(1, 2, 3)], consts=(1,), strides=[3],
+      output_shape=[10]),
     C("convT_same_upper_even", "ConvTranspose", [rand(1, 2, 3, 4), rand(2, 2, 4, 4)], consts=(1,), strides=[2, 2], auto_pad="SAME_UPPER"),
     # stride == kernel: one product whose rows are scattered into non-overlapping patches
     C("convT_patches_2d", "ConvTranspose", [rand(2, 3, 4, 5), rand(3, 4, 2, 2), rand(4)], consts=(1, 2), strides=[2, 2]),
@@ -256,3 +262,16 @@ def test_gqa_does_not_repeat_keys() -> None:
     graph = import_onnx(model, {k: v.shape for k, v in feeds.items()})
     names = [n.op.name for n in graph.nodes]
     assert names.count("MatMul") == 2 and "Broadcast" not in names and "Concat" not in names
+
+
+def test_an_output_shape_a_stride_past_the_result_is_refused() -> None:
+    """No input of this size gives it; onnxruntime refuses it as well."""
+    from onnx import helper, TensorProto
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 8])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [1, 1, 3], [1.0, 2.0, 3.0])
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], output_shape=[8])
+    m = helper.make_model(helper.make_graph([node], "g", [x], [y], [w]), opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(TilefuseError, match=r"output_shape 8 .* is 3 past the full result 5, a stride \(1\) or more"):
+        import_onnx(m)

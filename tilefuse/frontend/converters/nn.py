@@ -107,7 +107,19 @@ def _transpose_pads(ctx: NodeContext, x: Value, w: Value, strides, dilations, ou
         wanted = [sizes[i] * strides[i] for i in range(k)]
     if wanted:
         wanted = list(wanted)[-k:]  # some exporters write N and C too
-        splits = [split_total(full[i] - int(wanted[i]), auto_pad == "SAME_UPPER") for i in range(k)]
+        splits = []
+        for i in range(k):
+            total = full[i] - int(wanted[i])
+            if total >= 0:
+                splits.append(split_total(total, auto_pad == "SAME_UPPER"))
+                continue
+            # a wanted size past the full result grows it at the end, whatever auto_pad says, as
+            # onnxruntime does; by a stride or more it is no output of this input (onnxruntime
+            # refuses it too)
+            if -total >= strides[i]:
+                raise ctx.error(f"output_shape {int(wanted[i])} (spatial dim {i}) is {-total} past the full result "
+                                f"{full[i]}, a stride ({strides[i]}) or more: no input of this size gives it")
+            splits.append((0, total))
         return tuple(s[0] for s in splits) + tuple(s[1] for s in splits)
     if auto_pad == "VALID":
         return (0,) * (2 * k)
