@@ -105,7 +105,9 @@ class InferenceSession:
         from tilefuse.frontend.loader import load_model
 
         self._proto = load_model(source)  # type: ignore[arg-type]
-        self._bytes_sha = _sha256(source)
+        from tilefuse.compiler import _sha256  # the model's hash, as plans record it
+
+        self._bytes_sha = _sha256(source, self._proto)  # type: ignore[arg-type]
         self._symbols = dict(getattr(options, "free_dimension_overrides", {}) or {})
         self._shapes = dict(shapes or {})
         self._inputs, self._outputs = _model_args(self._proto)
@@ -351,16 +353,6 @@ def _target_of(target: str | None, providers: Sequence[object] | None) -> str:
         if not isinstance(name, str):
             raise InputError(f"providers must be provider names, got {name!r}")
     return "cuda:sm_90a" if any(n in GPU_PROVIDERS for n in names) else "cpu"
-
-
-def _sha256(source: object) -> str:
-    if isinstance(source, bytes):
-        return hashlib.sha256(source).hexdigest()
-    h = hashlib.sha256()
-    with open(source, "rb") as f:  # type: ignore[arg-type]
-        for chunk in iter(lambda: f.read(1 << 24), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _feed_shapes(feeds: Mapping[str, object]) -> dict[str, tuple[int, ...]]:

@@ -16,7 +16,7 @@ from typing import Sequence
 
 from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import Kind, Map, MatMul, Reduce, ReduceFn, ScalarFn
-from tilefuse.patterns.dataflow import contraction_rows, depends_within, row_signature, through_casts
+from tilefuse.patterns.dataflow import chained, contraction_rows, depends_within, row_signature, through_casts
 from tilefuse.patterns.epilogue import Epilogue, match_epilogue
 from tilefuse.patterns.refusal import Refusal
 from tilefuse.target import Target
@@ -102,11 +102,10 @@ def attention_problem(
     kernel, or None while they still can."""
     if len(contractions) != 2 or not all(isinstance(c.op, MatMul) for c in contractions):
         return Refusal("more than one contraction, and not an attention chain")
-    c1, c2 = contractions
-    if not depends_within(c2, c1, members):
-        c1, c2 = c2, c1
-    if not depends_within(c2, c1, members):
+    pair = chained(*contractions, members)
+    if pair is None:
         return Refusal("two independent contractions on different inputs")
+    c1, c2 = pair
     p, v = c2.inputs
     v_from_c1 = v.producer is not None and id(v.producer) in members and (
         v.producer is c1 or depends_within(v.producer, c1, members)

@@ -47,6 +47,16 @@ def depends_within(later: Node, earlier: Node, members: set[int]) -> bool:
     return False
 
 
+def chained(a: Node, b: Node, members: set[int]) -> tuple[Node, Node] | None:
+    """(first, second) of two products where one reads the other inside ``members``; None
+    when neither does (two independent products)."""
+    if depends_within(b, a, members):
+        return a, b
+    if depends_within(a, b, members):
+        return b, a
+    return None
+
+
 def through_casts(v: Value, members: set[int]) -> Value:
     """``v`` before the casts (inside ``members``) that produced it: a half-float model's
     softmax is the float one with casts between its steps."""

@@ -22,7 +22,7 @@ from typing import Sequence
 
 from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import Conv, ConvTranspose, Kind, MatMul, Reshape
-from tilefuse.patterns.dataflow import contraction_rows, depends_within, row_signature
+from tilefuse.patterns.dataflow import chained, contraction_rows, depends_within, row_signature
 from tilefuse.patterns.epilogue import Epilogue, match_epilogue
 from tilefuse.patterns.refusal import Refusal
 from tilefuse.target import Target
@@ -73,11 +73,10 @@ def weight_chain(
         isinstance(c.op, MatMul) and c.inputs[1].is_constant and c.inputs[1].type.rank == 2 for c in contractions
     ):
         return Refusal("more than two weight products, or not plain matrix products")
-    c1, c2 = contractions
-    if not depends_within(c2, c1, members):
-        c1, c2 = c2, c1
-    if not depends_within(c2, c1, members):
+    pair = chained(*contractions, members)
+    if pair is None:
         return Refusal("two independent contractions on different inputs")
+    c1, c2 = pair
     a = c2.inputs[0]
     if a.producer is None or id(a.producer) not in members:
         return Refusal("the second product's left operand does not come from the first")
