@@ -5,15 +5,18 @@ Which kernel a group becomes is decided once, by its pattern (``group.match``, m
 its match falls through to the next pattern and says so in the program's notes; over the
 zoo that must never happen, and lowering must never match again (``match_group`` is
 made to fail while the groups are lowered). Every program carries the schedule record of
-its match's family, agreeing with the program on threads, occupancy and producer. Tiny models always; real ones where they are
+its match's family, agreeing with the program on threads, occupancy and producer, and
+the CUDA printer emits the block's threads as the program has them (after thread fitting). Tiny models always; real ones where they are
 in the model cache (or ``TILEFUSE_ZOO_REAL=1`` builds them), since they lower in seconds.
 """
 import os
+import re
 
 import pytest
 
 import models
 from tilefuse import patterns
+from tilefuse.codegen.cuda.emit import emit_tilelang
 from tilefuse.frontend import import_onnx
 from tilefuse.ir.control import Branch
 from tilefuse.partition import partition_graph
@@ -60,6 +63,9 @@ def test_every_group_is_lowered_by_its_own_match(name, config, target, zoo_cache
         assert (s.threads, getattr(s, "occupancy", program.occupancy)) == (program.threads, program.occupancy), g.name
         assert getattr(s, "producer", program.producer) == program.producer, g.name
         assert s.to_json()["family"] == s.family
+        if target.device.max_block_threads:  # the CUDA printer prints the block the program has
+            text = emit_tilelang(program, target.codegen, target.device).text
+            assert re.findall(r"threads=(\d+)", text) == [str(program.threads)], g.name
     assert not fell, fell
 
 

@@ -230,6 +230,9 @@ class TileProgram:
     # printed above the program and saved in the plan, never emitted into a kernel; None
     # only for programs built by hand (lower_group gives every group's program one)
     schedule: Schedule | None = None
+    # the threads the lowering asked for, where the thread fitting pass narrowed the block
+    # to split every parallel nest evenly (tile_ir/passes/threads.py); 0: not narrowed
+    fitted_from: int = 0
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:

@@ -82,7 +82,8 @@ def format_program(p: TileProgram) -> str:
     out.append(f"def {p.name}({params}):")
     grid = ", ".join(map(str, p.grid))
     bvars = ", ".join(v.name for v in p.block_vars)
-    out.append(f"    with T.Kernel({grid}, threads={p.threads}) as ({bvars}):")
+    fitted = f"  # fitted from {p.fitted_from}" if p.fitted_from else ""
+    out.append(f"    with T.Kernel({grid}, threads={p.threads}) as ({bvars}):{fitted}")
     for b in p.allocs:
         out.append(f"        {b.name} = T.alloc_{b.scope.value}({list(b.shape)}, {b.dtype})")
     for s in p.body:

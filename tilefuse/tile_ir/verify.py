@@ -7,6 +7,7 @@ from tilefuse import backends
 from tilefuse.errors import GraphError
 from tilefuse.ir.dtypes import DType
 from tilefuse.target import Target
+from tilefuse.tile_ir.nests import uneven_nests
 from tilefuse.tile_ir.printer import format_expr
 from tilefuse.tile_ir.ir import (
     Buffer,
@@ -45,6 +46,8 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
     bound = {v.name for v in p.block_vars}
     for s in p.body:
         _check_stmt(p, s, known, bound)
+    if target is not None and target.device.max_block_threads:
+        _check_block(p, target.device.max_block_threads)
     if target is not None and backends.for_target(target).tiles_on_chip:
         onchip = sum(math.prod(b.shape) * b.dtype.itemsize for b in p.allocs)
         if onchip > target.device.onchip_bytes:
@@ -64,6 +67,19 @@ def _check_schedule(p: TileProgram) -> None:
         recorded = getattr(s, name, actual)
         if recorded != actual:
             raise GraphError(f"{p.name}: its {s.family} schedule records {name}={recorded}, the program has {actual}")
+
+
+def _check_block(p: TileProgram, most: int) -> None:
+    """A block's threads are within the device's and split every parallel nest at least
+    as long as the block evenly (the thread fitting pass makes it so; printers rely on it)."""
+    if not 1 <= p.threads <= most:
+        raise GraphError(f"kernel {p.name}: {p.threads} threads per block, the device allows 1 to {most}")
+    uneven = uneven_nests(p.body, p.threads)
+    if uneven:
+        raise GraphError(f"kernel {p.name}: {p.threads} threads do not split its parallel nests of {uneven} "
+                         f"iterations evenly (tile_ir.passes.fit_threads narrows them)")
+    if p.fitted_from and p.fitted_from < p.threads:
+        raise GraphError(f"kernel {p.name}: fitted from {p.fitted_from} threads to more, {p.threads}")
 
 
 def _check_buffer(p: TileProgram, b: Buffer, known: dict[str, Buffer]) -> None:

@@ -84,6 +84,7 @@ from tilefuse.tile_ir.ir import (
     subexpressions,
     substitute,
 )
+from tilefuse.tile_ir.nests import parallel_nest, uneven_nests
 from tilefuse.tile_ir.simplify import simplify_expr
 
 HALF = {DType.FLOAT16, DType.BFLOAT16}
@@ -226,11 +227,12 @@ class _Emitter:
     # -- the kernel --------------------------------------------------------------------
     def kernel(self) -> list[str]:
         p = self.p
-        most = self.device.max_block_threads
-        if p.threads > most:
-            raise CompileError(f"kernel {p.name}: {p.threads} threads per block > {most}")
+        uneven = uneven_nests(p.body, p.threads)
+        if p.threads > self.device.max_block_threads or uneven:  # what tile_ir.passes.for_device and the verifier ensure
+            raise CompileError(f"kernel {p.name}: {p.threads} threads per block do not fit the device or split its "
+                               f"parallel nests {uneven} evenly (run tile_ir.passes.for_device before printing)")
         grid, bvars = list(p.grid), [self.name(v) for v in p.block_vars]
-        threads = self.threads = _threads(p.threads, _parallel_totals(p.body))
+        threads = p.threads
         lines: list[str] = []
         if len(grid) <= 3:
             names = ", ".join(bvars)
@@ -346,7 +348,7 @@ class _Emitter:
     def loop(self, s: Loop, depth: int) -> list[str]:
         ind = " " * 4 * depth
         if s.kind is LoopKind.PARALLEL:
-            loops = _parallel_nest(s)
+            loops = parallel_nest(s)
             head = f"for {', '.join(self.name(l.var) for l in loops)} in T.Parallel({', '.join(str(l.extent) for l in loops)}):"
             copy = self.tile_copy(loops)
             if copy is not None:
@@ -375,7 +377,7 @@ class _Emitter:
         return [ind + head] + self.block(s.body, depth + 1)
 
     def _copy_nest(self, s: Stmt) -> bool:
-        return isinstance(s, Loop) and s.kind is LoopKind.PARALLEL and self.tile_copy(_parallel_nest(s)) is not None
+        return isinstance(s, Loop) and s.kind is LoopKind.PARALLEL and self.tile_copy(parallel_nest(s)) is not None
 
     def local(self, dtype: DType) -> str:
         if dtype not in self.locals:
@@ -419,7 +421,7 @@ class _Emitter:
         asynchronous copies that the pipelined K loop overlaps with the products; any
         other fill (guarded tails, casts, transposes, reshapes) stays an element loop."""
         body = loops[-1].body
-        if not self.options.t_copy or self.threads < self.p.threads or len(body) != 1 or not isinstance(body[0], Store):
+        if not self.options.t_copy or self.p.fitted_from or len(body) != 1 or not isinstance(body[0], Store):
             return None
         st, names = body[0], [l.var for l in loops]
         dst, value = st.buffer, st.value
@@ -501,7 +503,7 @@ class _Emitter:
         for s in statements(self.p.body):
             if not (isinstance(s, Loop) and s.kind is LoopKind.PARALLEL):
                 continue
-            nest = _parallel_nest(s)
+            nest = parallel_nest(s)
             body = nest[-1].body
             if len(nest) != 2 or tuple(l.extent for l in nest) != acc.shape[::-1] or len(body) != 1:
                 continue
@@ -824,28 +826,6 @@ class _Emitter:
         raise CompileError(f"kernel {self.p.name}: no TileLang form for {fn.name}")
 
 
-def _parallel_totals(stmts: tuple[Stmt, ...]) -> list[int]:
-    """Iterations of each T.Parallel nest (directly nested parallel loops merge)."""
-    out: list[int] = []
-    for s in stmts:
-        if isinstance(s, Loop) and s.kind is LoopKind.PARALLEL:
-            nest = _parallel_nest(s)
-            out.append(math.prod(l.extent for l in nest))
-            out += _parallel_totals(nest[-1].body)
-        elif isinstance(s, (Loop, If)):
-            out += _parallel_totals(s.body)
-    return out
-
-
-def _threads(wanted: int, totals: list[int]) -> int:
-    """TileLang splits a parallel nest evenly over the threads: the most threads (up to
-    ``wanted``, halving) that divide every nest at least as large as the block."""
-    t = wanted
-    while t > 1 and any(n >= t and n % t for n in totals):
-        t //= 2
-    return t
-
-
 def _tensor_core(g: Gemm, threads: int) -> bool:
     """Half-float tiles in the shapes the MMA instructions take (m16 n8 k16), or float32
     tiles the product may round to TF32 (k8), split evenly over the block's warps;
@@ -962,14 +942,6 @@ def _fragment_reduce(r: ReduceTile, threads: int) -> bool:
     return r.fn in _REDUCE and pow2 and (rows * cols) % threads == 0
 
 
-def _parallel_nest(s: Loop) -> list[Loop]:
-    """``s`` and the parallel loops directly nested in it: one T.Parallel nest."""
-    loops = [s]
-    while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], Loop) and loops[-1].body[0].kind is LoopKind.PARALLEL:
-        loops.append(loops[-1].body[0])  # type: ignore[arg-type]
-    return loops
-
-
 def _last_gemm(stmts: tuple[Stmt, ...], name: str) -> int:
     return max(i for i, st in enumerate(stmts) if name in _gemm_targets((st,)))
 
@@ -1005,7 +977,7 @@ def _own_reads_only(s: Stmt, acc: Buffer, staged: dict) -> bool:
         return True
     if isinstance(s, If):
         return not _reads(s.cond, acc) and all(_own_reads_only(x, acc, staged) for x in s.body)
-    nest = _parallel_nest(s) if isinstance(s, Loop) and s.kind is LoopKind.PARALLEL else []
+    nest = parallel_nest(s) if isinstance(s, Loop) and s.kind is LoopKind.PARALLEL else []
     if tuple(l.extent for l in nest) != acc.shape:
         return not any(_stmt_reads(x, acc) for x in statements((s,)))
     own = tuple(l.var for l in nest)

@@ -109,7 +109,7 @@ def warp_rows(em: Emitter, threads: int, depth: int) -> list[str] | None:
 
 
 def _match(p: TileProgram, threads: int, warp: int) -> _Plan | None:
-    if len(p.grid) != 1 or threads != p.threads or not p.allocs:
+    if len(p.grid) != 1 or p.fitted_from or not p.allocs:
         return None
     if any(b.scope is not Scope.FRAGMENT for b in p.allocs):
         return None

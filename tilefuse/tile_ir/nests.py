@@ -1,0 +1,39 @@
+"""Parallel nests of a tile program: the unit a block's threads are split over.
+
+A parallel loop and the parallel loops directly nested in it form one nest (one
+``T.Parallel`` on the GPU); its iterations are the product of their extents. The thread
+fitting pass, the verifier and the CUDA printer all reason about nests, so they read
+them from here.
+"""
+from __future__ import annotations
+
+import math
+
+from tilefuse.tile_ir.ir import If, Loop, LoopKind, Stmt
+
+
+def parallel_nest(s: Loop) -> list[Loop]:
+    """``s`` and the parallel loops directly nested in it: one nest."""
+    loops = [s]
+    while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], Loop) and loops[-1].body[0].kind is LoopKind.PARALLEL:
+        loops.append(loops[-1].body[0])
+    return loops
+
+
+def parallel_totals(stmts: tuple[Stmt, ...]) -> list[int]:
+    """Iterations of each parallel nest in ``stmts``, outer nests before inner ones."""
+    out: list[int] = []
+    for s in stmts:
+        if isinstance(s, Loop) and s.kind is LoopKind.PARALLEL:
+            nest = parallel_nest(s)
+            out.append(math.prod(l.extent for l in nest))
+            out += parallel_totals(nest[-1].body)
+        elif isinstance(s, (Loop, If)):
+            out += parallel_totals(s.body)
+    return out
+
+
+def uneven_nests(stmts: tuple[Stmt, ...], threads: int) -> list[int]:
+    """The nests at least ``threads`` long that ``threads`` does not divide: a block of
+    that many threads cannot split them evenly (TileLang's layouts need even splits)."""
+    return [n for n in parallel_totals(stmts) if n >= threads and n % threads]

@@ -1,0 +1,30 @@
+"""Thread fitting: a block's threads narrowed until they split every parallel nest evenly.
+
+A lowering asks for the threads its pattern's policy gives (256 for a GEMM tile, 128 for a
+row tile, ...). On a device with blocks, the threads of a block are split evenly over each
+parallel nest at least as long as the block, so a nest whose length they do not divide
+(a tail tile of 96 columns on 256 threads) has no layout. The pass halves the threads
+until every such nest divides, writes the count the kernel will have into the program and
+its schedule record, and keeps what was asked in ``TileProgram.fitted_from``: printers
+keep element loops for a narrowed block (its copies and rows were sized for the asked
+threads). A device without blocks (the CPU) takes programs as they are.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tilefuse.device import Device
+from tilefuse.tile_ir.ir import TileProgram
+from tilefuse.tile_ir.nests import uneven_nests
+
+
+def fit_threads(program: TileProgram, device: Device) -> TileProgram:
+    if not device.max_block_threads or program.fitted_from:
+        return program
+    threads = program.threads
+    while threads > 1 and uneven_nests(program.body, threads):
+        threads //= 2
+    if threads == program.threads:
+        return program
+    schedule = replace(program.schedule, threads=threads) if program.schedule is not None else None
+    return replace(program, threads=threads, fitted_from=program.threads, schedule=schedule)
