@@ -86,3 +86,24 @@ def test_partial_attention_tiles_run_on_the_cpu_like_onnxruntime(seq, tmp_path):
     (want,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
     c = compare_output("y", got, want)
     assert c.ok, f"seq {seq} seed={seed}: {c.problem}"
+
+
+@pytest.mark.parametrize("seq", [17, 37, 50, 150])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_gpu_attention_tiles_split_over_the_whole_block(seq, dtype):
+    """On the GPU a block's threads split every tile evenly: a tile edge that divides the
+    sequence but is no power of two (17, 37, 25 of 50, 50 of 150) left one thread, or a few,
+    per block. The tiles are powers of two with a partial last tile instead; the block keeps
+    its threads and the kernel still interprets like the reference."""
+    heads, d = 2, 16
+    graph = import_onnx(attention_model(seq, heads, d, dtype))
+    seed = random.randrange(2**31)
+    values = evaluate_all(graph, _feeds(seq, heads, d, dtype, seed))
+    (group,) = [g for g in partition_graph(graph, CUDA_SM90A).groups if str(g.kind) != "opaque"]
+    lowered = lower_group(group, CUDA_SM90A)
+    p, s = lowered.program, lowered.program.schedule
+    assert all(t & (t - 1) == 0 for t in (s.query_tile, s.key_tile)), s
+    assert p.fitted_from == 0 and p.threads >= 64, (p.threads, p.fitted_from)
+    for v, got in interpret(lowered, values):
+        c = compare_output(v.name, got, values[id(v)])
+        assert c.ok, f"seq {seq} {dtype} seed={seed}: {c.problem}"

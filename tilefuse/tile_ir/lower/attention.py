@@ -70,7 +70,8 @@ class _Flash:
         batch, (m, n) = s_shape[:-2], s_shape[-2:]
         d = c1.inputs[0].type.shape[-1]
         dv = c2.outputs[0].type.shape[-1]
-        bm, bn = _edge(m, self.target.attention.query_tile), _edge(n, self.target.attention.key_tile)
+        even = bool(self.target.device.max_block_threads)  # tiles split evenly over a block's threads
+        bm, bn = _edge(m, self.target.attention.query_tile, even), _edge(n, self.target.attention.key_tile, even)
         if m % bm:  # power-of-two query tiles, the last one partial: halved while cores idle
             bm = halve_while_idle(m, bm, math.prod(batch), self.target.device.cores, self.target.gemm.min_tile // 2)
         else:  # query tiles down to half the target's smallest tile where heads x tiles leave cores idle
@@ -227,12 +228,15 @@ class _Flash:
         return program, tuple(bindings)
 
 
-def _edge(n: int, cap: int) -> int:
+def _edge(n: int, cap: int, even: bool) -> int:
     """A tile edge for a sequence of ``n``: its largest divisor up to ``cap``, unless that is
-    under a quarter of what a tile could hold (ViT's 197 tokens, a prime, gave 1): then the
-    power of two that covers ``n``, up to ``cap``, with a partial last tile."""
+    under a quarter of what a tile could hold (ViT's 197 tokens, a prime, gave 1) or, where
+    a block's threads split every tile evenly (``even``: the GPU), not a power of two (a
+    17 x 17 score tile splits over one thread only; CLIP's 50 or T5's 150 tokens gave
+    tiles of 25 and 50): then the power of two that covers ``n``, up to ``cap``, with a
+    partial last tile."""
     d = divisor_tile(n, cap)
-    if 4 * d >= min(n, cap):
+    if 4 * d >= min(n, cap) and (not even or d & (d - 1) == 0):
         return d
     return min(cap, 1 << (n - 1).bit_length())
 
