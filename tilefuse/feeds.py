@@ -123,6 +123,13 @@ class DeviceView:
     dtype: np.dtype
     shape: tuple[int, ...]
     keep: object = field(default=None, compare=False, repr=False)
+    # how the tensor's pending writes are ordered before the runtime reads it: "ordered"
+    # (DLPack: the producer made the runtime's stream wait), "ready" (nothing pending),
+    # "stream" (wait for ``stream``, a CUstream handle: 1 the legacy default stream, 2 the
+    # per-thread one, as __cuda_array_interface__ v3 numbers them and the driver too) or
+    # "unknown" (an interface that names no stream: wait for the whole device)
+    ready: str = "ordered"
+    stream: int = 0
 
     @property
     def nbytes(self) -> int:
@@ -154,7 +161,15 @@ def device_view(obj: object, device: FeedDevice = FeedDevice()) -> DeviceView | 
     if strides is not None and not _c_contiguous(shape, tuple(strides), dtype.itemsize):
         raise ValueError(f"a strided device tensor (strides {tuple(strides)}); pass a contiguous one")
     ptr, _readonly = cai["data"]
-    return DeviceView(int(ptr or 0), dtype, shape)
+    if "stream" not in cai:  # before version 3: nothing says where it was written
+        return DeviceView(int(ptr or 0), dtype, shape, ready="unknown")
+    stream = cai["stream"]
+    if stream is None:
+        return DeviceView(int(ptr or 0), dtype, shape, ready="ready")
+    if isinstance(stream, bool) or not isinstance(stream, int) or stream == 0:
+        raise ValueError(f"its __cuda_array_interface__ names stream {stream!r}; the interface allows None, 1, 2 "
+                         f"or a stream handle")
+    return DeviceView(int(ptr or 0), dtype, shape, ready="stream", stream=int(stream))
 
 
 def _dlpack_view(obj: object, where: tuple[int, int], device: FeedDevice) -> DeviceView:

@@ -23,8 +23,30 @@ EXPECTED = [("x", TensorType(DType.FLOAT32, (2, 3)))]
 
 def test_a_gpu_tensor_of_the_right_type_becomes_a_device_view():
     out = check_feeds(EXPECTED, {"x": FakeGpuTensor((2, 3))}, device=FeedDevice())
-    assert out["x"] == DeviceView(0x7000_0000, np.dtype("float32"), (2, 3))
+    assert out["x"] == DeviceView(0x7000_0000, np.dtype("float32"), (2, 3), ready="unknown")
     assert out["x"].nbytes == 24
+
+
+@pytest.mark.parametrize("entry, ready, stream", [
+    ({}, "unknown", 0),  # no stream key: nothing says where it was written (the whole device is waited for)
+    ({"stream": None}, "ready", 0),  # v3: nothing pending
+    ({"stream": 1}, "stream", 1),  # the legacy default stream
+    ({"stream": 2}, "stream", 2),  # the per-thread default stream
+    ({"stream": 0x5555_0000}, "stream", 0x5555_0000),  # torch's current stream handle
+])
+def test_the_stream_a_gpu_tensor_names_is_what_the_run_waits_for(entry, ready, stream):
+    t = FakeGpuTensor((2, 3))
+    t.__cuda_array_interface__.update(entry)
+    view = device_view(t)
+    assert (view.ready, view.stream) == (ready, stream)
+
+
+@pytest.mark.parametrize("bad", [0, -0.5, "s", True])
+def test_a_stream_the_interface_does_not_allow_is_refused(bad):
+    t = FakeGpuTensor((2, 3))
+    t.__cuda_array_interface__["stream"] = bad
+    with pytest.raises(InputError, match="names stream"):
+        check_feeds(EXPECTED, {"x": t}, device=FeedDevice())
 
 
 @pytest.mark.parametrize("tensor, message", [

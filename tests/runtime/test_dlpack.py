@@ -332,6 +332,7 @@ def test_the_cuda_runtime_copies_a_dlpack_feed_in_and_lends_its_outputs(live):
                                                  SimpleNamespace(id=1, type=t, nbytes=12)])
     ex._launches, ex._inputs, ex._outputs, ex.ptr = [], {"x": 0}, {"y": 1}, {0: 0xA000_0000, 1: 0xA000_1000}
     ex._checked, ex._status, ex._status_ptr = [], np.zeros((0, 2), np.int64), 0  # no kernel checks indices
+    ex._spare, ex._sizes, ex._feed_event = {}, {}, "event"
     assert ex.feed_device == FeedDevice(1, 7)
     gpu = Producer(lambda: dlpack.export_capsule(0x7000_0000, DType.FLOAT16, (2, 3), (CUDA, 1), None), (CUDA, 1))
 
@@ -345,3 +346,58 @@ def test_the_cuda_runtime_copies_a_dlpack_feed_in_and_lends_its_outputs(live):
     out = dlpack.consume(y.__dlpack__())
     assert (out.data, out.shape, out.dtype) == (0xB000_0000, (2, 3), DType.FLOAT16)
     out.release()
+    # a DLPack producer ordered the feed before the session's stream: the device is never waited for
+    assert not [c for c in calls if c[0] in ("cuCtxSynchronize", "cuStreamWaitEvent")]
+    # the output's memory, given back when the array goes, is the next run's output
+    del y, out
+    calls.clear()
+    (y2,) = ex.run(check_feeds([("x", t)], {"x": gpu}, ex.feed_device), ["y"])
+    assert y2.ptr == 0xB000_0000 and not [c for c in calls if c[0] in ("cuMemAlloc", "cuMemFree")]
+
+
+@pytest.mark.parametrize("stream, waits", [(0x5555_0000, "event"), (None, "nothing"), ("absent", "device")])
+def test_a_cuda_array_interface_feed_is_waited_for_on_the_stream_it_names(stream, waits):
+    """A __cuda_array_interface__ feed (v3) names the stream its writes are on: the run
+    records an event there and makes its own stream wait for it (no device-wide wait);
+    None: nothing is pending; no stream key: the whole device is waited for, as before."""
+    import threading
+    from types import SimpleNamespace
+
+    from tilefuse.runtime.cuda import CudaExecutor
+
+    calls = []
+
+    class Driver:
+        CUresult = SimpleNamespace(CUDA_SUCCESS=0)
+
+        def CUstream(self, handle):
+            return ("stream", handle)
+
+        def __getattr__(self, name):
+            def call(*args):
+                calls.append((name, *args))
+                return (0, 0xB000_0000) if name == "cuMemAlloc" else (0,)
+            return call
+
+    class Tensor:
+        def __init__(self):
+            self.__cuda_array_interface__ = {"shape": (2, 3), "typestr": "<f2", "data": (0x7000_0000, False), "version": 3}
+            if stream != "absent":
+                self.__cuda_array_interface__["stream"] = stream
+
+    t = TensorType(DType.FLOAT16, (2, 3))
+    ex = object.__new__(CudaExecutor)
+    ex.cu, ex.ctx, ex.stream, ex.device, ex._lock, ex._graph = Driver(), "ctx", 7, 0, threading.Lock(), None
+    ex.plan = SimpleNamespace(steps=[], buffers=[SimpleNamespace(id=0, type=t, nbytes=12), SimpleNamespace(id=1, type=t, nbytes=12)])
+    ex._launches, ex._inputs, ex._outputs, ex.ptr = [], {"x": 0}, {"y": 1}, {0: 0xA000_0000, 1: 0xA000_1000}
+    ex._checked, ex._status, ex._status_ptr = [], np.zeros((0, 2), np.int64), 0
+    ex._spare, ex._sizes, ex._feed_event = {}, {}, "event"
+    ex.run(check_feeds([("x", t)], {"x": Tensor()}, ex.feed_device), ["y"])
+    names = [c[0] for c in calls]
+    copy_in = names.index("cuMemcpyDtoDAsync")
+    if waits == "event":
+        assert ("cuEventRecord", "event", ("stream", 0x5555_0000)) in calls
+        assert names.index("cuStreamWaitEvent") < copy_in and calls[names.index("cuStreamWaitEvent")][1:3] == (7, "event")
+    else:
+        assert "cuEventRecord" not in names and "cuStreamWaitEvent" not in names
+    assert ("cuCtxSynchronize" in names) == (waits == "device")

@@ -53,6 +53,9 @@ from tilefuse.runtime.device_array import DeviceArray
 
 
 LAUNCH_MODES = ("as-built", "plain")
+# output blocks of one size kept for reuse once their DeviceArrays are collected (a run
+# then allocates nothing); more are freed
+SPARE_OUTPUTS = 4
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,9 @@ class CudaExecutor:
         # Reentrant: a DeviceArray collected while a run holds the lock frees itself through it.
         self._lock = threading.RLock()
         self._allocs: list[int] = []
+        self._spare: dict[int, list[int]] = {}  # output memory given back, by size, for the next runs
+        self._sizes: dict[int, int] = {}  # each DeviceArray's bytes, by pointer
+        self._feed_event = None
         self._modules: list = []
         self._graph = None
         self.stream = None
@@ -114,6 +120,8 @@ class CudaExecutor:
         cu, plan = self.cu, self.plan
         self._check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
         self.stream = self._check(cu.cuStreamCreate(0), "cuStreamCreate")
+        flags = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+        self._feed_event = self._check(cu.cuEventCreate(flags), "cuEventCreate")
         self._functions = {name: self._load(k) for name, k in plan.kernels.items()}
         arena = self._alloc(plan.arena_bytes)
         self.ptr: dict[int, int] = {}
@@ -153,8 +161,12 @@ class CudaExecutor:
             self._graph, self._launches, self._functions = None, [], {}
             for module in self._modules:
                 cu.cuModuleUnload(module)
-            for ptr in self._allocs:
+            for ptr in self._allocs + [p for spare in self._spare.values() for p in spare]:
                 cu.cuMemFree(ptr)
+            self._spare = {}
+            if self._feed_event is not None:
+                cu.cuEventDestroy(self._feed_event)
+                self._feed_event = None
             self._modules, self._allocs, self.ptr = [], [], {}
             if self.stream is not None:
                 cu.cuStreamDestroy(self.stream)
@@ -295,9 +307,9 @@ class CudaExecutor:
         with self._lock:
             self._open()
             self._check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
-            on_device = any(isinstance(a, DeviceView) for a in feeds.values())
-            if on_device:  # __cuda_array_interface__ feeds name no stream: let all pending work finish
-                self._check(cu.cuCtxSynchronize(), "waiting for the device feeds")
+            views = [a for a in feeds.values() if isinstance(a, DeviceView)]
+            on_device = bool(views)
+            self._order_after(views)
             held = []
             for name, a in feeds.items():
                 dst = self.ptr[self._inputs[name]]
@@ -313,8 +325,7 @@ class CudaExecutor:
             for name in outputs:
                 buf = self.plan.buffers[self._outputs[name]]
                 if on_device:
-                    ptr = int(self._check(cu.cuMemAlloc(max(buf.nbytes, 256)), "cuMemAlloc"))
-                    self._outstanding += 1
+                    ptr = self._output_memory(buf.nbytes)
                     out = DeviceArray(ptr, buf.type.dtype.numpy, buf.type.shape, self, self.device)
                     if buf.nbytes:
                         self._check(cu.cuMemcpyDtoDAsync(ptr, self.ptr[buf.id], buf.nbytes, self.stream),
@@ -328,6 +339,28 @@ class CudaExecutor:
             if self._status.any():
                 raise self._index_error()
             return results
+
+    def _order_after(self, views: list[DeviceView]) -> None:
+        """Make the plan's stream wait for the feeds' pending writes: nothing for DLPack
+        feeds (their producers ordered them before this stream) and ready ones; an event on
+        each stream a __cuda_array_interface__ feed names; the whole device only for one
+        that names none (version 2)."""
+        cu = self.cu
+        if any(v.ready == "unknown" for v in views):
+            self._check(cu.cuCtxSynchronize(), "waiting for the device feeds")
+            return
+        for stream in sorted({v.stream for v in views if v.ready == "stream"}):
+            self._check(cu.cuEventRecord(self._feed_event, cu.CUstream(stream)), "recording a feed's stream")
+            self._check(cu.cuStreamWaitEvent(self.stream, self._feed_event, 0), "waiting for a feed's stream")
+
+    def _output_memory(self, nbytes: int) -> int:
+        """Device memory for one output of ``nbytes``: a block an earlier output left
+        (DeviceArrays give theirs back when collected), else a new one."""
+        spare = self._spare.get(nbytes)
+        ptr = spare.pop() if spare else int(self._check(self.cu.cuMemAlloc(max(nbytes, 256)), "cuMemAlloc"))
+        self._sizes[ptr] = nbytes
+        self._outstanding += 1
+        return ptr
 
     def _index_error(self) -> ExecutionError:
         """The error of the first kernel that found an index out of range; the status
@@ -363,9 +396,14 @@ class CudaExecutor:
         and the context with the last one once the executor is closed."""
         try:
             with self._lock:
+                self._outstanding -= 1
+                nbytes = self._sizes.pop(ptr, None)
+                spare = self._spare.setdefault(nbytes, []) if nbytes is not None and not self._closed else None
+                if spare is not None and len(spare) < SPARE_OUTPUTS:
+                    spare.append(ptr)  # the next run's output of this size takes it
+                    return
                 self.cu.cuCtxSetCurrent(self.ctx)
                 self.cu.cuMemFree(ptr)
-                self._outstanding -= 1
                 self._release_context()
         except Exception:  # noqa: BLE001 - interpreter teardown
             pass
