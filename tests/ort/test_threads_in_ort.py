@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -89,7 +90,7 @@ def exported(source, tmp_path_factory):
     done: dict[str, Path] = {}
 
     def get(mode: str) -> Path:
-        if mode == "ep" and _version(__import__("onnxruntime").__version__) < MIN_EP_VERSION:
+        if mode == "ep" and _version(ort.__version__) < MIN_EP_VERSION:
             pytest.skip("plugin execution providers need onnxruntime >= 1.23")
         if mode not in done:
             out = tmp_path_factory.mktemp(f"threads-{mode}")
