@@ -1,8 +1,9 @@
 """The thread pool the CPU kernels' parallel loops run on (codegen/cpu/threads.py): every
 share of a region runs exactly once whoever runs it; the team size is per calling thread and
 one pool serves every kernel library; a nested region, or one entered while another caller
-has the pool, runs alone; idle pool threads sleep; a kernel needs no OpenMP runtime; a
-forked child still runs parallel kernels."""
+has the pool, runs alone; a host set on the calling thread (onnxruntime's intra-op pool)
+runs a region's shares instead, each once; idle pool threads sleep; a kernel needs no
+OpenMP runtime; a forked child still runs parallel kernels."""
 import ctypes
 import json
 import os
@@ -154,6 +155,122 @@ def test_a_caller_that_finds_the_pool_busy_runs_alone(libs):
     finally:
         go.value = 1
         t.join()
+
+
+SHARE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t)
+HOST = ctypes.CFUNCTYPE(None, ctypes.c_void_p, SHARE, ctypes.c_size_t, ctypes.c_void_p)
+
+
+class Host:
+    """A host of parallel regions (``tf_threads_host``) in Python: runs the indices
+    ``pick(n)`` chooses, each on a thread of its own, and records what it was given."""
+
+    def __init__(self, pick=lambda n: range(n)) -> None:
+        self.calls: list[int] = []
+        self.threads: set[int] = set()
+        self._pick = pick
+        self.run = HOST(self._run)
+
+    def _run(self, host, share, n, arg) -> None:
+        self.calls.append(n)
+
+        def one(i: int) -> None:
+            self.threads.add(threading.get_ident())
+            share(arg, i)
+
+        workers = [threading.Thread(target=one, args=(i,)) for i in self._pick(n)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+
+
+@pytest.fixture
+def hosted(libs):
+    """``hosted(lib, host)``: set ``host`` on this thread, cleared (with the team) after the test."""
+    used = []
+
+    def set_host(lib, host: Host | None) -> None:
+        lib.tf_threads_host.argtypes = [HOST, ctypes.c_void_p]
+        lib.tf_threads_host(host.run if host else HOST(), None)
+        used.append(lib)
+
+    yield set_host
+    for lib in used:
+        lib.tf_threads_host(HOST(), None)
+        lib.tf_threads_set(0)
+
+
+def test_a_host_runs_the_shares_with_their_numbers(libs, hosted):
+    a, b = libs
+    host = Host()
+    a.tf_threads_set(3)
+    hosted(a, host)  # set through one library, used by the other's kernels: one pool
+    n = 1000
+    team, share = np.zeros(n, np.int32), np.full(n, -1, np.int32)
+    b.shares(_ptr(team), _ptr(share), ctypes.c_int64(n))
+    assert host.calls == [3] and threading.get_ident() not in host.threads  # on the host's threads
+    assert (team == 3).all() and list(np.unique(share)) == [0, 1, 2] and (np.diff(share) >= 0).all()
+    outer, inner = np.zeros(64, np.int32), np.zeros(64 * 64, np.int32)
+    b.nested(_ptr(outer), _ptr(inner), ctypes.c_int64(64))  # a region inside a share runs alone
+    assert host.calls == [3, 3] and (outer == 3).all() and (inner == 1).all()
+
+
+def test_shares_a_host_skips_or_repeats_run_once(libs, hosted):
+    """A host that failed part way (onnxruntime's parallel-for returned an error) leaves
+    shares unrun: the calling thread runs them; one handed out twice runs once."""
+    lib = libs[0]
+    lib.tf_threads_set(4)
+    for pick in (lambda n: [2], lambda n: [], lambda n: [1, 1, 3, 0, 3, 99]):
+        host = Host(pick)
+        hosted(lib, host)
+        slots = np.zeros(4000, np.int32)
+        lib.count(_ptr(slots), ctypes.c_int64(slots.size))
+        assert host.calls == [4] and (slots == 1).all()
+
+
+def test_the_host_is_per_calling_thread_and_cleared_by_null(libs, hosted):
+    lib = libs[0]
+    host = Host()
+    hosted(lib, host)
+    lib.tf_threads_set(2)
+    slots = np.zeros(100, np.int32)
+    other = threading.Thread(target=lambda: (lib.tf_threads_set(2), lib.count(_ptr(slots), ctypes.c_int64(100))))
+    other.start()
+    other.join()
+    assert host.calls == [] and (slots == 1).all()  # that thread has no host: the pool ran it
+    lib.tf_threads_set(1)
+    lib.count(_ptr(slots), ctypes.c_int64(100))
+    assert host.calls == []  # a team of one runs inline, without the host
+    lib.tf_threads_set(2)
+    hosted(lib, None)
+    lib.count(_ptr(slots), ctypes.c_int64(100))
+    assert host.calls == [] and (slots == 3).all()
+
+
+TASK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class ThreadsV1(ctypes.Structure):
+    """struct tf_threads_v1, the pool as libraries built before the host hook see it."""
+    _fields_ = [("parallel", ctypes.CFUNCTYPE(None, TASK, ctypes.c_void_p, ctypes.c_uint)),
+                ("thread_num", ctypes.CFUNCTYPE(ctypes.c_int)), ("num_threads", ctypes.CFUNCTYPE(ctypes.c_int)),
+                ("set", ctypes.CFUNCTYPE(None, ctypes.c_int)), ("team", ctypes.CFUNCTYPE(ctypes.c_int)),
+                ("fallback", ctypes.CFUNCTYPE(ctypes.c_int))]
+
+
+def test_the_v1_interface_keeps_its_meaning(libs, hosted):
+    """An older library finds the pool through tf_threads_v1: its regions run on the pool
+    even while the calling thread has a host (that library never sets one)."""
+    lib = libs[0]
+    lib.tf_threads_v1.restype = ctypes.POINTER(ThreadsV1)
+    v1 = lib.tf_threads_v1().contents
+    host = Host()
+    hosted(lib, host)
+    shares = []
+    task = TASK(lambda data: shares.append((v1.thread_num(), v1.num_threads())))
+    v1.parallel(task, None, 2)
+    assert host.calls == [] and sorted(shares) == [(0, 2), (1, 2)]
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread states from /proc")

@@ -21,13 +21,29 @@ its parallel loops run on this pool, which differs from libgomp where cores are 
   ``OMP_NUM_THREADS`` else one per core of the process's affinity mask), so each session
   keeps its own count. A region entered while another caller has the pool, or from inside a
   region, runs its shares in turn on the calling thread.
+- A host can take the regions over, per calling thread (``tf_threads_host(run, host)``,
+  NULL ``run``: none): while one is set, a region of team n (n > 1) is not run on the pool
+  but handed to ``run(host, share, n, arg)``, which is to call ``share(arg, i)`` for each
+  i in [0, n) on its own threads, in any order, and return when they are done; each share
+  runs the region's body with ``omp_get_thread_num()`` = i and ``omp_get_num_threads()`` =
+  n, and a region inside it runs alone. A share runs once, however often it is handed out,
+  and those the host did not run (it failed, or gave up) run on the calling thread in order
+  after ``run`` returns, so a host need never fail. The onnxruntime libraries set their
+  session's intra-op pool (KernelContext_ParallelFor) around each kernel call: the kernel
+  starts no thread of its own there. A host with one thread runs the shares inline.
 
 One pool serves the whole process: each kernel library carries the code, and the first one
-loaded (in ``dl_iterate_phdr`` order) that exports ``tf_threads_v1`` is the one every
+loaded (in ``dl_iterate_phdr`` order) that exports ``tf_threads_v2`` is the one every
 library uses. That library pins itself (RTLD_NODELETE) so its workers' code stays mapped.
 The interface struct is versioned by name: a change to it or to its meaning is a new
 ``tf_threads_vN``, so libraries of different tilefuse versions in one process each use a
-pool of their own version.
+pool of their own version. ``tf_threads_v2`` is ``tf_threads_v1`` with the host setter
+added, and its ``parallel`` hands a region to the calling thread's host. A v2 library
+exports ``tf_threads_v1`` too: the same pool through the old struct with its old meaning (a
+region runs on the pool, host or not), so libraries built before the hook share the pool of
+a v2 library loaded before them; one loaded first keeps a v1 pool for the old ones, and the
+v2 libraries use the first v2 pool. An old library has no ``tf_threads_host`` either: inside
+onnxruntime its regions keep running on the pool.
 """
 
 THREAD_POOL = r"""
@@ -61,6 +77,14 @@ struct tf_threads_v1 {        /* a pool, as the other libraries of the process s
     int (*team)(void);        /* the calling thread's team size, resolved */
     int (*fallback)(void);    /* the default */
 };
+/* a host's parallel-for: share(arg, i) for each i in [0, n), on the host's threads, returning
+ * when they are done (onnxruntime's KernelContext_ParallelFor has this shape) */
+typedef void (*tf_share_fn)(void *arg, size_t i);
+typedef void (*tf_host_run)(void *host, tf_share_fn share, size_t n, void *arg);
+struct tf_threads_v2 {
+    struct tf_threads_v1 v1;
+    void (*host)(tf_host_run run, void *host);  /* the calling thread's host; NULL run: none */
+};
 
 #define TF_WORDS (TF_POOL_MAX / 64)
 
@@ -82,6 +106,8 @@ static struct {
     struct tf_worker_slot slot[TF_POOL_MAX];  /* slot[w]: worker w (1 ...), runs share w first */
 } tf_pool_state;
 static __thread int tf_share, tf_shares = 1, tf_in_region, tf_wanted;
+static __thread tf_host_run tf_host;  /* the calling thread's host, if any, and its argument */
+static __thread void *tf_host_arg;
 static pthread_once_t tf_pool_started = PTHREAD_ONCE_INIT;
 
 static void tf_futex_wait(_Atomic uint32_t *word, uint32_t value) {
@@ -194,7 +220,27 @@ static void tf_alone(tf_task fn, void *data) {
     fn(data);
     tf_share = s, tf_shares = n, tf_in_region = in;
 }
-static void tf_pool_parallel(tf_task fn, void *data, unsigned team) {
+/* a region handed to the calling thread's host: the shares it has begun, one bit each */
+struct tf_host_job { tf_task fn; void *data; int n; _Atomic uint64_t begun[TF_WORDS]; };
+static void tf_host_share(void *arg, size_t i) {
+    struct tf_host_job *job = arg;
+    if (i >= (size_t)job->n) return;
+    uint64_t bit = 1ull << (i % 64);
+    if (atomic_fetch_or(&job->begun[i / 64], bit) & bit) return;  /* handed out twice: runs once */
+    int s = tf_share, n = tf_shares, in = tf_in_region;
+    tf_share = (int)i, tf_shares = job->n, tf_in_region = 1;  /* a region it opens runs alone */
+    job->fn(job->data);
+    tf_share = s, tf_shares = n, tf_in_region = in;
+}
+static void tf_host_parallel(tf_task fn, void *data, int n) {
+    struct tf_host_job job = {fn, data, n, {0}};
+    tf_in_region = 1;
+    tf_host(tf_host_arg, tf_host_share, (size_t)n, &job);
+    for (int s = 0; s < n; ++s) tf_host_share(&job, (size_t)s);  /* any the host did not run */
+    tf_in_region = 0;
+}
+/* a region on the pool, whatever the host: what a v1 caller gets */
+static void tf_pool_run(tf_task fn, void *data, unsigned team) {
     int n = team ? (int)team : tf_wanted ? tf_wanted : tf_pool_state.fallback, free_ = 0;
     if (n > TF_POOL_MAX) n = TF_POOL_MAX;
     if (n <= 1 || tf_in_region || !atomic_compare_exchange_strong(&tf_pool_state.busy, &free_, 1)) {
@@ -230,19 +276,30 @@ static void tf_pool_parallel(tf_task fn, void *data, unsigned team) {
     tf_in_region = 0;
     atomic_store_explicit(&tf_pool_state.busy, 0, memory_order_release);
 }
+/* a region on the calling thread's host if it has one, else on the pool */
+static void tf_pool_parallel(tf_task fn, void *data, unsigned team) {
+    int n = team ? (int)team : tf_wanted ? tf_wanted : tf_pool_state.fallback;
+    if (n > TF_POOL_MAX) n = TF_POOL_MAX;
+    if (n > 1 && !tf_in_region && tf_host) tf_host_parallel(fn, data, n);
+    else tf_pool_run(fn, data, team);
+}
 static int tf_pool_thread_num(void) { return tf_share; }
 static int tf_pool_num_threads(void) { return tf_shares; }
 static void tf_pool_set(int team) { tf_wanted = team > 0 ? (team < TF_POOL_MAX ? team : TF_POOL_MAX) : 0; }
 static int tf_pool_team(void) { return tf_wanted ? tf_wanted : tf_pool_state.fallback; }
 static int tf_pool_fallback(void) { return tf_pool_state.fallback; }
+static void tf_pool_host(tf_host_run run, void *host) { tf_host = run, tf_host_arg = run ? host : NULL; }
 static void tf_pool_after_fork(void) {  /* the child has none of the parent's workers */
     tf_pool_state.workers = 0;
     atomic_store(&tf_pool_state.busy, 0);
     atomic_store(&tf_pool_state.waiting, 0);
     for (int w = 0; w < TF_POOL_MAX; ++w) atomic_store(&tf_pool_state.slot[w].asleep, 0);
 }
-static const struct tf_threads_v1 tf_pool_iface = {
-    tf_pool_parallel, tf_pool_thread_num, tf_pool_num_threads, tf_pool_set, tf_pool_team, tf_pool_fallback};
+static const struct tf_threads_v2 tf_pool_iface = {
+    {tf_pool_parallel, tf_pool_thread_num, tf_pool_num_threads, tf_pool_set, tf_pool_team, tf_pool_fallback},
+    tf_pool_host};
+static const struct tf_threads_v1 tf_pool_iface_v1 = {  /* the same pool, regions never hosted */
+    tf_pool_run, tf_pool_thread_num, tf_pool_num_threads, tf_pool_set, tf_pool_team, tf_pool_fallback};
 
 static void tf_pool_start(void) {
     int n = 0;
@@ -259,12 +316,17 @@ static void tf_pool_start(void) {
         dlopen(self.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
 }
 /* this library's pool (started on first use); the process uses the first loaded one's */
-const struct tf_threads_v1 *tf_threads_v1(void) {
+const struct tf_threads_v2 *tf_threads_v2(void) {
     pthread_once(&tf_pool_started, tf_pool_start);
     return &tf_pool_iface;
 }
+/* the same pool for libraries built before tf_threads_v2 */
+const struct tf_threads_v1 *tf_threads_v1(void) {
+    tf_threads_v2();
+    return &tf_pool_iface_v1;
+}
 
-static const struct tf_threads_v1 *tf_pool;  /* the process's pool */
+static const struct tf_threads_v2 *tf_pool;  /* the process's pool */
 static pthread_once_t tf_pool_found = PTHREAD_ONCE_INIT;
 struct tf_names { char **names; int n, cap; };
 static int tf_collect_name(struct dl_phdr_info *info, size_t size, void *out) {
@@ -281,16 +343,16 @@ static void tf_find_pool(void) {
     for (int i = 0; i < ns.n && !tf_pool; ++i) {
         void *lib = ns.names[i] ? dlopen(ns.names[i], RTLD_LAZY | RTLD_NOLOAD) : NULL;
         if (!lib) continue;
-        const struct tf_threads_v1 *(*get)(void);
-        *(void **)&get = dlsym(lib, "tf_threads_v1");
+        const struct tf_threads_v2 *(*get)(void);
+        *(void **)&get = dlsym(lib, "tf_threads_v2");
         if (get) tf_pool = get();
         dlclose(lib);
     }
     for (int i = 0; i < ns.n; ++i) free(ns.names[i]);
     free(ns.names);
-    if (!tf_pool) tf_pool = tf_threads_v1();
+    if (!tf_pool) tf_pool = tf_threads_v2();
 }
-static inline const struct tf_threads_v1 *tf_threads(void) {
+static inline const struct tf_threads_v2 *tf_threads(void) {
     pthread_once(&tf_pool_found, tf_find_pool);
     return tf_pool;
 }
@@ -299,14 +361,16 @@ static inline const struct tf_threads_v1 *tf_threads(void) {
 __attribute__((visibility("hidden"))) void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads,
                                                          unsigned flags) {
     (void)flags;
-    tf_threads()->parallel(fn, data, num_threads);
+    tf_threads()->v1.parallel(fn, data, num_threads);
 }
-__attribute__((visibility("hidden"))) int omp_get_thread_num(void) { return tf_threads()->thread_num(); }
-__attribute__((visibility("hidden"))) int omp_get_num_threads(void) { return tf_threads()->num_threads(); }
+__attribute__((visibility("hidden"))) int omp_get_thread_num(void) { return tf_threads()->v1.thread_num(); }
+__attribute__((visibility("hidden"))) int omp_get_num_threads(void) { return tf_threads()->v1.num_threads(); }
 
 /* for the runtime: the calling thread's team size (0: the default), the default, the cap */
-void tf_threads_set(int team) { tf_threads()->set(team); }
-int tf_threads_team(void) { return tf_threads()->team(); }
-int tf_threads_default(void) { return tf_threads()->fallback(); }
+void tf_threads_set(int team) { tf_threads()->v1.set(team); }
+int tf_threads_team(void) { return tf_threads()->v1.team(); }
+int tf_threads_default(void) { return tf_threads()->v1.fallback(); }
 int tf_threads_cap(void) { return TF_POOL_MAX; }
+/* for the onnxruntime libraries: the calling thread's host (see codegen/cpu/threads.py) */
+void tf_threads_host(tf_host_run run, void *host) { tf_threads()->host(run, host); }
 """

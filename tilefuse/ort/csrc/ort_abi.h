@@ -83,6 +83,7 @@ enum {
   SLOT_KernelContext_GetGPUComputeStream = 193,
   SLOT_KernelInfo_GetNodeName = 244,
   SLOT_ReadOpAttr = 272,
+  SLOT_KernelContext_ParallelFor = 274, /* C API 17 */
   SLOT_GetValueInfoName = 289,
   SLOT_HardwareDevice_Type = 307,
   SLOT_HardwareDevice_VendorId = 308,
@@ -140,6 +141,11 @@ typedef void (*ReleaseTensorTypeAndShapeInfo_fn)(OrtTensorTypeAndShapeInfo*);
 typedef OrtStatus* (*KernelContext_GetGPUComputeStream_fn)(const OrtKernelContext*, void** out);
 typedef OrtStatus* (*KernelInfo_GetNodeName_fn)(const OrtKernelInfo*, char* out, size_t* size);
 typedef OrtStatus* (*ReadOpAttr_fn)(const OrtOpAttr*, int type, void* data, size_t len, size_t* out);
+/* fn(usr_data, i) for each i in [0, total) on the session's intra-op pool (num_batch 0: one
+ * task per i), returning when all are done */
+typedef OrtStatus* (*KernelContext_ParallelFor_fn)(const OrtKernelContext*, void (*fn)(void* usr_data, size_t i),
+                                                  size_t total, size_t num_batch, void* usr_data);
+#define TF_PARALLEL_FOR_API 17 /* the first C API with KernelContext_ParallelFor */
 typedef int (*HardwareDevice_Type_fn)(const OrtHardwareDevice*);
 typedef uint32_t (*HardwareDevice_Id_fn)(const OrtHardwareDevice*);
 typedef OrtStatus* (*GetTensorSizeInBytes_fn)(const OrtValue*, size_t* out);

@@ -2,7 +2,9 @@
  *
  * Two ops in domain ai.tilefuse, with variadic inputs and outputs of any type:
  * FusedKernel runs a CPU kernel on the CPU provider; FusedKernelCuda runs a CUDA kernel on
- * the CUDA provider, on its compute stream (tf_cuda.c). The string attribute `kernel`
+ * the CUDA provider, on its compute stream (tf_cuda.c); a CPU kernel's parallel loops run
+ * on the session's intra-op pool where the C API has KernelContext_ParallelFor (17, 1.17
+ * on; see tf_kernel.h). The string attribute `kernel`
  * names the kernel descriptor, relative to the folder this library sits in (export-ort
  * --as custom-ops copies the library beside the model).
  *
@@ -23,10 +25,14 @@
 
 typedef struct {
   const OrtApi* api;
+  KernelContext_ParallelFor_fn parallel_for; /* NULL before C API 17 */
   tf_kernel* kernel;
 } tf_op_kernel;
 
 static char g_dir[4096];  /* this library's folder */
+/* onnxruntime's KernelContext_ParallelFor where its C API has it (17, 1.17 on), else NULL:
+ * the same for every registration, as there is one onnxruntime per process */
+static KernelContext_ParallelFor_fn g_parallel_for;
 
 static void find_own_folder(void) {
   Dl_info info;
@@ -64,6 +70,7 @@ static OrtStatus* op_create_kernel(const OrtCustomOp* op, const OrtApi* api, con
     return tf_status(api, ORT_FAIL, "out of memory");
   }
   kernel->api = api;
+  kernel->parallel_for = g_parallel_for;
   kernel->kernel = k;
   *out = kernel;
   return NULL;
@@ -72,7 +79,7 @@ static OrtStatus* op_create_kernel(const OrtCustomOp* op, const OrtApi* api, con
 static OrtStatus* op_compute(void* kernel, OrtKernelContext* ctx) {
   tf_op_kernel* k = kernel;
   if (k->kernel->target == TF_TARGET_CUDA) return tf_cuda_run(k->api, k->kernel, ctx);
-  return tf_kernel_run(k->api, k->kernel, ctx);
+  return tf_kernel_run(k->api, k->kernel, ctx, k->parallel_for);
 }
 
 static void op_destroy(void* kernel) {
@@ -157,6 +164,8 @@ TF_EXPORT OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiB
                      TF_OPS_API, base->GetVersionString());
   }
   find_own_folder();
+  const OrtApi* newer = base->GetApi(TF_PARALLEL_FOR_API);
+  g_parallel_for = newer ? ORT_FN(newer, SLOT_KernelContext_ParallelFor, KernelContext_ParallelFor_fn) : NULL;
   OrtCustomOpDomain* domain = NULL;  /* must outlive every session: never released */
   OrtStatus* st = ORT_FN(api, SLOT_CreateCustomOpDomain, CreateCustomOpDomain_fn)(TF_DOMAIN, &domain);
   if (!st) st = ORT_FN(api, SLOT_CustomOpDomain_Add, CustomOpDomain_Add_fn)(domain, &g_op);

@@ -5,7 +5,8 @@
  * memory, allocator and copies (tf_ep_cuda.c). Each one's GetCapability claims the
  * EPContext nodes (domain com.microsoft) whose `source` is its name, one fused node each;
  * Compile opens the kernel named by the node's `ep_cache_context` (a descriptor path
- * relative to the model) and Compute calls or launches it. Everything else in the model
+ * relative to the model) and Compute calls or launches it (a CPU kernel's parallel loops on
+ * the session's intra-op pool: see tf_kernel.h). Everything else in the model
  * stays with onnxruntime's own providers.
  *
  * Exported: CreateEpFactories and ReleaseEpFactory, nothing else (-fvisibility=hidden).
@@ -30,6 +31,7 @@ typedef struct {
 typedef struct {
   OrtNodeComputeInfo base;
   const OrtApi* api;
+  KernelContext_ParallelFor_fn parallel_for;
   tf_kernel* kernel;
   void* cu_ctx;
 } tf_compute;
@@ -117,7 +119,7 @@ static OrtStatus* compute_run(OrtNodeComputeInfo* info, void* state, OrtKernelCo
 #ifdef TF_WITH_CUDA
   if (c->kernel->target == TF_TARGET_CUDA) return tf_gpu_run(c->api, (tf_kernel*)state, ctx, c->cu_ctx);
 #endif
-  return tf_kernel_run(c->api, (const tf_kernel*)state, ctx);
+  return tf_kernel_run(c->api, (const tf_kernel*)state, ctx, c->parallel_for);
 }
 
 static void compute_release_state(OrtNodeComputeInfo* info, void* state) {
@@ -220,6 +222,7 @@ static OrtStatus* compile_one(const tf_ep* ep, const OrtGraph* graph, const OrtN
   c->base.Compute = compute_run;
   c->base.ReleaseState = compute_release_state;
   c->api = api;
+  c->parallel_for = ep->factory->parallel_for;
   c->kernel = k;
   c->cu_ctx = ep->cu_ctx;
   *out = c;
@@ -362,6 +365,7 @@ static tf_factory* new_factory(const OrtApi* api, const char* name, tf_target ta
   if (!f) return NULL;
   f->api = api;
   f->ep_api = ORT_FN(api, SLOT_GetEpApi, GetEpApi_fn)();
+  f->parallel_for = ORT_FN(api, SLOT_KernelContext_ParallelFor, KernelContext_ParallelFor_fn);
   f->name = name;
   f->target = target;
   f->base.ort_version_supported = TF_EP_API;

@@ -16,6 +16,7 @@ typedef struct {
   OrtEpFactory base;
   const OrtApi* api;
   const void* ep_api;
+  KernelContext_ParallelFor_fn parallel_for; /* in every C API the providers accept (23 on) */
   const char* name; /* the EPContext nodes it claims have this `source` */
   tf_target target;
   tf_gpu* gpu;      /* CUDA factory only */

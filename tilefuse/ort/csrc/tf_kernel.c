@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,6 +253,9 @@ tf_kernel* tf_kernel_load(const char* base_dir, const char* rel, const char* nod
     return fail(k, err, errlen, "node %s: kernel %s: %s is not defined by %s itself", k->node, k->name, k->symbol,
                 k->library);
   }
+  /* optional: kernels without a parallel loop, or built before the hook, have none */
+  *(void**)&k->set_host = dlsym(k->lib, "tf_threads_host");
+  if (k->set_host && !defined_by(k->lib, *(void**)&k->set_host)) k->set_host = NULL;
   return k;
 }
 
@@ -339,12 +343,38 @@ OrtStatus* tf_index_error(const OrtApi* api, const tf_kernel* k, const int64_t s
                    (long long)status[1], (long long)s->extent, (long long)s->extent, s->what);
 }
 
-OrtStatus* tf_kernel_run(const OrtApi* api, const tf_kernel* k, OrtKernelContext* ctx) {
+/* The host of a kernel's parallel regions during one call: onnxruntime's intra-op pool. */
+typedef struct {
+  const OrtApi* api;
+  KernelContext_ParallelFor_fn parallel_for;
+  const OrtKernelContext* ctx;
+  const tf_kernel* kernel;
+} tf_host;
+
+static void host_run(void* host, void (*share)(void*, size_t), size_t n, void* arg) {
+  const tf_host* h = host;
+  OrtStatus* st = h->parallel_for(h->ctx, share, n, 0, arg);
+  if (!st) return;
+  /* the pool runs the shares not begun on this thread when this returns: say so, once */
+  static _Atomic int told;
+  char msg[TF_ERR_LEN];
+  tf_take_message(h->api, st, msg, sizeof msg);
+  if (!atomic_exchange(&told, 1))
+    fprintf(stderr, "tilefuse: node %s: KernelContext_ParallelFor failed (%s); kernel %s runs its parallel loops "
+            "on the calling thread (reported once)\n", h->kernel->node, msg, h->kernel->name);
+}
+
+OrtStatus* tf_kernel_run(const OrtApi* api, const tf_kernel* k, OrtKernelContext* ctx,
+                         KernelContext_ParallelFor_fn parallel_for) {
   void* argv[2 * TF_MAX_ARGS + 1];
   int64_t status[2] = {0, 0}; /* this call's own: concurrent runs never share it */
   OrtStatus* st = tf_kernel_bind(api, k, ctx, argv);
   if (st) return st;
   argv[k->n_in + k->n_out] = status;
+  tf_host host = {api, parallel_for, ctx, k};
+  int hosted = k->set_host && parallel_for;
+  if (hosted) k->set_host(host_run, &host);  /* this thread's regions, during this call only */
   k->fn(argv);
+  if (hosted) k->set_host(NULL, NULL);
   return k->checked ? tf_index_error(api, k, status) : NULL;
 }

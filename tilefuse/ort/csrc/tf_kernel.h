@@ -27,6 +27,13 @@
  * indices read at run time, its status word: zero before the call, and after it word 0 is
  * the site + 1 of an index found outside its range (the kernel read position 0 instead),
  * word 1 that index. The node then fails with the site's message.
+ *
+ * A CPU kernel with a parallel loop also exports tf_threads_host (codegen/cpu/threads.py):
+ * around each call, from the calling thread, the kernel's parallel regions are handed to
+ * onnxruntime's intra-op pool through KernelContext_ParallelFor, so the kernel runs with
+ * the session's intra_op_num_threads and starts no thread of its own. A kernel built
+ * before that hook (or an onnxruntime without the function) runs its regions on
+ * tilefuse's pool, as before.
  */
 #ifndef TILEFUSE_ORT_KERNEL_H
 #define TILEFUSE_ORT_KERNEL_H
@@ -62,6 +69,9 @@ typedef struct {
   char sha256[65];     /* of the library's bytes, as exported: what is loaded must have it */
   void* lib;
   void (*fn)(void**);
+  /* the kernel library's tf_threads_host, NULL where it has none: sets (NULL run: clears)
+   * the calling thread's host of parallel regions */
+  void (*set_host)(void (*run)(void* host, void (*share)(void*, size_t), size_t n, void* arg), void* host);
   tf_cuda* cuda;
   int n_in, n_out;
   tf_spec in[TF_MAX_ARGS];
@@ -95,8 +105,10 @@ void tf_kernel_free(tf_kernel* k);
  * data pointers of inputs then outputs into argv (2 * TF_MAX_ARGS entries). */
 OrtStatus* tf_kernel_bind(const OrtApi* api, const tf_kernel* k, OrtKernelContext* ctx, void** argv);
 
-/* bind, then call the CPU kernel. */
-OrtStatus* tf_kernel_run(const OrtApi* api, const tf_kernel* k, OrtKernelContext* ctx);
+/* bind, then call the CPU kernel; its parallel regions run on the context's intra-op pool
+ * through `parallel_for` (NULL, or a kernel without the hook: on tilefuse's pool). */
+OrtStatus* tf_kernel_run(const OrtApi* api, const tf_kernel* k, OrtKernelContext* ctx,
+                         KernelContext_ParallelFor_fn parallel_for);
 
 /* NULL for a clear status word, else the error of the index it reports. */
 OrtStatus* tf_index_error(const OrtApi* api, const tf_kernel* k, const int64_t status[2]);
