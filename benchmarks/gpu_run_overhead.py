@@ -30,6 +30,7 @@ def main() -> int:
     ap.add_argument("--plans", default="build/gpu_real")
     ap.add_argument("--match", default="*.tfplan")
     ap.add_argument("--repeats", type=int, default=300)
+    ap.add_argument("--profile", action="store_true", help="also print where run()'s host time goes (cProfile)")
     args = ap.parse_args()
     import torch
 
@@ -56,6 +57,16 @@ def main() -> int:
         row = {"plan": plan_dir.name, "replay_ms": replay, "run_ms": run_ms, "overhead_us": 1e3 * (run_ms - replay),
                "run_p90_ms": sorted(walls)[int(0.9 * len(walls))], "device_outputs_equal_host": bool(same)}
         rows.append(row)
+        if args.profile:
+            import cProfile
+            import pstats
+
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(100):
+                sess.run(None, gpu)  # each run's outputs dropped at once
+            prof.disable()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(14)
         print(f"{plan_dir.name:28s} replay {replay:.3f} ms  run() {run_ms:.3f} ms  over: {row['overhead_us']:.1f} us  "
               f"(p90 {row['run_p90_ms']:.3f}); device outputs equal host: {same}", flush=True)
         sess.close()
