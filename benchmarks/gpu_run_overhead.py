@@ -7,8 +7,10 @@ For each packed plan (weights synthesised as gpu_peers does): the device time of
 replay (CUDA events, the runtime's ``timed``), and the wall time of ``sess.run(None, feeds)``
 with the feeds as torch CUDA tensors, measured on the host around each call (a run returns
 once its outputs are written, so no extra synchronise is needed) with each run's outputs
-dropped before the next, as a server does. The overhead is the difference of the medians;
-the issue's goal is 20 us or less. Results to $OUT/gpu_run_overhead.json.
+dropped before the next, as a server does; then the same with the buffers bound once
+(``sess.bind(feeds)``: one graph with the copies in and out, nothing per run but its
+launch and the wait). The overhead is the difference of the medians; the issue's goal is
+20 us or less. Results to $OUT/gpu_run_overhead.json.
 """
 from __future__ import annotations
 
@@ -23,6 +25,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_peers import prepare  # noqa: E402
+
+
+def _walls(fn, repeats: int) -> list[float]:
+    """Host wall time (ms) of each of ``repeats`` calls of ``fn`` after 20 untimed ones."""
+    for _ in range(20):
+        fn()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out
 
 
 def main() -> int:
@@ -54,8 +68,15 @@ def main() -> int:
             walls.append((time.perf_counter() - t0) * 1e3)
             del outs
         run_ms = statistics.median(walls)
+        # buffers bound once: the plan session's bind (outputs in memory it keeps)
+        binding = sess.bind(gpu)
+        binding.run()
+        bound_same = all((torch.from_dlpack(o).cpu().numpy() == h).all() for o, h in zip(binding.outputs, host))
+        bound = _walls(binding.run, args.repeats)
         row = {"plan": plan_dir.name, "replay_ms": replay, "run_ms": run_ms, "overhead_us": 1e3 * (run_ms - replay),
-               "run_p90_ms": sorted(walls)[int(0.9 * len(walls))], "device_outputs_equal_host": bool(same)}
+               "run_p90_ms": sorted(walls)[int(0.9 * len(walls))], "device_outputs_equal_host": bool(same),
+               "bound_run_ms": statistics.median(bound), "bound_overhead_us": 1e3 * (statistics.median(bound) - replay),
+               "bound_p90_ms": sorted(bound)[int(0.9 * len(bound))], "bound_outputs_equal_host": bool(bound_same)}
         rows.append(row)
         if args.profile:
             import cProfile
@@ -69,6 +90,8 @@ def main() -> int:
             pstats.Stats(prof).sort_stats("tottime").print_stats(14)
         print(f"{plan_dir.name:28s} replay {replay:.3f} ms  run() {run_ms:.3f} ms  over: {row['overhead_us']:.1f} us  "
               f"(p90 {row['run_p90_ms']:.3f}); device outputs equal host: {same}", flush=True)
+        print(f"{'':28s} bound: run {row['bound_run_ms']:.3f} ms  over: {row['bound_overhead_us']:.1f} us  "
+              f"(p90 {row['bound_p90_ms']:.3f}); outputs equal host: {bound_same}", flush=True)
         sess.close()
     out = Path(os.environ.get("OUT") or ".") / "gpu_run_overhead.json"
     out.write_text(json.dumps(rows, indent=1))

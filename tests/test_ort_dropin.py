@@ -104,8 +104,13 @@ def test_host_buffers_bound_by_pointer(cache):
     sess.run_with_iobinding(b)
     (want,) = sess.run(["last_hidden_state"], {"input_ids": ids, "attention_mask": mask})
     np.testing.assert_array_equal(out, want)  # written into the caller's buffer
-    with pytest.raises(InputError, match="only host buffers"):
-        b.bind_input("input_ids", "cuda", 0, np.int64, ids.shape, ids.ctypes.data)
+    b.bind_input("input_ids", "cuda", 0, np.int64, ids.shape, ids.ctypes.data)  # GPU memory, as far as it knows
+    with pytest.raises(InputError, match="a cpu plan takes host feeds"):
+        sess.run_with_iobinding(b)
+    with pytest.raises(InputError, match="device_type must be 'cpu' or 'cuda'"):
+        b.bind_input("input_ids", "dml", 0, np.int64, ids.shape, ids.ctypes.data)
+    with pytest.raises(InputError, match="CUDA device 1"):
+        b.bind_output("last_hidden_state", "cuda", 1, np.float32, out.shape, out.ctypes.data)
 
 
 def test_plans_and_errors(cache, tmp_path):

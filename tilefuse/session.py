@@ -163,6 +163,9 @@ class InferenceSession:
         return IOBinding(self)
 
     def run_with_iobinding(self, binding: "IOBinding", run_options: object = None) -> None:
+        if binding._on_device():
+            binding._run_on_device(self)
+            return
         names = [n for n, _ in binding._outputs] or None
         values = self.run(names, binding._inputs, run_options)
         outs = names or [a.name for a in self.get_outputs()]
@@ -274,49 +277,63 @@ class InferenceSession:
 
 
 class IOBinding:
-    """onnxruntime's IOBinding over host arrays: inputs bound once (``bind_cpu_input``, or
+    """onnxruntime's IOBinding. Host buffers: inputs bound once (``bind_cpu_input``, or
     ``bind_input`` with a host buffer), outputs bound to a caller's array or left to the
-    session; ``session.run_with_iobinding(binding)``, then ``copy_outputs_to_cpu()`` or
-    ``get_outputs()[i].numpy()``."""
+    session. GPU buffers (``bind_input(name, "cuda", 0, dtype, shape, ptr)``, the same for
+    outputs, or ``bind_output(name, "cuda")`` for memory the session keeps): checked once and
+    run as one CUDA graph on that memory, with nothing allocated per run (the plan session's
+    ``bind``). ``session.run_with_iobinding(binding)``, then ``copy_outputs_to_cpu()`` or
+    ``get_outputs()[i].numpy()``. As with onnxruntime, bound GPU inputs must be ready when the
+    run starts: work on the legacy default stream (torch's default) is; another stream's is
+    not (``synchronize_inputs`` waits for the whole device)."""
 
     def __init__(self, session: InferenceSession) -> None:
         self._session = session
-        self._inputs: dict[str, np.ndarray] = {}
-        self._outputs: list[tuple[str, np.ndarray | None]] = []
+        self._inputs: dict[str, object] = {}
+        self._outputs: list[tuple[str, object]] = []
         self._results: list[OutputValue] = []
+        self._device = None  # the plan session's binding of the GPU buffers, made at the first run
 
     def bind_cpu_input(self, name: str, arr_on_cpu: np.ndarray) -> None:
         self._inputs[name] = np.asarray(arr_on_cpu)
+        self._device = None
 
     def bind_input(self, name: str, device_type: str, device_id: int, element_type: object, shape: Sequence[int],
                    buffer_ptr: int) -> None:
-        if str(device_type).lower() != "cpu":
-            raise InputError(f"bind_input: only host buffers are bound this way (device_type 'cpu'), got {device_type!r}; "
-                             "pass GPU tensors to run() directly")
-        dtype = np.dtype(element_type)
-        count = int(np.prod(shape)) if len(shape) else 1
-        buf = (ctypes.c_char * (count * dtype.itemsize)).from_address(int(buffer_ptr))
-        self._inputs[name] = np.frombuffer(buf, dtype=dtype, count=count).reshape(tuple(shape))
+        self._inputs[name] = _buffer(f"bind_input({name!r})", device_type, device_id, element_type, shape, buffer_ptr)
+        self._device = None
 
     def bind_output(self, name: str, device_type: str = "cpu", device_id: int = 0, element_type: object = None,
                     shape: Sequence[int] | None = None, buffer_ptr: int | None = None) -> None:
-        if str(device_type).lower() != "cpu":
-            raise InputError(f"bind_output: only host outputs are bound (device_type 'cpu'), got {device_type!r}")
         target = None
         if buffer_ptr is not None:
             if element_type is None or shape is None:
                 raise InputError("bind_output with a buffer needs its element_type and shape")
-            dtype = np.dtype(element_type)
-            count = int(np.prod(shape)) if len(shape) else 1
-            buf = (ctypes.c_char * (count * dtype.itemsize)).from_address(int(buffer_ptr))
-            target = np.frombuffer(buf, dtype=dtype, count=count).reshape(tuple(shape))
+            target = _buffer(f"bind_output({name!r})", device_type, device_id, element_type, shape, buffer_ptr)
+        elif str(device_type).lower() == "cuda":
+            target = _GPU_KEPT
+        elif str(device_type).lower() != "cpu":
+            raise InputError(f"bind_output({name!r}): device_type must be 'cpu' or 'cuda', got {device_type!r}")
         self._outputs = [(n, a) for n, a in self._outputs if n != name] + [(name, target)]
+        self._device = None
 
     def clear_binding_inputs(self) -> None:
         self._inputs.clear()
+        self._device = None
 
     def clear_binding_outputs(self) -> None:
         self._outputs.clear()
+        self._device = None
+
+    def synchronize_inputs(self) -> None:
+        """Wait for all work on the device (what makes inputs written on any stream ready)."""
+        if self._on_device():
+            synchronize = getattr(self._plan_session()._executor, "synchronize", None)
+            if synchronize is not None:
+                synchronize()
+
+    def synchronize_outputs(self) -> None:
+        """Outputs are written when ``run_with_iobinding`` returns: nothing to wait for."""
 
     def get_outputs(self) -> list["OutputValue"]:
         return list(self._results)
@@ -324,21 +341,89 @@ class IOBinding:
     def copy_outputs_to_cpu(self) -> list[np.ndarray]:
         return [r.numpy() for r in self._results]
 
+    def _on_device(self) -> bool:
+        return any(isinstance(v, _DeviceBuffer) for v in self._inputs.values()) or \
+            any(v is _GPU_KEPT or isinstance(v, _DeviceBuffer) for _, v in self._outputs)
+
+    def _run_on_device(self, session: InferenceSession) -> None:
+        if self._device is None:
+            plan_session = self._plan_session()
+            bound = {n: v for n, v in self._outputs if v is not _GPU_KEPT}
+            if not self._outputs:
+                outputs: object = None
+            elif bound and len(bound) == len(self._outputs):
+                outputs = bound
+            elif not bound:
+                outputs = [n for n, _ in self._outputs]
+            else:
+                raise InputError("bind_output: bind every output to a buffer, or none (the session's memory)")
+            self._device = plan_session.bind(self._inputs, outputs)
+            self._results = [OutputValue(v, plan_session._executor) for v in self._device.outputs]
+        self._device.run()
+
+    def _plan_session(self) -> PlanSession:
+        """The plan session for the bound inputs' shapes."""
+        session = self._session
+        if session._fixed is not None:
+            return session._fixed
+        return session._session_for({n: tuple(np.shape(v) if isinstance(v, np.ndarray) else v.shape)  # type: ignore[attr-defined]
+                                     for n, v in self._inputs.items()})
+
+
+class _DeviceBuffer:
+    """A GPU buffer named by pointer, dtype and shape, as ``__cuda_array_interface__`` (no
+    stream: the caller has it ready)."""
+
+    def __init__(self, ptr: int, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+        self.ptr, self.dtype, self.shape = ptr, dtype, shape
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": dtype.str, "data": (ptr, False),
+                                         "version": 3, "stream": None}
+
+
+_GPU_KEPT = object()  # bind_output(name, "cuda") without a buffer: memory the session keeps
+
+
+def _buffer(what: str, device_type: str, device_id: int, element_type: object, shape: Sequence[int],
+            buffer_ptr: int) -> np.ndarray | _DeviceBuffer:
+    """The caller's buffer: a host array over it, or a GPU buffer."""
+    kind = str(device_type).lower()
+    try:
+        dtype = np.dtype(element_type)  # type: ignore[call-overload]
+        dims = tuple(int(d) for d in shape)
+        ptr = int(buffer_ptr)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"{what}: element_type, shape and buffer_ptr must be a dtype, ints and an int ({e})") from None
+    if kind == "cuda":
+        if device_id != 0:
+            raise InputError(f"{what}: CUDA device {device_id}; tilefuse sessions run on device 0")
+        return _DeviceBuffer(ptr, dtype, dims)
+    if kind != "cpu":
+        raise InputError(f"{what}: device_type must be 'cpu' or 'cuda', got {device_type!r}")
+    count = int(np.prod(dims)) if dims else 1
+    buf = (ctypes.c_char * (count * dtype.itemsize)).from_address(ptr)
+    return np.frombuffer(buf, dtype=dtype, count=count).reshape(dims)
+
 
 class OutputValue:
-    """An output of ``run_with_iobinding`` (onnxruntime's OrtValue, on the host)."""
+    """An output of ``run_with_iobinding`` (onnxruntime's OrtValue): a host array, or GPU
+    memory (``numpy()`` copies it to the host)."""
 
-    def __init__(self, value: np.ndarray) -> None:
-        self._value = value
+    def __init__(self, value: object, executor: object = None) -> None:
+        self._value, self._executor = value, executor
 
     def numpy(self) -> np.ndarray:
-        return np.asarray(self._value)
+        if isinstance(self._value, np.ndarray):
+            return self._value
+        return self._executor.download(self._value)  # type: ignore[union-attr]
 
     def shape(self) -> list[int]:
-        return list(np.shape(self._value))
+        return list(np.shape(self._value) if isinstance(self._value, np.ndarray) else self._value.shape)  # type: ignore[attr-defined]
 
     def device_name(self) -> str:
         return "cpu" if isinstance(self._value, np.ndarray) else "cuda"
+
+    def data_ptr(self) -> int:
+        return int(self._value.ctypes.data if isinstance(self._value, np.ndarray) else self._value.ptr)  # type: ignore[attr-defined]
 
 
 def _provider_name(target: str) -> str:

@@ -32,11 +32,12 @@ class Driver:
 
     CUresult = SimpleNamespace(CUDA_SUCCESS=0)
     CUstreamCaptureMode = SimpleNamespace(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL=1)
+    CUevent_flags = SimpleNamespace(CU_EVENT_DISABLE_TIMING=2)
 
     def __init__(self) -> None:
         self.blocks: list[ctypes.Array] = []
         self.capturing: list | None = None
-        self.graph: list = []
+        self.graphs: list[list] = []  # each captured graph's copies and launches, in order
         self.launched: list[tuple] = []  # (function, pointer arguments)
 
     def cuInit(self, flags): return (0,)
@@ -59,11 +60,26 @@ class Driver:
         self.blocks.append((ctypes.c_char * nbytes)(*([b"\xab"] * nbytes)))  # not zeroed, as on a GPU
         return (0, ctypes.addressof(self.blocks[-1]))
 
+    def cuMemHostAlloc(self, nbytes, flags):
+        self.blocks.append((ctypes.c_char * nbytes)(*([b"\xcd"] * nbytes)))  # page-locked host memory
+        return (0, ctypes.addressof(self.blocks[-1]))
+
+    def cuMemFreeHost(self, ptr): return (0,)
+
     def cuMemcpyHtoDAsync(self, dst, src, nbytes, stream):
-        ctypes.memmove(dst, src, nbytes)
+        self._do(("copy", dst, src, nbytes))
         return (0,)
 
-    cuMemcpyDtoHAsync = cuMemcpyHtoDAsync
+    cuMemcpyDtoHAsync = cuMemcpyDtoDAsync = cuMemcpyHtoDAsync
+
+    def _do(self, op):
+        """A copy or a launch: recorded while a stream is captured, else done now."""
+        if self.capturing is not None:
+            self.capturing.append(op)
+        elif op[0] == "copy":
+            ctypes.memmove(*op[1:])
+        else:
+            self._run(*op[1:])
 
     def cuStreamSynchronize(self, stream): return (0,)
     def cuStreamBeginCapture(self, stream, mode):
@@ -71,14 +87,15 @@ class Driver:
         return (0,)
 
     def cuStreamEndCapture(self, stream):
-        self.graph, self.capturing = self.capturing, None
-        return (0, "graph")
+        self.graphs.append(self.capturing)
+        self.capturing = None
+        return (0, len(self.graphs) - 1)
 
-    def cuGraphInstantiate(self, graph, flags): return (0, "exec")
+    def cuGraphInstantiate(self, graph, flags): return (0, graph)
 
     def cuGraphLaunch(self, exec_, stream):
-        for launch in self.graph:
-            self._run(*launch)
+        for op in self.graphs[exec_]:
+            self._do(op)
         return (0,)
 
     def cuEventCreate(self, flags): return (0, "event")
@@ -87,7 +104,7 @@ class Driver:
     def cuEventElapsedTime(self, start, stop): return (0, 0.5)
 
     def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, smem, stream, args, extra):
-        (self.capturing.append if self.capturing is not None else lambda x: self._run(*x))((fn, args[0]))
+        self._do(("launch", fn, args[0]))
         return (0,)
 
     def _run(self, fn, pointers):
@@ -165,3 +182,48 @@ def test_timing_runs_do_not_leave_a_bad_index_for_the_next_run(session):
     assert sess._executor.timed(3) == [0.5, 0.5, 0.5]  # the bad ids again, three times
     y, _ = sess.run(None, {"ids": np.array([1, 2, 3, 4], np.int64)})
     np.testing.assert_array_equal(y[:, 0], [3, 6, 9, 12])
+
+
+def test_a_binding_runs_one_graph_on_the_bound_memory_and_checks_indices(session):
+    """Buffers bound once (CudaExecutor.bind): each run is one graph launch that copies the
+    bound input in, runs both kernels, copies both outputs to the bound memory and the
+    status words to page-locked memory; a bad index written into the bound input later
+    fails that run with the message and is cleared; the next good run succeeds."""
+    from tilefuse.feeds import DeviceView
+
+    sess, driver = session
+    ex = sess._executor
+    ids_dev = (ctypes.c_int64 * N)(3, -1, 0, 9)  # "device" memory of the caller's
+    y_dev = (ctypes.c_float * (N * COLS))()
+    bound = ex.bind({"ids": DeviceView(ctypes.addressof(ids_dev), np.dtype(np.int64), (N,), ready="ready")},
+                    {"y": DeviceView(ctypes.addressof(y_dev), np.dtype(np.float32), (N, COLS), ready="ready"), "y2": None})
+    table = np.arange(ROWS * COLS, dtype=np.float32).reshape(ROWS, COLS)
+    graph = driver.graphs[-1]
+    assert [op[0] for op in graph] == ["copy", "launch", "launch", "copy", "copy", "copy"]
+    launched = len(driver.launched)
+    bound.run()
+    assert len(driver.launched) == launched + 2
+    np.testing.assert_array_equal(_view(ctypes.addressof(y_dev), np.float32, (N, COLS)), table[[3, -1, 0, 9]])
+    assert isinstance(bound.outputs[1], cuda_runtime.DeviceArray)
+    np.testing.assert_array_equal(_view(bound.outputs[1].ptr, np.float32, (N, COLS)), table[[3, -1, 0, 9]])
+    ids_dev[2] = 2**40
+    with pytest.raises(ExecutionError, match=f"index {2**40} is outside"):
+        bound.run()
+    ids_dev[2] = 1
+    bound.run()
+    np.testing.assert_array_equal(_view(ctypes.addressof(y_dev), np.float32, (N, COLS))[2], table[1])
+    with pytest.raises(Exception, match="stream must be"):
+        bound.run(stream="torch")
+    sess.close()
+    with pytest.raises(ExecutionError, match="closed"):
+        bound.run()
+
+
+def test_bind_checks_what_it_is_given(session):
+    from tilefuse.errors import InputError
+
+    sess, _ = session
+    with pytest.raises(InputError, match="host arrays; bind GPU tensors"):
+        sess.bind({"ids": np.zeros(N, np.int64)})
+    with pytest.raises(InputError, match="missing"):
+        sess.bind({})

@@ -273,6 +273,7 @@ class FakeCuda:
     CUresult = SimpleNamespace(CUDA_SUCCESS=0)
     CUstreamCaptureMode = SimpleNamespace(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL=1)
     CUfunction_attribute = SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8)
+    CUevent_flags = SimpleNamespace(CU_EVENT_DISABLE_TIMING=2)
     INVALID = 400
 
     def __init__(self, fail: str = "", fail_after: int = 0) -> None:
@@ -396,6 +397,22 @@ class FakeCuda:
     def cuEventRecord(self, event, stream):
         return (0,)
 
+    def cuStreamWaitEvent(self, stream, event, flags):
+        return (0,)
+
+    def CUstream(self, handle):
+        return handle
+
+    def cuMemHostAlloc(self, nbytes, flags):
+        block = np.zeros(nbytes, np.uint8)
+        self.memory[block.ctypes.data] = block
+        self.live["pinned"].add(block.ctypes.data)
+        return (0, block.ctypes.data)
+
+    def cuMemFreeHost(self, ptr):
+        self.memory.pop(ptr, None)
+        return self._drop("pinned", ptr)
+
     def cuEventSynchronize(self, event):
         return (0,)
 
@@ -440,7 +457,7 @@ def test_a_cuda_session_releases_every_device_resource(fake_cuda, cuda_plan):
     np.testing.assert_array_equal(x_again, feeds["x"])  # copied in and out through "device" memory
     sess._executor.timed(3)
     sess._executor.timed_steps(2)
-    assert "event" not in fake_cuda.held()  # timing events are destroyed after each use
+    assert fake_cuda.held()["event"] == 1  # timing events are destroyed after each use; the feeds' one stays
     sess.close()
     assert fake_cuda.held() == {}
     with pytest.raises(ExecutionError, match="closed"):
@@ -511,3 +528,58 @@ def test_a_cuda_kernel_changed_after_load_plan_is_not_loaded(fake_cuda, cuda_pla
     with pytest.raises(PlanError, match="sha256 .* the file was modified"):
         InferenceSession(plan_copy)
     assert fake_cuda.images == [] and fake_cuda.held() == {}
+
+
+def test_a_binding_runs_on_its_memory_and_goes_with_the_session(fake_cuda, cuda_plan):
+    """A binding's graph is the executor's until the session closes (or it is released);
+    its own output memory goes with its array."""
+    graph, plan = cuda_plan
+    feeds = random_feeds(graph, seed=6)
+    sess = InferenceSession(plan)
+    before = fake_cuda.held()["graph_exec"]
+    x = _DeviceTensor(feeds["x"].copy())
+    out = _DeviceTensor(np.zeros_like(feeds["x"]))
+    bound = sess.bind({"x": x}, {"x_again": out})
+    assert fake_cuda.held()["graph_exec"] == before + 1
+    bound.run()  # (this fake copies at capture: what a replay reads is test_cuda_index_status's)
+    np.testing.assert_array_equal(out.a, feeds["x"])  # written into the bound output
+    own = sess.bind({"x": x}, ["x_again"])
+    own.run()
+    np.testing.assert_array_equal(own.outputs[0].numpy(), feeds["x"])
+    bound.release()
+    assert fake_cuda.held()["graph_exec"] == before + 1
+    sess.close()
+    assert fake_cuda.held() == {"memory": 1, "context": 1}  # the binding's own output, until it goes
+    del own
+    gc.collect()
+    assert fake_cuda.held() == {}
+
+
+def test_the_drop_in_io_binding_binds_gpu_buffers_once(fake_cuda, cuda_plan):
+    """onnxruntime's IOBinding with CUDA buffers (pointers, as torch's data_ptr() gives):
+    bound once, run as the plan session's binding, outputs in the caller's buffer or in
+    memory the session keeps; rebinding makes a new binding."""
+    import tilefuse
+
+    graph, plan = cuda_plan
+    feeds = random_feeds(graph, seed=7)
+    sess = tilefuse.InferenceSession(plan)
+    x = feeds["x"].copy()
+    out = np.zeros_like(x)
+    b = sess.io_binding()
+    b.bind_input("x", "cuda", 0, np.float32, x.shape, x.ctypes.data)
+    b.bind_output("x_again", "cuda", 0, np.float32, out.shape, out.ctypes.data)
+    sess.run_with_iobinding(b)
+    np.testing.assert_array_equal(out, feeds["x"])
+    (value,) = b.get_outputs()
+    assert value.device_name() == "cuda" and value.data_ptr() == out.ctypes.data and value.shape() == list(x.shape)
+    np.testing.assert_array_equal(b.copy_outputs_to_cpu()[0], feeds["x"])
+    first = b._device
+    sess.run_with_iobinding(b)
+    assert b._device is first  # the same binding: nothing is checked or captured again
+    b.clear_binding_outputs()
+    b.bind_output("x_again", "cuda")  # memory the session keeps
+    sess.run_with_iobinding(b)
+    assert b._device is not first
+    np.testing.assert_array_equal(b.get_outputs()[0].numpy(), feeds["x"])
+    sess.close()

@@ -103,6 +103,8 @@ class CudaExecutor:
         self._spare: dict[int, list[int]] = {}  # output memory given back, by size, for the next runs
         self._sizes: dict[int, int] = {}  # each DeviceArray's bytes, by pointer
         self._feed_event = None
+        self._bindings: set = set()  # CudaBindings alive: their graphs go with the executor
+        self._pinned = 0  # page-locked host memory of the status words
         self._modules: list = []
         self._graph = None
         self.stream = None
@@ -138,7 +140,13 @@ class CudaExecutor:
         self._inputs = {b.name: b.buffer for b in plan.inputs}
         self._outputs = {b.name: b.buffer for b in plan.outputs}
         self._checked = plan.checked_steps()  # step index of each status word
-        self._status = np.zeros((len(self._checked), 2), np.int64)  # the host copy
+        # the status words' host copy, page-locked so a graph can copy them as its last node
+        self._status = np.zeros((len(self._checked), 2), np.int64)
+        if self._checked:
+            self._pinned = int(self._check(cu.cuMemHostAlloc(self._status.nbytes, 0), "cuMemHostAlloc"))
+            words = (ctypes.c_int64 * self._status.size).from_address(self._pinned)
+            self._status = np.ctypeslib.as_array(words).reshape(self._status.shape)
+            self._status[...] = 0
         self._status_ptr = self._alloc(self._status.nbytes) if self._checked else 0
         self._h2d(self._status_ptr, self._status)
         self._launches = [self._launch_args(i, s) if isinstance(s, KernelStep) else None for i, s in enumerate(plan.steps)]
@@ -158,6 +166,12 @@ class CudaExecutor:
                 cu.cuStreamSynchronize(self.stream)
             if self._graph is not None:
                 cu.cuGraphExecDestroy(self._graph)
+            for binding in list(self._bindings):
+                binding._destroy()
+            if self._pinned:
+                self._status = self._status.copy()  # before the page-locked memory goes
+                cu.cuMemFreeHost(self._pinned)
+                self._pinned = 0
             self._graph, self._launches, self._functions = None, [], {}
             for module in self._modules:
                 cu.cuModuleUnload(module)
@@ -184,11 +198,15 @@ class CudaExecutor:
             raise ExecutionError("this CUDA executor is closed: its modules and device memory are released")
 
     def _capture(self):
+        return self._capture_bound(self.launch_steps)
+
+    def _capture_bound(self, sequence):
+        """An executable graph of what ``sequence()`` queues on the stream."""
         cu = self.cu
         mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
         self._check(cu.cuStreamBeginCapture(self.stream, mode), "cuStreamBeginCapture")
         try:
-            self.launch_steps()
+            sequence()
         finally:
             graph = self._check(cu.cuStreamEndCapture(self.stream), "cuStreamEndCapture")
         try:
@@ -334,11 +352,34 @@ class CudaExecutor:
                     out = np.empty(buf.type.shape, buf.type.dtype.numpy)
                     self._d2h(out, self.ptr[buf.id])
                 results.append(out)
-            self._d2h(self._status, self._status_ptr)
+            self._status_to_host()
             self._check(cu.cuStreamSynchronize(self.stream), "running the plan")
             if self._status.any():
                 raise self._index_error()
             return results
+
+    def bind(self, inputs: dict[str, DeviceView], outputs: dict[str, DeviceView | None]):
+        """A CudaBinding (runtime/cuda_binding.py) of checked device feeds and outputs
+        (None: memory the binding owns), captured as one graph where the plan has one."""
+        from tilefuse.runtime.cuda_binding import CudaBinding
+
+        with self._lock:
+            self._open()
+            self._check(self.cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+            return CudaBinding(self, inputs, outputs)
+
+    def synchronize(self) -> None:
+        """Wait for all work on the device (the caller's included)."""
+        with self._lock:
+            self._open()
+            self._check(self.cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+            self._check(self.cu.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    def _status_to_host(self) -> None:
+        """Queue the status words' copy to the host (asynchronous: page-locked memory)."""
+        if self._checked:
+            self._check(self.cu.cuMemcpyDtoHAsync(self._status.ctypes.data, self._status_ptr, self._status.nbytes,
+                                                  self.stream), "copying the status words")
 
     def _order_after(self, views: list[DeviceView]) -> None:
         """Make the plan's stream wait for the feeds' pending writes: nothing for DLPack

@@ -29,7 +29,7 @@ import numpy as np
 
 from tilefuse import backends
 from tilefuse.errors import ExecutionError, InputError, PlanError
-from tilefuse.feeds import FeedChecker
+from tilefuse.feeds import DeviceView, FeedChecker, check_feeds
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.types import TensorType
 from tilefuse.plan import Plan, load_plan
@@ -167,6 +167,36 @@ class InferenceSession:
         with self._lifetime.run():
             arrays = self._check(feeds)
             return self._executor.run(arrays, names)
+
+    def bind(self, inputs: Mapping[str, object], outputs: Mapping[str, object] | Sequence[str] | None = None):
+        """Inputs and outputs bound to GPU memory once, for runs with no per-run feed
+        handling (CUDA plans; ``runtime/cuda_binding.py``): ``inputs`` maps every input to
+        a GPU tensor, checked here as ``run`` checks feeds; ``outputs`` maps outputs to GPU
+        tensors of their dtype and shape to be written, or lists the outputs wanted in
+        memory the binding owns (None: every output). Returns the binding: ``run()`` runs
+        the plan on that memory, ``outputs`` holds the output tensors in order."""
+        bind = getattr(self._executor, "bind", None)
+        if bind is None:
+            raise InputError(f"bind: a {self.plan.target} plan takes host feeds; call run() (binding is for GPU plans)")
+        with self._lifetime.run():
+            views = self._check(inputs)
+            host = [n for n, v in views.items() if not isinstance(v, DeviceView)]
+            if host:
+                raise InputError(f"bind: input(s) {host} are host arrays; bind GPU tensors (or call run() with them)")
+            if outputs is None or not isinstance(outputs, Mapping):
+                targets: dict[str, object] = {n: None for n in self._output_names(outputs)}
+            else:
+                names = self._output_names(list(outputs))
+                types = dict(self.plan.output_types())
+                try:  # checked as feeds are, and named as what they are
+                    given = check_feeds([(n, types[n]) for n in names], outputs, self._executor.feed_device)
+                except InputError as e:
+                    raise InputError(f"bind: output {str(e).removeprefix('input ')}") from None
+                host = [n for n, v in given.items() if not isinstance(v, DeviceView)]
+                if host:
+                    raise InputError(f"bind: output(s) {host} are host arrays; bind GPU tensors to be written")
+                targets = dict(given)
+            return bind(dict(views), targets)
 
     def _output_names(self, output_names: object) -> list[str]:
         """``output_names`` checked: None (every output) or a list of the plan's output names."""
