@@ -14,13 +14,16 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
 from tilefuse.bench import Timing
 from tilefuse.errors import InputError
 from tilefuse.plan.model import BranchStep, HostStep, KernelStep, Plan, Step
+
+if TYPE_CHECKING:
+    from tilefuse.runtime.session import InferenceSession
 
 FORMAT = "tilefuse-profile/1"  # the JSON's "format": what load_profile reads
 COVERS_WIDTH = 48  # characters of the "ONNX nodes" column
@@ -112,7 +115,8 @@ def _us(ms: float | None) -> str:
     return "-" if ms is None else f"{ms * 1e3:.1f}"
 
 
-def profile(session, feeds: Mapping[str, object], *, warmup: int = 3, iterations: int = 20) -> Profile:
+def profile(session: InferenceSession, feeds: Mapping[str, object], *, warmup: int = 3,
+            iterations: int = 20) -> Profile:
     """Profile ``session`` (an ``InferenceSession``) on ``feeds``; see the module doc."""
     if warmup < 0 or iterations < 1:
         raise InputError("--warmup must be >= 0 and --iterations >= 1")
@@ -142,7 +146,7 @@ def _fold(plan: Plan, medians: Mapping[int, float], samples: Mapping[int, list[f
         members.setdefault(key, []).append(i)
     rows = []
     for (kind, _), indices in members.items():
-        facts = [plan.steps[i].facts for i in indices]  # type: ignore[union-attr]
+        facts = [getattr(plan.steps[i], "facts", None) for i in indices]  # a select step has none
         first = facts[0]
         ops = tuple(dict.fromkeys(op for f in facts if f for op in f.onnx_ops))
         nodes = tuple(n for f in facts if f for n in f.onnx_nodes)

@@ -124,6 +124,26 @@ def test_a_plan_without_facts_profiles_with_dashes(plan_dir, tmp_path):
     assert " - " in prof.table()
 
 
+def test_host_select_and_branch_steps_are_rows_of_their_own(tmp_path):
+    import tilefuse
+
+    from tests.compiler.if_models import sum_switch_model
+    from tests.plan.handmade import random_feeds, topk_plan
+
+    graph, plan = topk_plan(tmp_path)
+    with InferenceSession(plan) as sess:
+        prof = profile(sess, random_feeds(graph), warmup=0, iterations=3)
+    host = [r for r in prof.rows if r.kind == "host"]
+    assert len(host) == 1 and host[0].name == "host TopK" and host[0].estimate_ms is None
+    assert "host TopK" in prof.table()
+    plan = tilefuse.compile(sum_switch_model(), "cpu")
+    with InferenceSession(plan) as sess:
+        prof = profile(sess, {"x": np.ones((2, 3, 8, 8), np.float32)}, warmup=0, iterations=3)
+    assert [r.kind for r in prof.rows].count("select") == 1
+    assert any(s["in_branch"] for s in prof.as_dict()["steps"])
+    assert sum(r.calls for r in prof.rows) == len(prof.steps)
+
+
 @pytest.mark.parametrize("damage", ["missing", "corrupt", "not a plan"])
 def test_bad_plans_are_one_line_errors(plan_dir, tmp_path, damage):
     target = tmp_path / "x.tfplan"

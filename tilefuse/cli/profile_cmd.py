@@ -3,6 +3,7 @@ its roofline floor, identical kernels folded (tilefuse/profile.py)."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from tilefuse.bench import measure
 from tilefuse.cli.bench_cmd import add_plan_args, open_session, write_json
@@ -27,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     prof = profile(session, feeds, warmup=args.warmup, iterations=args.iterations)
     # plain runs beside it: what the per-step timers cost
     plain = measure(lambda: session.run(None, feeds), warmup=1, repeats=args.iterations, min_seconds=0)
-    prof = type(prof)(**{**prof.__dict__, "run": plain})
+    prof = replace(prof, run=plain)
     print(prof.table())
     if args.json:
         write_json(args.json, prof.as_dict())

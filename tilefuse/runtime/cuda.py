@@ -452,13 +452,16 @@ class CudaExecutor:
         elif isinstance(step, HostStep):
             self._host(step)
         elif isinstance(step, SelectStep):
-            chosen = step.chosen(self._truth(step))
-            for src, dst in zip(chosen, step.outputs):
-                n = self.plan.buffers[dst].nbytes
-                if n:
-                    self._check(self.cu.cuMemcpyDtoDAsync(self.ptr[dst], self.ptr[src], n, self.stream),
-                                f"{step.label}: copying buffer {src}")
+            self._select(step, self._truth(step))
         # a BranchStep does nothing itself: step_order asked ``_truth`` which branch to take
+
+    def _select(self, step: SelectStep, cond: bool) -> None:
+        """Copy the results of the branch ``cond`` took to the If's outputs (queued)."""
+        for src, dst in zip(step.chosen(cond), step.outputs):
+            n = self.plan.buffers[dst].nbytes
+            if n:
+                self._check(self.cu.cuMemcpyDtoDAsync(self.ptr[dst], self.ptr[src], n, self.stream),
+                            f"{step.label}: copying buffer {src}")
 
     def _truth(self, step: BranchStep | SelectStep) -> bool:
         """A branch's condition, read once the steps before it are done."""
@@ -546,9 +549,14 @@ class CudaExecutor:
                     self._host(step)
                     host[i] = clock() - t0
                     continue
+                # a select reads its condition first (a wait): its copies alone are its time
+                cond = self._truth(step) if isinstance(step, SelectStep) else False
                 start, stop = events[2 * i], events[2 * i + 1]
                 self._check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
-                self._step(i)
+                if isinstance(step, SelectStep):
+                    self._select(step, cond)
+                else:
+                    self._step(i)
                 self._check(cu.cuEventRecord(stop, self.stream), "cuEventRecord")
             self._d2h(self._status, self._status_ptr)
             self._check(cu.cuStreamSynchronize(self.stream), "running the plan step by step")
