@@ -5,6 +5,7 @@ import hashlib
 import os
 from pathlib import Path
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from tilefuse import backends
 from tilefuse.errors import TilefuseError
@@ -12,6 +13,7 @@ from tilefuse.frontend import import_onnx
 from tilefuse.frontend.importer import ModelLike
 from tilefuse.frontend.loader import load_model
 from tilefuse.frontend.precision import precision_target, with_precision
+from tilefuse.frontend.scope import op_types
 from tilefuse.frontend.shapes import ConstSpec, ShapeSpec
 from tilefuse.ir.control import Branch
 from tilefuse.ir.graph import Graph
@@ -65,7 +67,7 @@ def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeS
     source_sha = _sha256(model, proto)
     graph = with_precision(import_onnx(proto, shapes, constants=consts), precision)  # ONNX -> ir.Graph (verified)
     progress.end("import")
-    compiled = compile_graph(graph, target, source_sha, len(proto.graph.node), progress)
+    compiled = compile_graph(graph, target, source_sha, len(proto.graph.node), progress, op_types(proto.graph))
     compiled.plan.precision = precision
     if isinstance(model, (str, os.PathLike)):
         compiled.plan.source_path = str(Path(model).resolve())
@@ -73,13 +75,14 @@ def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeS
 
 
 def compile_graph(graph: Graph, target: Target, source_sha: str = "", onnx_nodes: int = 0,
-                  progress: Progress | None = None) -> Compiled:
-    """Partition, lower, generate code and link an imported graph."""
+                  progress: Progress | None = None, onnx_ops: Mapping[str, str] | None = None) -> Compiled:
+    """Partition, lower, generate code and link an imported graph; ``onnx_ops`` (ONNX node
+    name -> op type) names the ops each step covers in its facts."""
     progress = progress or Progress()
     code, lowered = generate(graph, target, progress)
     progress.begin("link")
     plan = link(graph, code.partition, code.kernels, target.name, source_sha, bindings=code.bindings,
-                branches=code.branches, sites=code.sites, schedules=code.schedules)
+                branches=code.branches, sites=code.sites, schedules=code.schedules, onnx_ops=onnx_ops)
     check_fits(plan, *memory_limit(target))
     progress.end("link")
     plan.target_spec, plan.target_fingerprint = target.spec(), target.fingerprint()

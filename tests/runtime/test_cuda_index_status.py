@@ -32,7 +32,7 @@ class Driver:
 
     CUresult = SimpleNamespace(CUDA_SUCCESS=0)
     CUstreamCaptureMode = SimpleNamespace(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL=1)
-    CUevent_flags = SimpleNamespace(CU_EVENT_DISABLE_TIMING=2)
+    CUevent_flags = SimpleNamespace(CU_EVENT_DISABLE_TIMING=2)  # the feed-ordering event's
 
     def __init__(self) -> None:
         self.blocks: list[ctypes.Array] = []

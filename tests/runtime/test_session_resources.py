@@ -273,7 +273,7 @@ class FakeCuda:
     CUresult = SimpleNamespace(CUDA_SUCCESS=0)
     CUstreamCaptureMode = SimpleNamespace(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL=1)
     CUfunction_attribute = SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8)
-    CUevent_flags = SimpleNamespace(CU_EVENT_DISABLE_TIMING=2)
+    CUevent_flags = SimpleNamespace(CU_EVENT_DISABLE_TIMING=2)  # the feed-ordering event's
     INVALID = 400
 
     def __init__(self, fail: str = "", fail_after: int = 0) -> None:
@@ -455,9 +455,11 @@ def test_a_cuda_session_releases_every_device_resource(fake_cuda, cuda_plan):
     feeds = random_feeds(graph, seed=4)
     x_again = sess.run(["x_again"], feeds)[0]
     np.testing.assert_array_equal(x_again, feeds["x"])  # copied in and out through "device" memory
+    assert held["event"] == 1  # the one that orders device feeds, for the session's life
     sess._executor.timed(3)
     sess._executor.timed_steps(2)
-    assert fake_cuda.held()["event"] == 1  # timing events are destroyed after each use; the feeds' one stays
+    assert len(sess.step_times(feeds)) == len(plan.steps)  # a profile's run: events per step
+    assert fake_cuda.held()["event"] == 1  # timing events are destroyed after each use
     sess.close()
     assert fake_cuda.held() == {}
     with pytest.raises(ExecutionError, match="closed"):

@@ -11,13 +11,13 @@ from tilefuse.errors import TilefuseError
 def build_parser() -> argparse.ArgumentParser:
     import tilefuse
     from tilefuse.cli import (bench_cmd, cache_cmd, conformance_cmd, export_ort_cmd, inspect_cmd, ops_cmd, optimize_cmd,
-                              run_cmd)
+                              profile_cmd, run_cmd)
 
     parser = argparse.ArgumentParser(prog="tilefuse", description="Whole-model fusion compiler for ONNX.")
     parser.add_argument("--version", action="version", version=f"tilefuse {tilefuse.__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (optimize_cmd, run_cmd, bench_cmd, inspect_cmd, ops_cmd, conformance_cmd, export_ort_cmd, cache_cmd):
+    for module in (optimize_cmd, run_cmd, bench_cmd, profile_cmd, inspect_cmd, ops_cmd, conformance_cmd, export_ort_cmd, cache_cmd):
         module.register(sub)
     return parser
 

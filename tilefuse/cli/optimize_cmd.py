@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from tilefuse.cli.args import add_const_arg, add_shape_arg, parse_consts, parse_shapes
+from tilefuse.errors import InputError
 
 from tilefuse.frontend import import_onnx
 from tilefuse.frontend.loader import load_model
@@ -28,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="stop after partitioning")
     p.add_argument("--summary-json", metavar="FILE", help="write the partition summary as JSON")
     p.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report")
+    p.add_argument("--profile", metavar="FILE.json", help="with --report: measured times from `tilefuse profile "
+                   "PLAN --json FILE.json` (a plan of this model and target) beside the estimates")
     p.add_argument("--explain", action="store_true", help="print why neighbouring kernels stayed apart")
     p.add_argument("-o", "--output", metavar="OUT.tfplan", help="where to write the plan")
     p.set_defaults(func=run)
@@ -37,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     target = get_target(args.target)
     shapes = parse_shapes(args.shape)
     consts = parse_consts(args.const)
+    if args.profile and not args.report:
+        raise InputError("--profile goes with --report: it puts measured times into the report")
     if args.dry_run:
         proto = load_model(args.model)
         onnx_nodes = len(proto.graph.node)
@@ -60,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         from tilefuse.report import render_html
 
-        Path(args.report).write_text(render_html(partition, summary))
+        measured = _profile(args, target.name, partition) if args.profile else None
+        Path(args.report).write_text(render_html(partition, summary, profile=measured))
         print(f"report: {args.report}")
     if compiled is not None:
         out = Path(args.output) if args.output else Path(Path(args.model).stem + ".tfplan")
@@ -68,3 +74,22 @@ def run(args: argparse.Namespace) -> int:
         kernels = sum(1 for s in compiled.plan.steps if getattr(s, "kernel", None))
         print(f"plan: {out} ({kernels} kernel steps, {compiled.plan.memory_report()})")
     return 0
+
+
+def _profile(args: argparse.Namespace, target: str, partition) -> dict:
+    """``--profile FILE``, read and checked against the model (its hash), the target and
+    the input shapes: the report matches its steps to kernels by group number."""
+    from tilefuse.compiler import _sha256
+    from tilefuse.profile import load_profile
+
+    data = load_profile(args.profile)
+    where = f"--profile {args.profile}"
+    if data.get("target") != target:
+        raise InputError(f"{where}: a profile on {data.get('target')!r}, this report is for {target!r}")
+    if data.get("source_sha256") not in ("", None, _sha256(args.model, None)):
+        raise InputError(f"{where}: a profile of another model (its source sha256 differs)")
+    shapes = {v.name: list(v.type.shape) for v in partition.graph.inputs}
+    if data.get("inputs", shapes) != shapes:
+        raise InputError(f"{where}: a profile with inputs {data.get('inputs')}, this model is bound to {shapes} "
+                         "(pass the same --shape)")
+    return data

@@ -53,13 +53,32 @@ class Scope:
         return v
 
 
+def node_label(node: onnx.NodeProto, index: int, prefix: str = "") -> str:
+    """The name a node's primitives carry as their ``origin``: its name, or op_type#index,
+    after ``prefix`` (``if_node/then_branch/`` in a subgraph)."""
+    return prefix + (node.name or f"{node.op_type}#{index}")
+
+
+def op_types(graph: onnx.GraphProto, prefix: str = "") -> dict[str, str]:
+    """Each node's label (``node_label``) -> its op type, subgraphs included: how a plan
+    names the ONNX ops a kernel covers."""
+    out: dict[str, str] = {}
+    for i, node in enumerate(graph.node):
+        label = node_label(node, i, prefix)
+        out[label] = node.op_type
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                out.update(op_types(attr.g, f"{label}/{attr.name}/"))
+    return out
+
+
 def convert_nodes(b: Builder, scope: Scope, nodes: Iterable[onnx.NodeProto], opsets: Mapping[str, int],
                   prefix: str = "") -> None:
     """Convert ``nodes`` in order with their registered converters, emitting into ``b``
     and naming their outputs in ``scope``. Node labels (for errors and origins) are the
     node's name, or op_type#index, after ``prefix`` (``if_node/then_branch/``)."""
     for i, node in enumerate(nodes):
-        label = prefix + (node.name or f"{node.op_type}#{i}")
+        label = node_label(node, i, prefix)
         domain = "" if node.domain == "ai.onnx" else node.domain
         entry = registry.lookup(domain, node.op_type, opsets.get(domain, 0))
         assert entry is not None, "coverage was checked before conversion"

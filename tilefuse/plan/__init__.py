@@ -24,12 +24,13 @@ from tilefuse.plan.model import (
     MemoryReport,
     Plan,
     SelectStep,
+    StepFacts,
     step_order,
 )
 from tilefuse.plan.verify import verify_plan
 
 __all__ = [
     "ALIGN", "FORMAT_VERSION", "Binding", "BranchStep", "Buffer", "BufferKind", "HostStep", "IndexSite", "Kernel",
-    "KernelStep", "MemoryReport", "Plan", "SelectStep", "assign_offsets", "link", "load_plan", "plan_memory",
+    "KernelStep", "MemoryReport", "Plan", "SelectStep", "StepFacts", "assign_offsets", "link", "load_plan", "plan_memory",
     "read_verified", "save_plan", "step_order", "verify_plan", "write_weights",
 ]

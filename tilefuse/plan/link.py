@@ -19,14 +19,16 @@ from tilefuse.codegen.artifact import KernelArtifact
 from tilefuse.errors import PlanError
 from tilefuse.ir.control import Branch
 from tilefuse.ir.graph import Graph, Node, Value
+from tilefuse.partition.cost import Cost
 from tilefuse.partition.kinds import FusionKind
 from tilefuse.partition.model import FusedGroup, Partition
 from tilefuse.plan.files import sha256_file
 from tilefuse.plan.hostops import primitive_to_json
 from tilefuse.plan.memory import plan_memory
 from tilefuse.plan.model import (Binding, BranchStep, Buffer, BufferKind, HostStep, IndexSite, Kernel, KernelStep,
-                                  Plan, SelectStep, Step)
+                                  Plan, SelectStep, Step, StepFacts)
 from tilefuse.plan.verify import check_kernel_identity, verify_plan
+from tilefuse.target import Target
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,6 +55,7 @@ def link(
     branches: Mapping[int, tuple[GraphCode, GraphCode]] | None = None,
     sites: Mapping[int, Sequence[IndexSite]] | None = None,
     schedules: Mapping[int, dict] | None = None,
+    onnx_ops: Mapping[str, str] | None = None,
 ) -> Plan:
     """Build the plan; ``kernels[group.id]`` is the artifact of each non-opaque group.
 
@@ -63,13 +66,15 @@ def link(
     run-time condition): both are laid out as steps between a BranchStep and a
     SelectStep. ``sites[group.id]`` are the index checks of a kernel that takes a status
     word (its last param). ``schedules[group.id]`` is the JSON form of the schedule record
-    its lowering made (``Kernel.schedule``; absent: none recorded). PlanError if a kernel
+    its lowering made (``Kernel.schedule``; absent: none recorded). ``onnx_ops`` maps ONNX
+    node names (``Node.origin``) to their op types, for each step's ``StepFacts`` (with
+    the group's cost on the partition's target). PlanError if a kernel
     is missing, its params disagree with its values or sites, or two artifacts claim one
     name with different files.
     """
     import tilefuse
 
-    linker = _Linker(graph, target_name)
+    linker = _Linker(graph, target_name, onnx_ops or {})
     linker.graph_steps(GraphCode(partition, kernels, bindings, branches or {}, sites or {}, schedules or {}))
     outputs = tuple(Binding(name, linker.read(v, f"graph output {name!r}")) for name, v in graph.outputs.items())
     buffers, arena = plan_memory(linker.buffers, linker.steps)
@@ -92,8 +97,9 @@ def link(
 class _Linker:
     """Assigns buffers to values and appends steps, in group order."""
 
-    def __init__(self, graph: Graph, target: str) -> None:
+    def __init__(self, graph: Graph, target: str, onnx_ops: Mapping[str, str]) -> None:
         self.target = target
+        self.onnx_ops = onnx_ops
         self.outputs = {id(v) for v in graph.outputs.values()}
         self.buffers: list[Buffer] = []
         self.ids: dict[int, int] = {}  # id(value) -> buffer id
@@ -138,21 +144,31 @@ class _Linker:
                     if isinstance(node.op, Branch):
                         self.branch(group, node, code.branches)
                     else:
-                        self.host_step(group, node)
+                        self.host_step(group, node, self.facts([node.origin] if node.origin else []))
             elif group.id not in code.kernels:
                 raise PlanError(f"no kernel for group {group.id} ({group.name})")
             else:
                 bindings = code.bindings
                 values = tuple(bindings[group.id]) if bindings and group.id in bindings else group.inputs + group.outputs
                 self.kernel_step(group, code.kernels[group.id], values, tuple(code.sites.get(group.id, ())),
-                                 dict(code.schedules.get(group.id, {})))
+                                 dict(code.schedules.get(group.id, {})),
+                                 self.facts(group.onnx_nodes, group.cost, code.partition.target))
 
-    def host_step(self, group: FusedGroup, node: Node) -> None:
+    def facts(self, nodes: Sequence[str], cost: Cost | None = None, target: Target | None = None) -> StepFacts:
+        """A step's facts: its ONNX nodes and their op types; with ``cost``, its estimate
+        and roofline floor on ``target``."""
+        ops = tuple(dict.fromkeys(self.onnx_ops[n] for n in nodes if n in self.onnx_ops))
+        if cost is None or target is None:
+            return StepFacts(tuple(nodes), ops)
+        floor = max(cost.compute_seconds(target), cost.memory_seconds(target))
+        return StepFacts(tuple(nodes), ops, cost.seconds(target), floor, cost.flops, cost.bytes, cost.bound(target))
+
+    def host_step(self, group: FusedGroup, node: Node, facts: StepFacts) -> None:
         what = f"host step {node.name} (group {group.id})"
         primitive_to_json(node.op)  # fails early, at link time, for a primitive no plan can name
         ins = tuple(self.read(v, what) for v in node.inputs)
         outs = tuple(self.write(v, what) for v in node.outputs)
-        self.steps.append(HostStep(node.op, ins, outs, group.id, node.name))
+        self.steps.append(HostStep(node.op, ins, outs, group.id, node.name, facts))
 
     def branch(self, group: FusedGroup, node: Node, branches: Mapping[int, tuple[GraphCode, GraphCode]]) -> None:
         """BranchStep, the then-graph's steps, the else-graph's, SelectStep."""
@@ -176,7 +192,7 @@ class _Linker:
         self.steps.append(SelectStep(cond, then_values, else_values, outs, group.id, node.name))
 
     def kernel_step(self, group: FusedGroup, artifact: KernelArtifact, values: tuple[Value, ...],
-                    sites: tuple[IndexSite, ...], schedule: dict) -> None:
+                    sites: tuple[IndexSite, ...], schedule: dict, facts: StepFacts) -> None:
         what = f"kernel {artifact.name} (group {group.id})"
         if tuple(map(id, values[len(values) - len(group.outputs):])) != tuple(map(id, group.outputs)):
             raise PlanError(f"{what}: the bound values must end with the group's outputs")
@@ -185,7 +201,7 @@ class _Linker:
         kernel = self._kernel(artifact, what, schedule)
         ins = tuple(self.read(v, what) for v in inputs)
         outs = tuple(self.write(v, what) for v in group.outputs)
-        self.steps.append(KernelStep(kernel.name, ins, outs, group.id, sites))
+        self.steps.append(KernelStep(kernel.name, ins, outs, group.id, sites, facts))
 
     def _kernel(self, artifact: KernelArtifact, what: str, schedule: dict) -> Kernel:
         path = Path(artifact.path)

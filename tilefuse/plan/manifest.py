@@ -26,7 +26,7 @@ from tilefuse.ir.types import TensorType
 from tilefuse.plan.hostops import primitive_from_json, primitive_to_json
 from tilefuse.plan.model import (
     FORMAT_VERSION, KERNEL_NAME, PRECISIONS, Binding, BranchStep, Buffer, BufferKind, HostStep, IndexSite, Kernel,
-    KernelStep, Plan, SelectStep, Step,
+    KernelStep, Plan, SelectStep, Step, StepFacts,
 )
 
 # Bounds on what a manifest may ask for, far beyond any model, so that a corrupt number is
@@ -40,6 +40,10 @@ SHA256 = re.compile(r"[0-9a-f]{64}")
 # lists (a staged kernel's product tiles), strings at most MAX_TEXT long.
 FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 MAX_FIELDS, MAX_ITEMS, MAX_TEXT = 64, 64, 2048
+# A step's facts (information only, StepFacts): its optional numbers, and its bound's names.
+FACT_NUMBERS = ("estimated_seconds", "floor_seconds", "flops", "bytes")
+MAX_FACT = 1e21  # FLOPs, bytes or seconds of one step: far beyond any model
+BOUNDS = ("", "compute", "memory")
 
 
 def encode(plan: Plan, kernel_files: dict[str, str], weights_sha256: str) -> dict[str, object]:
@@ -91,15 +95,28 @@ def _step(s: Step) -> dict[str, object]:
                                    "outputs": list(s.outputs)}
         if s.sites:
             step["sites"] = [{"what": x.what, "extent": x.extent} for x in s.sites]
-        return step
+        return _with_facts(step, s.facts)
     if isinstance(s, BranchStep):
         return {"op": "branch", "then_steps": s.then_steps, "else_steps": s.else_steps, "group": s.group,
                 "node": s.node, "inputs": list(s.inputs), "outputs": []}
     if isinstance(s, SelectStep):  # inputs: the condition, the then values, the else values
         return {"op": "select", "group": s.group, "node": s.node, "inputs": list(s.inputs), "outputs": list(s.outputs)}
     name, params = primitive_to_json(s.primitive)
-    return {"op": "host", "primitive": name, "params": params, "group": s.group, "node": s.node,
-            "inputs": list(s.inputs), "outputs": list(s.outputs)}
+    return _with_facts({"op": "host", "primitive": name, "params": params, "group": s.group, "node": s.node,
+                        "inputs": list(s.inputs), "outputs": list(s.outputs)}, s.facts)
+
+
+def _with_facts(step: dict[str, object], facts: StepFacts | None) -> dict[str, object]:
+    """``step`` with its ``facts`` object where there are facts (only the known fields)."""
+    if facts is not None:
+        record: dict[str, object] = {"onnx_nodes": list(facts.onnx_nodes), "onnx_ops": list(facts.onnx_ops)}
+        for key in FACT_NUMBERS:
+            if getattr(facts, key) is not None:
+                record[key] = getattr(facts, key)
+        if facts.bound:
+            record["bound"] = facts.bound
+        step["facts"] = record
+    return step
 
 
 class Decoder:
@@ -332,10 +349,12 @@ class Decoder:
             if op == "kernel":
                 sites = tuple(IndexSite(self.get(x, "what", str, xw), self.integer(x, "extent", xw, hi=MAX_BYTES))  # type: ignore[arg-type]
                               for x, xw in (self.items(d, "sites", f"{where}.") if "sites" in d else []))
-                out.append(KernelStep(self.get(d, "kernel", str, where), ins, outs, group, sites))  # type: ignore[arg-type]
+                out.append(KernelStep(self.get(d, "kernel", str, where), ins, outs, group, sites,  # type: ignore[arg-type]
+                                      self.facts(d, where)))
             elif op == "host":
                 prim = primitive_from_json(d.get("primitive"), d.get("params"), f"{self.source}: {where}")
-                out.append(HostStep(prim, ins, outs, group, self.get(d, "node", str, where)))  # type: ignore[arg-type]
+                out.append(HostStep(prim, ins, outs, group, self.get(d, "node", str, where),  # type: ignore[arg-type]
+                                    self.facts(d, where)))
             elif op == "branch":
                 out.append(self.branch(d, ins, outs, where))
             elif op == "select":
@@ -343,6 +362,35 @@ class Decoder:
             else:
                 raise self.fail(f"{where}.op", f"unknown step op {show(op)} (expected 'kernel', 'host', 'branch' or 'select')")
         return tuple(out)
+
+    def facts(self, d: dict, where: str) -> StepFacts | None:
+        """A step's facts: absent in plans written before they were recorded (None), else
+        node names and op types (strings) and non-negative finite numbers."""
+        if "facts" not in d:
+            return None
+        where = f"{where}.facts"
+        x = self.obj(d["facts"], where)
+        names = [self.texts(x, key, where) for key in ("onnx_nodes", "onnx_ops")]
+        numbers: dict[str, float | int | None] = {}
+        for key in FACT_NUMBERS:
+            value = x.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or not 0 <= value <= MAX_FACT):
+                raise self.fail(f"{where}.{key}", f"expected a non-negative finite number or null, got {show(value)}")
+            numbers[key] = value
+        bound = x.get("bound", "")
+        if bound not in BOUNDS:
+            raise self.fail(f"{where}.bound", f"expected one of {BOUNDS}, got {show(bound)}")
+        return StepFacts(*names, **numbers, bound=bound)  # type: ignore[arg-type]
+
+    def texts(self, d: dict, key: str, where: str) -> tuple[str, ...]:
+        """A list of short strings (an absent one: empty)."""
+        xs = d.get(key, [])
+        if not isinstance(xs, list) or len(xs) > MAX_COUNT:
+            raise self.fail(f"{where}.{key}", f"expected a list of strings, got {show(xs)}")
+        if not all(isinstance(x, str) and len(x) <= MAX_TEXT for x in xs):
+            raise self.fail(f"{where}.{key}", f"expected strings of at most {MAX_TEXT} characters, got {show(xs)}")
+        return tuple(xs)
 
     def branch(self, d: dict, ins: tuple[int, ...], outs: tuple[int, ...], where: str) -> BranchStep:
         if len(ins) != 1 or outs:

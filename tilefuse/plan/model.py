@@ -99,6 +99,25 @@ class IndexSite:
 
 
 @dataclass(frozen=True, slots=True)
+class StepFacts:
+    """What the compiler knew of a step, for profiles and people; nothing at load or run
+    time depends on it. ``onnx_nodes`` are the ONNX nodes the step computes (part of),
+    ``onnx_ops`` their op types where known, in first-seen order. The estimate is the
+    partitioner's cost model on the plan's target (``partition/cost.py``: the roofline
+    plus a launch); the floor is the roofline alone, the larger of ``flops`` at the
+    device's peak rate and ``bytes`` at its bandwidth. Host steps carry nodes only (None:
+    the cost model prices device kernels)."""
+
+    onnx_nodes: tuple[str, ...] = ()
+    onnx_ops: tuple[str, ...] = ()
+    estimated_seconds: float | None = None
+    floor_seconds: float | None = None
+    flops: int | None = None
+    bytes: int | None = None
+    bound: str = ""  # "compute" | "memory"; "" where unpriced
+
+
+@dataclass(frozen=True, slots=True)
 class KernelStep:
     """Call ``kernel`` with the buffers ``inputs + outputs`` as its arguments, in order.
 
@@ -111,6 +130,7 @@ class KernelStep:
     outputs: tuple[int, ...]
     group: int
     sites: tuple[IndexSite, ...] = ()
+    facts: StepFacts | None = None  # None: plans written before they were recorded
 
     @property
     def label(self) -> str:
@@ -132,6 +152,7 @@ class HostStep:
     outputs: tuple[int, ...]
     group: int
     node: str
+    facts: StepFacts | None = None
 
     @property
     def label(self) -> str:

@@ -3,6 +3,8 @@
 ``render_html(partition, summary)`` needs nothing outside the page: inline CSS, inline
 SVG, no scripts, no fonts, no links out. ``summary`` is ``summarize_partition``'s dict
 (an optional ``"model"`` key names the model); the picture comes from the partition.
+``profile``, where given, is a profile's JSON (tilefuse/profile.py, ``as_dict``): each
+kernel's measured time (its step's median) is shown beside its estimate.
 
 The picture draws every primitive inside a box per kernel when the graph is small; above
 ``condense_above`` primitives it draws one box per kernel, with the edges between kernels.
@@ -49,20 +51,22 @@ tr:target{background:#fff3bf}
 """
 
 
-def render_html(partition: Partition, summary: dict, *, condense_above: int = CONDENSE_ABOVE) -> str:
+def render_html(partition: Partition, summary: dict, *, condense_above: int = CONDENSE_ABOVE,
+                profile: dict | None = None) -> str:
     title = str(summary.get("model") or partition.graph.name or "model")
+    measured = measured_by_group(profile) if profile else None
     condensed = len(partition.graph.nodes) > condense_above
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>tilefuse report: {escape(title)}</title><style>{CSS}</style></head><body>",
-        _header(title, summary),
+        _header(title, summary, profile, measured),
         '<h2 id="graph">Graph</h2>',
         _graph_note(partition, condensed, condense_above),
         '<div class="graph">',
         _kernel_svg(partition) if condensed else _primitive_svg(partition),
         "</div>",
-        _kernel_table(summary),
+        _kernel_table(summary, measured),
         _refusals(summary),
         "</body></html>",
     ]
@@ -92,7 +96,13 @@ def _us(seconds: float) -> str:
     return f"{seconds * 1e6:.2f} us"
 
 
-def _header(title: str, s: dict) -> str:
+def measured_by_group(profile: dict) -> dict[int, float]:
+    """Group id -> measured seconds of its step (the median), for the steps outside
+    run-time branches (a branch's groups are numbered in its own partition)."""
+    return {int(st["group"]): float(st["median_ms"]) / 1e3 for st in profile["steps"] if not st["in_branch"]}
+
+
+def _header(title: str, s: dict, profile: dict | None = None, measured: dict[int, float] | None = None) -> str:
     ratio = s["fused_bytes"] / max(1, s["unfused_bytes"])
     speedup = s["unfused_estimated_seconds"] / max(1e-30, s["fused_estimated_seconds"])
     opaque = f" ({s['opaque_kernels']} opaque)" if s.get("opaque_kernels") else ""
@@ -106,6 +116,12 @@ def _header(title: str, s: dict) -> str:
                            f"{_us(s['fused_estimated_seconds'])} fused ({speedup:.1f}x)"),
         ("FLOPs", _count(s["flops"])),
     ]
+    if profile is not None and measured is not None:
+        threads = profile.get("threads")
+        how = f"{threads} thread{'s' if threads != 1 else ''}" if threads is not None else "GPU kernels"
+        rows.append(("measured time", f"{_us(sum(measured.values()))} "
+                                      f"(each step timed on its own, median of {int(profile.get('iterations', 0))} "
+                                      f"runs, {escape(how)})"))
     body = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
     nav = '<nav><a href="#graph">graph</a><a href="#kernels">kernels</a><a href="#refusals">why not fused</a></nav>'
     return f"<h1>{escape(title)}</h1><dl class=\"stats\">{body}</dl>{nav}"
@@ -119,9 +135,10 @@ def _graph_note(p: Partition, condensed: bool, limit: int) -> str:
             "arrows between frames are tensors passed through memory. Hover a box for details.</p>")
 
 
-def _kernel_table(s: dict) -> str:
+def _kernel_table(s: dict, measured: dict[int, float] | None = None) -> str:
     head = ("<tr><th>id</th><th>kernel</th><th>anchor</th><th>prims</th><th>ONNX nodes</th><th>FLOPs</th>"
-            "<th>bytes in</th><th>bytes out</th><th>est. time</th><th>bound</th></tr>")
+            "<th>bytes in</th><th>bytes out</th><th>est. time</th>"
+            + ("<th>measured</th><th>measured / est.</th>" if measured is not None else "") + "<th>bound</th></tr>")
     rows = []
     for g in s["groups"]:
         onnx = [escape(str(o)) for o in g["onnx_nodes"]]
@@ -135,9 +152,21 @@ def _kernel_table(s: dict) -> str:
             f"<td><code>{escape(str(g['name']))}</code></td><td>{anchor}</td>"
             f'<td class="n">{len(g["primitives"])}</td><td>{cell}</td><td class="n">{_count(g["flops"])}</td>'
             f'<td class="n">{_bytes(g["bytes_in"])}</td><td class="n">{_bytes(g["bytes_out"])}</td>'
-            f'<td class="n">{g["estimated_seconds"] * 1e6:.2f} us</td><td>{escape(str(g["bound"]))}</td></tr>'
+            f'<td class="n">{g["estimated_seconds"] * 1e6:.2f} us</td>{_measured_cells(g, measured)}'
+            f'<td>{escape(str(g["bound"]))}</td></tr>'
         )
     return f'<h2 id="kernels">Kernels ({len(rows)})</h2><table>{head}{"".join(rows)}</table>'
+
+
+def _measured_cells(g: dict, measured: dict[int, float] | None) -> str:
+    """The measured time of a kernel and its ratio to the estimate ("-": not profiled)."""
+    if measured is None:
+        return ""
+    seconds = measured.get(int(g["id"]))
+    if seconds is None:
+        return '<td class="n">-</td><td class="n">-</td>'
+    ratio = f'{seconds / g["estimated_seconds"]:.1f}x' if g["estimated_seconds"] else "-"
+    return f'<td class="n">{seconds * 1e6:.2f} us</td><td class="n">{ratio}</td>'
 
 
 def _refusals(s: dict) -> str:

@@ -18,6 +18,9 @@ The runtime does not read a kernel's ``launch`` data: a CPU kernel parallelises 
 (OpenMP loops, run on tilefuse's pool). How many threads they use is the session's
 ``threads``, set on the calling thread before every run (threads.py).
 
+A profile's run (``step_times``) calls each step on its own with a CPU timer around it;
+``run``'s loop has no timer.
+
 Kernels that check indices read at run time get a status word each, in the arena's
 ``status`` rows (zero; a kernel writes its row only when it finds an index out of
 range). A run looks at them once, at its end, and raises the first one's error.
@@ -25,6 +28,7 @@ range). A run looks at them once, at its end, and raises the first one's error.
 from __future__ import annotations
 
 import ctypes
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence, Union
 
@@ -32,7 +36,7 @@ import numpy as np
 
 from tilefuse.errors import ExecutionError
 from tilefuse.plan.files import read_verified
-from tilefuse.plan.model import BranchStep, BufferKind, HostStep, Kernel, KernelStep, Plan, SelectStep
+from tilefuse.plan.model import BranchStep, BufferKind, HostStep, Kernel, KernelStep, Plan, SelectStep, step_order
 from tilefuse.plan.verify import check_kernel_identity
 from tilefuse.runtime.native import NativeLibrary
 from tilefuse.runtime.pool import ArenaPool, aligned_empty
@@ -210,6 +214,36 @@ class CpuExecutor:
             if self._checked and arena.status.any():
                 raise self._index_error(arena.status)
             return [arena.outputs[n].copy() for n in outputs]
+        finally:
+            self._pool.put(arena)
+
+    def step_times(self, feeds: Mapping[str, np.ndarray]) -> list[tuple[int, float]]:
+        """One run for a profile: (step index, seconds) of each step it takes, in order,
+        each kernel called on its own through ctypes (no batches: the timer needs each
+        one back) with a CPU timer around it. The outputs are not read; a bad index is the
+        run's error, as in ``run``. Runs do not use it: their loop has no timer."""
+        arena = self._pool.get()
+        try:
+            self._team.apply()
+            for name, dst in arena.inputs:
+                np.copyto(dst, feeds[name], casting="no")
+            times = []
+            clock = time.perf_counter
+            for i in step_order(self.plan.steps, lambda branch: self._truth(branch.cond, arena)):
+                step = self.plan.steps[i]
+                if isinstance(step, BranchStep):
+                    continue  # it does nothing itself: step_order read its condition
+                t0 = clock()
+                if isinstance(step, KernelStep):
+                    self._fns[step.kernel](arena.args[i])
+                elif isinstance(step, SelectStep):
+                    self._select(step, arena)
+                else:
+                    self._host(step, arena)
+                times.append((i, clock() - t0))
+            if self._checked and arena.status.any():
+                raise self._index_error(arena.status)
+            return times
         finally:
             self._pool.put(arena)
 

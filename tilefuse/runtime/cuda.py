@@ -26,6 +26,9 @@ Kernels that check indices read at run time get a status word each, in one devic
 run copies the array back with its outputs, once, and raises the first word's error,
 zeroing the array again.
 
+A profile's run (``step_times``) never uses the graph: it launches the steps one by one,
+each kernel between two CUDA events of its own; ``run`` records no events.
+
 Each kernel's launch comes from its ``CudaLaunch`` record (``codegen/launch.py``, checked
 when the plan was loaded). Kernels whose record says ``programmatic`` wait for the previous kernel
 themselves (griddepcontrol.wait before any memory access): they are launched with
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
@@ -325,19 +329,7 @@ class CudaExecutor:
         with self._lock:
             self._open()
             self._check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
-            views = [a for a in feeds.values() if isinstance(a, DeviceView)]
-            on_device = bool(views)
-            self._order_after(views)
-            held = []
-            for name, a in feeds.items():
-                dst = self.ptr[self._inputs[name]]
-                if isinstance(a, DeviceView):
-                    if a.nbytes:
-                        self._check(cu.cuMemcpyDtoDAsync(dst, a.ptr, a.nbytes, self.stream), f"copying input {name}")
-                    continue
-                a = np.ascontiguousarray(a)
-                held.append(a)
-                self._h2d(dst, a)
+            on_device, held = self._copy_in(feeds)
             self.launch_all()
             results: list = []
             for name in outputs:
@@ -380,6 +372,25 @@ class CudaExecutor:
         if self._checked:
             self._check(self.cu.cuMemcpyDtoHAsync(self._status.ctypes.data, self._status_ptr, self._status.nbytes,
                                                   self.stream), "copying the status words")
+
+    def _copy_in(self, feeds: Mapping[str, np.ndarray | DeviceView]) -> tuple[bool, list[np.ndarray]]:
+        """Queue the feeds' copies to their input buffers on the stream (the lock held, the
+        context current): whether any feed is on the device, and the host arrays the
+        copies read from, to keep alive until the stream is done."""
+        cu = self.cu
+        views = [a for a in feeds.values() if isinstance(a, DeviceView)]
+        self._order_after(views)
+        held = []
+        for name, a in feeds.items():
+            dst = self.ptr[self._inputs[name]]
+            if isinstance(a, DeviceView):
+                if a.nbytes:
+                    self._check(cu.cuMemcpyDtoDAsync(dst, a.ptr, a.nbytes, self.stream), f"copying input {name}")
+                continue
+            a = np.ascontiguousarray(a)
+            held.append(a)
+            self._h2d(dst, a)
+        return bool(views), held
 
     def _order_after(self, views: list[DeviceView]) -> None:
         """Make the plan's stream wait for the feeds' pending writes: nothing for DLPack
@@ -482,13 +493,16 @@ class CudaExecutor:
         elif isinstance(step, HostStep):
             self._host(step)
         elif isinstance(step, SelectStep):
-            chosen = step.chosen(self._truth(step))
-            for src, dst in zip(chosen, step.outputs):
-                n = self.plan.buffers[dst].nbytes
-                if n:
-                    self._check(self.cu.cuMemcpyDtoDAsync(self.ptr[dst], self.ptr[src], n, self.stream),
-                                f"{step.label}: copying buffer {src}")
+            self._select(step, self._truth(step))
         # a BranchStep does nothing itself: step_order asked ``_truth`` which branch to take
+
+    def _select(self, step: SelectStep, cond: bool) -> None:
+        """Copy the results of the branch ``cond`` took to the If's outputs (queued)."""
+        for src, dst in zip(step.chosen(cond), step.outputs):
+            n = self.plan.buffers[dst].nbytes
+            if n:
+                self._check(self.cu.cuMemcpyDtoDAsync(self.ptr[dst], self.ptr[src], n, self.stream),
+                            f"{step.label}: copying buffer {src}")
 
     def _truth(self, step: BranchStep | SelectStep) -> bool:
         """A branch's condition, read once the steps before it are done."""
@@ -538,19 +552,66 @@ class CudaExecutor:
         return out
 
     @contextmanager
-    def _events(self) -> Iterator[tuple]:
-        """Two CUDA events for timing, destroyed after (the lock held: the executor is open)."""
+    def _events(self, n: int = 2) -> Iterator[tuple]:
+        """``n`` CUDA events for timing, destroyed after (the lock held: the executor is open)."""
         self._open()
         cu = self.cu
         self._check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
         events = []
         try:
-            for _ in range(2):
+            for _ in range(n):
                 events.append(self._check(cu.cuEventCreate(0), "cuEventCreate"))
             yield tuple(events)
         finally:
             for event in events:
                 cu.cuEventDestroy(event)
+
+    def step_times(self, feeds: Mapping[str, np.ndarray | DeviceView]) -> list[tuple[int, float]]:
+        """One run for a profile: (step index, seconds) of each step it takes, in order,
+        launched one by one on the session's stream, never as the graph. A kernel or select
+        step runs between two CUDA events of its own, its time their interval; a host step
+        (it waits for its inputs itself) gets a CPU timer once the stream is idle, so that
+        it is not charged the kernels before it. The outputs are not read; a bad index is
+        the run's error, as in ``run``. Runs do not use it: the graph has no events."""
+        cu = self.cu
+        clock = time.perf_counter
+        with self._lock, self._events(2 * len(self.plan.steps)) as events:
+            _, held = self._copy_in(feeds)
+            order: list[int] = []
+            host: dict[int, float] = {}  # host step -> seconds
+            for i in step_order(self.plan.steps, self._truth):
+                step = self.plan.steps[i]
+                if isinstance(step, BranchStep):
+                    continue  # it does nothing itself: step_order read its condition
+                order.append(i)
+                if isinstance(step, HostStep):
+                    self._check(cu.cuStreamSynchronize(self.stream), f"before host step {step.label}")
+                    t0 = clock()
+                    self._host(step)
+                    host[i] = clock() - t0
+                    continue
+                # a select reads its condition first (a wait): its copies alone are its time
+                cond = self._truth(step) if isinstance(step, SelectStep) else False
+                start, stop = events[2 * i], events[2 * i + 1]
+                self._check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
+                if isinstance(step, SelectStep):
+                    self._select(step, cond)
+                else:
+                    self._step(i)
+                self._check(cu.cuEventRecord(stop, self.stream), "cuEventRecord")
+            self._d2h(self._status, self._status_ptr)
+            self._check(cu.cuStreamSynchronize(self.stream), "running the plan step by step")
+            del held  # the input copies are done
+            if self._status.any():
+                raise self._index_error()
+            times = []
+            for i in order:
+                if i in host:
+                    times.append((i, host[i]))
+                    continue
+                ms = self._check(cu.cuEventElapsedTime(events[2 * i], events[2 * i + 1]), "cuEventElapsedTime")
+                times.append((i, float(ms) / 1e3))
+            return times
 
     def timed(self, repeats: int, graph: bool = True) -> list[float]:
         """Device time of ``repeats`` runs of the plan (ms each, CUDA events), as one graph

@@ -5,6 +5,7 @@ The session checks inputs and picks the executor of the plan's target family (it
 only run steps. An executor is built as
 ``Executor(plan)`` and offers ``run(feeds, output_names) -> list[np.ndarray]``, taking
 checked feeds and returning fresh arrays; it must be safe to call from several threads.
+One that can be profiled offers ``step_times(feeds) -> [(step index, seconds)]`` too.
 ``close()`` releases what it holds (libraries, device memory, modules, streams); the
 session calls it once no run is in flight. One whose kernels run on host threads says so
 with ``threaded = True``: it is built as ``Executor(plan, threads)`` and reports the count
@@ -197,6 +198,17 @@ class InferenceSession:
                     raise InputError(f"bind: output(s) {host} are host arrays; bind GPU tensors to be written")
                 targets = dict(given)
             return bind(dict(views), targets)
+
+    def step_times(self, feeds: Mapping[str, object]) -> list[tuple[int, float]]:
+        """One run for a profile (``tilefuse profile``): (index into ``plan.steps``,
+        seconds) of each step the run takes, in order, each step timed on its own (CPU: a
+        timer around each kernel call; CUDA: events around each launch, no graph). Slower
+        than ``run``, which times nothing; the outputs are not returned."""
+        timer = getattr(self._executor, "step_times", None)
+        if timer is None:
+            raise ExecutionError(f"the {self.plan.target} runtime cannot time the steps of a run")
+        with self._lifetime.run():
+            return timer(self._check(feeds))
 
     def _output_names(self, output_names: object) -> list[str]:
         """``output_names`` checked: None (every output) or a list of the plan's output names."""
