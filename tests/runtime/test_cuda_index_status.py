@@ -184,22 +184,41 @@ def test_timing_runs_do_not_leave_a_bad_index_for_the_next_run(session):
     np.testing.assert_array_equal(y[:, 0], [3, 6, 9, 12])
 
 
-def test_a_binding_runs_one_graph_on_the_bound_memory_and_checks_indices(session):
-    """Buffers bound once (CudaExecutor.bind): each run is one graph launch that copies the
-    bound input in, runs both kernels, copies both outputs to the bound memory and the
-    status words to page-locked memory; a bad index written into the bound input later
-    fails that run with the message and is cleared; the next good run succeeds."""
+def _caller_memory(ctype, n: int, aligned: bool):
+    """``n`` elements of the caller's "device" memory, at an address aligned to 256 bytes
+    or deliberately not (8 past it)."""
+    raw = (ctypes.c_char * (n * ctypes.sizeof(ctype) + 512))()
+    start = ctypes.addressof(raw)
+    at = start + (-start % 256) + (0 if aligned else 8)
+    return raw, (ctype * n).from_address(at)
+
+
+@pytest.mark.parametrize("aligned", [True, False], ids=["in-place", "copied"])
+def test_a_binding_runs_one_graph_on_the_bound_memory_and_checks_indices(session, aligned):
+    """Buffers bound once (CudaExecutor.bind): each run is one graph launch. Aligned bound
+    memory is used by the kernels in place (they read the ids and write y where the caller
+    has them); unaligned memory is copied in and out inside the graph. y2, bound to memory
+    the binding owns, the same. The status words go to page-locked memory; a bad index
+    written into the bound input later fails that run with the message and is cleared;
+    the next good run succeeds."""
     from tilefuse.feeds import DeviceView
 
     sess, driver = session
     ex = sess._executor
-    ids_dev = (ctypes.c_int64 * N)(3, -1, 0, 9)  # "device" memory of the caller's
-    y_dev = (ctypes.c_float * (N * COLS))()
+    keep_ids, ids_dev = _caller_memory(ctypes.c_int64, N, aligned)  # "device" memory of the caller's
+    keep_y, y_dev = _caller_memory(ctypes.c_float, N * COLS, aligned)
+    ids_dev[:] = [3, -1, 0, 9]
     bound = ex.bind({"ids": DeviceView(ctypes.addressof(ids_dev), np.dtype(np.int64), (N,), ready="ready")},
                     {"y": DeviceView(ctypes.addressof(y_dev), np.dtype(np.float32), (N, COLS), ready="ready"), "y2": None})
     table = np.arange(ROWS * COLS, dtype=np.float32).reshape(ROWS, COLS)
     graph = driver.graphs[-1]
-    assert [op[0] for op in graph] == ["copy", "launch", "launch", "copy", "copy", "copy"]
+    own_y2 = bound.outputs[1].ptr % 256 == 0
+    ops = [op[0] for op in graph]
+    if aligned:
+        assert ops == ["launch", "launch"] + ["copy"] * (1 + (not own_y2))
+        assert graph[0][2][0] == ctypes.addressof(ids_dev) and graph[0][2][2] == ctypes.addressof(y_dev)
+    else:
+        assert ops == ["copy", "launch", "launch", "copy"] + ["copy"] * (1 + (not own_y2))
     launched = len(driver.launched)
     bound.run()
     assert len(driver.launched) == launched + 2

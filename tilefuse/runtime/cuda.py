@@ -259,10 +259,13 @@ class CudaExecutor:
             self._check(cu.cuFuncSetAttribute(fn, attr, smem), f"cuFuncSetAttribute({kernel.symbol}, {smem} B)")
         return fn
 
-    def _launch_args(self, index: int, step: KernelStep):
+    def _launch_args(self, index: int, step: KernelStep, moved: Mapping[int, int] | None = None):
+        """A kernel step's launch; ``moved``: buffers that live elsewhere for this launch
+        (a binding's inputs and outputs, by buffer id)."""
         cu = self.cu
         kernel = self.plan.kernels[step.kernel]
-        ptrs = [self.ptr[b] for b in step.inputs + step.outputs]
+        where = {**self.ptr, **moved} if moved else self.ptr
+        ptrs = [where[b] for b in step.inputs + step.outputs]
         if step.sites:  # the kernel's status word, after its buffers
             ptrs.append(self._status_ptr + self._status[0].nbytes * self._checked.index(index))
         values, types, keep = [], [], []

@@ -6,11 +6,13 @@
 
 ``run()`` with feeds checks and converts every feed each call (a DLPack exchange, shape and
 dtype checks, an output allocated or taken from the pool): 0.15-0.5 ms of host time on the
-H200 beside a graph of 0.3-3 ms. A binding does that once. Its run is one CUDA graph: the
-copies of the bound inputs into the plan's input buffers, the plan's kernels, the copies of
-its outputs into the bound outputs and of the index-check status words into pinned host
-memory; then a wait for the stream and a look at the status. Plans with host steps (or
-branches) run the same sequence without the graph.
+H200 beside a graph of 0.3-3 ms. A binding does that once. Its run is one CUDA graph of the
+plan's kernels reading the bound inputs and writing the bound outputs in place (memory
+aligned to 256 bytes, as allocators give it; anything else is copied in or out inside the
+graph, as is an output no kernel writes or one that overlaps a bound input), and the copy
+of the index-check status words into page-locked host memory; then a wait for the stream
+and a look at the status. Plans with host steps (or branches) run copies, steps and copies
+without the graph.
 
 The bound memory is read and written at each run, as it is then. Work the caller queued on
 the legacy default stream (torch's default) is ordered before the run (the plan's stream
@@ -24,6 +26,12 @@ from dataclasses import dataclass
 from tilefuse.errors import ExecutionError, InputError
 from tilefuse.feeds import DeviceView
 from tilefuse.runtime.device_array import DeviceArray
+
+
+def _aligned(ptr: int) -> bool:
+    """Bound memory a kernel may use in place (TMA descriptors need 16 bytes; allocators
+    give 256 or more)."""
+    return ptr % 256 == 0
 
 
 @dataclass(frozen=True)
@@ -41,8 +49,17 @@ class CudaBinding:
                  keep: tuple = ()) -> None:
         self._ex = executor
         self._keep = (*keep, *inputs.values(), *(v for v in outputs.values() if v is not None))
-        self._in = [_Copy(executor.ptr[executor._inputs[n]], v.ptr, v.nbytes, f"input {n}")
-                    for n, v in inputs.items() if v.nbytes]
+        graphed = executor._graph is not None  # every step a kernel: the run is one graph
+        written = {b for st in executor.plan.steps for b in getattr(st, "outputs", ())} if graphed else set()
+        self._moved: dict[int, int] = {}  # buffer id -> bound memory the graph's kernels use in place
+        self._in: list[_Copy] = []
+        spans = [(v.ptr, v.ptr + v.nbytes) for v in inputs.values()]
+        for name, v in inputs.items():
+            buf = executor._inputs[name]
+            if graphed and _aligned(v.ptr):  # the kernels read the bound input where it is
+                self._moved[buf] = v.ptr
+            elif v.nbytes:
+                self._in.append(_Copy(executor.ptr[buf], v.ptr, v.nbytes, f"input {name}"))
         self.outputs: list[DeviceArray | DeviceView] = []
         self._out: list[_Copy] = []
         for name, view in outputs.items():
@@ -51,10 +68,16 @@ class CudaBinding:
                 view = DeviceArray(executor._output_memory(buf.nbytes), buf.type.dtype.numpy, buf.type.shape,
                                    executor, executor.device)
             self.outputs.append(view)
-            if buf.nbytes:
+            apart = not any(view.ptr < end and start < view.ptr + buf.nbytes for start, end in spans)
+            if buf.id in written and _aligned(view.ptr) and apart:  # its kernel writes the bound memory
+                self._moved[buf.id] = view.ptr
+            elif buf.nbytes:
                 self._out.append(_Copy(view.ptr, executor.ptr[buf.id], buf.nbytes, f"output {name}"))
+            spans.append((view.ptr, view.ptr + buf.nbytes))
         self.names = list(outputs)
-        self._graph = executor._capture_bound(self._sequence) if executor._graph is not None else None
+        self._launches = [executor._launch_args(i, st, self._moved) if launch is not None else None
+                          for i, (st, launch) in enumerate(zip(executor.plan.steps, executor._launches))]
+        self._graph = executor._capture_bound(self._sequence) if graphed else None
         executor._bindings.add(self)
 
     def _sequence(self) -> None:
@@ -62,7 +85,11 @@ class CudaBinding:
         ex, cu = self._ex, self._ex.cu
         for c in self._in:
             ex._check(cu.cuMemcpyDtoDAsync(c.dst, c.src, c.nbytes, ex.stream), f"copying {c.what}")
-        ex.launch_steps()
+        if self._moved:  # (only a graphed plan moves buffers: every step is a kernel)
+            for step, launch in zip(ex.plan.steps, self._launches):
+                ex._start(launch, step.kernel)
+        else:
+            ex.launch_steps()
         for c in self._out:
             ex._check(cu.cuMemcpyDtoDAsync(c.dst, c.src, c.nbytes, ex.stream), f"copying {c.what}")
         ex._status_to_host()
