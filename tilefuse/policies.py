@@ -89,6 +89,16 @@ class WindowPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class StagedPolicy:
+    """The fallback schedule (tile_ir/lower/staged.py): one tile computing the group stage by
+    stage."""
+
+    # threads of its block (GPU: every stage's parallel nests split over them, the thread
+    # fitting pass narrowing the block to divide them; 1 ran a whole group on one thread)
+    threads: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionPolicy:
     """Bounds on one fusion group (partition/grow.py)."""
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from tilefuse.codegen.options import CpuOptions, CudaOptions
 from tilefuse.device import HOPPER, X86_SERVER, Device
 from tilefuse.errors import TilefuseError
-from tilefuse.policies import AttentionPolicy, ConvPolicy, GemmPolicy, PartitionPolicy, RowsPolicy, WindowPolicy
+from tilefuse.policies import (AttentionPolicy, ConvPolicy, GemmPolicy, PartitionPolicy, RowsPolicy, StagedPolicy,
+                               WindowPolicy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,7 @@ class Target:
     conv: ConvPolicy = field(default_factory=ConvPolicy)
     window: WindowPolicy = field(default_factory=WindowPolicy)
     partition: PartitionPolicy = field(default_factory=PartitionPolicy)
+    staged: StagedPolicy = field(default_factory=StagedPolicy)
     codegen: CpuOptions | CudaOptions = field(default_factory=CpuOptions)
     # float32 products may round operands to TF32 on tensor cores (--precision tf32; GPU
     # only): the plan's precision, set by frontend.precision.precision_target
@@ -93,6 +95,7 @@ CUDA_SM90A = Target(
     ),
     attention=AttentionPolicy(max_head_dim=256),
     window=WindowPolicy(tile=256, max_threads=256),
+    staged=StagedPolicy(threads=256),
     codegen=CudaOptions(),
 )
 

@@ -1,5 +1,5 @@
 """Thread fitting (tile_ir/passes/threads.py): on a device with blocks, a program's threads
-are narrowed until they split every parallel nest evenly; the program and its schedule
+are narrowed until they split every parallel nest over fragment tiles evenly; the program and its schedule
 record say the narrowed count, ``fitted_from`` what was asked, the verifier refuses a block
 that does not split its nests, and the CUDA printer prints the program's threads as they
 are. The CPU (no blocks) takes programs as lowered."""
@@ -15,16 +15,28 @@ from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
 from tilefuse.target import CPU, CUDA_SM90A
 from tilefuse.tile_ir import format_program, lower_group, verify_program
-from tilefuse.tile_ir.nests import uneven_nests
+from tilefuse.tile_ir.nests import parallel_totals, uneven_nests
 from tilefuse.tile_ir.passes import fit_threads
 
 
 def _first_conv(target, zoo_cache):
-    """ResNet's stem convolution (3 input channels: its im2col tile of 3 x 7 x 7 taps has
-    no even split over 128 threads), lowered for ``target``."""
-    graph = import_onnx(models.build("resnet", "tiny", "float32", cache_dir=zoo_cache), models.ZOO["resnet"].shapes("tiny"))
-    group = next(g for g in partition_graph(graph, target).groups if str(g.kind) != "opaque")
+    """MobileNetV2's first depthwise convolution (its accumulator tile of 8 channels x 96
+    positions has no even split over 128 threads), lowered for ``target``."""
+    graph = import_onnx(models.build("mobilenetv2", "tiny", "float32", cache_dir=zoo_cache),
+                        models.ZOO["mobilenetv2"].shapes("tiny"))
+    group = next(g for g in partition_graph(graph, target).groups if g.name == "k4_conv")
     return lower_group(group, target).program
+
+
+def test_only_nests_over_fragment_tiles_narrow_a_block(zoo_cache):
+    """Nests over shared and global memory split unevenly (TileLang guards the last
+    threads): ResNet's stem convolution, whose im2col tile of 3 x 7 x 7 taps is no multiple
+    of 128, keeps its 128 threads."""
+    graph = import_onnx(models.build("resnet", "tiny", "float32", cache_dir=zoo_cache), models.ZOO["resnet"].shapes("tiny"))
+    group = next(g for g in partition_graph(graph, CUDA_SM90A).groups if str(g.kind) != "opaque")
+    p = lower_group(group, CUDA_SM90A).program
+    assert (p.threads, p.fitted_from) == (128, 0)
+    assert any(n % 128 for n in parallel_totals(p.body) if n >= 128) and not uneven_nests(p.body, 128)
 
 
 def test_a_block_is_narrowed_until_it_splits_every_nest(zoo_cache):

@@ -9,6 +9,7 @@ its match's family, agreeing with the program on threads, occupancy and producer
 the CUDA printer emits the block's threads as the program has them (after thread fitting). Tiny models always; real ones where they are
 in the model cache (or ``TILEFUSE_ZOO_REAL=1`` builds them), since they lower in seconds.
 """
+import math
 import os
 import re
 
@@ -52,7 +53,7 @@ def test_every_group_is_lowered_by_its_own_match(name, config, target, zoo_cache
         raise AssertionError("a lowering matched again")
 
     monkeypatch.setattr(patterns, "match_group", no_matching)
-    fell = []
+    fell, narrow = [], []
     for g in groups:
         assert type(g.match) in LOWERINGS, f"group {g.name}: {g.match}"
         program = lower_group(g, target).program
@@ -66,6 +67,12 @@ def test_every_group_is_lowered_by_its_own_match(name, config, target, zoo_cache
         if target.device.max_block_threads:  # the CUDA printer prints the block the program has
             text = emit_tilelang(program, target.codegen, target.device).text
             assert re.findall(r"threads=(\d+)", text) == [str(program.threads)], g.name
+            # no kernel runs on a thread or a few (one warp at least) unless its output is that small
+            out = sum(math.prod(b.shape) for b in program.outputs)
+            lanes = math.prod(program.grid) * program.threads
+            if lanes < min(32, out):
+                narrow.append(f"{g.name} ({s.family}): {program.grid} x {program.threads} threads for {out} outputs")
+    assert not narrow, narrow
     assert not fell, fell
 
 

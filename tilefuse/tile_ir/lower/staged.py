@@ -120,10 +120,11 @@ def lower_staged(group: FusedGroup, match: StagedMatch, name: str,
     notes = (f"staged: {len(allocs)} on-chip buffers, {scratch} bytes",)
     # the tiles of each product stage, as its Gemm statements hold them (a: rows x K, b: K x columns)
     products = tuple((g.a.shape[0], g.b.shape[1], g.a.shape[1]) for g in statements(body) if isinstance(g, Gemm))
+    threads = target.staged.threads  # (the thread fitting pass narrows it to divide every stage's nests)
     schedule = StagedSchedule(reason=match.reason, buffers=len(allocs), scratch_bytes=scratch, product_tiles=products,
-                              threads=1)
-    program = TileProgram(name, tuple(params), num_inputs, (1,), (Var("bx"),), 1, tuple(allocs), tuple(body), notes,
-                          schedule=schedule)
+                              threads=threads)
+    program = TileProgram(name, tuple(params), num_inputs, (1,), (Var("bx"),), threads, tuple(allocs), tuple(body),
+                          notes, schedule=schedule)
     return program, tuple(kp.bindings)
 
 

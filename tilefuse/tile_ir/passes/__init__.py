@@ -6,7 +6,7 @@ Each pass returns a program the verifier accepts, with its schedule record updat
 what the kernel will do, so the code generators print what they are given. In order:
 
 1. ``fit_threads`` (threads.py): a block's threads narrowed until they split every
-   parallel nest evenly.
+   parallel nest over fragment tiles evenly.
 """
 from __future__ import annotations
 

@@ -1,10 +1,12 @@
 """Thread fitting: a block's threads narrowed until they split every parallel nest evenly.
 
 A lowering asks for the threads its pattern's policy gives (256 for a GEMM tile, 128 for a
-row tile, ...). On a device with blocks, the threads of a block are split evenly over each
-parallel nest at least as long as the block, so a nest whose length they do not divide
-(a tail tile of 96 columns on 256 threads) has no layout. The pass halves the threads
-until every such nest divides, writes the count the kernel will have into the program and
+row tile, ...). On a device with blocks, TileLang lays a register tile out over a block's
+threads evenly, so a parallel nest over a fragment tile at least as long as the block whose
+length the threads do not divide (a depthwise tile of 8 channels x 196 positions on 128
+threads) has no layout; nests over shared and global memory split unevenly (the last
+threads' iterations are guarded). The pass halves the threads until every nest over
+fragment tiles divides, writes the count the kernel will have into the program and
 its schedule record, and keeps what was asked in ``TileProgram.fitted_from``: printers
 keep element loops for a narrowed block (its copies and rows were sized for the asked
 threads). A device without blocks (the CPU) takes programs as they are.
