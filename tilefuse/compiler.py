@@ -37,6 +37,7 @@ class Compiled:
     plan: Plan
     onnx_nodes: int
     notes: list[str] = field(default_factory=list)
+    onnx_ops: Mapping[str, str] = field(default_factory=dict)  # ONNX node name -> op type
 
 
 def compile(model: ModelLike, target: str | Target = "cpu", shapes: ShapeSpec | None = None,
@@ -68,6 +69,7 @@ def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeS
     graph = with_precision(import_onnx(proto, shapes, constants=consts), precision)  # ONNX -> ir.Graph (verified)
     progress.end("import")
     compiled = compile_graph(graph, target, source_sha, len(proto.graph.node), progress, op_types(proto.graph))
+    compiled.onnx_ops = op_types(proto.graph)
     compiled.plan.precision = precision
     if isinstance(model, (str, os.PathLike)):
         compiled.plan.source_path = str(Path(model).resolve())

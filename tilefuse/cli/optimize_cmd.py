@@ -12,6 +12,7 @@ from tilefuse.frontend import import_onnx
 from tilefuse.frontend.loader import load_model
 from tilefuse.frontend.precision import with_precision
 from tilefuse.partition import partition_graph
+from tilefuse.frontend.scope import op_types
 from tilefuse.partition.summary import format_explain, format_summary, summarize_partition
 from tilefuse.target import get_target
 
@@ -48,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         graph = with_precision(import_onnx(proto, shapes, constants=consts), args.precision)
         partition = partition_graph(graph, target)
         compiled = None
+        onnx_ops = op_types(proto.graph)
     else:
         from tilefuse.compiler import compile_model
 
@@ -55,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
 
         compiled = compile_model(args.model, target, shapes, precision=args.precision, consts=consts,
                                  progress=for_terminal())
-        partition, onnx_nodes = compiled.partition, compiled.onnx_nodes
-    summary = summarize_partition(partition, onnx_nodes)
+        partition, onnx_nodes, onnx_ops = compiled.partition, compiled.onnx_nodes, compiled.onnx_ops
+    summary = summarize_partition(partition, onnx_nodes, onnx_ops)
     print(format_summary(summary))
     if args.explain:
         print(format_explain(partition))

@@ -1,16 +1,26 @@
 """The partition as data for people: the summary JSON and the terminal table."""
 from __future__ import annotations
 
+import hashlib
+from typing import Mapping
+
+from tilefuse import patterns
 from tilefuse.partition.cost import unfused_cost
 from tilefuse.partition.model import FusedGroup, Partition
 
 
-def group_summary(g: FusedGroup, p: Partition) -> dict[str, object]:
+def group_summary(g: FusedGroup, p: Partition, onnx_ops: Mapping[str, str] | None = None) -> dict[str, object]:
     t = p.target
     anchor = g.anchor
+    ops = onnx_ops or {}
     return {
         "id": g.id,
         "name": g.name,
+        # what the kernel is: its pattern (the schedule family its lowering takes), the ONNX
+        # op types it covers, and a signature equal for identical kernels (repeated layers)
+        "pattern": patterns.pattern_name(g.match) if g.match is not None else str(g.kind),
+        "onnx_ops": list(dict.fromkeys(ops[n] for n in g.onnx_nodes if n in ops)),
+        "signature": _signature(g),
         "anchor_kind": str(g.kind),
         "anchor": anchor.op.name if anchor is not None else None,
         "primitives": [n.op.name for n in g.nodes],
@@ -26,7 +36,14 @@ def group_summary(g: FusedGroup, p: Partition) -> dict[str, object]:
     }
 
 
-def summarize_partition(p: Partition, onnx_nodes: int) -> dict[str, object]:
+def _signature(g: FusedGroup) -> str:
+    """Equal for groups that compute the same primitives on the same types in the same
+    order (a transformer's layers): one row in the summary, with a count."""
+    parts = [n.op.name for n in g.nodes] + [str(v.type) for v in (*g.inputs, *g.outputs)]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def summarize_partition(p: Partition, onnx_nodes: int, onnx_ops: Mapping[str, str] | None = None) -> dict[str, object]:
     repeats = {id(n) for n in p.recomputed}  # an unfused runtime computes each value once
     unfused = unfused_cost(n for n in p.graph.nodes if id(n) not in repeats)
     fused_bytes = sum(g.cost.bytes for g in p.groups)
@@ -42,7 +59,7 @@ def summarize_partition(p: Partition, onnx_nodes: int) -> dict[str, object]:
         "unfused_estimated_seconds": unfused.seconds(p.target),
         "fused_estimated_seconds": sum(g.cost.seconds(p.target) for g in p.groups),
         "flops": sum(g.cost.flops for g in p.groups),
-        "groups": [group_summary(g, p) for g in p.groups],
+        "groups": [group_summary(g, p, onnx_ops) for g in p.groups],
         "refusals": [
             {"a": r.group_a, "b": r.group_b, "node_a": r.node_a, "node_b": r.node_b, "reason": r.reason}
             for r in p.refusals
@@ -69,14 +86,24 @@ def format_summary(s: dict[str, object], top: int = 10) -> str:
     ]
     if s.get("recomputed"):
         lines.append(f"{s['recomputed']} primitives recomputed in a second kernel (widening casts)")
+    folded: dict[str, list[dict]] = {}  # identical kernels (repeated layers) as one row
+    for g in groups:
+        folded.setdefault(str(g.get("signature", g["id"])), []).append(g)
+    rows = sorted(folded.values(), key=lambda gs: -sum(g["estimated_seconds"] for g in gs))
     lines += [
-        "top kernels by estimated time:",
-        f"  {'id':>4}  {'kernel':<36} {'prims':>5} {'time us':>9}  bound    bytes",
+        "top kernels by estimated time" + (" (identical kernels folded)" if len(rows) < len(groups) else "") + ":",
+        f"  {'ids':<10} {'pattern':<9} {'what':<40} {'x':>3} {'us each':>8} {'us total':>9}  bound    bytes each",
     ]
-    for g in sorted(groups, key=lambda g: -g["estimated_seconds"])[:top]:
+    for gs in rows[:top]:
+        g = gs[0]
+        ids = ",".join(str(x["id"]) for x in gs)
+        ids = ids if len(ids) <= 10 else f"{gs[0]['id']},..{gs[-1]['id']}"
+        what = "+".join(g.get("onnx_ops") or g["primitives"])
+        what = what if len(what) <= 40 else what[:39] + "…"
+        each = g["estimated_seconds"] * 1e6
         lines.append(
-            f"  {g['id']:>4}  {g['name'][:36]:<36} {len(g['primitives']):>5} {g['estimated_seconds'] * 1e6:>9.2f}  "
-            f"{g['bound']:<8} {_human_bytes(g['bytes_in'] + g['bytes_out'])}"
+            f"  {ids:<10} {str(g.get('pattern', g['anchor_kind'])):<9} {what:<40} {len(gs):>3} {each:>8.2f} "
+            f"{each * len(gs):>9.2f}  {g['bound']:<8} {_human_bytes(g['bytes_in'] + g['bytes_out'])}"
         )
     return "\n".join(lines)
 
