@@ -93,8 +93,11 @@ class StagedPolicy:
     """The fallback schedule (tile_ir/lower/staged.py): one tile computing the group stage by
     stage."""
 
-    # threads of its block (GPU: every stage's parallel nests split over them, the thread
-    # fitting pass narrowing the block to divide them; 1 ran a whole group on one thread)
+    # threads of its block. 1 on every target today: on the GPU, 256 or 32 threads split the
+    # stages' nests, but TileLang finds no layout for some of them (a 2 x 48 x 4 depthwise
+    # tile vectorised over 128 threads; a 50-element copy on 16), including nests the CUDA
+    # printer makes of Copy statements, which the thread fitting pass does not see yet
+    # (benchmarks/NOTES.md, session 10)
     threads: int = 1
 
 

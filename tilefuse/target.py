@@ -95,7 +95,6 @@ CUDA_SM90A = Target(
     ),
     attention=AttentionPolicy(max_head_dim=256),
     window=WindowPolicy(tile=256, max_threads=256),
-    staged=StagedPolicy(threads=256),
     codegen=CudaOptions(),
 )
 

@@ -102,7 +102,7 @@ def test_gpu_convolutions_take_tensor_core_tiles(zoo_cache):
     multiple of the MMA's k16 (16 channels x 9 taps), and row tiles are a power of two
     (wgmma's warp layouts), with a partial last tile where the positions have no such
     divisor (16 rows or fewer stay one tile)."""
-    from tilefuse.codegen.cuda.emit import _tensor_core
+    from tilefuse.tile_ir.passes.placement import tensor_core as _tensor_core
     from tilefuse.target import CUDA_SM90A
     from tilefuse.tile_ir.ir import Gemm
 

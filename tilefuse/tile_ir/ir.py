@@ -233,6 +233,10 @@ class TileProgram:
     # the threads the lowering asked for, where the thread fitting pass narrowed the block
     # to split every parallel nest evenly (tile_ir/passes/threads.py); 0: not narrowed
     fitted_from: int = 0
+    # fragment tiles held in registers (the rest of the fragment tiles live in shared
+    # memory), as the register placement pass found them for ``threads`` on a device with
+    # blocks (tile_ir/passes/placement.py); empty elsewhere
+    registers: frozenset[str] = frozenset()
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from tilefuse.tile_ir.ir import If, Load, Loop, LoopKind, Scope, Stmt, Store, statements, subexpressions
+from tilefuse.tile_ir.ir import If, Loop, LoopKind, Stmt
 
 
 def parallel_nest(s: Loop) -> list[Loop]:
@@ -20,41 +20,24 @@ def parallel_nest(s: Loop) -> list[Loop]:
     return loops
 
 
-def parallel_totals(stmts: tuple[Stmt, ...], registers: bool = False) -> list[int]:
-    """Iterations of each parallel nest in ``stmts``, outer nests before inner ones;
-    ``registers``: only the nests that read or write a fragment buffer (a per-thread
-    register tile's candidates)."""
+def parallel_totals(stmts: tuple[Stmt, ...]) -> list[int]:
+    """Iterations of each parallel nest in ``stmts``, outer nests before inner ones."""
     out: list[int] = []
     for s in stmts:
         if isinstance(s, Loop) and s.kind is LoopKind.PARALLEL:
             nest = parallel_nest(s)
-            if not registers or _touches_fragment(nest[-1].body):
-                out.append(math.prod(l.extent for l in nest))
-            out += parallel_totals(nest[-1].body, registers)
+            out.append(math.prod(l.extent for l in nest))
+            out += parallel_totals(nest[-1].body)
         elif isinstance(s, (Loop, If)):
-            out += parallel_totals(s.body, registers)
+            out += parallel_totals(s.body)
     return out
 
 
 def uneven_nests(stmts: tuple[Stmt, ...], threads: int) -> list[int]:
-    """The nests over fragment buffers at least ``threads`` long that ``threads`` does not
-    divide: TileLang lays a register tile out over a block's threads evenly, so a block
-    of that many threads has no layout for them. Nests over shared and global memory
-    only split unevenly (TileLang guards the last threads' iterations)."""
-    return [n for n in parallel_totals(stmts, registers=True) if n >= threads and n % threads]
-
-
-def _touches_fragment(stmts: tuple[Stmt, ...]) -> bool:
-    """Whether a store or a load in ``stmts`` (nested loops and branches included) is of a
-    fragment buffer."""
-    for s in statements(stmts):
-        if isinstance(s, Store):
-            buffers, exprs = [s.buffer], (s.value, *s.indices)
-        elif isinstance(s, If):
-            buffers, exprs = [], (s.cond,)
-        else:
-            continue
-        buffers += [e.buffer for x in exprs for e in subexpressions(x) if isinstance(e, Load)]
-        if any(b.scope is Scope.FRAGMENT for b in buffers):
-            return True
-    return False
+    """The nests at least ``threads`` long that ``threads`` does not divide. TileLang lays
+    a parallel nest out over a block's threads evenly where it vectorises it or holds it
+    per thread: uneven, it has no layout ("Mapped indices are not independent": a 7 x 7 x
+    64 convolution tile on 128 threads, a depthwise tile of 2 x 48 x 4 on 256). Some uneven
+    nests it guards instead (scalar copies into shared memory), but which is its decision,
+    so every nest counts."""
+    return [n for n in parallel_totals(stmts) if n >= threads and n % threads]

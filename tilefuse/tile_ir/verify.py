@@ -78,6 +78,9 @@ def _check_block(p: TileProgram, most: int) -> None:
     if uneven:
         raise GraphError(f"kernel {p.name}: {p.threads} threads do not split its parallel nests of {uneven} "
                          f"iterations evenly (tile_ir.passes.fit_threads narrows them)")
+    fragments = {b.name for b in p.allocs if b.scope is Scope.FRAGMENT}
+    if not p.registers <= fragments:
+        raise GraphError(f"kernel {p.name}: registers {sorted(p.registers - fragments)} are not fragment tiles")
     if p.fitted_from and p.fitted_from < p.threads:
         raise GraphError(f"kernel {p.name}: fitted from {p.fitted_from} threads to more, {p.threads}")
 

@@ -85,9 +85,9 @@ from tilefuse.tile_ir.ir import (
     substitute,
 )
 from tilefuse.tile_ir.nests import parallel_nest, uneven_nests
+from tilefuse.tile_ir.passes.placement import HALF, fragment_reduce, tensor_core
 from tilefuse.tile_ir.simplify import simplify_expr
 
-HALF = {DType.FLOAT16, DType.BFLOAT16}
 MAX_ELEMENTS = 2**31 - 1  # int32 indexing
 
 
@@ -255,14 +255,14 @@ class _Emitter:
         if rows is not None:
             bound = [f"{ind}T.annotate_min_blocks_per_sm({p.occupancy})"] if p.occupancy > 1 else []
             return lines + bound + rows
-        register = _register_buffers(p.body, threads, p.allocs, self.options.register_rows)
+        register = p.registers  # (tile_ir.passes.place_registers)
         accumulators = _gemm_targets(p.body)
         if p.occupancy > 1:  # the schedule's own: e.g. every attention tile resident in one wave
             lines.append(f"{ind}T.annotate_min_blocks_per_sm({p.occupancy})")
         elif p.producer and self.options.producer_blocks_per_sm > 1:
             lines += [ind + x for x in _producer_registers(threads, self.options, self.device)]
         elif (self.options.min_blocks_per_sm > 1 and not p.producer
-              and any(isinstance(s, Gemm) and _tensor_core(s, threads) for s in statements(p.body))):
+              and any(isinstance(s, Gemm) and tensor_core(s, threads) for s in statements(p.body))):
             lines.append(f"{ind}T.annotate_min_blocks_per_sm({self.options.min_blocks_per_sm})")
         reduced = _reduce_buffers(p.body)
         mirrors: dict[str, Buffer] = {}  # tensor-core accumulator -> its shared copy
@@ -322,7 +322,7 @@ class _Emitter:
             return self.branch(s, depth)
         if isinstance(s, ReduceTile):
             fn = _REDUCE.get(s.fn)
-            if fn is not None and _fragment_reduce(s, self.threads):
+            if fn is not None and fragment_reduce(s, self.threads):
                 return [f"{ind}{fn}({self.name(s.src)}, {self.name(s.dst)}, dim={s.dim}, clear={s.clear})"]
             return self.reduce_loops(s, depth)
         raise CompileError(f"kernel {self.p.name}: no TileLang form for {type(s).__name__}")
@@ -683,7 +683,7 @@ class _Emitter:
     def gemm(self, s: Gemm, depth: int) -> list[str]:
         ind = " " * 4 * depth
         a, b, c = (self.name(x) for x in (s.a, s.b, s.c))
-        if _tensor_core(s, self.threads):
+        if tensor_core(s, self.threads):
             return [f"{ind}T.gemm({a}, {b}, {c}, transpose_A={s.trans_a}, transpose_B={s.trans_b})"]
         # float32 (and anything else): exact FMA loops over the tile
         m, n = s.c.shape
@@ -826,19 +826,6 @@ class _Emitter:
         raise CompileError(f"kernel {self.p.name}: no TileLang form for {fn.name}")
 
 
-def _tensor_core(g: Gemm, threads: int) -> bool:
-    """Half-float tiles in the shapes the MMA instructions take (m16 n8 k16), or float32
-    tiles the product may round to TF32 (k8), split evenly over the block's warps;
-    anything else is an exact FMA loop."""
-    m, n = g.c.shape
-    k = g.a.shape[0] if g.trans_a else g.a.shape[1]
-    warps = max(1, threads // 32)
-    split = any(m % (16 * wm) == 0 and n % (8 * (warps // wm)) == 0 for wm in range(1, warps + 1) if warps % wm == 0)
-    half = g.a.dtype in HALF and k % 16 == 0
-    tf32 = g.tf32 and g.a.dtype is DType.FLOAT32 and k % 8 == 0
-    return (half or tf32) and g.b.dtype is g.a.dtype and threads % 32 == 0 and split
-
-
 def _accumulation(body: tuple[Stmt, ...]) -> tuple[Store, Loop, Store, tuple[Store, ...]] | None:
     """``[b[i] = init, for j... (serial): b[i] = f(b[i], ...), *after]``: a running
     reduction per parallel index (the row stage of whole-row epilogues; a pooling window,
@@ -925,23 +912,6 @@ def _producer_registers(threads: int, options: CudaOptions, device: Device) -> l
             f"T.annotate_consumer_reg_alloc({min(consumers, 240)})"]
 
 
-def _warpgroup_rows(g: Gemm, threads: int) -> bool:
-    """A half-float product whose rows split into 64 per warpgroup: wgmma, where an A
-    operand in registers has the accumulator's layout (what rounding P from the scores
-    needs). The m16 MMA path lays its A fragments out differently (TileLang refuses the
-    element-wise nest between them)."""
-    groups = threads // 128
-    return g.a.dtype in HALF and threads % 128 == 0 and g.c.shape[0] % (64 * groups) == 0
-
-
-def _fragment_reduce(r: ReduceTile, threads: int) -> bool:
-    """TileLang's register reductions lay a tile out over the threads evenly only for
-    power-of-two tiles (seen: an 8 x 768 tile on 128 threads has no layout)."""
-    rows, cols = r.src.shape
-    pow2 = all(x & (x - 1) == 0 for x in (rows, cols))
-    return r.fn in _REDUCE and pow2 and (rows * cols) % threads == 0
-
-
 def _last_gemm(stmts: tuple[Stmt, ...], name: str) -> int:
     return max(i for i, st in enumerate(stmts) if name in _gemm_targets((st,)))
 
@@ -1021,27 +991,3 @@ def _gemm_targets(stmts: tuple[Stmt, ...]) -> set[str]:
 
 def _reduce_buffers(stmts: tuple[Stmt, ...]) -> set[str]:
     return {b.name for s in statements(stmts) if isinstance(s, ReduceTile) for b in (s.src, s.dst)}
-
-
-def _register_buffers(stmts: tuple[Stmt, ...], threads: int, allocs: tuple[Buffer, ...] = (),
-                      register_rows: bool = True) -> set[str]:
-    """Fragments TileLang must own: tensor-core accumulators and tile reductions, and
-    (``register_rows``) what TileLang lays out from them: a product's A operand held as a
-    fragment (attention's P, read by wgmma from registers) and per-row vectors the length
-    of a register reduction's result (attention's running max and sum), so the online
-    softmax needs no shared memory and no barriers. Other fragment buffers become shared
-    memory, where any thread may read any element (the elementwise code indexes them
-    freely, which register layouts cannot always serve)."""
-    out: set[str] = set()
-    rows: set[tuple[int, ...]] = set()
-    for s in statements(stmts):
-        if isinstance(s, Gemm) and _tensor_core(s, threads):
-            out.add(s.c.name)
-            if register_rows and s.a.scope is Scope.FRAGMENT and not s.trans_a and _warpgroup_rows(s, threads):
-                out.add(s.a.name)
-        elif isinstance(s, ReduceTile) and _fragment_reduce(s, threads):
-            out |= {s.src.name, s.dst.name}
-            rows.add(s.dst.shape)
-    if register_rows:
-        out |= {b.name for b in allocs if b.scope is Scope.FRAGMENT and len(b.shape) == 1 and b.shape in rows}
-    return out

@@ -6,17 +6,22 @@ Each pass returns a program the verifier accepts, with its schedule record updat
 what the kernel will do, so the code generators print what they are given. In order:
 
 1. ``fit_threads`` (threads.py): a block's threads narrowed until they split every
-   parallel nest over fragment tiles evenly.
+   parallel nest evenly;
+2. ``place_registers`` (placement.py): which fragment tiles the block holds in
+   registers (the others in shared memory), in ``TileProgram.registers``.
 """
 from __future__ import annotations
 
 from tilefuse.device import Device
 from tilefuse.tile_ir.ir import TileProgram
+from tilefuse.tile_ir.passes.placement import place_registers
 from tilefuse.tile_ir.passes.threads import fit_threads
 
-__all__ = ["fit_threads", "for_device"]
+__all__ = ["fit_threads", "for_device", "place_registers"]
 
 
-def for_device(program: TileProgram, device: Device) -> TileProgram:
-    """``program`` through every device pass, in order."""
-    return fit_threads(program, device)
+def for_device(program: TileProgram, device: Device, register_rows: bool = True) -> TileProgram:
+    """``program`` through every device pass, in order; ``register_rows``: the CUDA code
+    generator's option of that name (whether attention's P and row vectors stay in
+    registers)."""
+    return place_registers(fit_threads(program, device), device, register_rows)

@@ -1,15 +1,14 @@
 """Thread fitting: a block's threads narrowed until they split every parallel nest evenly.
 
 A lowering asks for the threads its pattern's policy gives (256 for a GEMM tile, 128 for a
-row tile, ...). On a device with blocks, TileLang lays a register tile out over a block's
-threads evenly, so a parallel nest over a fragment tile at least as long as the block whose
-length the threads do not divide (a depthwise tile of 8 channels x 196 positions on 128
-threads) has no layout; nests over shared and global memory split unevenly (the last
-threads' iterations are guarded). The pass halves the threads until every nest over
-fragment tiles divides, writes the count the kernel will have into the program and
-its schedule record, and keeps what was asked in ``TileProgram.fitted_from``: printers
-keep element loops for a narrowed block (its copies and rows were sized for the asked
-threads). A device without blocks (the CPU) takes programs as they are.
+row tile, 256 for a staged group, ...). On a device with blocks, TileLang lays a parallel
+nest out over the block's threads evenly (tile_ir/nests.py: where it vectorises a nest or
+holds it per thread it has no layout for an uneven split), so the pass halves the threads
+until every nest at least as long as the block divides, writes the count the kernel will
+have into the program and its schedule record, and keeps what was asked in
+``TileProgram.fitted_from``: printers keep element loops for a narrowed block (its copies
+and rows were sized for the asked threads). A device without blocks (the CPU) takes
+programs as they are.
 """
 from __future__ import annotations
 
