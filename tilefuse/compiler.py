@@ -13,6 +13,7 @@ from tilefuse.frontend import import_onnx
 from tilefuse.frontend.importer import ModelLike
 from tilefuse.frontend.loader import load_model
 from tilefuse.frontend.precision import precision_target, with_precision
+from tilefuse.cpu_isa import requires
 from tilefuse.frontend.scope import op_types
 from tilefuse.frontend.shapes import ConstSpec, ShapeSpec
 from tilefuse.ir.control import Branch
@@ -86,6 +87,8 @@ def compile_graph(graph: Graph, target: Target, source_sha: str = "", onnx_nodes
     plan = link(graph, code.partition, code.kernels, target.name, source_sha, bindings=code.bindings,
                 branches=code.branches, sites=code.sites, schedules=code.schedules, onnx_ops=onnx_ops)
     check_fits(plan, *memory_limit(target))
+    if target.family == "cpu":  # the extensions its kernels may use, checked where it loads
+        plan.cpu_requires = requires(target.codegen.isa)  # type: ignore[union-attr]
     progress.end("link")
     plan.target_spec, plan.target_fingerprint = target.spec(), target.fingerprint()
     return Compiled(graph, code.partition, lowered, plan, onnx_nodes)

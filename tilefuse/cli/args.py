@@ -70,3 +70,29 @@ def check_threads(n: int | None) -> int | None:
     if n is not None and n < 0:
         raise argparse.ArgumentTypeError(f"--threads expects a non-negative integer, got {n}")
     return n
+
+
+def add_cpu_isa_arg(p: argparse.ArgumentParser) -> None:
+    from tilefuse.cpu_isa import CHOICES
+
+    p.add_argument("--cpu-isa", choices=CHOICES, default=None,
+                   help="instruction-set level of the CPU kernels: native (default: this machine's every extension; "
+                        "the plan loads only where they all are) or an x86-64 level for plans that run on other "
+                        "machines (x86-64-v3: AVX2 and FMA; x86-64-v4: and AVX-512)")
+
+
+def cli_target(name: str, cpu_isa: str | None):
+    """The target ``--target NAME`` names, with ``--cpu-isa`` applied (CPU targets only)."""
+    from tilefuse.cpu_isa import check_isa
+    from tilefuse.errors import InputError
+    from tilefuse.target import adjust, get_target
+
+    target = get_target(name)
+    if cpu_isa is None:
+        return target
+    if target.family != "cpu":
+        raise InputError(f"--cpu-isa is for CPU kernels; target {target.name} builds GPU kernels")
+    try:
+        return adjust(target, codegen__isa=check_isa(cpu_isa))
+    except ValueError as e:
+        raise InputError(f"--cpu-isa: {e}") from None

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from tilefuse.cli.args import add_const_arg, add_shape_arg, parse_consts, parse_shapes
+from tilefuse.cli.args import add_const_arg, add_cpu_isa_arg, add_shape_arg, cli_target, parse_consts, parse_shapes
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,6 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="arithmetic of the kernels, as for optimize (inputs and outputs keep their dtypes)")
     add_shape_arg(p)
     add_const_arg(p)
+    add_cpu_isa_arg(p)
     p.add_argument("--as", dest="mode", choices=("ep", "custom-ops"), default="ep",
                    help="ep: EPContext nodes for the tilefuse execution provider, TilefuseExecutionProvider or, "
                         "for cuda, TilefuseCudaExecutionProvider (onnxruntime >= 1.23, default); "
@@ -25,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from tilefuse.ort import export_ort
 
-    result = export_ort(args.model, args.output, args.target, parse_shapes(args.shape), args.mode,
+    result = export_ort(args.model, args.output, cli_target(args.target, args.cpu_isa), parse_shapes(args.shape), args.mode,
                         consts=parse_consts(args.const), precision=args.precision)
     print(result.summary())
     return 0

@@ -5,7 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
-from tilefuse.cli.args import add_const_arg, add_shape_arg, parse_consts, parse_shapes
+from tilefuse.cli.args import add_const_arg, add_cpu_isa_arg, add_shape_arg, cli_target, parse_consts, parse_shapes
 from tilefuse.errors import InputError
 
 from tilefuse.frontend import import_onnx
@@ -14,7 +14,6 @@ from tilefuse.frontend.precision import with_precision
 from tilefuse.partition import partition_graph
 from tilefuse.frontend.scope import op_types
 from tilefuse.partition.summary import format_explain, format_summary, summarize_partition
-from tilefuse.target import get_target
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,12 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", metavar="FILE.json", help="with --report: measured times from `tilefuse profile "
                    "PLAN --json FILE.json` (a plan of this model and target) beside the estimates")
     p.add_argument("--explain", action="store_true", help="print why neighbouring kernels stayed apart")
+    add_cpu_isa_arg(p)
     p.add_argument("-o", "--output", metavar="OUT.tfplan", help="where to write the plan")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    target = get_target(args.target)
+    target = cli_target(args.target, args.cpu_isa)
     shapes = parse_shapes(args.shape)
     consts = parse_consts(args.const)
     if args.profile and not args.report:

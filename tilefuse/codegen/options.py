@@ -25,6 +25,10 @@ class CpuOptions:
     # A tile grid with less work runs its tiles in turn on the calling thread.
     parallel_min_work: int = 1 << 20
     collapse_min_iters: int = 8  # outer iterations that justify keeping the innermost loop for simd
+    # the instruction-set level the kernels are compiled for (tilefuse/cpu_isa.py): "native"
+    # (this machine's every extension) or an x86-64 level, "x86-64-v2" / "-v3" / "-v4",
+    # for plans that run on other machines (``--cpu-isa``)
+    isa: str = "native"
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,6 +127,7 @@ def load_plan(path: str | Path) -> Plan:
             precision=header["precision"],  # type: ignore[arg-type]
             target_spec=header["target_spec"],  # type: ignore[arg-type]
             target_fingerprint=header["target_fingerprint"],  # type: ignore[arg-type]
+            cpu_requires=header["cpu_requires"],  # type: ignore[arg-type]
             tilefuse_version=header["tilefuse_version"],  # type: ignore[arg-type]
             buffers=buffers,
             inputs=dec.bindings("inputs", buffers),

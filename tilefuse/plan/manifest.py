@@ -35,6 +35,7 @@ MAX_BYTES = 1 << 48  # of one tensor, or of the arena: 256 TiB
 MAX_RANK = 32
 MAX_COUNT = 1 << 31  # ids, group numbers
 SHA256 = re.compile(r"[0-9a-f]{64}")
+CPU_FLAG = re.compile(r"[a-z0-9_]{1,40}")
 # A kernel's schedule record (information only): an object of at most MAX_FIELDS fields
 # named like identifiers, each a scalar or a list of at most MAX_ITEMS scalars or of such
 # lists (a staged kernel's product tiles), strings at most MAX_TEXT long.
@@ -69,6 +70,7 @@ def encode(plan: Plan, kernel_files: dict[str, str], weights_sha256: str) -> dic
         "precision": plan.precision,
         "target_fingerprint": plan.target_fingerprint,
         "target_spec": plan.target_spec,
+        "cpu_requires": list(plan.cpu_requires),
         "inputs": [_binding(plan, b) for b in plan.inputs],
         "outputs": [_binding(plan, b) for b in plan.outputs],
         "arena_bytes": plan.arena_bytes,
@@ -200,6 +202,7 @@ class Decoder:
             "target": self.get(d, "target", str, ""),
             "precision": self.precision(d),
             **self.target_record(d),
+            "cpu_requires": self.cpu_requires(d),
             "arena_bytes": self.integer(d, "arena_bytes", "", hi=MAX_BYTES),
             "weights_sha256": self.sha256(d, "weights_sha256", ""),
         }
@@ -210,6 +213,13 @@ class Decoder:
         if x not in PRECISIONS:
             raise self.fail("precision", f"expected one of {PRECISIONS}, got {show(x)}")
         return x  # type: ignore[return-value]
+
+    def cpu_requires(self, d: dict) -> tuple[str, ...]:
+        """CPU extension names, as /proc/cpuinfo spells them (absent: none recorded)."""
+        x = d.get("cpu_requires", [])
+        if not isinstance(x, list) or len(x) > 512 or not all(isinstance(f, str) and CPU_FLAG.fullmatch(f) for f in x):
+            raise self.fail("cpu_requires", f"expected a list of CPU extension names, got {show(x)}")
+        return tuple(x)
 
     def target_record(self, d: dict) -> dict[str, object]:
         """The target spec and its fingerprint, which must agree (both absent, or empty, in

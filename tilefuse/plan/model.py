@@ -271,6 +271,9 @@ class Plan:
     # options) as JSON data, and its sha256 (``Target.fingerprint``); empty where unknown
     target_spec: dict = field(default_factory=dict, repr=False)
     target_fingerprint: str = ""
+    # the CPU extensions its kernels may use (tilefuse/cpu_isa.py: a level's, or the build
+    # machine's for -march=native), checked against the machine before a kernel is loaded
+    cpu_requires: tuple[str, ...] = ()
 
     def input_types(self) -> list[tuple[str, TensorType]]:
         return [(b.name, self.buffers[b.buffer].type) for b in self.inputs]

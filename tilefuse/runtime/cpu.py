@@ -38,6 +38,7 @@ from tilefuse.errors import ExecutionError
 from tilefuse.plan.files import read_verified
 from tilefuse.plan.model import BranchStep, BufferKind, HostStep, Kernel, KernelStep, Plan, SelectStep, step_order
 from tilefuse.plan.verify import check_kernel_identity
+from tilefuse.cpu_isa import check_host
 from tilefuse.runtime.native import NativeLibrary
 from tilefuse.runtime.pool import ArenaPool, aligned_empty
 from tilefuse.runtime.threads import Team
@@ -114,6 +115,7 @@ class CpuExecutor:
     def _load(self, kernel: Kernel) -> KernelFn:
         """The kernel's function, from a library loaded from its verified bytes."""
         check_kernel_identity(kernel, self.plan.target)  # a plan built in memory is checked here
+        check_host(self.plan)
         lib = NativeLibrary(read_verified(kernel.path, kernel.sha256, f"kernel {kernel.name}"), str(kernel.path))
         self._libs.append(lib)
         fn = lib.function(kernel.symbol)

@@ -39,16 +39,17 @@ def build_all(programs: Sequence[TileProgram], jobs: int | None = None,
     where.mkdir(parents=True, exist_ok=True)
     sweep_stale(where)
     sources = [emit_program(p, options) for p in programs]
+    isa = options.isa
     with ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:
         futures: dict[str, Future] = {}
         for src in sources:
-            key = cache_key(src, compiler)
+            key = cache_key(src, compiler, isa)
             if key not in futures:
-                cached = entry_ok(library_path(src, compiler, where))
-                futures[key] = pool.submit(compile_cached, src, compiler, where)
+                cached = entry_ok(library_path(src, compiler, where, isa))
+                futures[key] = pool.submit(compile_cached, src, compiler, where, isa)
                 if on_kernel is not None:
                     futures[key].add_done_callback(lambda f, c=cached: f.exception() is None and on_kernel(c))
-        built = [futures[cache_key(src, compiler)].result() for src in sources]
+        built = [futures[cache_key(src, compiler, isa)].result() for src in sources]
     return [
         KernelArtifact(src.symbol, src.symbol, lib, src.params, src.launch, c_file)
         for src, (lib, c_file) in zip(sources, built)

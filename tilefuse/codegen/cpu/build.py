@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tilefuse.codegen.cpu.emit import CSource
+from tilefuse.cpu_isa import march
 from tilefuse.codegen.toolchain import commit_entry, compiler_failed, ensure_text, entry_ok
 from tilefuse.errors import CompileError
 
 # No -ffast-math: NaN, inf and signed zeros must behave as in the reference. Kernels never
 # read floating-point exception flags or errno, so operations may be assumed not to trap
 # (which lets selects and conversions vectorise) and libm need not set errno (sqrtf inline).
-FLAGS = ("-O3", "-march=native", "-fno-trapping-math", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
+FLAGS = ("-O3", "-fno-trapping-math", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")  # and -march
 COMPILE_TIMEOUT_S = 600
 
 
@@ -75,21 +76,24 @@ def _host() -> str:
     return f"{platform.machine()};{flags}"
 
 
-def cache_key(source: CSource, compiler: Compiler) -> str:
+def cache_key(source: CSource, compiler: Compiler, isa: str = "native") -> str:
+    """The kernel's identity in the cache: source, compiler, flags and, for ``native``
+    builds, this machine (an x86-64 level builds the same anywhere)."""
     h = hashlib.sha256()
-    for part in (source.text, compiler.version, " ".join(FLAGS), _host()):
+    host = _host() if isa == "native" else platform.machine()
+    for part in (source.text, compiler.version, " ".join((*FLAGS, march(isa))), host):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
 
 
-def library_path(source: CSource, compiler: Compiler, cache_dir: Path) -> Path:
-    return cache_dir / f"{source.symbol}-{cache_key(source, compiler)[:16]}.so"
+def library_path(source: CSource, compiler: Compiler, cache_dir: Path, isa: str = "native") -> Path:
+    return cache_dir / f"{source.symbol}-{cache_key(source, compiler, isa)[:16]}.so"
 
 
-def compile_cached(source: CSource, compiler: Compiler, cache_dir: Path) -> tuple[Path, Path]:
+def compile_cached(source: CSource, compiler: Compiler, cache_dir: Path, isa: str = "native") -> tuple[Path, Path]:
     """The shared library and C file of ``source``, compiling only on a cache miss."""
-    lib = library_path(source, compiler, cache_dir)
+    lib = library_path(source, compiler, cache_dir, isa)
     c_file = lib.with_suffix(".c")
     ensure_text(c_file, source.text.encode())  # the library's source, and what is compiled on a miss
     if entry_ok(lib):
@@ -97,7 +101,7 @@ def compile_cached(source: CSource, compiler: Compiler, cache_dir: Path) -> tupl
     fd, tmp = tempfile.mkstemp(prefix=f".{lib.stem}.", suffix=".so.tmp", dir=cache_dir)
     os.close(fd)
     try:
-        cmd = [*compiler.command, *FLAGS, "-o", tmp, str(c_file)]
+        cmd = [*compiler.command, *FLAGS, march(isa), "-o", tmp, str(c_file)]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
