@@ -12,6 +12,7 @@ from tilefuse.ir.prims import ReduceFn, ScalarFn
 from tilefuse.partition import partition_graph
 from tilefuse.partition.summary import summarize_partition
 from tilefuse.report import render_html
+from tilefuse.report.html import FILTER_JS
 from tilefuse.report.html import CONDENSE_ABOVE, PALETTE
 from tilefuse.report.layout import layered_layout
 from tilefuse.target import CUDA_SM90A
@@ -55,8 +56,10 @@ def _render(b: Builder, **kwargs) -> tuple[str, object]:
 def _assert_self_contained(html: str) -> None:
     assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
     lowered = html.lower()
-    for needle in ("http://", "https://", "src=", "<link", "@import", "<script"):
+    for needle in ("http://", "https://", "src=", "<link", "@import"):
         assert needle not in lowered, needle
+    # one script, the page's own fixed filter, and nothing else
+    assert re.findall(r"<script>(.*?)</script>", html, flags=re.S) == [FILTER_JS] and lowered.count("<script") == 1
     assert all(ref.startswith("#") for ref in re.findall(r"url\(([^)]*)\)", html))
     assert all(ref.startswith("#") for ref in re.findall(r'href="([^"]*)"', html))
 
@@ -82,7 +85,7 @@ def test_small_graph_page():
 
 def test_text_is_escaped():
     html, _ = _render(_small_graph())
-    assert EVIL not in html and "<script" not in html
+    assert EVIL not in html and html.count("<script") == 1  # only the page's own filter
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
     assert "small &amp; &lt;odd&gt;" in html
 
@@ -131,3 +134,24 @@ def test_layout_keeps_layers_and_order():
     assert layered_layout(sizes, edges) == lay
     with pytest.raises(ValueError):
         layered_layout(sizes, [(3, 1)])
+
+
+def test_repeated_layers_fold_into_one_row_named_by_pattern(zoo_cache):
+    """bert tiny's two layers: each kernel of a layer appears once in the table of what the
+    kernels do, with a count of 2 and links to both; a legend names the patterns; the
+    filter box is there."""
+    import models
+    from tilefuse.compiler import compile_model
+
+    compiled = compile_model(models.build("bert", "tiny", "float32", cache_dir=zoo_cache), "cpu",
+                             models.ZOO["bert"].shapes("tiny"))
+    s = summarize_partition(compiled.partition, compiled.onnx_nodes, compiled.onnx_ops)
+    html = render_html(compiled.partition, s)
+    _assert_self_contained(html)
+    table = html[html.index('id="patterns"'):html.index('id="kernels"')]
+    rows = re.findall(r"<tr data-row>(.*?)</tr>", table)
+    attention = [r for r in rows if ">attention</td>" in r]
+    assert len(attention) == 1 and '<td class="n">2</td>' in attention[0] and "Softmax" in attention[0]
+    assert len(re.findall(r'href="#k\d+"', attention[0])) == 2
+    assert sum(int(re.findall(r'<td class="n">(\d+)</td>', r)[0]) for r in rows) == len(s["groups"])
+    assert '<dl class="legend">' in html and "<dt>staged</dt>" in html and 'id="q" type="search"' in html

@@ -1,7 +1,8 @@
 """The partition as one self-contained HTML page: numbers, a picture, the kernels, the refusals.
 
 ``render_html(partition, summary)`` needs nothing outside the page: inline CSS, inline
-SVG, no scripts, no fonts, no links out. ``summary`` is ``summarize_partition``'s dict
+SVG, no fonts, no links out, and one fixed script of the page's own (the kernel filter box;
+nothing from the model is ever placed in it). ``summary`` is ``summarize_partition``'s dict
 (an optional ``"model"`` key names the model); the picture comes from the partition.
 ``profile``, where given, is a profile's JSON (tilefuse/profile.py, ``as_dict``): each
 kernel's measured time (its step's median) is shown beside its estimate.
@@ -48,7 +49,27 @@ th{background:#f4f4f4;position:sticky;top:0}td.n{text-align:right;font-variant-n
 .sw{display:inline-block;width:10px;height:10px;border:1px solid #555;margin-right:4px}
 code{font-size:12px}summary{cursor:pointer;color:#2563eb}
 tr:target{background:#fff3bf}
+input[type=search]{font:13px system-ui,sans-serif;padding:3px 6px;width:28em;margin:4px 0 8px}
+.legend dt{font-weight:600}.legend{display:grid;grid-template-columns:max-content auto;gap:2px 16px}
 """
+
+# The filter box: rows of the kernel tables whose text does not hold what is typed are
+# hidden. Fixed text; the page's data reaches it only through the DOM.
+FILTER_JS = (
+    "document.getElementById('q').addEventListener('input',function(e){var q=e.target.value.toLowerCase();"
+    "document.querySelectorAll('table.k tr[data-row]').forEach(function(r){"
+    "r.style.display=r.textContent.toLowerCase().indexOf(q)<0?'none':''})});"
+)
+
+PATTERNS = (
+    ("gemm", "a matrix product or convolution (implicit GEMM) with what is fused before and after it: bias, "
+             "activations, residuals, whole-row norms, sibling products, a second product (MLP chains)"),
+    ("attention", "two products around a softmax, flash-style: the score matrix never leaves the chip"),
+    ("rows", "row tiles: norms, softmax and elementwise chains over the last axis"),
+    ("windows", "pooling windows"),
+    ("staged", "the general fallback: every primitive in turn over scratch, on one tile (slow on the GPU; "
+               "the reason the others refused is in the plan's schedules)"),
+)
 
 
 def render_html(partition: Partition, summary: dict, *, condense_above: int = CONDENSE_ABOVE,
@@ -66,8 +87,11 @@ def render_html(partition: Partition, summary: dict, *, condense_above: int = CO
         '<div class="graph">',
         _kernel_svg(partition) if condensed else _primitive_svg(partition),
         "</div>",
+        _legend(),
+        _pattern_table(summary, measured),
         _kernel_table(summary, measured),
         _refusals(summary),
+        f"<script>{FILTER_JS}</script>",
         "</body></html>",
     ]
     return "\n".join(parts)
@@ -123,7 +147,8 @@ def _header(title: str, s: dict, profile: dict | None = None, measured: dict[int
                                       f"(each step timed on its own, median of {int(profile.get('iterations', 0))} "
                                       f"runs, {escape(how)})"))
     body = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
-    nav = '<nav><a href="#graph">graph</a><a href="#kernels">kernels</a><a href="#refusals">why not fused</a></nav>'
+    nav = ('<nav><a href="#graph">graph</a><a href="#legend">legend</a><a href="#patterns">by pattern</a>'
+           '<a href="#kernels">kernels</a><a href="#refusals">why not fused</a></nav>')
     return f"<h1>{escape(title)}</h1><dl class=\"stats\">{body}</dl>{nav}"
 
 
@@ -135,8 +160,47 @@ def _graph_note(p: Partition, condensed: bool, limit: int) -> str:
             "arrows between frames are tensors passed through memory. Hover a box for details.</p>")
 
 
+def _legend() -> str:
+    items = "".join(f"<dt>{name}</dt><dd>{escape(text)}</dd>" for name, text in PATTERNS)
+    more = ("<dt>est.</dt><dd>the cost model's time: the larger of FLOPs at the device's rate and bytes at its "
+            "bandwidth, plus a launch</dd><dt>bound</dt><dd>which of the two the estimate is</dd>"
+            "<dt>measured</dt><dd>from <code>tilefuse profile PLAN --json</code>, where given</dd>"
+            "<dt>colour</dt><dd>a kernel's frame in the graph and its swatch in the tables</dd>")
+    return f'<h2 id="legend">Legend</h2><dl class="legend">{items}{more}</dl>'
+
+
+def _pattern_table(s: dict, measured: dict[int, float] | None = None) -> str:
+    """Kernels by what they do: identical kernels (a transformer's layers) in one row."""
+    folded: dict[str, list[dict]] = {}
+    for g in s["groups"]:
+        folded.setdefault(str(g.get("signature", g["id"])), []).append(g)
+    rows = []
+    total = sum(g["estimated_seconds"] for g in s["groups"]) or 1e-30
+    for gs in sorted(folded.values(), key=lambda gs: -sum(g["estimated_seconds"] for g in gs)):
+        g = gs[0]
+        est = sum(x["estimated_seconds"] for x in gs)
+        ids = ", ".join(f'<a href="#k{x["id"]}">k{x["id"]}</a>' for x in gs)
+        what = escape("+".join(g.get("onnx_ops") or g["primitives"]))
+        meas = ""
+        if measured is not None:
+            got = [measured[int(x["id"])] for x in gs if int(x["id"]) in measured]
+            meas = f'<td class="n">{sum(got) * 1e6:.2f} us</td>' if got else '<td class="n">-</td>'
+        rows.append(
+            f'<tr data-row><td><span class="sw" style="background:{_colour(g["id"])}"></span>'
+            f'{escape(str(g.get("pattern", g["anchor_kind"])))}</td><td>{what}</td><td class="n">{len(gs)}</td>'
+            f'<td class="n">{g["estimated_seconds"] * 1e6:.2f} us</td><td class="n">{est * 1e6:.2f} us</td>'
+            f'<td class="n">{est / total:.0%}</td>{meas}<td>{ids}</td></tr>'
+        )
+    head = ("<tr><th>pattern</th><th>what (ONNX ops)</th><th>x</th><th>est. each</th><th>est. total</th><th>share</th>"
+            + ("<th>measured total</th>" if measured is not None else "") + "<th>kernels</th></tr>")
+    search = ('<input id="q" type="search" placeholder="filter kernels: pattern, ONNX op, kernel or node name" '
+              'aria-label="filter kernels">')
+    return (f'<h2 id="patterns">Kernels by what they do ({len(rows)} distinct of {len(s["groups"])})</h2>{search}'
+            f'<table class="k">{head}{"".join(rows)}</table>')
+
+
 def _kernel_table(s: dict, measured: dict[int, float] | None = None) -> str:
-    head = ("<tr><th>id</th><th>kernel</th><th>anchor</th><th>prims</th><th>ONNX nodes</th><th>FLOPs</th>"
+    head = ("<tr><th>id</th><th>kernel</th><th>pattern</th><th>anchor</th><th>prims</th><th>ONNX nodes</th><th>FLOPs</th>"
             "<th>bytes in</th><th>bytes out</th><th>est. time</th>"
             + ("<th>measured</th><th>measured / est.</th>" if measured is not None else "") + "<th>bound</th></tr>")
     rows = []
@@ -148,14 +212,14 @@ def _kernel_table(s: dict, measured: dict[int, float] | None = None) -> str:
                      f"{', '.join(onnx[ONNX_SHOWN:])}</details>")
         anchor = escape(str(g["anchor_kind"])) + (f" ({escape(str(g['anchor']))})" if g.get("anchor") else "")
         rows.append(
-            f'<tr id="k{g["id"]}"><td><span class="sw" style="background:{_colour(g["id"])}"></span>k{g["id"]}</td>'
-            f"<td><code>{escape(str(g['name']))}</code></td><td>{anchor}</td>"
+            f'<tr id="k{g["id"]}" data-row><td><span class="sw" style="background:{_colour(g["id"])}"></span>k{g["id"]}</td>'
+            f"<td><code>{escape(str(g['name']))}</code></td><td>{escape(str(g.get('pattern', '')))}</td><td>{anchor}</td>"
             f'<td class="n">{len(g["primitives"])}</td><td>{cell}</td><td class="n">{_count(g["flops"])}</td>'
             f'<td class="n">{_bytes(g["bytes_in"])}</td><td class="n">{_bytes(g["bytes_out"])}</td>'
             f'<td class="n">{g["estimated_seconds"] * 1e6:.2f} us</td>{_measured_cells(g, measured)}'
             f'<td>{escape(str(g["bound"]))}</td></tr>'
         )
-    return f'<h2 id="kernels">Kernels ({len(rows)})</h2><table>{head}{"".join(rows)}</table>'
+    return f'<h2 id="kernels">Kernels ({len(rows)})</h2><table class="k">{head}{"".join(rows)}</table>'
 
 
 def _measured_cells(g: dict, measured: dict[int, float] | None) -> str:
