@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from tilefuse.codegen.cpu.build import FLAGS, find_compiler
+from tilefuse.codegen.cpu.build import find_compiler, flags
 from tilefuse.codegen.cpu.prelude import PRELUDE
 
 FUNCS = {
@@ -26,7 +26,7 @@ def lib(tmp_path_factory):
         f"void v_{f}(const float *restrict x, float *restrict y, long n) {{ for (long i = 0; i < n; ++i) y[i] = {f}(x[i]); }}\n"
         for f in FUNCS)
     (tmp / "m.c").write_text(PRELUDE + loops)
-    subprocess.run([*find_compiler().command, *FLAGS, "-o", str(tmp / "m.so"), str(tmp / "m.c"), "-lm"], check=True)
+    subprocess.run([*find_compiler().command, *flags("native"), "-o", str(tmp / "m.so"), str(tmp / "m.c"), "-lm"], check=True)
     return ctypes.CDLL(str(tmp / "m.so"))
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tilefuse.codegen.cpu import build_kernel
-from tilefuse.codegen.cpu.build import FLAGS, find_compiler
+from tilefuse.codegen.cpu.build import find_compiler, flags
 from tilefuse.codegen.cpu.prelude import PRELUDE
 from tilefuse.codegen.cpu.threads import THREAD_POOL
 from tilefuse.ir.dtypes import DType
@@ -60,7 +60,7 @@ void hold(_Atomic int32_t *go, _Atomic int32_t *entered) {
 def _build(tmp: Path, name: str) -> Path:
     src, lib = tmp / f"{name}.c", tmp / f"{name}.so"
     src.write_text(THREAD_POOL + PRELUDE + KERNELS)
-    subprocess.run([*find_compiler().command, *FLAGS, "-o", str(lib), str(src)], check=True)
+    subprocess.run([*find_compiler().command, *flags("native"), "-o", str(lib), str(src)], check=True)
     return lib
 
 

@@ -218,7 +218,7 @@ def probe_graph(seed: int = 0) -> Graph:
 def probe_plan(tmp: Path, pool: bool = True) -> tuple[Graph, Plan, Path]:
     """(graph, plan, kernel library) of the probe: its kernel reports the team size it ran
     with (``probe_team``); ``pool=False``: a kernel as built before tilefuse's pool, on libgomp."""
-    from tilefuse.codegen.cpu.build import FLAGS, find_compiler
+    from tilefuse.codegen.cpu.build import find_compiler, flags
     from tilefuse.codegen.cpu.prelude import PRELUDE
     from tilefuse.codegen.cpu.threads import THREAD_POOL
 
@@ -233,7 +233,7 @@ def probe_plan(tmp: Path, pool: bool = True) -> tuple[Graph, Plan, Path]:
     src, lib = tmp / f"{name}.c", tmp / f"{name}.so"
     src.write_text(source)
     defines = [f"-DSYMBOL={name}", f"-DM={PROBE_M}", f"-DN={PROBE_N}"]
-    subprocess.run([*find_compiler().command, *FLAGS, *defines, "-o", str(lib), str(src)], check=True)
+    subprocess.run([*find_compiler().command, *flags("native"), *defines, "-o", str(lib), str(src)], check=True)
     params = [ParamSpec(v.name, str(v.type.dtype), v.type.shape, "input") for v in group.inputs]
     params += [ParamSpec(v.name, str(v.type.dtype), v.type.shape, "output") for v in group.outputs]
     kernel = KernelArtifact(name, name, lib, tuple(params), CpuLaunch(1), src)

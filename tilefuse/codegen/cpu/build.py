@@ -30,7 +30,12 @@ from tilefuse.errors import CompileError
 # No -ffast-math: NaN, inf and signed zeros must behave as in the reference. Kernels never
 # read floating-point exception flags or errno, so operations may be assumed not to trap
 # (which lets selects and conversions vectorise) and libm need not set errno (sqrtf inline).
-FLAGS = ("-O3", "-fno-trapping-math", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")  # and -march
+FLAGS = ("-fno-trapping-math", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
+
+
+def flags(isa: str) -> tuple[str, ...]:
+    """The compiler flags of a kernel built for ``isa`` (tilefuse/cpu_isa.py)."""
+    return ("-O3", march(isa), *FLAGS)
 COMPILE_TIMEOUT_S = 600
 
 
@@ -81,7 +86,7 @@ def cache_key(source: CSource, compiler: Compiler, isa: str = "native") -> str:
     builds, this machine (an x86-64 level builds the same anywhere)."""
     h = hashlib.sha256()
     host = _host() if isa == "native" else platform.machine()
-    for part in (source.text, compiler.version, " ".join((*FLAGS, march(isa))), host):
+    for part in (source.text, compiler.version, " ".join(flags(isa)), host):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -101,7 +106,7 @@ def compile_cached(source: CSource, compiler: Compiler, cache_dir: Path, isa: st
     fd, tmp = tempfile.mkstemp(prefix=f".{lib.stem}.", suffix=".so.tmp", dir=cache_dir)
     os.close(fd)
     try:
-        cmd = [*compiler.command, *FLAGS, march(isa), "-o", tmp, str(c_file)]
+        cmd = [*compiler.command, *flags(isa), "-o", tmp, str(c_file)]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
