@@ -42,3 +42,22 @@ def test_another_providers_context_node_is_still_unsupported(exports, tmp_path):
     finally:
         path.unlink()
     assert done.returncode == 2 and "EPContext" in done.stderr and node.name in done.stdout
+
+
+@pytest.mark.parametrize("mode", ["ep", "custom-ops"])
+def test_each_kernel_node_says_what_it_holds(mode, exports):
+    """For Netron and people (issue 17, item 3): a tilefuse node's description names its
+    kernel, pattern and the ONNX ops and nodes it computes, and its properties carry the
+    same (kernel id, pattern, source nodes); onnxruntime still runs the model (the
+    export tests above)."""
+    _, result = exports("bert", mode)
+    model = onnx.load(str(result.model_path), load_external_data=False)
+    nodes = [n for n in model.graph.node if n.name.startswith("tilefuse_r")]
+    assert nodes and len(nodes) == result.kernel_nodes
+    for n in nodes:
+        props = {p.key: p.value for p in n.metadata_props}
+        assert n.doc_string.startswith(f"tilefuse kernel {props['tilefuse.kernel']} ({props['tilefuse.pattern']})")
+        assert props["tilefuse.pattern"] in ("gemm", "attention", "rows", "windows", "staged")
+        assert props["tilefuse.source_nodes"] and props["tilefuse.onnx_ops"]
+    attention = [n for n in nodes if dict((p.key, p.value) for p in n.metadata_props)["tilefuse.pattern"] == "attention"]
+    assert attention and all("Softmax" in n.doc_string for n in attention)

@@ -289,7 +289,7 @@ def _compile_region(work: onnx.ModelProto, region: list[onnx.NodeProto], consume
     host = {n.origin: _host_reason(n) for n in graph.nodes if n.op.kind is Kind.OPAQUE}
     if host:
         return None, host
-    plan = compile_graph(graph, target, "", len(region)).plan
+    plan = compile_graph(graph, target, "", len(region), onnx_ops={n.name: n.op_type for n in region}).plan
     plan.precision = precision
     cache[key] = plan
     return plan, {}

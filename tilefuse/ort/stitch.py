@@ -74,7 +74,9 @@ class Stitcher:
             rel = self._write_kernel(kernel, step.sites)
             ins = [names[b] for b in step.inputs]
             outs = [names[b] for b in step.outputs]
-            self.nodes.append(self._node(f"tilefuse_r{r}_{i}_{kernel.name}", ins, outs, rel))
+            node = self._node(f"tilefuse_r{r}_{i}_{kernel.name}", ins, outs, rel)
+            _describe(node, kernel, step)
+            self.nodes.append(node)
             self.kernel_nodes += 1
             for b in step.outputs:
                 t = plan.buffers[b].type
@@ -115,6 +117,28 @@ class Stitcher:
         (folder / f"{name}{kernel.suffix}").write_bytes(read_verified(kernel.path, kernel.sha256, f"kernel {kernel.name}"))
         self.kernel_files[kernel.name if not known else name] = (kernel.sha256, name)
         return name
+
+
+def _describe(node: onnx.NodeProto, kernel: Kernel, step: KernelStep) -> None:
+    """What the node holds, for people and for Netron (its description and properties):
+    the kernel, its pattern, the ONNX nodes it computes and their op types, the estimate.
+    onnxruntime reads none of it."""
+    facts = step.facts
+    pattern = str(kernel.schedule.get("family", "")) if kernel.schedule else ""
+    nodes = facts.onnx_nodes if facts is not None else ()
+    ops = facts.onnx_ops if facts is not None else ()
+    shown = ", ".join(nodes[:8]) + (f" and {len(nodes) - 8} more" if len(nodes) > 8 else "")
+    node.doc_string = (f"tilefuse kernel {kernel.name}" + (f" ({pattern})" if pattern else "")
+                       + (f": {'+'.join(ops)}" if ops else "") + (f" computing {shown}" if shown else ""))
+    props = {"tilefuse.kernel": kernel.name, "tilefuse.pattern": pattern, "tilefuse.onnx_ops": "+".join(ops),
+             "tilefuse.source_nodes": ",".join(nodes)}
+    if facts is not None and facts.estimated_seconds is not None:
+        props["tilefuse.estimated_us"] = f"{facts.estimated_seconds * 1e6:.2f}"
+    if hasattr(node, "metadata_props"):  # onnx >= 1.16 (IR 10): Netron lists them as properties
+        for key, value in props.items():
+            if value:
+                entry = node.metadata_props.add()
+                entry.key, entry.value = key, value
 
 
 def tilefuse_nodes(model: onnx.ModelProto) -> dict[str, str]:
