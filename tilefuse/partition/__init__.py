@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 
-from tilefuse.ir.graph import Graph
+from tilefuse.ir.graph import Graph, Value
 from tilefuse.partition.casts import sink_widening_casts
 from tilefuse.partition.grow import Grower, grow
 from tilefuse.partition.kinds import FusionKind, fusion_kind
@@ -39,7 +39,7 @@ def partition_graph(graph: Graph, target: Target, *, verify: bool = True, move_c
 
 def _fused_group(index: int, nodes: list, grower: Grower, target: Target) -> FusedGroup:
     members = {id(n) for n in nodes}
-    inputs = {}
+    inputs: dict[int, Value] = {}
     for n in nodes:
         for v in n.inputs:
             if v.producer is None or id(v.producer) not in members:

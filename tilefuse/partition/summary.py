@@ -77,7 +77,7 @@ def _human_bytes(n: float) -> str:
 
 def format_summary(s: dict[str, object], top: int = 10) -> str:
     groups: list[dict] = s["groups"]  # type: ignore[assignment]
-    ratio = s["fused_bytes"] / max(1, s["unfused_bytes"])  # type: ignore[operator]
+    ratio = float(s["fused_bytes"]) / max(1.0, float(s["unfused_bytes"]))  # type: ignore[arg-type]
     lines = [
         f"target {s['target']}: {s['onnx_nodes']} ONNX nodes -> {s['primitives']} primitives -> {s['kernels']} kernels"
         + (f" ({s['opaque_kernels']} opaque)" if s["opaque_kernels"] else ""),

@@ -102,7 +102,8 @@ def attention_problem(
     kernel, or None while they still can."""
     if len(contractions) != 2 or not all(isinstance(c.op, MatMul) for c in contractions):
         return Refusal("more than one contraction, and not an attention chain")
-    pair = chained(*contractions, members)
+    first, second = contractions
+    pair = chained(first, second, members)
     if pair is None:
         return Refusal("two independent contractions on different inputs")
     c1, c2 = pair

@@ -73,7 +73,8 @@ def weight_chain(
         isinstance(c.op, MatMul) and c.inputs[1].is_constant and c.inputs[1].type.rank == 2 for c in contractions
     ):
         return Refusal("more than two weight products, or not plain matrix products")
-    pair = chained(*contractions, members)
+    first, second = contractions
+    pair = chained(first, second, members)
     if pair is None:
         return Refusal("two independent contractions on different inputs")
     c1, c2 = pair

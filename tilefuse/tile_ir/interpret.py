@@ -10,7 +10,7 @@ whose branches are taken).
 from __future__ import annotations
 
 import itertools
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -40,8 +40,8 @@ _IOPS = {
     IOp.MOD: np.mod, IOp.MIN: np.minimum, IOp.MAX: np.maximum, IOp.LT: np.less, IOp.LE: np.less_equal,
     IOp.GE: np.greater_equal, IOp.EQ: np.equal, IOp.AND: np.logical_and, IOp.OR: np.logical_or,
 }
-_REDUCE = {ReduceFn.SUM: np.sum, ReduceFn.MAX: np.max, ReduceFn.MIN: np.min, ReduceFn.PROD: np.prod}
-_COMBINE = {ReduceFn.SUM: np.add, ReduceFn.MAX: np.maximum, ReduceFn.MIN: np.minimum, ReduceFn.PROD: np.multiply}
+_REDUCE: dict[ReduceFn, Callable[..., np.ndarray]] = {ReduceFn.SUM: np.sum, ReduceFn.MAX: np.max, ReduceFn.MIN: np.min, ReduceFn.PROD: np.prod}
+_COMBINE: dict[ReduceFn, Callable[..., np.ndarray]] = {ReduceFn.SUM: np.add, ReduceFn.MAX: np.maximum, ReduceFn.MIN: np.minimum, ReduceFn.PROD: np.multiply}
 
 
 class TileInterpreterError(RuntimeError):

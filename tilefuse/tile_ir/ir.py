@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn, ScalarFn
@@ -283,7 +283,7 @@ def _is(e: Expr, v: int) -> bool:
     return isinstance(e, Const) and e.value == v
 
 
-_FOLD = {
+_FOLD: dict[IOp, Callable[[int, int], int]] = {
     IOp.ADD: lambda a, b: a + b,
     IOp.SUB: lambda a, b: a - b,
     IOp.MUL: lambda a, b: a * b,

@@ -67,6 +67,10 @@ class Schedule:
             out[f.name] = _json(getattr(self, f.name))
         return out
 
+    def with_threads(self, threads: int) -> "Schedule":
+        """The same record for a block of ``threads`` (the thread fitting pass)."""
+        return dataclasses.replace(self, threads=threads)  # type: ignore[type-var]
+
     def describe(self) -> str:
         """One line for people: the family, then each field as ``name=value``."""
         parts = []

@@ -95,8 +95,8 @@ class _Simplifier:
             for x, y in ((e.a, e.b), (e.b, e.a)):
                 if isinstance(y, Const):
                     t, c = self.linear(x)
-                    k = int(y.value)
-                    return {a: v * k for a, v in t.items() if v * k}, c * k
+                    factor = int(y.value)
+                    return {a: v * factor for a, v in t.items() if v * factor}, c * factor
         return {e: 1}, 0
 
     def _fuse_divmod(self, terms: dict[Expr, int], const: int) -> tuple[dict[Expr, int], int]:

@@ -148,8 +148,8 @@ def _check_stmt(p: TileProgram, s: object, known: dict[str, Buffer], bound: set[
         if math.prod(s.src.extents) != math.prod(s.dst.extents):
             raise GraphError(f"{p.name}: copy extents {s.src.extents} vs {s.dst.extents}")
     elif isinstance(s, Gemm):
-        for b in (s.a, s.b, s.c):
-            _check_buffer(p, b, known)
+        for operand in (s.a, s.b, s.c):
+            _check_buffer(p, operand, known)
         (m, k) = s.a.shape[::-1] if s.trans_a else s.a.shape
         (k2, n) = s.b.shape[::-1] if s.trans_b else s.b.shape
         if k != k2 or s.c.shape != (m, n):

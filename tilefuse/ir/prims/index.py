@@ -310,7 +310,7 @@ class ScatterElements(_IndexPrimitive):
         data, idx, upd = inputs
         out = data.copy()
         idx = _normalize_indices(idx, data.shape[self.axis])
-        grid = list(np.indices(idx.shape, sparse=True))
+        grid: list[np.ndarray] = list(np.indices(idx.shape, sparse=True))
         grid[self.axis] = idx
         where = tuple(np.broadcast_arrays(*grid))
         if self.reduction is ScatterReduction.NONE:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -19,7 +19,7 @@ class ReduceFn(enum.Enum):
     MAX = "max"
     MIN = "min"
 
-    def identity(self, dtype: np.dtype) -> object:
+    def identity(self, dtype: np.dtype) -> int | float | bool:
         """The value of the reduction over an empty set (ONNX: -inf for max, ...)."""
         if self is ReduceFn.SUM:
             return 0
@@ -33,7 +33,7 @@ class ReduceFn(enum.Enum):
         return -np.inf if self is ReduceFn.MAX else np.inf
 
 
-_NUMPY = {ReduceFn.SUM: np.sum, ReduceFn.PROD: np.prod, ReduceFn.MAX: np.max, ReduceFn.MIN: np.min}
+_NUMPY: dict[ReduceFn, Callable[..., np.ndarray]] = {ReduceFn.SUM: np.sum, ReduceFn.PROD: np.prod, ReduceFn.MAX: np.max, ReduceFn.MIN: np.min}
 
 
 def _accumulate(x: np.ndarray, fn: ReduceFn) -> np.ndarray:

@@ -61,7 +61,7 @@ def lower_group(group: FusedGroup, target: Target) -> Lowered:
     if str(group.kind) == "opaque":
         raise ValueError(f"group {group.id} is opaque: it runs as a host step")
     match = group.match
-    if match is None or type(match) not in LOWERINGS:
+    if match is None or isinstance(match, patterns.Refusal) or type(match) not in LOWERINGS:
         raise GraphError(f"group {group.id} carries no kernel pattern ({match}): partition_graph sets it")
     program, bindings = _lower(group, match, target)
     if program.schedule is None:  # every lowering records what it chose (tile_ir/schedule.py)
@@ -83,7 +83,10 @@ def _lower(group: FusedGroup, match: patterns.Match, target: Target) -> tuple[Ti
         if lowered is not None:
             break
         declined.append(patterns.pattern_name(match))
-        match = patterns.match_group(group.nodes, group.outputs, target, after=type(match))
+        following = patterns.match_group(group.nodes, group.outputs, target, after=type(match))
+        if isinstance(following, patterns.Refusal):  # staged, the last, always lowers: never reached
+            raise GraphError(f"group {group.id}: no lowering after {declined[-1]}: {following.reason}")
+        match = following
     program, bindings = lowered
     if declined:
         note = f"fell through: the {', '.join(declined)} lowering found no tiles for its match"

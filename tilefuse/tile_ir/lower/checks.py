@@ -56,7 +56,7 @@ def extents(node: Node) -> tuple[int, ...]:
     op, data, ind = node.op, node.inputs[0], node.inputs[1]
     if isinstance(op, (Gather, GatherElements, ScatterElements)):
         return (data.type.shape[op.axis],)
-    lead = op.batch_dims if isinstance(op, GatherND) else 0  # type: ignore[union-attr]
+    lead = op.batch_dims if isinstance(op, GatherND) else 0
     return tuple(data.type.shape[lead : lead + ind.type.shape[-1]])
 
 

@@ -145,7 +145,7 @@ def _map(b: ElementBuilder, n: Node, v: Value, idx: Index) -> Expr:
 
 def _transpose(b: ElementBuilder, n: Node, v: Value, idx: Index) -> Expr:
     perm = n.op.perm  # type: ignore[attr-defined]
-    src = [const_index(0)] * len(perm)
+    src: list[Expr] = [const_index(0)] * len(perm)
     for k, p in enumerate(perm):
         src[p] = idx[k]
     return b.at(n.inputs[0], tuple(src))
@@ -256,7 +256,7 @@ _RULES = {
 
 
 def window_source(
-    out_idx: Index, tap_idx: Index, strides: Sequence[int], dilations: Sequence[int], pads: Sequence[int],
+    out_idx: Sequence[Expr], tap_idx: Sequence[Expr], strides: Sequence[int], dilations: Sequence[int], pads: Sequence[int],
     in_sizes: Sequence[int], guard: Sequence[bool] | None = None,
 ) -> tuple[list[Expr], Expr | None]:
     """Input positions ``o * stride + t * dilation - pad`` of a sliding window (convolution,
@@ -279,7 +279,7 @@ def window_needs_guard(out_size: int, taps: int, stride: int, dilation: int, pad
 
 
 def transposed_source(
-    out_idx: Index, tap_idx: Index, strides: Sequence[int], dilations: Sequence[int], pads: Sequence[int],
+    out_idx: Sequence[Expr], tap_idx: Sequence[Expr], strides: Sequence[int], dilations: Sequence[int], pads: Sequence[int],
     in_sizes: Sequence[int],
 ) -> tuple[list[Expr], Expr]:
     """A transposed convolution in gather form: output position o reads input position

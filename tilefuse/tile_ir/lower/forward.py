@@ -29,10 +29,16 @@ def forward_index(epilogue: Epilogue, anchors: Sequence[Node]) -> dict[int, Forw
         if isinstance(node.op, Map):
             fwd[id(out)] = f
         elif isinstance(node.op, Reshape):
-            src = node.inputs[0]
-            fwd[id(out)] = lambda g, f=f, src=src, out=out: reshape_index(f(g), src.type.shape, out.type.shape)
+            fwd[id(out)] = _reshaped(f, node.inputs[0].type.shape, out.type.shape)
         else:
             assert isinstance(node.op, Transpose), node.op
-            perm = node.op.perm
-            fwd[id(out)] = lambda g, f=f, perm=perm: tuple(f(g)[p] for p in perm)
+            fwd[id(out)] = _transposed(f, node.op.perm)
     return fwd
+
+
+def _reshaped(f: Forward, src: tuple[int, ...], dst: tuple[int, ...]) -> Forward:
+    return lambda g: reshape_index(f(g), src, dst)
+
+
+def _transposed(f: Forward, perm: Sequence[int]) -> Forward:
+    return lambda g: tuple(f(g)[p] for p in perm)

@@ -14,6 +14,7 @@ match it is given.
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 
@@ -233,6 +234,8 @@ class _Builder:
         tcs = [Buffer(f"c_tile{x}", self.acc_dtype, (bn, bm) if self.flip else (bm, bn), Scope.FRAGMENT) for x in sfx]
         tile_of = {id(c.outputs[0]): tcs[0 if packed else s] for s, c in enumerate(self.cs)}
         rows = {id(r.outputs[0]): Buffer(f"row{k}", self.acc_dtype, (bm,), Scope.FRAGMENT) for k, r in enumerate(self.reductions)}
+
+        k0: Expr  # the K tile's first column, set with the K loop below (``read`` runs after)
 
         def read(v: Value, idx: Index) -> Expr:
             if id(v) in rows:  # a per-row result [..., 1]: its row in the tile
@@ -551,7 +554,7 @@ class _Builder:
                 return None
             if v is not weights[0]:
                 return DROP  # read through the packed weight
-            packed = np.concatenate([w.data for w in weights], axis=1)  # type: ignore[misc]
+            packed = np.concatenate([w.data for w in weights], axis=1)
             return bind(k, v, packed, "siblings", f"siblings{len(weights)}")
 
         def pad(k: int, v: Value) -> tuple[Value, Buffer] | None:
@@ -633,7 +636,7 @@ class _Builder:
             ch, *t = delinearize(k, (cin, *taps))
             pos, cond = transposed_source(o, t, op.strides, op.dilations, op.pads, x.type.shape[2:])
             val = widen(el.at(x, (n, ch, *pos)), dt)
-            return Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)  # type: ignore[arg-type]
+            return Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)
 
         def b_elem(k: Expr, col: Expr) -> Expr:
             ch, *t = delinearize(k, (cin, *taps))
@@ -642,7 +645,7 @@ class _Builder:
         return a_elem, b_elem
 
 
-def _plain_fills(body: list[Stmt]) -> bool:
+def _plain_fills(body: Sequence[Stmt]) -> bool:
     """Every store of a pipelined K loop copies a global element into its tile as it is
     (a producer's bulk copies can do nothing else)."""
     loops = [s for s in body if isinstance(s, Loop) and s.kind is LoopKind.PIPELINED]

@@ -39,7 +39,7 @@ def kernel_params(group: FusedGroup, substitute: Substitute | None = None) -> Ke
         if v.is_constant and v.type.size == 1:
             continue
         replaced = substitute(k, v) if substitute is not None else None
-        if replaced == DROP:
+        if isinstance(replaced, str):  # DROP
             continue
         if replaced is not None:
             value, buf = replaced

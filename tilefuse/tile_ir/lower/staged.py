@@ -355,7 +355,7 @@ def _conv_transpose(names: Names, el: ElementBuilder, node: Node, outs: list[Buf
             c, taps = ridx[0], ridx[1:]
             cin = iop(IOp.ADD, iop(IOp.MUL, group, cg), c)
             pos, cond = transposed_source(oidx[2:], taps, op.strides, op.dilations, op.pads, x.type.shape[2:])
-            xv = Call(ScalarFn.WHERE, (cond, widen(el.at(x, (n, cin, *pos)), acc.dtype), Const(0, acc.dtype)), acc.dtype)  # type: ignore[arg-type]
+            xv = Call(ScalarFn.WHERE, (cond, widen(el.at(x, (n, cin, *pos)), acc.dtype), Const(0, acc.dtype)), acc.dtype)
             wv = widen(el.at(w, (cin, mm, *taps)), acc.dtype)
             return [Store(acc, oidx, Call(ScalarFn.ADD, (Load(acc, oidx), Call(ScalarFn.MUL, (xv, wv), acc.dtype)), acc.dtype))]
 

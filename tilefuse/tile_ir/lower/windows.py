@@ -137,7 +137,7 @@ def _build(group: FusedGroup, r: Node, fwd: dict[int, Forward], name: str,
         o = tuple(where)
 
         def tap(t: Index) -> list[Stmt]:
-            full = [const_index(0)] * len(taps)
+            full: list[Expr] = [const_index(0)] * len(taps)
             for d, v in zip(wide, t):
                 full[d] = v
             src, inside = source(o, tuple(full))

@@ -27,5 +27,5 @@ def fit_threads(program: TileProgram, device: Device) -> TileProgram:
         threads //= 2
     if threads == program.threads:
         return program
-    schedule = replace(program.schedule, threads=threads) if program.schedule is not None else None
+    schedule = program.schedule.with_threads(threads) if program.schedule is not None else None
     return replace(program, threads=threads, fitted_from=program.threads, schedule=schedule)
