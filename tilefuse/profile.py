@@ -112,7 +112,12 @@ class Profile:
 
 
 def _us(ms: float | None) -> str:
-    return "-" if ms is None else f"{ms * 1e3:.1f}"
+    """Microseconds with three significant digits where they are few (a tiny kernel's
+    roofline floor is hundredths of a microsecond: "0.0" said nothing)."""
+    if ms is None:
+        return "-"
+    us = ms * 1e3
+    return f"{us:.1f}" if us >= 10 or us == 0 else f"{us:.3g}"
 
 
 def profile(session: InferenceSession, feeds: Mapping[str, object], *, warmup: int = 3,
