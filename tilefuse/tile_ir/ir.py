@@ -150,6 +150,11 @@ class Copy(Stmt):
 
     src: Region
     dst: Region
+    # a whole on-chip tile filled from a rectangle of a global tensor, element for element
+    # (raised from a parallel nest by tile_ir/passes/copies.py): the GPU loads it in bulk
+    # (T.copy: vectorised, asynchronous, overlapped by a pipelined loop); its leading source
+    # dims beyond the tile's rank are fixed indices
+    bulk: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 
-from tilefuse.tile_ir.ir import If, Loop, LoopKind, Stmt
+from tilefuse.ir.dtypes import DType
+from tilefuse.tile_ir.ir import Const, Expr, If, IndexOp, IOp, Loop, LoopKind, Stmt, Var, subexpressions
 
 
 def parallel_nest(s: Loop) -> list[Loop]:
@@ -41,3 +42,42 @@ def uneven_nests(stmts: tuple[Stmt, ...], threads: int) -> list[int]:
     nests it guards instead (scalar copies into shared memory), but which is its decision,
     so every nest counts."""
     return [n for n in parallel_totals(stmts) if n >= threads and n % threads]
+
+
+def mentions(e: Expr, v: Var) -> bool:
+    return any(x == v for x in subexpressions(e))
+
+
+def offset_of(e: Expr, v: Var) -> Expr | None:
+    """``o`` where ``e`` is ``v``, ``v + o`` or ``o + v`` with ``o`` free of ``v``."""
+    if e == v:
+        return Const(0, DType.INT64)
+    if isinstance(e, IndexOp) and e.op is IOp.ADD:
+        if e.a == v and not mentions(e.b, v):
+            return e.b
+        if e.b == v and not mentions(e.a, v):
+            return e.a
+    return None
+
+
+def rectangle(indices: tuple[Expr, ...], loops: list[Loop]) -> list[tuple[Expr, int | None]] | None:
+    """``indices`` as a rectangle over the nest ``loops``: leading indices free of the loop
+    variables (each ``(index, None)``), then each variable once, in order, plus an offset
+    free of them (``(offset, extent)``); None where they are not such a rectangle."""
+    names = [l.var for l in loops]
+    fixed = True
+    parts: list[tuple[Expr, int | None]] = []
+    for idx in indices:
+        used = [v for v in names if mentions(idx, v)]
+        if not used:
+            if not fixed:
+                return None  # a fixed index after a tiled one
+            parts.append((idx, None))
+            continue
+        fixed = False
+        off = offset_of(idx, used[0]) if len(used) == 1 else None
+        if off is None or not names or used[0] != names[0]:
+            return None
+        names = names[1:]
+        parts.append((off, loops[len(loops) - len(names) - 1].extent))
+    return None if names else parts

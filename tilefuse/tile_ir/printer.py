@@ -62,7 +62,7 @@ def _stmt(s: object, indent: int, out: list[str]) -> None:
     elif isinstance(s, Fill):
         out.append(f"{pad}T.fill({s.buffer.name}, {s.value.value!r})")
     elif isinstance(s, Copy):
-        out.append(f"{pad}T.copy({_region(s.src)}, {_region(s.dst)})")
+        out.append(f"{pad}T.copy({_region(s.src)}, {_region(s.dst)})" + ("  # bulk" if s.bulk else ""))
     elif isinstance(s, Gemm):
         out.append(f"{pad}T.gemm({s.a.name}, {s.b.name}, {s.c.name}, transpose_A={s.trans_a}, transpose_B={s.trans_b})")
     elif isinstance(s, ReduceTile):

@@ -212,7 +212,7 @@ class _Simplifier:
         if isinstance(s, If):
             return If(self.expr(s.cond), tuple(self.stmt(b) for b in s.body))
         if isinstance(s, Copy):
-            return Copy(self._region(s.src), self._region(s.dst))
+            return Copy(self._region(s.src), self._region(s.dst), s.bulk)
         return s
 
     def _region(self, r: Region) -> Region:

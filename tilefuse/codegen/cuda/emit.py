@@ -84,7 +84,7 @@ from tilefuse.tile_ir.ir import (
     subexpressions,
     substitute,
 )
-from tilefuse.tile_ir.nests import parallel_nest, uneven_nests
+from tilefuse.tile_ir.nests import mentions, offset_of, parallel_nest, rectangle, uneven_nests
 from tilefuse.tile_ir.passes.placement import HALF, fragment_reduce, tensor_core
 from tilefuse.tile_ir.simplify import simplify_expr
 
@@ -314,6 +314,8 @@ class _Emitter:
             return [ind + x for x in lets] + [f"{ind}{self.name(s.buffer)}[{', '.join(idx)}] = {value}"]
         if isinstance(s, Fill):
             return [f"{ind}T.fill({self.name(s.buffer)}, {self.const(s.value.value, s.buffer.dtype)})"]
+        if isinstance(s, Copy) and s.bulk:  # a whole tile loaded from global memory (tile_ir.passes.raise_copies)
+            return [ind + self.bulk_copy(s)]
         if isinstance(s, Copy):  # an accumulator tile written out (the staged schedule)
             return self.copy_loop(s, depth)
         if isinstance(s, Gemm):
@@ -350,9 +352,6 @@ class _Emitter:
         if s.kind is LoopKind.PARALLEL:
             loops = parallel_nest(s)
             head = f"for {', '.join(self.name(l.var) for l in loops)} in T.Parallel({', '.join(str(l.extent) for l in loops)}):"
-            copy = self.tile_copy(loops)
-            if copy is not None:
-                return [ind + copy]
             if id(s) in self.transposed and self.transposed[id(s)][0] in self.register_accs:
                 return self.transposed_store(loops, depth)
             staged = self.staged_store(loops, depth)
@@ -376,8 +375,9 @@ class _Emitter:
             head = f"for {self.name(s.var)} in T.serial({s.extent}):"
         return [ind + head] + self.block(s.body, depth + 1)
 
-    def _copy_nest(self, s: Stmt) -> bool:
-        return isinstance(s, Loop) and s.kind is LoopKind.PARALLEL and self.tile_copy(parallel_nest(s)) is not None
+    @staticmethod
+    def _copy_nest(s: Stmt) -> bool:
+        return isinstance(s, Copy) and s.bulk
 
     def local(self, dtype: DType) -> str:
         if dtype not in self.locals:
@@ -413,49 +413,28 @@ class _Emitter:
         lets, idx = self.render(list(init.indices), [True] * len(init.indices))
         return out + [ind + x for x in lets] + [f"{ind}{self.name(init.buffer)}[{', '.join(idx)}] = {acc}"]
 
-    def tile_copy(self, loops: list[Loop]) -> str | None:
-        """``T.copy(src[region], tile)`` for a parallel nest that fills a whole on-chip tile
-        with a rectangle of a global tensor, element for element: ``tile[i, j] =
-        src[c, o0 + i, o1 + j]`` (leading fixed indices, then each loop variable once, in
-        order, plus an offset free of them). TileLang turns it into vectorised
-        asynchronous copies that the pipelined K loop overlaps with the products; any
-        other fill (guarded tails, casts, transposes, reshapes) stays an element loop."""
-        body = loops[-1].body
-        if not self.options.t_copy or self.p.fitted_from or len(body) != 1 or not isinstance(body[0], Store):
-            return None
-        st, names = body[0], [l.var for l in loops]
-        dst, value = st.buffer, st.value
-        if dst.scope is Scope.GLOBAL or st.indices != tuple(names) or dst.shape != tuple(l.extent for l in loops):
-            return None
-        if not isinstance(value, Load) or value.buffer.scope is not Scope.GLOBAL or value.buffer.dtype is not dst.dtype:
-            return None
-        parts = self.region(value.indices, loops)
-        if parts is None:
-            return None
-        return f"T.copy({self.name(value.buffer)}[{', '.join(parts)}], {self.name(dst)})"
+    def bulk_copy(self, s: Copy) -> str:
+        """``T.copy(src[region], tile)``: TileLang turns it into vectorised asynchronous
+        copies that a pipelined K loop overlaps with the products. The source's leading
+        dims beyond the tile's rank are fixed indices, the rest ``offset:offset + extent``."""
+        fixed = len(s.src.extents) - len(s.dst.buffer.shape)
+        parts = []
+        for d, (o, ext) in enumerate(zip(s.src.offsets, s.src.extents)):
+            t = self.index(o)
+            parts.append(t if d < fixed else (f"{t}:{t} + {ext}" if t != "0" else f"0:{ext}"))
+        return f"T.copy({self.name(s.src.buffer)}[{', '.join(parts)}], {self.name(s.dst.buffer)})"
 
     def region(self, indices: tuple[Expr, ...], loops: list[Loop]) -> list[str] | None:
-        """``indices`` as a rectangle over the nest ``loops``: leading indices free of the
-        loop variables, then each variable once, in order, plus an offset free of them;
-        the slice texts, or None."""
-        names = [l.var for l in loops]
-        fixed, parts = True, []
-        for idx in indices:
-            used = [v for v in names if _mentions(idx, v)]
-            if not used:
-                if not fixed:
-                    return None  # a fixed index after a tiled one: not a region T.copy squeezes
-                parts.append(self.index(idx))
-                continue
-            fixed = False
-            off = _offset_of(idx, used[0]) if len(used) == 1 else None
-            if off is None or not names or used[0] != names[0]:
-                return None
-            names = names[1:]
-            o = self.index(off)
-            ext = loops[len(loops) - len(names) - 1].extent
-            parts.append(f"{o}:{o} + {ext}" if o != "0" else f"0:{ext}")
-        return None if names else parts
+        """``indices`` as a rectangle over the nest ``loops`` (tile_ir.nests.rectangle): the
+        slice texts, or None."""
+        rect = rectangle(indices, loops)
+        if rect is None:
+            return None
+        parts = []
+        for o, ext in rect:
+            t = self.index(o)
+            parts.append(t if ext is None else (f"{t}:{t} + {ext}" if t != "0" else f"0:{ext}"))
+        return parts
 
     def staged_store(self, loops: list[Loop], depth: int) -> list[str] | None:
         """An epilogue nest ``out[c, o0 + i, o1 + j] = f(acc[i, j], ...)`` over a register
@@ -550,7 +529,7 @@ class _Emitter:
             return [(0, cols.extent, whole)]
         divisors = {int(x.b.value) for e in indices for x in subexpressions(e)  # type: ignore[attr-defined]
                     if isinstance(x, IndexOp) and x.op in (IOp.FLOORDIV, IOp.MOD) and isinstance(x.b, Const)
-                    and _mentions(x.a, cols.var)}
+                    and mentions(x.a, cols.var)}
         ranges = {v.name: g for v, g in zip(self.p.block_vars, self.p.grid)} | {rows.var.name: rows.extent}
         for d in sorted(divisors, reverse=True):
             if d >= cols.extent or cols.extent % d:
@@ -858,22 +837,6 @@ def _read_outside(stmts: tuple[Stmt, ...], buffer: Buffer, nest: Stmt) -> bool:
         elif _stmt_reads(s, buffer):
             return True
     return False
-
-
-def _mentions(e: Expr, v: Var) -> bool:
-    return any(x == v for x in subexpressions(e))
-
-
-def _offset_of(e: Expr, v: Var) -> Expr | None:
-    """``o`` where ``e`` is ``v``, ``v + o`` or ``o + v`` with ``o`` free of ``v``."""
-    if e == v:
-        return Const(0, DType.INT64)
-    if isinstance(e, IndexOp) and e.op is IOp.ADD:
-        if e.a == v and not _mentions(e.b, v):
-            return e.b
-        if e.b == v and not _mentions(e.a, v):
-            return e.a
-    return None
 
 
 _FOLDS = {ScalarFn.ADD: ("({a} + {b})", 0), ScalarFn.MUL: ("({a} * {b})", 1),

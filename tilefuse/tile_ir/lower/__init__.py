@@ -68,7 +68,8 @@ def lower_group(group: FusedGroup, target: Target) -> Lowered:
         raise GraphError(f"group {group.id}: the {patterns.pattern_name(match)} lowering gave no schedule record")
     sites = IndexSites(group).sites
     program = simplify_program(replace(program, index_sites=len(sites)))
-    program = for_device(program, target.device, getattr(target.codegen, "register_rows", True))
+    options = target.codegen
+    program = for_device(program, target.device, getattr(options, "register_rows", True), getattr(options, "t_copy", True))
     verify_program(program, target)
     assert len(bindings) == len(program.params), "lowering binds every param to a value"
     return Lowered(program, bindings, tuple(sites))
