@@ -94,3 +94,34 @@ def test_a_corrupt_extension_list_is_a_plan_error(tmp_path, zoo_cache, bad):
     write_manifest(saved, manifest)  # (and its digest: the check behind it is what is tested)
     with pytest.raises(PlanError, match="cpu_requires"):
         load_plan(saved)
+
+
+@needs_x86
+def test_an_export_for_extensions_this_machine_lacks_is_refused_inside_onnxruntime(tmp_path, zoo_cache):
+    """The onnxruntime libraries read the extensions a kernel may use from its descriptor
+    and refuse the node where the CPU lacks one (fma4: AMD's, gone since Zen; absent on
+    Intel too), with the error naming it, instead of dying with SIGILL."""
+    import onnxruntime as ort
+
+    from tilefuse.cpu_isa import host_flags
+    from tilefuse.ort import export_ort
+
+    if "fma4" in host_flags():
+        pytest.skip("this CPU has FMA4")
+    shapes = models.ZOO["mlp"].shapes("tiny")
+    path = models.build("mlp", "tiny", "float32", cache_dir=zoo_cache)
+    result = export_ort(path, tmp_path / "x", adjust(CPU, codegen__isa="x86-64-v3"), shapes, "custom-ops")
+    descriptors = sorted((tmp_path / "x").rglob("*.tfk"))
+    assert descriptors and all(f"requires {' '.join(sorted(LEVELS['x86-64-v3']))}" in d.read_text() for d in descriptors)
+    feeds = models.random_inputs(path, shapes, seed=5)
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(str(result.library))  # the copy beside the model
+    good = ort.InferenceSession(str(result.model_path), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for g, w in zip(good, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    d = descriptors[0]
+    d.write_text(d.read_text().replace("requires ", "requires fma4 "))
+    with pytest.raises(Exception, match=r"built for CPU extensions this machine lacks \(fma4\)"):
+        sess = ort.InferenceSession(str(result.model_path), so, providers=["CPUExecutionProvider"])
+        sess.run(None, feeds)

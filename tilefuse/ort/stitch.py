@@ -71,7 +71,7 @@ class Stitcher:
             if not isinstance(step, KernelStep):  # _compile_regions moved every host step's node to onnxruntime
                 raise TilefuseError(f"export-ort: region {r} still has {step.label}")
             kernel = plan.kernels[step.kernel]
-            rel = self._write_kernel(kernel, step.sites)
+            rel = self._write_kernel(kernel, step.sites, plan.cpu_requires)
             ins = [names[b] for b in step.inputs]
             outs = [names[b] for b in step.outputs]
             node = self._node(f"tilefuse_r{r}_{i}_{kernel.name}", ins, outs, rel)
@@ -92,7 +92,7 @@ class Stitcher:
         op = CUSTOM_OP_CUDA if self.cuda else CUSTOM_OP
         return helper.make_node(op, ins, outs, name=name, domain=CUSTOM_DOMAIN, kernel=rel)
 
-    def _write_kernel(self, kernel: Kernel, sites: tuple[IndexSite, ...]) -> str:
+    def _write_kernel(self, kernel: Kernel, sites: tuple[IndexSite, ...], requires: tuple[str, ...] = ()) -> str:
         """Copy the kernel's library (once) and write its descriptor for these check
         sites; the descriptor's path relative to the model."""
         name = self._library(kernel)
@@ -101,7 +101,7 @@ class Stitcher:
             return rel
         variant = name if not sites else f"{name}-{len([k for k in self.descriptors if k[0] == name and k[1]])}"
         rel = f"{KERNELS_DIR}/{variant}.tfk"
-        (self.out / rel).write_text(descriptor(kernel, name, sites, self.cuda))
+        (self.out / rel).write_text(descriptor(kernel, name, sites, self.cuda, requires))
         self.descriptors[(name, sites)] = rel
         return rel
 
@@ -155,11 +155,15 @@ def tilefuse_nodes(model: onnx.ModelProto) -> dict[str, str]:
     return found
 
 
-def descriptor(kernel: Kernel, library: str, sites: tuple[IndexSite, ...], cuda: bool) -> str:
+def descriptor(kernel: Kernel, library: str, sites: tuple[IndexSite, ...], cuda: bool,
+               requires: tuple[str, ...] = ()) -> str:
     """The descriptor of ``kernel`` (format: csrc/tf_kernel.h), its file copied beside it as
-    ``library`` plus the kernel's suffix, checking ``sites``."""
+    ``library`` plus the kernel's suffix, checking ``sites``; ``requires``: the CPU
+    extensions a CPU kernel may use (the plan's ``cpu_requires``), checked where it loads."""
     lines = ["tilefuse-kernel 1", f"target {'cuda' if cuda else 'cpu'}", f"name {library}",
              f"library {library}{kernel.suffix}", f"symbol {kernel.symbol}", f"sha256 {kernel.sha256}"]
+    if requires and not cuda:
+        lines.append(f"requires {' '.join(requires)}")
     for p in kernel.params:
         lines.append(f"{p.role} {_onnx_type(p.dtype)} {len(p.shape)} {' '.join(map(str, p.shape))}".rstrip())
     lines += [f"check {s.extent} {' '.join(s.what.split())}" for s in sites]

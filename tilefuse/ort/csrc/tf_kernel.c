@@ -47,6 +47,44 @@ static int safe_relative(const char* p) {
   return 1;
 }
 
+/* Whether this CPU has the extension /proc/cpuinfo calls `name` (1 where it cannot tell:
+ * the compiler's feature test knows only some names; the rest come with those on real CPUs). */
+static int cpu_has(const char* name) {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+  __builtin_cpu_init();
+#define TF_EXT(proc, gcc) if (!strcmp(name, proc)) return __builtin_cpu_supports(gcc) != 0;
+  TF_EXT("pni", "sse3") TF_EXT("ssse3", "ssse3") TF_EXT("sse4_1", "sse4.1") TF_EXT("sse4_2", "sse4.2")
+  TF_EXT("popcnt", "popcnt") TF_EXT("avx", "avx") TF_EXT("avx2", "avx2") TF_EXT("fma", "fma")
+  TF_EXT("bmi1", "bmi") TF_EXT("bmi2", "bmi2") TF_EXT("aes", "aes") TF_EXT("pclmulqdq", "pclmul")
+  TF_EXT("avx512f", "avx512f") TF_EXT("avx512bw", "avx512bw") TF_EXT("avx512cd", "avx512cd")
+  TF_EXT("avx512dq", "avx512dq") TF_EXT("avx512vl", "avx512vl") TF_EXT("avx512_vnni", "avx512vnni")
+  TF_EXT("avx512vbmi", "avx512vbmi") TF_EXT("avx512_vbmi2", "avx512vbmi2") TF_EXT("avx512ifma", "avx512ifma")
+  TF_EXT("avx512_bitalg", "avx512bitalg") TF_EXT("avx512_vpopcntdq", "avx512vpopcntdq") TF_EXT("gfni", "gfni")
+  TF_EXT("vpclmulqdq", "vpclmulqdq") TF_EXT("fma4", "fma4") TF_EXT("xop", "xop") TF_EXT("sse4a", "sse4a")
+#undef TF_EXT
+#endif
+  (void)name;
+  return 1;
+}
+
+/* the names in the space-separated list `names` this CPU lacks, appended to `out` */
+static void cpu_lacks(const char* names, char* out, size_t outlen) {
+  char name[64];
+  for (const char* s = names; *s;) {
+    size_t n = strcspn(s, " ");
+    if (n && n < sizeof name) {
+      memcpy(name, s, n);
+      name[n] = 0;
+      if (!cpu_has(name)) {
+        size_t used = strlen(out);
+        snprintf(out + used, outlen - used, "%s%s", used ? " " : "", name);
+      }
+    }
+    s += n;
+    while (*s == ' ') s++;
+  }
+}
+
 static int is_sha256(const char* s) {
   int n = 0;
   for (; s[n]; n++)
@@ -175,7 +213,7 @@ tf_kernel* tf_kernel_load(const char* base_dir, const char* rel, const char* nod
   if (!f)
     return fail(k, err, errlen, "node %s: kernel descriptor %s cannot be opened (%s); export-ort writes it beside "
                 "the model, keep the model's folder together", k->node, k->path, strerror(errno));
-  char line[8192], library[4096] = "", target_text[64] = "";
+  char line[8192], library[4096] = "", target_text[64] = "", lacking[1024] = "";
   int version = 0, ok = 1, lineno = 0;
   while (ok && fgets(line, sizeof line, f)) {
     lineno++;
@@ -194,6 +232,7 @@ tf_kernel* tf_kernel_load(const char* base_dir, const char* rel, const char* nod
     else if (!strcmp(line, "output")) ok = k->n_out < TF_MAX_ARGS && parse_spec(rest, &k->out[k->n_out++]);
     else if (!strcmp(line, "status")) ok = parse_status(rest, k);
     else if (!strcmp(line, "check")) ok = parse_check(rest, k);
+    else if (!strcmp(line, "requires")) cpu_lacks(rest, lacking, sizeof lacking);
 #ifdef TF_WITH_CUDA
     else ok = tf_cuda_parse_line(k, line, rest);
 #endif
@@ -207,6 +246,10 @@ tf_kernel* tf_kernel_load(const char* base_dir, const char* rel, const char* nod
                 k->path);
   if (k->checked != (k->n_sites > 0))
     return fail(k, err, errlen, "%s: a status word needs check lines, and check lines a status word", k->path);
+  if (*lacking)
+    return fail(k, err, errlen, "node %s: kernel %s was built for CPU extensions this machine lacks (%s); export "
+                "the model on this machine or with --cpu-isa set to a level it has (x86-64-v3: AVX2 and FMA)",
+                k->node, k->name, lacking);
   if (strcmp(target_text, target_name(target)) != 0)
     return fail(k, err, errlen, "node %s: kernel %s was compiled for target '%s', but this node runs %s kernels%s",
                 k->node, k->name, target_text, target_name(target),

@@ -12,6 +12,8 @@
  *   output 1 3 2 16 64
  *   status 7 1 2                      (a kernel that checks indices: its status word, int64[2])
  *   check 100 input 'ids' (...)       (per check site, in order: its range [-100, 100), what it checks)
+ *   requires avx avx2 fma ...         (cpu: extensions the kernel may use, as /proc/cpuinfo names them;
+ *                                      a machine that lacks one the compiler can test refuses the node)
  *
  * and, for cuda, the launch recorded at compile time (see tf_cuda.c):
  *
