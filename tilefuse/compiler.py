@@ -69,8 +69,9 @@ def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeS
     source_sha = _sha256(model, proto)
     graph = with_precision(import_onnx(proto, shapes, constants=consts), precision)  # ONNX -> ir.Graph (verified)
     progress.end("import")
-    compiled = compile_graph(graph, target, source_sha, len(proto.graph.node), progress, op_types(proto.graph))
-    compiled.onnx_ops = op_types(proto.graph)
+    ops = op_types(proto.graph)
+    compiled = compile_graph(graph, target, source_sha, len(proto.graph.node), progress, ops)
+    compiled.onnx_ops = ops
     compiled.plan.precision = precision
     if isinstance(model, (str, os.PathLike)):
         compiled.plan.source_path = str(Path(model).resolve())

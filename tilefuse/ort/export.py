@@ -51,6 +51,7 @@ from tilefuse.frontend.loader import (
     without_weights,
 )
 from tilefuse.frontend.precision import precision_target, with_precision
+from tilefuse.frontend.scope import op_types
 from tilefuse.frontend.shapes import (CONSTS_FORM, ConstSpec, ShapeSpec, as_mapping, bind_constants, bind_input_types,
                                      constant_shapes, fixed_size)
 from tilefuse.ir.control import Branch
@@ -289,7 +290,7 @@ def _compile_region(work: onnx.ModelProto, region: list[onnx.NodeProto], consume
     host = {n.origin: _host_reason(n) for n in graph.nodes if n.op.kind is Kind.OPAQUE}
     if host:
         return None, host
-    plan = compile_graph(graph, target, "", len(region), onnx_ops={n.name: n.op_type for n in region}).plan
+    plan = compile_graph(graph, target, "", len(region), onnx_ops=op_types(sub.graph)).plan
     plan.precision = precision
     cache[key] = plan
     return plan, {}

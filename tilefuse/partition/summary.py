@@ -43,6 +43,15 @@ def _signature(g: FusedGroup) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
+def folded(groups: list[dict]) -> list[list[dict]]:
+    """A summary's groups, identical kernels (equal ``signature``) together, the rows with
+    the most estimated time first: the summary's table and the report's."""
+    rows: dict[str, list[dict]] = {}
+    for g in groups:
+        rows.setdefault(str(g.get("signature", g["id"])), []).append(g)
+    return sorted(rows.values(), key=lambda gs: -sum(g["estimated_seconds"] for g in gs))
+
+
 def summarize_partition(p: Partition, onnx_nodes: int, onnx_ops: Mapping[str, str] | None = None) -> dict[str, object]:
     repeats = {id(n) for n in p.recomputed}  # an unfused runtime computes each value once
     unfused = unfused_cost(n for n in p.graph.nodes if id(n) not in repeats)
@@ -86,10 +95,7 @@ def format_summary(s: dict[str, object], top: int = 10) -> str:
     ]
     if s.get("recomputed"):
         lines.append(f"{s['recomputed']} primitives recomputed in a second kernel (widening casts)")
-    folded: dict[str, list[dict]] = {}  # identical kernels (repeated layers) as one row
-    for g in groups:
-        folded.setdefault(str(g.get("signature", g["id"])), []).append(g)
-    rows = sorted(folded.values(), key=lambda gs: -sum(g["estimated_seconds"] for g in gs))
+    rows = folded(groups)  # identical kernels (repeated layers) as one row
     lines += [
         "top kernels by estimated time" + (" (identical kernels folded)" if len(rows) < len(groups) else "") + ":",
         f"  {'ids':<10} {'pattern':<9} {'what':<40} {'x':>3} {'us each':>8} {'us total':>9}  bound    bytes each",

@@ -16,6 +16,7 @@ from html import escape
 
 from tilefuse.ir.graph import Node
 from tilefuse.partition.model import FusedGroup, Partition
+from tilefuse.partition.summary import folded
 from tilefuse.report.layout import Layout, layered_layout
 
 CONDENSE_ABOVE = 400
@@ -171,12 +172,9 @@ def _legend() -> str:
 
 def _pattern_table(s: dict, measured: dict[int, float] | None = None) -> str:
     """Kernels by what they do: identical kernels (a transformer's layers) in one row."""
-    folded: dict[str, list[dict]] = {}
-    for g in s["groups"]:
-        folded.setdefault(str(g.get("signature", g["id"])), []).append(g)
     rows = []
     total = sum(g["estimated_seconds"] for g in s["groups"]) or 1e-30
-    for gs in sorted(folded.values(), key=lambda gs: -sum(g["estimated_seconds"] for g in gs)):
+    for gs in folded(s["groups"]):
         g = gs[0]
         est = sum(x["estimated_seconds"] for x in gs)
         ids = ", ".join(f'<a href="#k{x["id"]}">k{x["id"]}</a>' for x in gs)

@@ -94,6 +94,7 @@ class CpuExecutor:
 
     def __init__(self, plan: Plan, threads: int | None = None) -> None:
         self.plan = plan
+        check_host(plan)  # the CPU extensions its kernels may use, before any is loaded
         self._libs: list[NativeLibrary] = []
         try:
             self._fns = {name: self._load(k) for name, k in plan.kernels.items()}
@@ -115,7 +116,6 @@ class CpuExecutor:
     def _load(self, kernel: Kernel) -> KernelFn:
         """The kernel's function, from a library loaded from its verified bytes."""
         check_kernel_identity(kernel, self.plan.target)  # a plan built in memory is checked here
-        check_host(self.plan)
         lib = NativeLibrary(read_verified(kernel.path, kernel.sha256, f"kernel {kernel.name}"), str(kernel.path))
         self._libs.append(lib)
         fn = lib.function(kernel.symbol)

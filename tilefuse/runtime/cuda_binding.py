@@ -74,7 +74,6 @@ class CudaBinding:
             elif buf.nbytes:
                 self._out.append(_Copy(view.ptr, executor.ptr[buf.id], buf.nbytes, f"output {name}"))
             spans.append((view.ptr, view.ptr + buf.nbytes))
-        self.names = list(outputs)
         self._launches = [executor._launch_args(i, st, self._moved) if launch is not None else None
                           for i, (st, launch) in enumerate(zip(executor.plan.steps, executor._launches))]
         self._graph = executor._capture_bound(self._sequence) if graphed else None
