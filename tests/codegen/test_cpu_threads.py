@@ -1,7 +1,8 @@
 """The thread pool the CPU kernels' parallel loops run on (codegen/cpu/threads.py): every
 share of a region runs exactly once whoever runs it; the team size is per calling thread and
 one pool serves every kernel library; a nested region, or one entered while another caller
-has the pool, runs alone; a host set on the calling thread (onnxruntime's intra-op pool)
+has the pool, runs alone; after a share stalls (its thread off the core) regions run on the
+calling thread for a while; a host set on the calling thread (onnxruntime's intra-op pool)
 runs a region's shares instead, each once; idle pool threads sleep; a kernel needs no
 OpenMP runtime; a forked child still runs parallel kernels."""
 import ctypes
@@ -48,6 +49,23 @@ static void __attribute__((noinline)) inner(int32_t *team, int64_t n) {
 void nested(int32_t *outer, int32_t *inner_team, int64_t n) {
     #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) { outer[i] = omp_get_num_threads(); inner(inner_team + i * n, n); }
+}
+/* a region of two shares: share 0 waits (at most wait_us) for share 1 to begin on another
+ * thread, then share `slow` sleeps `us` microseconds; tid[i]: the thread that ran share i */
+void stall(int64_t slow, int64_t us, int64_t wait_us, int64_t *tid) {
+    _Atomic int begun = 0;
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < 2; i++) {
+        if (i == 1) atomic_store(&begun, 1);
+        else for (int64_t t = 0; t < wait_us && !atomic_load(&begun); t += 100) usleep(100);
+        if (i == slow) usleep((useconds_t)us);
+        tid[i] = (int64_t)syscall(SYS_gettid);
+    }
+}
+/* a region with a stall, then at once one without */
+void stall_then_not(int64_t slow, int64_t us, int64_t wait_us, int64_t *first, int64_t *then) {
+    stall(slow, us, wait_us, first);
+    stall(slow, 0, wait_us, then);
 }
 /* each share counts itself in, then waits for *go: holds the pool until released */
 void hold(_Atomic int32_t *go, _Atomic int32_t *entered) {
@@ -155,6 +173,33 @@ def test_a_caller_that_finds_the_pool_busy_runs_alone(libs):
     finally:
         go.value = 1
         t.join()
+
+
+@pytest.mark.parametrize("slow", [1, 0], ids=["a worker's share", "the caller's share"])
+def test_after_a_stalled_share_regions_run_on_the_caller_for_a_while(libs, slow):
+    """A share whose thread is off its core (here: asleep for 20 ms) holds up the region's end:
+    the next regions run every share on the calling thread, numbered as before; later ones
+    run on the pool again."""
+    lib = libs[0]
+    lib.tf_threads_set(2)
+    caller = threading.get_native_id()
+    first, then = np.zeros(2, np.int64), np.zeros(2, np.int64)
+    tries = []
+    for _ in range(5):  # a region whose worker never began its share in 50 ms did not stall
+        lib.stall_then_not(ctypes.c_int64(slow), ctypes.c_int64(20_000), ctypes.c_int64(50_000), _ptr(first), _ptr(then))
+        tries.append((first.tolist(), then.tolist()))
+        if first[1] != caller:  # the stalled region ran on the pool: the next one on the caller
+            break
+    assert first[1] != caller and (then == caller).all(), tries
+    team, share = np.zeros(100, np.int32), np.full(100, -1, np.int32)
+    lib.shares(_ptr(team), _ptr(share), ctypes.c_int64(100))
+    assert (team == 2).all() and list(np.unique(share)) == [0, 1]  # the same shares, in turn
+    for _ in range(20):  # past the longest time on the caller, regions without stalls use the pool
+        time.sleep(0.2)
+        lib.stall_then_not(ctypes.c_int64(slow), ctypes.c_int64(0), ctypes.c_int64(1_000_000), _ptr(first), _ptr(then))
+        if first[1] != caller and then[1] != caller:
+            break
+    assert first[1] != caller and then[1] != caller
 
 
 SHARE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t)

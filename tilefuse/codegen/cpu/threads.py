@@ -17,6 +17,16 @@ its parallel loops run on this pool, which differs from libgomp where cores are 
   others do its share: the caller never waits for a thread that has not started, only for
   shares in progress (libgomp's fixed team waits at every barrier for each thread, however
   late). onnxruntime's pool works the same way.
+- A share in progress on a thread the OS has descheduled (a neighbour process took its core)
+  cannot be taken over: the others wait for it. The caller times each region: when it waited
+  for a worker's share, or the workers for its own, ``TF_STALL_NS`` longer than uneven shares
+  explain, the cores are contended, and for a while the next regions run their shares in
+  turn on the calling thread (the same shares, numbered as on the pool): ``TF_ALONE_MIN_NS``
+  after a first stall, doubled at each further one up to ``TF_ALONE_MAX_NS``, cut by a
+  quarter by each region that then runs on the pool without one. While the cores stay
+  contended a plan runs at one thread's speed instead of waiting, region after region, for a
+  thread that is not running; on a quiet machine a region waits at most the difference
+  between two shares, and nothing changes.
 - The team size is per calling thread (``tf_threads_set``; 0 or never set: the default,
   ``OMP_NUM_THREADS`` else one per core of the process's affinity mask), so each session
   keeps its own count. A region entered while another caller has the pool, or from inside a
@@ -67,6 +77,9 @@ THREAD_POOL = r"""
 
 #define TF_POOL_MAX 256       /* team size cap */
 #define TF_SPIN_NS 50000      /* an idle thread spins this long before it sleeps */
+#define TF_STALL_NS 200000    /* a wait this much longer than the caller's own work: a stalled share */
+#define TF_ALONE_MIN_NS 2000000    /* after a stall, regions run on the caller this long at first */
+#define TF_ALONE_MAX_NS 128000000  /* and at most */
 
 typedef void (*tf_task)(void *);
 struct tf_threads_v1 {        /* a pool, as the other libraries of the process see it */
@@ -101,6 +114,9 @@ static struct {
     _Alignas(64) _Atomic uint32_t done;  /* shares finished: the futex word a waiting caller sleeps on */
     _Atomic int waiting;
     _Alignas(64) _Atomic int busy;       /* a caller has the pool */
+    _Atomic uint64_t worker_done;        /* when a worker last finished a share of the job (ns) */
+    _Atomic uint64_t alone_until;        /* regions run on their callers until then (ns); 0: not */
+    uint64_t alone_ns;                   /* how long the last stall sent them there: under busy */
     uint32_t epoch;                      /* jobs so far: written by the caller holding busy */
     int workers, fallback;               /* workers: started so far, changed only by that caller */
     struct tf_worker_slot slot[TF_POOL_MAX];  /* slot[w]: worker w (1 ...), runs share w first */
@@ -167,13 +183,14 @@ static int tf_claim(int mine) {
     }
     return -1;
 }
-static void tf_run_share(int s) {
+static void tf_run_share(int s, int worker) {
     tf_task fn = atomic_load_explicit(&tf_pool_state.fn, memory_order_relaxed);
     void *data = atomic_load_explicit(&tf_pool_state.data, memory_order_relaxed);
     int n = atomic_load_explicit(&tf_pool_state.shares, memory_order_relaxed);
     tf_share = s, tf_shares = n;
     fn(data);
     tf_share = 0, tf_shares = 1;
+    if (worker) atomic_store_explicit(&tf_pool_state.worker_done, tf_now_ns(), memory_order_relaxed);
     if (atomic_fetch_add(&tf_pool_state.done, 1) + 1 == (uint32_t)n && atomic_load(&tf_pool_state.waiting))
         tf_futex_wake(&tf_pool_state.done, 1);
 }
@@ -192,7 +209,7 @@ static void *tf_worker(void *arg) {
         uint32_t go = atomic_load_explicit(&slot->go, memory_order_acquire);
         if (go == seen) continue;
         seen = go;
-        for (int s = me; (s = tf_claim(s)) >= 0;) tf_run_share(s);  /* its own share, then any left */
+        for (int s = me; (s = tf_claim(s)) >= 0;) tf_run_share(s, 1);  /* its own share, then any left */
     }
     return NULL;
 }
@@ -219,6 +236,40 @@ static void tf_alone(tf_task fn, void *data) {
     tf_share = 0, tf_shares = 1, tf_in_region = 1;
     fn(data);
     tf_share = s, tf_shares = n, tf_in_region = in;
+}
+/* a region's n shares in turn on the calling thread, numbered as on the pool */
+static void tf_in_turn(tf_task fn, void *data, int n) {
+    int s = tf_share, m = tf_shares, in = tf_in_region;
+    tf_in_region = 1;
+    for (int i = 0; i < n; ++i) {
+        tf_share = i, tf_shares = n;
+        fn(data);
+    }
+    tf_share = s, tf_shares = m, tf_in_region = in;
+}
+/* whether regions run on their callers now, the cores being contended */
+static int tf_contended(void) {
+    uint64_t until = atomic_load_explicit(&tf_pool_state.alone_until, memory_order_relaxed);
+    return until && tf_now_ns() < until;
+}
+/* after a region on the pool (the pool held), begun at `began`: the caller ran out of shares
+ * at `worked`, the last share ended at `ended`, and a worker last finished one at `worker`
+ * (0: no worker ran one). A stall: a thread off its core while the others waited for it, the
+ * wait longer than what uneven shares explain (the caller's share, the first, is the largest) */
+static void tf_judge(uint64_t began, uint64_t worked, uint64_t ended, uint64_t worker) {
+    uint64_t alone = tf_pool_state.alone_ns;
+    int stalled = ended - worked > (worked - began) + TF_STALL_NS  /* waited for a worker's share */
+        || (worker && worker < worked && worked - worker > (worker - began) + TF_STALL_NS);  /* for the caller's */
+    if (stalled) {
+        alone = alone ? 2 * alone : TF_ALONE_MIN_NS;
+        if (alone > TF_ALONE_MAX_NS) alone = TF_ALONE_MAX_NS;
+        tf_pool_state.alone_ns = alone;
+        atomic_store_explicit(&tf_pool_state.alone_until, ended + alone, memory_order_relaxed);
+    } else if (alone) {  /* a quarter off: stalls that recur in 3 regions of 10 keep it growing */
+        alone -= alone / 4;
+        tf_pool_state.alone_ns = alone >= TF_ALONE_MIN_NS ? alone : 0;
+        atomic_store_explicit(&tf_pool_state.alone_until, 0, memory_order_relaxed);
+    }
 }
 /* a region handed to the calling thread's host: the shares it has begun, one bit each */
 struct tf_host_job { tf_task fn; void *data; int n; _Atomic uint64_t begun[TF_WORDS]; };
@@ -247,11 +298,17 @@ static void tf_pool_run(tf_task fn, void *data, unsigned team) {
         tf_alone(fn, data);
         return;
     }
+    if (tf_contended()) {  /* holding the pool, as a region on it would */
+        tf_in_turn(fn, data, n);
+        atomic_store_explicit(&tf_pool_state.busy, 0, memory_order_release);
+        return;
+    }
     tf_grow(n - 1);
     atomic_store_explicit(&tf_pool_state.fn, fn, memory_order_relaxed);
     atomic_store_explicit(&tf_pool_state.data, data, memory_order_relaxed);
     atomic_store_explicit(&tf_pool_state.shares, n, memory_order_relaxed);
     atomic_store_explicit(&tf_pool_state.done, 0, memory_order_relaxed);
+    atomic_store_explicit(&tf_pool_state.worker_done, 0, memory_order_relaxed);
     for (int k = 0; k < TF_WORDS; ++k) {  /* offer shares 1 .. n-1: share 0 is the caller's */
         int count = n - 64 * k;
         uint64_t bits = count <= 0 ? 0 : count >= 64 ? ~0ull : (1ull << count) - 1;
@@ -264,8 +321,10 @@ static void tf_pool_run(tf_task fn, void *data, unsigned team) {
         if (atomic_load(&slot->asleep)) tf_futex_wake(&slot->go, 1);
     }
     tf_in_region = 1;
-    tf_run_share(0);  /* the caller's own share first, so each thread keeps its rows */
-    for (int s; (s = tf_claim(0)) >= 0;) tf_run_share(s);  /* then any a worker has not begun */
+    uint64_t began = tf_now_ns();
+    tf_run_share(0, 0);  /* the caller's own share first, so each thread keeps its rows */
+    for (int s; (s = tf_claim(0)) >= 0;) tf_run_share(s, 0);  /* then any a worker has not begun */
+    uint64_t worked = tf_now_ns();
     /* the shares left are in progress on workers: wait for them, spinning, then asleep */
     if (!tf_spin(&tf_pool_state.done, (uint32_t)n, 0)) {
         uint32_t d;
@@ -273,6 +332,8 @@ static void tf_pool_run(tf_task fn, void *data, unsigned team) {
         while ((d = atomic_load(&tf_pool_state.done)) != (uint32_t)n) tf_futex_wait(&tf_pool_state.done, d);
         atomic_store(&tf_pool_state.waiting, 0);
     }
+    uint64_t ended = tf_now_ns();
+    tf_judge(began, worked, ended, atomic_load_explicit(&tf_pool_state.worker_done, memory_order_relaxed));
     tf_in_region = 0;
     atomic_store_explicit(&tf_pool_state.busy, 0, memory_order_release);
 }
@@ -293,6 +354,8 @@ static void tf_pool_after_fork(void) {  /* the child has none of the parent's wo
     tf_pool_state.workers = 0;
     atomic_store(&tf_pool_state.busy, 0);
     atomic_store(&tf_pool_state.waiting, 0);
+    atomic_store(&tf_pool_state.alone_until, 0);
+    tf_pool_state.alone_ns = 0;
     for (int w = 0; w < TF_POOL_MAX; ++w) atomic_store(&tf_pool_state.slot[w].asleep, 0);
 }
 static const struct tf_threads_v2 tf_pool_iface = {
