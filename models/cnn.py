@@ -14,9 +14,8 @@ import torch
 from torch import nn
 
 from .catalog import CNNS, MOBILENETV2_BLOCKS
-from .export import (CNN_OPSET, assert_matches_torch, export_torchscript, tolerance,
-                     torch_dtype)
-from .spec import META_ERROR, set_metadata
+from .export import CNN_OPSET, export_checked, torch_dtype
+from .weights import randomize_norms
 
 SEED = 0
 
@@ -192,22 +191,6 @@ class MLP(nn.Module):
 # --------------------------------------------------------------------------- construction
 
 
-def randomize_norms(module: nn.Module) -> None:
-    """Give every BatchNorm random affine parameters and running statistics.
-
-    Default initialisation (gamma 1, beta 0, mean 0, var 1) makes eval-mode BatchNorm an
-    identity, which would hide any bug in how a compiler folds it. Draws from torch's
-    global generator, so the caller's seed fixes the values.
-    """
-    with torch.no_grad():
-        for m in module.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.normal_(0.0, 0.1)
-                m.running_mean.normal_(0.0, 0.1)
-                m.running_var.uniform_(0.5, 1.5)
-
-
 def make_cnn(name: str, config: str) -> tuple[nn.Module, torch.Tensor]:
     """The eval-mode module ``name`` at ``config`` and an example input for tracing.
 
@@ -240,9 +223,6 @@ def build(name: str, config: str, dtype: str) -> onnx.ModelProto:
     torch.manual_seed(SEED)
     module, example = make_cnn(name, config)
     module = module.to(torch_dtype(dtype))
-    args = (example.to(torch_dtype(dtype)),)
-    model = export_torchscript(module, args, ["x"], ["y"], {"x": {0: "batch"}, "y": {0: "batch"}},
-                               CNN_OPSET, keep_batchnorm=True)
-    error = assert_matches_torch(model, module, args, ["x"], tolerance(dtype))
-    set_metadata(model, {META_ERROR: f"{error:.3g}"})
-    return model
+    axes = {"x": {0: "batch"}, "y": {0: "batch"}}
+    return export_checked(module, (example.to(torch_dtype(dtype)),), ["x"], ["y"], axes, CNN_OPSET,
+                          dtype, keep_batchnorm=True)

@@ -26,6 +26,8 @@ import numpy as np
 import onnx
 import torch
 
+from .spec import META_ERROR, set_metadata
+
 DYNAMO_OPSET = 20  # torch 2.13's default; pinned so a torch upgrade does not change the zoo
 LEGACY_OPSET = 14  # the last opset before LayerNormalization (17) for the legacy variants
 CNN_OPSET = 17
@@ -127,6 +129,19 @@ def assert_matches_torch(model: onnx.ModelProto, module: torch.nn.Module,
             raise AssertionError(f"output {i}: error {err:.3g} of scale {scale:.3g} > {rtol}")
         worst = max(worst, err)
     return worst
+
+
+def export_checked(module: torch.nn.Module, args: tuple[torch.Tensor, ...],
+                   input_names: Sequence[str], output_names: Sequence[str],
+                   dynamic_axes: Mapping[str, Mapping[int, str]], opset: int, dtype: str,
+                   keep_batchnorm: bool = False) -> onnx.ModelProto:
+    """``export_torchscript``, then ``assert_matches_torch`` at ``dtype``'s tolerance; the
+    error found is recorded in the model's metadata."""
+    model = export_torchscript(module, args, input_names, output_names, dynamic_axes, opset,
+                               keep_batchnorm=keep_batchnorm)
+    error = assert_matches_torch(model, module, args, input_names, tolerance(dtype))
+    set_metadata(model, {META_ERROR: f"{error:.3g}"})
+    return model
 
 
 def torch_dtype(dtype: str) -> torch.dtype:

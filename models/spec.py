@@ -18,7 +18,7 @@ V = TypeVar("V")
 # (config, dtype) -> the finished model; the registry saves it
 Builder = Callable[[str, str], onnx.ModelProto]
 
-FAMILIES = ("transformer", "cnn", "mlp", "edge")
+FAMILIES = ("transformer", "cnn", "mlp", "edge", "detector", "ocr", "speech", "embedding")
 DTYPES = ("float32", "float16")
 
 

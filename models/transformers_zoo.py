@@ -24,6 +24,7 @@ from .catalog import TRANSFORMER_OUTPUTS, TRANSFORMERS
 from .export import (DYNAMO_OPSET, LEGACY_OPSET, assert_matches_torch, export_dynamo,
                      export_torchscript, quiet, tolerance, torch_dtype)
 from .spec import META_ERROR, set_metadata
+from .weights import perturb_constant_parameters
 
 SEED = 0
 
@@ -77,19 +78,6 @@ def hf_config(name: str, config: str) -> transformers.PretrainedConfig:
     if name == "vit":
         return transformers.ViTConfig(**kwargs, **common)
     raise KeyError(name)
-
-
-def perturb_constant_parameters(module: nn.Module) -> None:
-    """Add noise to parameters initialised to a constant (norm scales 1, biases 0).
-
-    Otherwise every LayerNorm/RMSNorm affine and every bias is a no-op, and a compiler
-    that drops or misorders one would still match. Uses the global torch RNG.
-    """
-    with torch.no_grad():
-        for p in module.parameters():
-            flat = p.reshape(-1)
-            if flat.numel() > 1 and bool((flat == flat[0]).all()):
-                p.add_(torch.randn_like(p) * 0.1)
 
 
 def make_module(name: str, config: str, dtype: str) -> nn.Module:

@@ -31,7 +31,7 @@ EXPECTED_NAMES = {
     "bert", "bert-legacy", "gpt2", "gpt2-legacy", "llama", "llama-legacy", "vit", "vit-legacy",
     "resnet", "mobilenetv2", "unet", "mlp", "edge-broadcast", "edge-softmax13", "edge-split",
     "edge-gather-neg", "edge-where-cast-clip", "edge-conv-same", "edge-einsum", "edge-resize",
-    "edge-custom-op",
+    "edge-custom-op", "yolo", "convnext", "efficientnet", "crnn", "whisper-encoder", "sbert",
 }
 
 
