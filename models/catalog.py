@@ -2,7 +2,8 @@
 
 Importing torch and transformers takes seconds, and most callers only want a cached
 file, a shapes table or the list of names. So this module is plain data, and each
-spec's builder imports its torch module (``transformers_zoo`` or ``cnn``) on first call.
+spec's builder imports its torch module (``transformers_zoo``, ``cnn``, ``detector``,
+``convnets``, ``ocr`` or ``encoders``) on first call.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ CONVNETS: dict[str, dict[str, dict]] = {
                      batch=1),
     },
     "efficientnet": {
-        "tiny": dict(stem=8, blocks=((1, 3, 1, 8, 1), (6, 3, 2, 12, 1), (6, 5, 2, 16, 2),
+        "tiny": dict(stem=8, blocks=((1, 3, 1, 8, 1), (6, 3, 2, 16, 1), (6, 5, 2, 16, 2),
                                      (6, 3, 2, 24, 1)),
                      head=64, num_classes=10, image=32, batch=2),
         "real": dict(stem=32, blocks=EFFICIENTNET_B0_BLOCKS, head=1280, num_classes=1000, image=224,
