@@ -94,6 +94,7 @@ CUDA_SM90A = Target(
         producer_steps=28,
     ),
     attention=AttentionPolicy(max_head_dim=256),
+    conv=ConvPolicy(positions_inner=True),
     window=WindowPolicy(tile=256, max_threads=256),
     codegen=CudaOptions(),
 )

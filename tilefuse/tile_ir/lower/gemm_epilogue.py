@@ -188,6 +188,7 @@ class _Builder:
             bm = divisor_tile(self.c.outputs[0].type.shape[2], max(1, 256 // inner)) * inner
         if self.depthwise:  # a few channels per tile: the grid has tiles for every core
             bn = divisor_tile(self.n, self.target.conv.depthwise_channels)
+        self.positions_inner = conv and not self.flip and not self.depthwise and self.target.conv.positions_inner
         if conv:  # K tiles hold whole channels, so im2col addressing needs no division
             taps = math.prod(self.c.inputs[1].type.shape[2:])
             cin = self.c.inputs[1].type.shape[1]
@@ -357,7 +358,8 @@ class _Builder:
             stages=stages, products=len(self.cs), packed_siblings=packed, chain=self.first is not None,
             whole_rows=bool(self.reductions) or self.first is not None, producer=producer is not None,
             channel_rows=self.flip, depthwise=self.depthwise, channels_per_k_tile=ch_per_tile if conv else 0,
-            padded_columns=self.pad_to, accumulator=self.acc_dtype, operands=self.op_dtype, tf32=self.tf32, occupancy=0)
+            padded_columns=self.pad_to, accumulator=self.acc_dtype, operands=self.op_dtype, tf32=self.tf32, occupancy=0,
+            positions_inner=self.positions_inner)
         return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), threads, allocs, tuple(body), notes,
                            producer=producer is not None, schedule=schedule)
 
@@ -487,8 +489,10 @@ class _Builder:
             for d in range(len(spatial))
         ]
 
+        inner = self.positions_inner
+
         def a_body(idx: Index) -> list[Stmt]:
-            i, cl, t = idx[0], idx[1], idx[2:]
+            i, cl, t = (idx[-1], idx[0], idx[1:-1]) if inner else (idx[0], idx[1], idx[2:])
             n, *o = delinearize(row(i), (out[0], *spatial))
             ch = iop(IOp.ADD, ch0, cl)
             pos, inside = window_source(o, t, op.strides, op.dilations, op.pads, x.type.shape[2:], guards)
@@ -514,7 +518,8 @@ class _Builder:
                 val = Call(ScalarFn.WHERE, (iop(IOp.LT, ch, cin), val, Const(0, dt)), dt)
             return [Store(tb, (linearize((cl, *t), (chans, *taps)), j), narrow(val, tb.dtype))]
 
-        return [*parallel(self.names, (bm, chans, *taps), a_body), *parallel(self.names, (chans, *taps, bn), b_body)]
+        a_nest = (chans, *taps, bm) if inner else (bm, chans, *taps)
+        return [*parallel(self.names, a_nest, a_body), *parallel(self.names, (chans, *taps, bn), b_body)]
 
     def _row_stage(self, r: Node, buf: Buffer, el: ElementBuilder, bidx: Index, m0: Expr, bm: int) -> list[Stmt]:
         """One reduction over the tile's whole rows into a per-row buffer."""
