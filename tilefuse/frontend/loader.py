@@ -15,6 +15,8 @@ from tilefuse.ir.types import TensorType
 
 # Models older than this are converted upward first; converters start here.
 MIN_OPSET = 13
+# What load_model returns, named for annotations past the frontend (which import no onnx).
+ModelProto = onnx.ModelProto
 
 
 def load_model(
