@@ -5,7 +5,8 @@ non-CPU ``__dlpack_device__``: torch, CuPy, JAX) or, failing that, by
 ``__cuda_array_interface__`` (Numba, older CuPy), and becomes a ``DeviceView`` that the CUDA
 runtime copies device to device. DLPack is preferred where a tensor has both: it names the
 tensor's device, and lets the producer order its pending work before the runtime's
-stream. A CPU DLPack tensor is a host feed like any other.
+stream. A CPU DLPack tensor is a host feed like any other. torch CUDA tensors are read
+through their own attributes first (tilefuse/torch_feeds.py: no capsule, no event per call).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tilefuse import dlpack
 from tilefuse.errors import InputError
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.types import TensorType
+from tilefuse.torch_feeds import is_torch_cuda, torch_view
 
 
 class _Producer(Protocol):
@@ -153,6 +155,8 @@ class DeviceView:
 def on_device(obj: object) -> bool:
     """True if ``obj`` is a tensor in device memory (DLPack on a device other than the
     CPU, or ``__cuda_array_interface__``)."""
+    if is_torch_cuda(obj):
+        return True
     where = dlpack.device_of(obj)
     if where is not None:
         return where[0] != dlpack.DLDeviceType.CPU
@@ -163,6 +167,10 @@ def device_view(obj: object, device: FeedDevice = FeedDevice()) -> DeviceView | 
     """The device tensor behind ``obj``, or None if it is not one. Raises ValueError for a
     device tensor the runtime cannot read as it is (strided, a dtype tilefuse lacks, not
     on ``device``). A DLPack tensor is consumed here: the view keeps it until dropped."""
+    fast = torch_view(obj, device.index, device.stream)  # torch's own attributes: no capsule, no event
+    if fast is not None:
+        ptr, dtype, shape, keep, ready, stream = fast
+        return DeviceView(ptr, dtype, shape, keep=keep, ready=ready, stream=stream if ready == "stream" else 0)
     where = dlpack.device_of(obj)
     # hasattr holds whenever device_of found a device: it tells the type checker so.
     if where is not None and where[0] != dlpack.DLDeviceType.CPU and hasattr(obj, "__dlpack__"):
