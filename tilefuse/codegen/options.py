@@ -79,3 +79,7 @@ class CudaOptions:
     # vector load into registers (where the row width allows); 0: one element a lane ("wv0")
     vector_bytes: int = 16
     max_unroll: int = 32  # longer per-lane loops stay T.serial (nvcc unrolls them in part)
+    # threads that share one reduction at most, where a block folds it through shared memory
+    # (tile_ir/passes/lanes.py): one thread folds their partials, so more lanes would make
+    # that fold the long pole
+    reduction_lanes: int = 32

@@ -180,6 +180,9 @@ class ReduceTile(Stmt):
     fn: ReduceFn
     dim: int
     clear: bool = True
+    # threads that share one kept index's reduction on a device with blocks (their partials
+    # meet in shared memory), as tile_ir/passes/lanes.py chose them; 1: one thread per index
+    lanes: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +208,10 @@ class Loop(Stmt):
     kind: LoopKind
     body: tuple[Stmt, ...]
     stages: int = 0
+    # the serial loop of a running fold ``b[i] = f(b[i], term)`` in a parallel nest, split
+    # over this many threads per parallel index on a device with blocks (each folds every
+    # lanes-th term; tile_ir/passes/lanes.py); 1: one thread folds them all
+    lanes: int = 1
 
 
 @dataclass(frozen=True, slots=True)

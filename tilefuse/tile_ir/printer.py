@@ -50,7 +50,8 @@ def _stmt(s: object, indent: int, out: list[str]) -> None:
     pad = "    " * indent
     if isinstance(s, Loop):
         kind = {LoopKind.SERIAL: "serial", LoopKind.PARALLEL: "Parallel", LoopKind.PIPELINED: f"Pipelined[{s.stages}]"}[s.kind]
-        out.append(f"{pad}for {s.var.name} in T.{kind}({s.extent}):")
+        lanes = f", lanes={s.lanes}" if s.lanes != 1 else ""  # threads that share the fold (passes/lanes.py)
+        out.append(f"{pad}for {s.var.name} in T.{kind}({s.extent}{lanes}):")
         for b in s.body:
             _stmt(b, indent + 1, out)
     elif isinstance(s, If):
@@ -66,7 +67,8 @@ def _stmt(s: object, indent: int, out: list[str]) -> None:
     elif isinstance(s, Gemm):
         out.append(f"{pad}T.gemm({s.a.name}, {s.b.name}, {s.c.name}, transpose_A={s.trans_a}, transpose_B={s.trans_b})")
     elif isinstance(s, ReduceTile):
-        out.append(f"{pad}T.reduce_{s.fn.value}({s.src.name}, {s.dst.name}, dim={s.dim}, clear={s.clear})")
+        lanes = f", lanes={s.lanes}" if s.lanes != 1 else ""
+        out.append(f"{pad}T.reduce_{s.fn.value}({s.src.name}, {s.dst.name}, dim={s.dim}, clear={s.clear}{lanes})")
     else:
         out.append(f"{pad}{s!r}")
 

@@ -84,7 +84,8 @@ from tilefuse.tile_ir.ir import (
     subexpressions,
     substitute,
 )
-from tilefuse.tile_ir.nests import mentions, offset_of, parallel_nest, rectangle, uneven_nests
+from tilefuse.tile_ir.nests import accumulation, mentions, parallel_nest, rectangle, uneven_nests
+from tilefuse.tile_ir.passes.lanes import lane_fold
 from tilefuse.tile_ir.passes.placement import HALF, fragment_reduce, tensor_core
 from tilefuse.tile_ir.simplify import simplify_expr
 
@@ -357,13 +358,11 @@ class _Emitter:
             staged = self.staged_store(loops, depth)
             if staged is not None:
                 return staged
-            acc = _accumulation(loops[-1].body)
+            acc = accumulation(loops[-1].body)
             if acc is not None:
                 init, inner, update, after = acc
-                single = not after and inner.body[0] is update  # one tap loop, nothing after: lanes may share it
-                shared = self.accumulate_lanes(loops, init, inner, update, depth) if single else None
-                if shared is not None:
-                    return shared
+                if inner.lanes > 1:  # (tile_ir.passes.assign_lanes)
+                    return self.accumulate_lanes(loops, depth)
                 # a window's running value, read only by its own epilogue, never needs its tile
                 keep = not after or _read_outside(self.p.body, init.buffer, s)
                 return [ind + head] + self.accumulate(init, inner, update, after, depth + 1, keep)
@@ -548,15 +547,6 @@ class _Emitter:
                 return pieces
         return None
 
-    def lanes(self, kept: int, red: int) -> int:
-        """Threads that share one reduction: the largest power of two up to 32 that divides
-        the reduced extent and, times the kept extent, fits in the block (1: one per row).
-        One thread folds the partials, so more lanes would make that fold the long pole."""
-        lanes = 1
-        while lanes < 32 and red % (lanes * 2) == 0 and kept * lanes * 2 <= self.threads:
-            lanes *= 2
-        return lanes
-
     def cooperative(self, kept: list[tuple[str, int]], red: int, lanes: int, dtype: DType, combine: str,
                     identity: str, start: tuple[list[str], str], term, store: tuple[list[str], str],
                     depth: int) -> list[str]:
@@ -589,15 +579,15 @@ class _Emitter:
         out += [f"{ind}    {x}" for x in store[0]]
         return out + [f"{ind}    {store[1]} = {acc}"]
 
-    def accumulate_lanes(self, loops: list[Loop], init: Store, inner: Loop, update: Store, depth: int) -> list[str] | None:
-        """``accumulate`` with several threads per parallel index, where the update is an
-        associative fold ``b[i] = f(b[i], term)`` (sum, product, max, min)."""
-        kept = math.prod(l.extent for l in loops)
-        lanes = self.lanes(kept, inner.extent)
-        fold = _fold(update, init.buffer.dtype)
-        if lanes == 1 or fold is None:
-            return None
-        combine, identity, term = fold
+    def accumulate_lanes(self, loops: list[Loop], depth: int) -> list[str]:
+        """``accumulate`` with ``lanes`` threads per parallel index (the serial loop's), where
+        the update is an associative fold ``b[i] = f(b[i], term)`` (sum, product, max, min)."""
+        shared = lane_fold(loops)
+        if shared is None:  # what the verifier ensures
+            raise CompileError(f"kernel {self.p.name}: a nest's loop has lanes but is no fold's loop")
+        init, inner, fn, term = shared
+        combine, identity = _FOLDS[fn]
+        lanes = inner.lanes
         dt = init.buffer.dtype
         lets, (start,) = self.render([init.value], [False])
         names = [(self.name(l.var), l.extent) for l in loops]
@@ -645,7 +635,7 @@ class _Emitter:
         if not dt.is_float and s.fn in (ReduceFn.MAX, ReduceFn.MIN):
             raise CompileError(f"kernel {self.p.name}: integer tile {s.fn.value} is not supported on CUDA")
         start = self.const(identity, dt) if s.clear else f"{dst}[{i}]"
-        lanes = self.lanes(kept, red)
+        lanes = s.lanes  # (tile_ir.passes.assign_lanes)
         if lanes > 1:
             def term(jv: str) -> tuple[list[str], str]:
                 at = f"{src}[{i}, {jv}]" if s.dim == 1 else f"{src}[{jv}, {i}]"
@@ -805,27 +795,6 @@ class _Emitter:
         raise CompileError(f"kernel {self.p.name}: no TileLang form for {fn.name}")
 
 
-def _accumulation(body: tuple[Stmt, ...]) -> tuple[Store, Loop, Store, tuple[Store, ...]] | None:
-    """``[b[i] = init, for j... (serial): b[i] = f(b[i], ...), *after]``: a running
-    reduction per parallel index (the row stage of whole-row epilogues; a pooling window,
-    whose taps may be a nest of serial loops), then stores that may read b[i] (the
-    window's epilogue)."""
-    if len(body) < 2 or not isinstance(body[0], Store) or not isinstance(body[1], Loop):
-        return None
-    init, inner, after = body[0], body[1], body[2:]
-    loop = inner
-    while loop.kind is not LoopKind.PARALLEL and len(loop.body) == 1 and isinstance(loop.body[0], Loop):
-        loop = loop.body[0]
-    if loop.kind is LoopKind.PARALLEL or len(loop.body) != 1 or not isinstance(loop.body[0], Store):
-        return None
-    update = loop.body[0]
-    if update.buffer != init.buffer or update.indices != init.indices:
-        return None
-    if not all(isinstance(s, Store) for s in after):
-        return None
-    return init, inner, update, after  # type: ignore[return-value]
-
-
 def _read_outside(stmts: tuple[Stmt, ...], buffer: Buffer, nest: Stmt) -> bool:
     """Whether a statement outside ``nest`` reads ``buffer``."""
     for s in stmts:
@@ -839,25 +808,9 @@ def _read_outside(stmts: tuple[Stmt, ...], buffer: Buffer, nest: Stmt) -> bool:
     return False
 
 
+# a fold's text and identity (tile_ir.passes.lanes.FOLDS)
 _FOLDS = {ScalarFn.ADD: ("({a} + {b})", 0), ScalarFn.MUL: ("({a} * {b})", 1),
           ScalarFn.MAX: ("T.max({a}, {b})", float("-inf")), ScalarFn.MIN: ("T.min({a}, {b})", float("inf"))}
-
-
-def _fold(update: Store, dtype: DType) -> tuple[str, float, Expr] | None:
-    """``b[i] = f(b[i], term)`` with f associative and commutative: (f's text, its
-    identity, term); None for any other update (those keep one thread per index)."""
-    v = update.value
-    if not isinstance(v, Call) or v.fn not in _FOLDS or len(v.args) != 2:
-        return None
-    if v.fn in (ScalarFn.MAX, ScalarFn.MIN) and not dtype.is_float:
-        return None
-    acc = Load(update.buffer, update.indices)
-    a, b = v.args
-    term = b if a == acc else a if b == acc else None
-    if term is None or _reads(term, update.buffer):
-        return None
-    text, identity = _FOLDS[v.fn]
-    return text, identity, term
 
 
 def _reads(e: Expr, buffer: Buffer) -> bool:

@@ -10,22 +10,44 @@ what the kernel will do, so the code generators print what they are given. In or
 2. ``raise_copies`` (copies.py): plain tile loads from global memory become bulk
    ``Copy`` statements;
 3. ``place_registers`` (placement.py): which fragment tiles the block holds in
-   registers (the others in shared memory), in ``TileProgram.registers``.
+   registers (the others in shared memory), in ``TileProgram.registers``;
+4. ``assign_lanes`` (lanes.py): how many threads share each reduction the block does not
+   fold in registers, on the statement (``ReduceTile.lanes``, ``Loop.lanes``).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass, fields
 
 from tilefuse.device import Device
 from tilefuse.tile_ir.ir import TileProgram
 from tilefuse.tile_ir.passes.copies import raise_copies
+from tilefuse.tile_ir.passes.lanes import assign_lanes
 from tilefuse.tile_ir.passes.placement import place_registers
 from tilefuse.tile_ir.passes.threads import fit_threads
 
-__all__ = ["fit_threads", "for_device", "place_registers", "raise_copies"]
+__all__ = ["DeviceOptions", "assign_lanes", "fit_threads", "for_device", "place_registers", "raise_copies"]
 
 
-def for_device(program: TileProgram, device: Device, register_rows: bool = True, t_copy: bool = True) -> TileProgram:
-    """``program`` through every device pass, in order; ``register_rows`` and ``t_copy``:
-    the CUDA code generator's options of those names (whether attention's P and row
-    vectors stay in registers; whether plain tile loads are bulk copies)."""
-    program = raise_copies(fit_threads(program, device), device, t_copy)
-    return place_registers(program, device, register_rows)
+@dataclass(frozen=True, slots=True)
+class DeviceOptions:
+    """The code generator's options these passes read: the fields of the same names of
+    ``CudaOptions`` (tilefuse/codegen/options.py, where each is explained; tile_ir does not
+    import codegen), with its defaults."""
+
+    t_copy: bool = True  # plain tile loads are bulk copies
+    register_rows: bool = True  # attention's P and row vectors beside register reductions in registers
+    reduction_lanes: int = 32  # threads that share one reduction at most
+
+    @classmethod
+    def of(cls, options: object) -> DeviceOptions:
+        """The fields of a target's code-generation options these name; options without
+        them (the CPU's) leave the defaults, which devices without blocks never read."""
+        defaults = cls()
+        return cls(**{f.name: getattr(options, f.name, getattr(defaults, f.name)) for f in fields(cls)})
+
+
+def for_device(program: TileProgram, device: Device, options: DeviceOptions = DeviceOptions()) -> TileProgram:
+    """``program`` through every device pass, in order."""
+    program = raise_copies(fit_threads(program, device), device, options.t_copy)
+    program = place_registers(program, device, options.register_rows)
+    return assign_lanes(program, device, options.reduction_lanes)
