@@ -249,6 +249,9 @@ class TileProgram:
     # memory), as the register placement pass found them for ``threads`` on a device with
     # blocks (tile_ir/passes/placement.py); empty elsewhere
     registers: frozenset[str] = frozenset()
+    # threads per row of a row program laid out as whole warps per row (registers and warp
+    # shuffles, no tile), as tile_ir/passes/rows.py found it; 0: the block-wide form
+    row_lanes: int = 0
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:

@@ -85,6 +85,7 @@ def format_program(p: TileProgram) -> str:
     grid = ", ".join(map(str, p.grid))
     bvars = ", ".join(v.name for v in p.block_vars)
     fitted = f"  # fitted from {p.fitted_from}" if p.fitted_from else ""
+    fitted += f"  # {p.row_lanes} lanes a row" if p.row_lanes else ""
     out.append(f"    with T.Kernel({grid}, threads={p.threads}) as ({bvars}):{fitted}")
     for b in p.allocs:
         out.append(f"        {b.name} = T.alloc_{b.scope.value}({list(b.shape)}, {b.dtype})")

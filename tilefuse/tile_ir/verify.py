@@ -9,6 +9,7 @@ from tilefuse.ir.dtypes import DType
 from tilefuse.target import Target
 from tilefuse.tile_ir.nests import uneven_nests
 from tilefuse.tile_ir.passes.lanes import check_lanes
+from tilefuse.tile_ir.passes.rows import check_rows
 from tilefuse.tile_ir.printer import format_expr
 from tilefuse.tile_ir.ir import (
     Buffer,
@@ -36,8 +37,8 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
     """Raise GraphError if a buffer is used that is not a param or alloc, a variable is
     unbound, an index count does not match a buffer's rank, a Gemm's tiles do not fit
     together, a schedule record disagrees with the program it describes (threads,
-    occupancy, producer), a reduction's lanes are not ones the printers can honour
-    (passes/lanes.py), or (with a target) per-tile buffers exceed its on-chip budget."""
+    occupancy, producer), a reduction's lanes or a row program's lanes a row are not ones
+    the printers can honour (passes/lanes.py, passes/rows.py), or (with a target) per-tile buffers exceed its on-chip budget."""
     known = {b.name: b for b in (*p.params, *p.allocs)}
     if len(known) != len(p.params) + len(p.allocs):
         raise GraphError(f"{p.name}: buffer names repeat")
@@ -49,6 +50,7 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
     for s in p.body:
         _check_stmt(p, s, known, bound)
     check_lanes(p, target is None or bool(target.device.max_block_threads))
+    check_rows(p, None if target is None else target.device.warp)
     if target is not None and target.device.max_block_threads:
         _check_block(p, target.device.max_block_threads)
     if target is not None and backends.for_target(target).tiles_on_chip:

@@ -252,7 +252,7 @@ class _Emitter:
         if self.options.programmatic_launch is not None:
             pdl = [f"{ind}T.pdl_trigger()", f"{ind}T.pdl_sync()"]
             lines += pdl if self.options.programmatic_launch == "release-first" else pdl[::-1]
-        rows = warp_rows(self, threads, 2)  # norms and softmax rows: whole warps per row
+        rows = warp_rows(self, 2)  # norms and softmax rows: whole warps per row (tile_ir.passes.warp_rows)
         if rows is not None:
             bound = [f"{ind}T.annotate_min_blocks_per_sm({p.occupancy})"] if p.occupancy > 1 else []
             return lines + bound + rows

@@ -11,8 +11,10 @@ what the kernel will do, so the code generators print what they are given. In or
    ``Copy`` statements;
 3. ``place_registers`` (placement.py): which fragment tiles the block holds in
    registers (the others in shared memory), in ``TileProgram.registers``;
-4. ``assign_lanes`` (lanes.py): how many threads share each reduction the block does not
-   fold in registers, on the statement (``ReduceTile.lanes``, ``Loop.lanes``).
+4. ``warp_rows`` (rows.py): whether a row program takes whole warps per row, and how many
+   lanes, in ``TileProgram.row_lanes``;
+5. ``assign_lanes`` (lanes.py): how many threads share each other reduction the block does
+   not fold in registers, on the statement (``ReduceTile.lanes``, ``Loop.lanes``).
 """
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ from tilefuse.tile_ir.ir import TileProgram
 from tilefuse.tile_ir.passes.copies import raise_copies
 from tilefuse.tile_ir.passes.lanes import assign_lanes
 from tilefuse.tile_ir.passes.placement import place_registers
+from tilefuse.tile_ir.passes.rows import warp_rows
 from tilefuse.tile_ir.passes.threads import fit_threads
 
-__all__ = ["DeviceOptions", "assign_lanes", "fit_threads", "for_device", "place_registers", "raise_copies"]
+__all__ = ["DeviceOptions", "assign_lanes", "fit_threads", "for_device", "place_registers", "raise_copies", "warp_rows"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,7 @@ class DeviceOptions:
     t_copy: bool = True  # plain tile loads are bulk copies
     register_rows: bool = True  # attention's P and row vectors beside register reductions in registers
     reduction_lanes: int = 32  # threads that share one reduction at most
+    warp_rows: bool = True  # row programs one warp per row
 
     @classmethod
     def of(cls, options: object) -> DeviceOptions:
@@ -50,4 +54,5 @@ def for_device(program: TileProgram, device: Device, options: DeviceOptions = De
     """``program`` through every device pass, in order."""
     program = raise_copies(fit_threads(program, device), device, options.t_copy)
     program = place_registers(program, device, options.register_rows)
+    program = warp_rows(program, device, options.warp_rows)
     return assign_lanes(program, device, options.reduction_lanes)

@@ -41,7 +41,7 @@ FOLDS = frozenset({ScalarFn.ADD, ScalarFn.MUL, ScalarFn.MAX, ScalarFn.MIN})
 def assign_lanes(program: TileProgram, device: Device, most: int = 32) -> TileProgram:
     """``program`` with the lanes of each reduction set for its block (devices with blocks
     only); ``most``: the code generator's ``reduction_lanes``."""
-    if not device.max_block_threads:
+    if not device.max_block_threads or program.row_lanes:  # whole warps fold a row program's rows
         return program
     body = _assign(program.body, program.threads, most)
     return program if body == program.body else replace(program, body=body)
