@@ -69,10 +69,16 @@ class CudaOptions:
     # ``1 + erf(u)`` in float32 through a cheaper erfc (fast_math, tf_erf_plus_one): the
     # exact GELU's epilogue (NOTES.md, session 7)
     fast_erf_sum: bool = True
-    epilogue_in_registers: bool = True  # accumulators read element by element stay in registers (_own_element_epilogue)
-    staged_stores: bool = True  # epilogue results through a shared tile of the output type, copied out (staged_store)
-    register_rows: bool = True  # a fragment A operand and row vectors beside register reductions stay in registers (_register_buffers)
-    staging_pad: bool = True  # those tiles' rows padded by 16 bytes against bank conflicts (staging_tile)
+    # accumulators read element by element stay in registers; off, every accumulator an
+    # epilogue reads is copied to a shared mirror first (tile_ir/passes/epilogues.py)
+    epilogue_in_registers: bool = True
+    staged_stores: bool = True  # epilogue results through a shared tile of the output type, copied out (epilogues.py)
+    register_rows: bool = True  # a fragment A operand and row vectors beside register reductions stay in registers (placement.py)
+    # bytes those tiles' rows are padded by against bank conflicts (a thread's accumulator
+    # elements sit 8 rows apart; Nsight: 7-way conflicts on the QKV kernel's stores
+    # unpadded), keeping each row 16-byte aligned for the vector copies out; 0 (or
+    # False): no padding
+    staging_pad: int = 16
     warp_rows: bool = True  # row programs one warp per row (warp_rows.py); off: the block-wide emission (variant "nowarp")
     cache_rows: bool = True  # global elements several steps read are loaded once into registers (warp_rows _Writer.cached)
     # each lane takes runs of this many bytes of the row's narrowest input type, read as one

@@ -153,7 +153,8 @@ class Copy(Stmt):
     # a whole on-chip tile filled from a rectangle of a global tensor, element for element
     # (raised from a parallel nest by tile_ir/passes/copies.py): the GPU loads it in bulk
     # (T.copy: vectorised, asynchronous, overlapped by a pipelined loop); its leading source
-    # dims beyond the tile's rank are fixed indices
+    # dims beyond the tile's rank are fixed indices. Or a whole on-chip tile copied into
+    # another of its shape (an accumulator into its shared mirror: passes/epilogues.py)
     bulk: bool = False
 
 
@@ -195,6 +196,33 @@ class If(Stmt):
     body: tuple[Stmt, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A rectangle of a global output that a staged store copies out: the staging tile's
+    columns (rows, for a transposed tile) ``first`` to ``first + width``, written to
+    ``region``, per output dim an offset and its extent, or None for a fixed index
+    (``tile_ir.nests.rectangle``)."""
+
+    first: int
+    width: int
+    region: tuple[tuple[Expr, int | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Staging:
+    """How an epilogue nest of two loops stores a register accumulator's results to a
+    global output (tile_ir/passes/epilogues.py): each thread computes its own elements into
+    a shared tile of the output's type, (first loop, second loop) in shape, its rows padded
+    by ``pad`` elements (bank conflicts), and the tile is copied out in ``pieces`` with
+    whole-line vector stores. ``transposed``: the nest runs (columns, rows) of the
+    accumulator, which each thread reads in the accumulator's order, and the tile holds
+    [column, row], copied out along its rows."""
+
+    pieces: tuple[Piece, ...]
+    transposed: bool = False
+    pad: int = 0
+
+
 class LoopKind(enum.Enum):
     SERIAL = "serial"
     PARALLEL = "parallel"  # iterations are independent: vectorised / spread over threads
@@ -212,6 +240,9 @@ class Loop(Stmt):
     # over this many threads per parallel index on a device with blocks (each folds every
     # lanes-th term; tile_ir/passes/lanes.py); 1: one thread folds them all
     lanes: int = 1
+    # the head of a parallel nest that stores an accumulator's results through a shared
+    # tile (tile_ir/passes/epilogues.py); None: element by element
+    staging: Staging | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 
 from tilefuse.ir.dtypes import DType
-from tilefuse.tile_ir.ir import Buffer, Const, Expr, If, IndexOp, IOp, Load, Loop, LoopKind, Stmt, Store, Var, subexpressions
+from tilefuse.tile_ir.ir import (Buffer, Const, Copy, Expr, Gemm, If, IndexOp, IOp, Load, Loop, LoopKind, ReduceTile, Stmt,
+                                 Store, Var, subexpressions)
 
 
 def parallel_nest(s: Loop) -> list[Loop]:
@@ -70,6 +71,23 @@ def accumulation(body: tuple[Stmt, ...]) -> tuple[Store, Loop, Store, tuple[Stor
 def reads(e: Expr, buffer: Buffer) -> bool:
     """Whether ``e`` loads from ``buffer``."""
     return any(isinstance(x, Load) and x.buffer == buffer for x in subexpressions(e))
+
+
+def stmt_reads(s: Stmt, buffer: Buffer) -> bool:
+    """Whether ``s`` reads ``buffer``: a product, tile reduction or copy that names it, or
+    a load of it in a store, in a branch's condition or in a branch's statements (a loop's
+    body is not looked into: see ``ir.statements``)."""
+    if isinstance(s, Gemm):
+        return buffer in (s.a, s.b, s.c)
+    if isinstance(s, ReduceTile):
+        return buffer in (s.src, s.dst)
+    if isinstance(s, Copy):
+        return buffer in (s.src.buffer, s.dst.buffer)
+    if isinstance(s, If):
+        return reads(s.cond, buffer) or any(stmt_reads(x, buffer) for x in s.body)
+    if isinstance(s, Store):
+        return any(reads(e, buffer) for e in (s.value, *s.indices))
+    return False
 
 
 def mentions(e: Expr, v: Var) -> bool:

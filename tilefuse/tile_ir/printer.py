@@ -51,7 +51,12 @@ def _stmt(s: object, indent: int, out: list[str]) -> None:
     if isinstance(s, Loop):
         kind = {LoopKind.SERIAL: "serial", LoopKind.PARALLEL: "Parallel", LoopKind.PIPELINED: f"Pipelined[{s.stages}]"}[s.kind]
         lanes = f", lanes={s.lanes}" if s.lanes != 1 else ""  # threads that share the fold (passes/lanes.py)
-        out.append(f"{pad}for {s.var.name} in T.{kind}({s.extent}{lanes}):")
+        staged = ""
+        if s.staging is not None:  # (passes/epilogues.py)
+            n = len(s.staging.pieces)
+            how = " transposed" if s.staging.transposed else ""
+            staged = f"  # staged{how}: {n} piece{'s' if n > 1 else ''}, rows padded by {s.staging.pad}"
+        out.append(f"{pad}for {s.var.name} in T.{kind}({s.extent}{lanes}):{staged}")
         for b in s.body:
             _stmt(b, indent + 1, out)
     elif isinstance(s, If):

@@ -8,6 +8,7 @@ from tilefuse.errors import GraphError
 from tilefuse.ir.dtypes import DType
 from tilefuse.target import Target
 from tilefuse.tile_ir.nests import uneven_nests
+from tilefuse.tile_ir.passes.epilogues import check_staging
 from tilefuse.tile_ir.passes.lanes import check_lanes
 from tilefuse.tile_ir.passes.rows import check_rows
 from tilefuse.tile_ir.printer import format_expr
@@ -25,6 +26,7 @@ from tilefuse.tile_ir.ir import (
     Load,
     Loop,
     ReduceTile,
+    Region,
     Scope,
     Store,
     TileProgram,
@@ -51,6 +53,7 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
         _check_stmt(p, s, known, bound)
     check_lanes(p, target is None or bool(target.device.max_block_threads))
     check_rows(p, None if target is None else target.device.warp)
+    check_staging(p, target is None or bool(target.device.max_block_threads))
     if target is not None and target.device.max_block_threads:
         _check_block(p, target.device.max_block_threads)
     if target is not None and backends.for_target(target).tiles_on_chip:
@@ -88,6 +91,12 @@ def _check_block(p: TileProgram, most: int) -> None:
         raise GraphError(f"kernel {p.name}: registers {sorted(p.registers - fragments)} are not fragment tiles")
     if p.fitted_from and p.fitted_from < p.threads:
         raise GraphError(f"kernel {p.name}: fitted from {p.fitted_from} threads to more, {p.threads}")
+
+
+def _whole(r: Region) -> bool:
+    """``r`` is the whole of an on-chip buffer."""
+    return (r.buffer.scope is not Scope.GLOBAL and r.extents == r.buffer.shape
+            and all(isinstance(o, Const) and o.value == 0 for o in r.offsets))
 
 
 def _check_buffer(p: TileProgram, b: Buffer, known: dict[str, Buffer]) -> None:
@@ -152,6 +161,10 @@ def _check_stmt(p: TileProgram, s: object, known: dict[str, Buffer], bound: set[
                 _check_expr(p, o, known, bound)
         if math.prod(s.src.extents) != math.prod(s.dst.extents):
             raise GraphError(f"{p.name}: copy extents {s.src.extents} vs {s.dst.extents}")
+        if s.bulk and not (_whole(s.dst) and (s.src.buffer.scope is Scope.GLOBAL or _whole(s.src)
+                                               and s.src.buffer.shape == s.dst.buffer.shape)):
+            raise GraphError(f"{p.name}: a bulk copy fills a whole on-chip tile from a global tensor or from a whole "
+                             f"tile of its shape, not {s.src.buffer.name} -> {s.dst.buffer.name}")
     elif isinstance(s, Gemm):
         for operand in (s.a, s.b, s.c):
             _check_buffer(p, operand, known)

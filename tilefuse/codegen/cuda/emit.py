@@ -74,20 +74,17 @@ from tilefuse.tile_ir.ir import (
     ReduceTile,
     Scope,
     STATUS,
+    Staging,
     Stmt,
     Store,
     TileProgram,
     Var,
     dtype_of,
-    iop,
     statements,
-    subexpressions,
-    substitute,
 )
-from tilefuse.tile_ir.nests import accumulation, mentions, parallel_nest, rectangle, uneven_nests
+from tilefuse.tile_ir.nests import accumulation, parallel_nest, stmt_reads, uneven_nests
 from tilefuse.tile_ir.passes.lanes import lane_fold
 from tilefuse.tile_ir.passes.placement import HALF, fragment_reduce, tensor_core
-from tilefuse.tile_ir.simplify import simplify_expr
 
 MAX_ELEMENTS = 2**31 - 1  # int32 indexing
 
@@ -173,17 +170,11 @@ class _Emitter:
         self._taken = {"T"}
         self._temps = 0
         self.threads = program.threads
-        self.alias: dict[str, str] = {}  # buffer name -> the name loads of it use
         self.locals: dict[DType, str] = {}  # per-thread accumulators, one per dtype
         self.replaced: dict[tuple[str, tuple[Expr, ...]], str] = {}  # a Load read from a local
         self.partials: list[str] = []  # shared buffers of cooperative reductions, allocated last
         self.pipelines: list[bool] = []  # per pipelined loop: only T.copy tile loads and products
-        self.register_accs: set[Buffer] = set()  # accumulators the epilogue reads in registers
         self.staging: list[str] = []  # shared output tiles of staged stores, allocated last
-        self.branch_mirrors: dict[int, list[tuple[Buffer, Buffer]]] = {}  # id(If) -> (accumulator, its shared copy)
-        # id(nest) -> (accumulator, pieces) of epilogue nests written with the tile's rows
-        # innermost (K transposed for attention), staged from registers (transposed_store)
-        self.transposed: dict[int, tuple[Buffer, list[tuple[int, int, list[str]]]]] = {}
 
     def pass_config(self) -> dict[str, bool]:
         """TileLang pass options for this kernel (the lowering reads ``PASS_CONFIG`` from
@@ -257,7 +248,6 @@ class _Emitter:
             bound = [f"{ind}T.annotate_min_blocks_per_sm({p.occupancy})"] if p.occupancy > 1 else []
             return lines + bound + rows
         register = p.registers  # (tile_ir.passes.place_registers)
-        accumulators = _gemm_targets(p.body)
         if p.occupancy > 1:  # the schedule's own: e.g. every attention tile resident in one wave
             lines.append(f"{ind}T.annotate_min_blocks_per_sm({p.occupancy})")
         elif p.producer and self.options.producer_blocks_per_sm > 1:
@@ -265,37 +255,11 @@ class _Emitter:
         elif (self.options.min_blocks_per_sm > 1 and not p.producer
               and any(isinstance(s, Gemm) and tensor_core(s, threads) for s in statements(p.body))):
             lines.append(f"{ind}T.annotate_min_blocks_per_sm({self.options.min_blocks_per_sm})")
-        reduced = _reduce_buffers(p.body)
-        mirrors: dict[str, Buffer] = {}  # tensor-core accumulator -> its shared copy
+        # accumulators' shared mirrors are allocs and copies of the program (tile_ir.passes.stage_epilogues)
         for b in p.allocs:
             alloc = "T.alloc_fragment" if b.scope is Scope.FRAGMENT and b.name in register else "T.alloc_shared"
             lines.append(f"{ind}{self.name(b)} = {alloc}({_shape(b.shape)}, {_dt(b.dtype)})")
-            if b.name in register and b.name in accumulators and b.name not in reduced:
-                self.find_transposed_stores(b)
-                if self.options.epilogue_in_registers and _own_element_epilogue(p.body, b, self.transposed):
-                    self.register_accs.add(b)
-                    continue
-                mirror = Buffer(f"{b.name}_s", b.dtype, b.shape, Scope.SHARED)
-                lines.append(f"{ind}{self.name(mirror)} = T.alloc_shared({_shape(b.shape)}, {_dt(b.dtype)})")
-                branches = _mirrored_branches(p.body, b, self.transposed) if self.options.epilogue_in_registers else None
-                if branches:
-                    self.register_accs.add(b)
-                    for branch in branches:
-                        self.branch_mirrors.setdefault(id(branch), []).append((b, mirror))
-                    continue
-                mirrors[b.name] = mirror
-        # An accumulator whose epilogue reads other threads' elements (whole-row norms,
-        # transposed stores) is copied to shared memory once its last product is done, and
-        # the statements after read the copy. One read element by element, each by the
-        # thread that holds it, stays in registers.
-        last = {name: _last_gemm(p.body, name) for name in mirrors}
-        body: list[str] = []
-        for i, st in enumerate(p.body):
-            body += self.stmt(st, 2)
-            for name, at in last.items():
-                if at == i:
-                    body.append(f"{ind}T.copy({self._names[name]}, {self.name(mirrors[name])})")
-                    self.alias[name] = self.name(mirrors[name])
+        body = self.block(p.body, 2) if p.body else []
         lines += [f"{ind}{name} = T.alloc_local((1,), {_dt(dt)})" for dt, name in self.locals.items()]
         lines += [ind + x for x in self.partials + self.staging]
         return lines + body
@@ -331,33 +295,17 @@ class _Emitter:
         raise CompileError(f"kernel {self.p.name}: no TileLang form for {type(s).__name__}")
 
     def branch(self, s: If, depth: int) -> list[str]:
-        """``if cond:`` and its body. A branch that reads other threads' accumulator
-        elements first copies the accumulator to its shared mirror and reads that."""
         ind = " " * 4 * depth
         lets, (cond,) = self.render([s.cond], [True])
-        out = [ind + x for x in lets] + [f"{ind}if {cond}:"]
-        mirrored = self.branch_mirrors.get(id(s), [])
-        for acc, mirror in mirrored:
-            out.append(f"{ind}    T.copy({self.name(acc)}, {self.name(mirror)})")
-            self.alias[acc.name] = self.name(mirror)
-            self.register_accs.discard(acc)
-        try:
-            return out + self.block(s.body, depth + 1)
-        finally:
-            for acc, _ in mirrored:
-                del self.alias[acc.name]
-                self.register_accs.add(acc)
+        return [ind + x for x in lets] + [f"{ind}if {cond}:"] + self.block(s.body, depth + 1)
 
     def loop(self, s: Loop, depth: int) -> list[str]:
         ind = " " * 4 * depth
         if s.kind is LoopKind.PARALLEL:
             loops = parallel_nest(s)
             head = f"for {', '.join(self.name(l.var) for l in loops)} in T.Parallel({', '.join(str(l.extent) for l in loops)}):"
-            if id(s) in self.transposed and self.transposed[id(s)][0] in self.register_accs:
-                return self.transposed_store(loops, depth)
-            staged = self.staged_store(loops, depth)
-            if staged is not None:
-                return staged
+            if s.staging is not None:  # (tile_ir.passes.stage_epilogues)
+                return self.staged_store(loops, s.staging, depth)
             acc = accumulation(loops[-1].body)
             if acc is not None:
                 init, inner, update, after = acc
@@ -415,7 +363,10 @@ class _Emitter:
     def bulk_copy(self, s: Copy) -> str:
         """``T.copy(src[region], tile)``: TileLang turns it into vectorised asynchronous
         copies that a pipelined K loop overlaps with the products. The source's leading
-        dims beyond the tile's rank are fixed indices, the rest ``offset:offset + extent``."""
+        dims beyond the tile's rank are fixed indices, the rest ``offset:offset + extent``.
+        A whole on-chip tile (an accumulator into its mirror) is ``T.copy(tile, tile)``."""
+        if s.src.buffer.scope is not Scope.GLOBAL:
+            return f"T.copy({self.name(s.src.buffer)}, {self.name(s.dst.buffer)})"
         fixed = len(s.src.extents) - len(s.dst.buffer.shape)
         parts = []
         for d, (o, ext) in enumerate(zip(s.src.offsets, s.src.extents)):
@@ -423,129 +374,50 @@ class _Emitter:
             parts.append(t if d < fixed else (f"{t}:{t} + {ext}" if t != "0" else f"0:{ext}"))
         return f"T.copy({self.name(s.src.buffer)}[{', '.join(parts)}], {self.name(s.dst.buffer)})"
 
-    def region(self, indices: tuple[Expr, ...], loops: list[Loop]) -> list[str] | None:
-        """``indices`` as a rectangle over the nest ``loops`` (tile_ir.nests.rectangle): the
-        slice texts, or None."""
-        rect = rectangle(indices, loops)
-        if rect is None:
-            return None
+    def region(self, rect: tuple[tuple[Expr, int | None], ...]) -> list[str]:
+        """The slice texts of a rectangle (tile_ir.nests.rectangle): fixed indices, then
+        ``offset:offset + extent``."""
         parts = []
         for o, ext in rect:
             t = self.index(o)
             parts.append(t if ext is None else (f"{t}:{t} + {ext}" if t != "0" else f"0:{ext}"))
         return parts
 
-    def staged_store(self, loops: list[Loop], depth: int) -> list[str] | None:
-        """An epilogue nest ``out[c, o0 + i, o1 + j] = f(acc[i, j], ...)`` over a register
-        accumulator: each thread computes its own elements into a shared tile of the
-        output's type, and ``T.copy`` writes the rectangle out with whole-line vector
-        stores (a thread's accumulator elements are scattered over the tile's rows)."""
-        body = loops[-1].body
-        if not self.options.staged_stores or len(body) != 1 or not isinstance(body[0], Store) or len(loops) != 2:
-            return None
-        st = body[0]
-        if st.buffer.scope is not Scope.GLOBAL or not any(_reads(st.value, b) for b in self.register_accs):
-            return None
-        pieces = self.pieces(st.indices, loops)
-        if not pieces:
-            return None
+    def staged_store(self, loops: list[Loop], staging: Staging, depth: int) -> list[str]:
+        """An epilogue nest ``out[...] = f(acc[i, j], ...)`` the program stages: each thread
+        computes its own elements into a shared tile of the output's type, and ``T.copy``
+        writes each piece out with whole-line vector stores (a thread's accumulator elements
+        are scattered over the tile's rows). A transposed nest runs in the accumulator's
+        order (each thread its own registers) into a [col, row] tile, copied out along its
+        rows."""
+        st = loops[-1].body[0]
+        if len(loops) != 2 or not isinstance(st, Store):  # what the verifier ensures
+            raise CompileError(f"kernel {self.p.name}: a staged nest is no nest of two loops and one store")
         ind = " " * 4 * depth
-        tile = self.staging_tile(loops[0].extent, loops[1].extent, st.buffer.dtype)
+        where = [self.region(piece.region) for piece in staging.pieces]
+        tile = self.staging_tile(loops[0].extent, loops[1].extent + staging.pad, st.buffer.dtype)
         lets, (value,) = self.render([st.value], [False])
+        out_name = self.name(st.buffer)
+        if staging.transposed:
+            cols, rows = loops
+            r, c = self.name(rows.var), self.name(cols.var)
+            out = ([f"{ind}for {r}, {c} in T.Parallel({rows.extent}, {cols.extent}):"]
+                   + [f"{ind}    {x}" for x in lets] + [f"{ind}    {tile}[{c}, {r}] = {value}"])
+            return out + [f"{ind}T.copy({tile}[{piece.first}:{piece.first + piece.width}, 0:{rows.extent}], "
+                          f"{out_name}[{', '.join(at)}])" for piece, at in zip(staging.pieces, where)]
         names = [self.name(l.var) for l in loops]
         out = ([f"{ind}for {', '.join(names)} in T.Parallel({', '.join(str(l.extent) for l in loops)}):"]
                + [f"{ind}    {x}" for x in lets]
                + [f"{ind}    {tile}[{', '.join(names)}] = {value}"])
-        for j0, width, where in pieces:
-            out.append(f"{ind}T.copy({tile}[0:{loops[0].extent}, {j0}:{j0 + width}], {self.name(st.buffer)}[{', '.join(where)}])")
-        return out
+        return out + [f"{ind}T.copy({tile}[0:{loops[0].extent}, {piece.first}:{piece.first + piece.width}], "
+                      f"{out_name}[{', '.join(at)}])" for piece, at in zip(staging.pieces, where)]
 
     def staging_tile(self, rows: int, cols: int, dtype: DType) -> str:
-        """A shared tile for staged stores, its rows padded by 16 bytes: a thread's
-        accumulator elements sit 8 rows apart, and unpadded rows of a power-of-two length
-        would put them in one bank (Nsight: 7-way conflicts on the QKV kernel's stores).
-        The padding keeps each row's start 16-byte aligned for the vector copies out."""
+        """A shared tile for a staged store (its rows padded as the staging says), allocated
+        after the kernel's other buffers."""
         tile = f"_out{len(self.staging)}"
-        # not under a producer (TMA stores the tile as one contiguous box)
-        pad = max(1, 16 // dtype.itemsize) if self.options.staging_pad and not self.p.producer else 0
-        self.staging.append(f"{tile} = T.alloc_shared({_shape((rows, cols + pad))}, {_dt(dtype)})")
+        self.staging.append(f"{tile} = T.alloc_shared({_shape((rows, cols))}, {_dt(dtype)})")
         return tile
-
-    def find_transposed_stores(self, acc: Buffer) -> None:
-        """Epilogue nests over (columns, rows) of ``acc`` that store ``f(acc[row, col])`` to
-        a rectangle (or per-head rectangles) of a global output whose contiguous axis runs
-        along the rows: written from registers into a shared tile of the output's type laid
-        out [col, row], then copied out (transposed_store). Recorded in ``self.transposed``."""
-        if not (self.options.staged_stores and self.options.epilogue_in_registers):
-            return
-        for s in statements(self.p.body):
-            if not (isinstance(s, Loop) and s.kind is LoopKind.PARALLEL):
-                continue
-            nest = parallel_nest(s)
-            body = nest[-1].body
-            if len(nest) != 2 or tuple(l.extent for l in nest) != acc.shape[::-1] or len(body) != 1:
-                continue
-            st = body[0]
-            if not isinstance(st, Store) or st.buffer.scope is not Scope.GLOBAL or not _reads(st.value, acc):
-                continue
-            cols, rows = nest
-            if any(_reads(i, acc) for i in st.indices) or any(
-                    isinstance(y, Load) and y.buffer == acc and y.indices != (rows.var, cols.var)
-                    for y in subexpressions(st.value)):
-                continue
-            pieces = self.pieces(st.indices, nest, split=0)
-            if pieces:
-                self.transposed[id(s)] = (acc, pieces)
-
-    def transposed_store(self, loops: list[Loop], depth: int) -> list[str]:
-        """A nest of find_transposed_stores: the loops run in the accumulator's order (each
-        thread its own registers), the results land in a shared [col, row] tile of the
-        output's type, and T.copy writes each piece out along the rows."""
-        ind = " " * 4 * depth
-        cols, rows = loops
-        st = loops[-1].body[0]
-        _, pieces = self.transposed[id(loops[0])]
-        tile = self.staging_tile(cols.extent, rows.extent, st.buffer.dtype)  # type: ignore[union-attr]
-        lets, (value,) = self.render([st.value], [False])  # type: ignore[union-attr]
-        r, c = self.name(rows.var), self.name(cols.var)
-        out = ([f"{ind}for {r}, {c} in T.Parallel({rows.extent}, {cols.extent}):"]
-               + [f"{ind}    {x}" for x in lets] + [f"{ind}    {tile}[{c}, {r}] = {value}"])
-        for j0, width, where in pieces:
-            out.append(f"{ind}T.copy({tile}[{j0}:{j0 + width}, 0:{rows.extent}], "
-                       f"{self.name(st.buffer)}[{', '.join(where)}])")  # type: ignore[union-attr]
-        return out
-
-    def pieces(self, indices: tuple[Expr, ...], loops: list[Loop],
-               split: int = 1) -> list[tuple[int, int, list[str]]] | None:
-        """The rectangles of the output a two-loop nest writes: the whole tile when
-        ``indices`` are one region over it, else its columns (the nest's loop ``split``) in
-        pieces of ``d``, where the output index divides the column by ``d`` (a 128-column
-        tile of two 64-wide heads written [batch, head, seq, d]): each piece's first
-        column, width and region; None if neither."""
-        cols, rows = loops[split], loops[1 - split]
-        whole = self.region(indices, loops)
-        if whole is not None:
-            return [(0, cols.extent, whole)]
-        divisors = {int(x.b.value) for e in indices for x in subexpressions(e)  # type: ignore[attr-defined]
-                    if isinstance(x, IndexOp) and x.op in (IOp.FLOORDIV, IOp.MOD) and isinstance(x.b, Const)
-                    and mentions(x.a, cols.var)}
-        ranges = {v.name: g for v, g in zip(self.p.block_vars, self.p.grid)} | {rows.var.name: rows.extent}
-        for d in sorted(divisors, reverse=True):
-            if d >= cols.extent or cols.extent % d:
-                continue
-            inner = Loop(Var(f"{cols.var.name}_in"), d, LoopKind.PARALLEL, ())
-            nest = [rows, inner] if split == 1 else [inner, rows]
-            pieces = []
-            for j0 in range(0, cols.extent, d):
-                env = {cols.var: iop(IOp.ADD, j0, inner.var)}
-                idx = tuple(simplify_expr(substitute(e, env), ranges | {inner.var.name: d}) for e in indices)
-                where = self.region(idx, nest)
-                if where is None:
-                    break
-                pieces.append((j0, d, where))
-            else:
-                return pieces
-        return None
 
     def cooperative(self, kept: list[tuple[str, int]], red: int, lanes: int, dtype: DType, combine: str,
                     identity: str, start: tuple[list[str], str], term, store: tuple[list[str], str],
@@ -744,8 +616,7 @@ class _Emitter:
             local = self.replaced.get((e.buffer.name, e.indices))
             if local is not None:
                 return local
-            name = self.alias.get(e.buffer.name) or self.name(e.buffer)
-            return f"{name}[{', '.join(sub(i) for i in e.indices)}]"
+            return f"{self.name(e.buffer)}[{', '.join(sub(i) for i in e.indices)}]"
         if isinstance(e, Call):
             return self._call(e, sub)
         if isinstance(e, DeviceCall):
@@ -803,7 +674,7 @@ def _read_outside(stmts: tuple[Stmt, ...], buffer: Buffer, nest: Stmt) -> bool:
         if isinstance(s, (Loop, If)):
             if _read_outside(s.body, buffer, nest):
                 return True
-        elif _stmt_reads(s, buffer):
+        elif stmt_reads(s, buffer):
             return True
     return False
 
@@ -811,10 +682,6 @@ def _read_outside(stmts: tuple[Stmt, ...], buffer: Buffer, nest: Stmt) -> bool:
 # a fold's text and identity (tile_ir.passes.lanes.FOLDS)
 _FOLDS = {ScalarFn.ADD: ("({a} + {b})", 0), ScalarFn.MUL: ("({a} * {b})", 1),
           ScalarFn.MAX: ("T.max({a}, {b})", float("-inf")), ScalarFn.MIN: ("T.min({a}, {b})", float("inf"))}
-
-
-def _reads(e: Expr, buffer: Buffer) -> bool:
-    return any(isinstance(x, Load) and x.buffer == buffer for x in subexpressions(e))
 
 
 def _producer_registers(threads: int, options: CudaOptions, device: Device) -> list[str]:
@@ -826,84 +693,3 @@ def _producer_registers(threads: int, options: CudaOptions, device: Device) -> l
     return [f"T.annotate_min_blocks_per_sm({blocks})",
             f"T.annotate_producer_reg_dealloc({producer})",
             f"T.annotate_consumer_reg_alloc({min(consumers, 240)})"]
-
-
-def _last_gemm(stmts: tuple[Stmt, ...], name: str) -> int:
-    return max(i for i, st in enumerate(stmts) if name in _gemm_targets((st,)))
-
-
-def _own_element_epilogue(stmts: tuple[Stmt, ...], acc: Buffer, staged: dict) -> bool:
-    """True where every read of accumulator ``acc`` after its last product is
-    ``acc[i, j]`` inside a parallel nest over exactly ``acc``'s shape (i, j its loop
-    variables in order): TileLang then lays the nest out as the accumulator's fragment,
-    and every thread reads its own registers. Nests in ``staged`` (transposed stores the
-    emitter stages from registers) count as such (CudaOptions.epilogue_in_registers
-    switches it off at the caller)."""
-    return all(_own_reads_only(s, acc, staged) for s in stmts[_last_gemm(stmts, acc.name) + 1:])
-
-
-def _mirrored_branches(stmts: tuple[Stmt, ...], acc: Buffer, staged: dict) -> list[If] | None:
-    """Where the epilogue after ``acc``'s last product is branches of which only some read
-    other threads' elements (packed siblings: one writes K transposed): those branches,
-    which copy the accumulator to shared memory for themselves; the others keep reading
-    registers. None where a read outside a branch needs the copy."""
-    out = []
-    for s in stmts[_last_gemm(stmts, acc.name) + 1:]:
-        if _own_reads_only(s, acc, staged):
-            continue
-        if not isinstance(s, If) or _reads(s.cond, acc):
-            return None
-        out.append(s)
-    return out
-
-
-def _own_reads_only(s: Stmt, acc: Buffer, staged: dict) -> bool:
-    """Every read of ``acc`` in ``s`` is a thread's own element (see _own_element_epilogue)."""
-    if id(s) in staged and staged[id(s)][0] == acc:
-        return True
-    if isinstance(s, If):
-        return not _reads(s.cond, acc) and all(_own_reads_only(x, acc, staged) for x in s.body)
-    nest = parallel_nest(s) if isinstance(s, Loop) and s.kind is LoopKind.PARALLEL else []
-    if tuple(l.extent for l in nest) != acc.shape:
-        return not any(_stmt_reads(x, acc) for x in statements((s,)))
-    own = tuple(l.var for l in nest)
-    for x in nest[-1].body:
-        if isinstance(x, Loop):  # a loop inside the nest: no reads at all
-            if any(_stmt_reads(y, acc) for y in statements(x.body)):
-                return False
-        elif any(isinstance(y, Load) and y.buffer == acc and y.indices != own
-                 for e in _stmt_exprs(x) for y in subexpressions(e)):
-            return False
-    return True
-
-
-def _stmt_exprs(s: Stmt) -> tuple[Expr, ...]:
-    if isinstance(s, Store):
-        return (s.value, *s.indices)
-    return ()
-
-
-def _stmt_reads(s: Stmt, buffer: Buffer) -> bool:
-    if isinstance(s, (Gemm, ReduceTile, Copy)):
-        return any(b == buffer for b in _stmt_buffers(s))
-    if isinstance(s, If):
-        return _reads(s.cond, buffer) or any(_stmt_reads(x, buffer) for x in s.body)
-    return any(_reads(e, buffer) for e in _stmt_exprs(s))
-
-
-def _stmt_buffers(s: Stmt) -> tuple[Buffer, ...]:
-    if isinstance(s, Gemm):
-        return (s.a, s.b, s.c)
-    if isinstance(s, ReduceTile):
-        return (s.src, s.dst)
-    if isinstance(s, Copy):
-        return (s.src.buffer, s.dst.buffer)
-    return ()
-
-
-def _gemm_targets(stmts: tuple[Stmt, ...]) -> set[str]:
-    return {s.c.name for s in statements(stmts) if isinstance(s, Gemm)}
-
-
-def _reduce_buffers(stmts: tuple[Stmt, ...]) -> set[str]:
-    return {b.name for s in statements(stmts) if isinstance(s, ReduceTile) for b in (s.src, s.dst)}

@@ -14,7 +14,10 @@ what the kernel will do, so the code generators print what they are given. In or
 4. ``warp_rows`` (rows.py): whether a row program takes whole warps per row, and how many
    lanes, in ``TileProgram.row_lanes``;
 5. ``assign_lanes`` (lanes.py): how many threads share each other reduction the block does
-   not fold in registers, on the statement (``ReduceTile.lanes``, ``Loop.lanes``).
+   not fold in registers, on the statement (``ReduceTile.lanes``, ``Loop.lanes``);
+6. ``stage_epilogues`` (epilogues.py): which register accumulators the epilogue reads
+   through a shared mirror (allocs and copies of the program), and which epilogue nests
+   store through a shared tile (``Loop.staging``).
 """
 from __future__ import annotations
 
@@ -23,12 +26,14 @@ from dataclasses import dataclass, fields
 from tilefuse.device import Device
 from tilefuse.tile_ir.ir import TileProgram
 from tilefuse.tile_ir.passes.copies import raise_copies
+from tilefuse.tile_ir.passes.epilogues import stage_epilogues
 from tilefuse.tile_ir.passes.lanes import assign_lanes
 from tilefuse.tile_ir.passes.placement import place_registers
 from tilefuse.tile_ir.passes.rows import warp_rows
 from tilefuse.tile_ir.passes.threads import fit_threads
 
-__all__ = ["DeviceOptions", "assign_lanes", "fit_threads", "for_device", "place_registers", "raise_copies", "warp_rows"]
+__all__ = ["DeviceOptions", "assign_lanes", "fit_threads", "for_device", "place_registers", "raise_copies",
+           "stage_epilogues", "warp_rows"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +46,9 @@ class DeviceOptions:
     register_rows: bool = True  # attention's P and row vectors beside register reductions in registers
     reduction_lanes: int = 32  # threads that share one reduction at most
     warp_rows: bool = True  # row programs one warp per row
+    epilogue_in_registers: bool = True  # accumulators read element by element stay in registers
+    staged_stores: bool = True  # epilogue results through a shared tile of the output type
+    staging_pad: int = 16  # bytes those tiles' rows are padded by
 
     @classmethod
     def of(cls, options: object) -> DeviceOptions:
@@ -55,4 +63,5 @@ def for_device(program: TileProgram, device: Device, options: DeviceOptions = De
     program = raise_copies(fit_threads(program, device), device, options.t_copy)
     program = place_registers(program, device, options.register_rows)
     program = warp_rows(program, device, options.warp_rows)
-    return assign_lanes(program, device, options.reduction_lanes)
+    program = assign_lanes(program, device, options.reduction_lanes)
+    return stage_epilogues(program, device, options.epilogue_in_registers, options.staged_stores, options.staging_pad)
