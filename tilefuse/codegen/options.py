@@ -33,12 +33,14 @@ class CpuOptions:
 
 @dataclass(frozen=True, slots=True)
 class CudaOptions:
-    """The TileLang emitter (codegen/cuda/emit.py, warp_rows.py)."""
+    """The TileLang emitter (codegen/cuda/emit.py, warp_rows.py) and the tile-IR passes that
+    decide for it on a device with blocks (tile_ir/passes/, which read the fields that
+    ``tile_ir.passes.DeviceOptions`` names)."""
 
-    t_copy: bool = True  # plain tile loads through T.copy (cp.async, pipelined; see tile_copy)
+    t_copy: bool = True  # plain tile loads through T.copy (cp.async, pipelined; tile_ir/passes/copies.py)
     # Kernels whose pipelined K loops hold only T.copy tile loads and products may lower with
     # TMA and a warp-specialised producer (TileLang's default on sm_90a); the rest keep
-    # cp.async (see pass_config). Programs whose schedule asks for a producer
+    # cp.async (tile_ir/passes/pipelines.py). Programs whose schedule asks for a producer
     # (TileProgram.producer: large tiles, one block per SM) get it; for every kernel (this
     # option) it is off: with two blocks per SM every such kernel hung on the H200
     # (benchmarks/NOTES.md, session 4).

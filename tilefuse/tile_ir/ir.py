@@ -246,6 +246,18 @@ class Loop(Stmt):
 
 
 @dataclass(frozen=True, slots=True)
+class Residency:
+    """What a GPU kernel asks of its compiler for ``blocks`` of it resident on one core (a
+    register bound per thread; 1: the compiler's default), and for a producer-loaded kernel
+    the register budgets of its warp roles that fit them (0: the toolchain's defaults), as
+    tile_ir/passes/pipelines.py chose them."""
+
+    blocks: int = 1
+    producer_registers: int = 0
+    consumer_registers: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class TileProgram:
     """One kernel. ``params`` are the global buffers, inputs first, then outputs
     (``num_inputs`` of them are inputs). Each of the ``grid`` tiles runs ``body`` with
@@ -283,6 +295,10 @@ class TileProgram:
     # threads per row of a row program laid out as whole warps per row (registers and warp
     # shuffles, no tile), as tile_ir/passes/rows.py found it; 0: the block-wide form
     row_lanes: int = 0
+    # whether the pipelined loops load through TMA with a warp-specialised producer (GPU;
+    # else cp.async), and the blocks a core keeps resident (tile_ir/passes/pipelines.py)
+    tma: bool = False
+    residency: Residency = Residency()
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:

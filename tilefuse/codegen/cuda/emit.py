@@ -173,16 +173,13 @@ class _Emitter:
         self.locals: dict[DType, str] = {}  # per-thread accumulators, one per dtype
         self.replaced: dict[tuple[str, tuple[Expr, ...]], str] = {}  # a Load read from a local
         self.partials: list[str] = []  # shared buffers of cooperative reductions, allocated last
-        self.pipelines: list[bool] = []  # per pipelined loop: only T.copy tile loads and products
         self.staging: list[str] = []  # shared output tiles of staged stores, allocated last
 
     def pass_config(self) -> dict[str, bool]:
         """TileLang pass options for this kernel (the lowering reads ``PASS_CONFIG`` from
-        the module): TMA loads and warp specialisation only where every pipelined loop is
-        plain tile copies and products, else cp.async under TileLang's software pipeline."""
-        if (self.options.tma_pipelines or self.p.producer) and self.pipelines and all(self.pipelines):
-            return {}
-        return {"tl.disable_tma_lower": True, "tl.disable_warp_specialized": True}
+        the module): TMA loads and warp specialisation where the program says so
+        (tile_ir.passes.plan_pipelines), else cp.async under TileLang's software pipeline."""
+        return {} if self.p.tma else {"tl.disable_tma_lower": True, "tl.disable_warp_specialized": True}
 
     # -- names -------------------------------------------------------------------------
     def name(self, b: Buffer | Var) -> str:
@@ -243,18 +240,16 @@ class _Emitter:
         if self.options.programmatic_launch is not None:
             pdl = [f"{ind}T.pdl_trigger()", f"{ind}T.pdl_sync()"]
             lines += pdl if self.options.programmatic_launch == "release-first" else pdl[::-1]
+        r = p.residency  # (tile_ir.passes.plan_pipelines)
+        bound = [f"T.annotate_min_blocks_per_sm({r.blocks})"] if r.blocks > 1 else []
+        if r.consumer_registers:
+            bound += [f"T.annotate_producer_reg_dealloc({r.producer_registers})",
+                      f"T.annotate_consumer_reg_alloc({r.consumer_registers})"]
+        lines += [ind + x for x in bound]
         rows = warp_rows(self, 2)  # norms and softmax rows: whole warps per row (tile_ir.passes.warp_rows)
         if rows is not None:
-            bound = [f"{ind}T.annotate_min_blocks_per_sm({p.occupancy})"] if p.occupancy > 1 else []
-            return lines + bound + rows
+            return lines + rows
         register = p.registers  # (tile_ir.passes.place_registers)
-        if p.occupancy > 1:  # the schedule's own: e.g. every attention tile resident in one wave
-            lines.append(f"{ind}T.annotate_min_blocks_per_sm({p.occupancy})")
-        elif p.producer and self.options.producer_blocks_per_sm > 1:
-            lines += [ind + x for x in _producer_registers(threads, self.options, self.device)]
-        elif (self.options.min_blocks_per_sm > 1 and not p.producer
-              and any(isinstance(s, Gemm) and tensor_core(s, threads) for s in statements(p.body))):
-            lines.append(f"{ind}T.annotate_min_blocks_per_sm({self.options.min_blocks_per_sm})")
         # accumulators' shared mirrors are allocs and copies of the program (tile_ir.passes.stage_epilogues)
         for b in p.allocs:
             alloc = "T.alloc_fragment" if b.scope is Scope.FRAGMENT and b.name in register else "T.alloc_shared"
@@ -317,14 +312,9 @@ class _Emitter:
             return [ind + head] + self.block(loops[-1].body, depth + 1)
         if s.kind is LoopKind.PIPELINED and s.stages > 1:
             head = f"for {self.name(s.var)} in T.Pipelined({s.extent}, num_stages={s.stages}):"
-            self.pipelines.append(all(isinstance(x, Gemm) or self._copy_nest(x) for x in s.body))
         else:
             head = f"for {self.name(s.var)} in T.serial({s.extent}):"
         return [ind + head] + self.block(s.body, depth + 1)
-
-    @staticmethod
-    def _copy_nest(s: Stmt) -> bool:
-        return isinstance(s, Copy) and s.bulk
 
     def local(self, dtype: DType) -> str:
         if dtype not in self.locals:
@@ -682,14 +672,3 @@ def _read_outside(stmts: tuple[Stmt, ...], buffer: Buffer, nest: Stmt) -> bool:
 # a fold's text and identity (tile_ir.passes.lanes.FOLDS)
 _FOLDS = {ScalarFn.ADD: ("({a} + {b})", 0), ScalarFn.MUL: ("({a} * {b})", 1),
           ScalarFn.MAX: ("T.max({a}, {b})", float("-inf")), ScalarFn.MIN: ("T.min({a}, {b})", float("inf"))}
-
-
-def _producer_registers(threads: int, options: CudaOptions, device: Device) -> list[str]:
-    """Register budgets of a warp-specialised kernel's roles for ``producer_blocks_per_sm``
-    blocks per SM: ``threads`` consumers (TileLang adds a producer warpgroup of 128) at the
-    most whole 8-register steps that fit beside the producer's ``producer_registers``."""
-    blocks, producer = options.producer_blocks_per_sm, options.producer_registers
-    consumers = (device.registers_per_core // blocks - 128 * producer) // threads // 8 * 8
-    return [f"T.annotate_min_blocks_per_sm({blocks})",
-            f"T.annotate_producer_reg_dealloc({producer})",
-            f"T.annotate_consumer_reg_alloc({min(consumers, 240)})"]

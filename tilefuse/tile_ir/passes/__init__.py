@@ -17,7 +17,9 @@ what the kernel will do, so the code generators print what they are given. In or
    not fold in registers, on the statement (``ReduceTile.lanes``, ``Loop.lanes``);
 6. ``stage_epilogues`` (epilogues.py): which register accumulators the epilogue reads
    through a shared mirror (allocs and copies of the program), and which epilogue nests
-   store through a shared tile (``Loop.staging``).
+   store through a shared tile (``Loop.staging``);
+7. ``plan_pipelines`` (pipelines.py): TMA or cp.async for the pipelined loops
+   (``TileProgram.tma``), and the blocks a core keeps resident (``TileProgram.residency``).
 """
 from __future__ import annotations
 
@@ -28,12 +30,13 @@ from tilefuse.tile_ir.ir import TileProgram
 from tilefuse.tile_ir.passes.copies import raise_copies
 from tilefuse.tile_ir.passes.epilogues import stage_epilogues
 from tilefuse.tile_ir.passes.lanes import assign_lanes
+from tilefuse.tile_ir.passes.pipelines import plan_pipelines
 from tilefuse.tile_ir.passes.placement import place_registers
 from tilefuse.tile_ir.passes.rows import warp_rows
 from tilefuse.tile_ir.passes.threads import fit_threads
 
-__all__ = ["DeviceOptions", "assign_lanes", "fit_threads", "for_device", "place_registers", "raise_copies",
-           "stage_epilogues", "warp_rows"]
+__all__ = ["DeviceOptions", "assign_lanes", "fit_threads", "for_device", "place_registers", "plan_pipelines",
+           "raise_copies", "stage_epilogues", "warp_rows"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,10 @@ class DeviceOptions:
     epilogue_in_registers: bool = True  # accumulators read element by element stay in registers
     staged_stores: bool = True  # epilogue results through a shared tile of the output type
     staging_pad: int = 16  # bytes those tiles' rows are padded by
+    tma_pipelines: bool = False  # TMA for every kernel whose pipelined loops allow it (not only producer-loaded ones)
+    min_blocks_per_sm: int = 2  # blocks of a tensor-core kernel a core keeps resident
+    producer_blocks_per_sm: int = 1  # blocks of a producer-loaded kernel a core keeps resident
+    producer_registers: int = 24  # the producer warp's register budget then
 
     @classmethod
     def of(cls, options: object) -> DeviceOptions:
@@ -64,4 +71,6 @@ def for_device(program: TileProgram, device: Device, options: DeviceOptions = De
     program = place_registers(program, device, options.register_rows)
     program = warp_rows(program, device, options.warp_rows)
     program = assign_lanes(program, device, options.reduction_lanes)
-    return stage_epilogues(program, device, options.epilogue_in_registers, options.staged_stores, options.staging_pad)
+    program = stage_epilogues(program, device, options.epilogue_in_registers, options.staged_stores, options.staging_pad)
+    return plan_pipelines(program, device, options.tma_pipelines, options.min_blocks_per_sm,
+                          options.producer_blocks_per_sm, options.producer_registers)
