@@ -148,3 +148,9 @@ def test_the_verifier_refuses_lanes_the_printer_cannot_honour():
     bad = dataclasses.replace(reg, body=tuple(_with_lanes(s, 2) for s in reg.body))
     with pytest.raises(GraphError, match="is a register reduction"):
         verify_program(bad, CUDA_SM90A)
+    # a register form for a tile TileLang has no register layout of (8 x 100, on the 32 threads fitting left)
+    odd = for_device(_tile_reduce(8, 100, 128), GPU)
+    marked = dataclasses.replace(odd, body=tuple(dataclasses.replace(s, registers=True, lanes=1)
+                                                 if isinstance(s, ReduceTile) else s for s in odd.body))
+    with pytest.raises(GraphError, match="has no register form on 32 threads"):
+        verify_program(marked, CUDA_SM90A)

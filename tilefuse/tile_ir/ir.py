@@ -169,6 +169,9 @@ class Gemm(Stmt):
     trans_a: bool = False
     trans_b: bool = False
     tf32: bool = False
+    # on a device with blocks: the product runs on tensor cores (tile_ir/passes/placement.py);
+    # False: exact FMA loops
+    tensor_cores: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +187,9 @@ class ReduceTile(Stmt):
     # threads that share one kept index's reduction on a device with blocks (their partials
     # meet in shared memory), as tile_ir/passes/lanes.py chose them; 1: one thread per index
     lanes: int = 1
+    # on a device with blocks: folded in registers by TileLang's tile reduction, both tiles
+    # register fragments (tile_ir/passes/placement.py); False: through shared memory
+    registers: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from tilefuse.tile_ir.nests import uneven_nests
 from tilefuse.tile_ir.passes.epilogues import check_staging
 from tilefuse.tile_ir.passes.lanes import check_lanes
 from tilefuse.tile_ir.passes.pipelines import check_pipelines
+from tilefuse.tile_ir.passes.placement import check_placement
 from tilefuse.tile_ir.passes.rows import check_rows
 from tilefuse.tile_ir.printer import format_expr
 from tilefuse.tile_ir.ir import (
@@ -93,9 +94,7 @@ def _check_block(p: TileProgram, most: int) -> None:
     if uneven:
         raise GraphError(f"kernel {p.name}: {p.threads} threads do not split its parallel nests of {uneven} "
                          f"iterations evenly (tile_ir.passes.fit_threads narrows them)")
-    fragments = {b.name for b in p.allocs if b.scope is Scope.FRAGMENT}
-    if not p.registers <= fragments:
-        raise GraphError(f"kernel {p.name}: registers {sorted(p.registers - fragments)} are not fragment tiles")
+    check_placement(p)
     if p.fitted_from and p.fitted_from < p.threads:
         raise GraphError(f"kernel {p.name}: fitted from {p.fitted_from} threads to more, {p.threads}")
 

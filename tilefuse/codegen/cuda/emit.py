@@ -84,7 +84,7 @@ from tilefuse.tile_ir.ir import (
 )
 from tilefuse.tile_ir.nests import accumulation, parallel_nest, stmt_reads, uneven_nests
 from tilefuse.tile_ir.passes.lanes import lane_fold
-from tilefuse.tile_ir.passes.placement import HALF, fragment_reduce, tensor_core
+from tilefuse.tile_ir.passes.placement import HALF
 
 MAX_ELEMENTS = 2**31 - 1  # int32 indexing
 
@@ -169,7 +169,6 @@ class _Emitter:
         self._names: dict[str, str] = {}
         self._taken = {"T"}
         self._temps = 0
-        self.threads = program.threads
         self.locals: dict[DType, str] = {}  # per-thread accumulators, one per dtype
         self.replaced: dict[tuple[str, tuple[Expr, ...]], str] = {}  # a Load read from a local
         self.partials: list[str] = []  # shared buffers of cooperative reductions, allocated last
@@ -284,7 +283,7 @@ class _Emitter:
             return self.branch(s, depth)
         if isinstance(s, ReduceTile):
             fn = _REDUCE.get(s.fn)
-            if fn is not None and fragment_reduce(s, self.threads):
+            if fn is not None and s.registers:  # (tile_ir.passes.place_registers)
                 return [f"{ind}{fn}({self.name(s.src)}, {self.name(s.dst)}, dim={s.dim}, clear={s.clear})"]
             return self.reduce_loops(s, depth)
         raise CompileError(f"kernel {self.p.name}: no TileLang form for {type(s).__name__}")
@@ -514,7 +513,7 @@ class _Emitter:
     def gemm(self, s: Gemm, depth: int) -> list[str]:
         ind = " " * 4 * depth
         a, b, c = (self.name(x) for x in (s.a, s.b, s.c))
-        if tensor_core(s, self.threads):
+        if s.tensor_cores:  # (tile_ir.passes.place_registers)
             return [f"{ind}T.gemm({a}, {b}, {c}, transpose_A={s.trans_a}, transpose_B={s.trans_b})"]
         # float32 (and anything else): exact FMA loops over the tile
         m, n = s.c.shape

@@ -2,8 +2,8 @@
 
 Two statements reduce along an axis on a GPU block without TileLang's register forms:
 
-- a ReduceTile that placement.fragment_reduce leaves in shared memory (tiles that are not
-  powers of two, products), and
+- a ReduceTile that placement leaves in shared memory (``registers`` False: tiles that are
+  not powers of two, products), and
 - a parallel nest whose every index folds one serial loop into its own element,
   ``b[i] = init; for j: b[i] = f(b[i], term)`` with f associative and commutative (sum,
   product, max, min): the row stage of a whole-row epilogue (a norm after a product).
@@ -32,7 +32,6 @@ from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ScalarFn
 from tilefuse.tile_ir.ir import Call, Expr, If, Load, Loop, LoopKind, ReduceTile, Stmt, Store, TileProgram, statements
 from tilefuse.tile_ir.nests import accumulation, parallel_nest, reads
-from tilefuse.tile_ir.passes.placement import fragment_reduce
 
 # the updates a fold may split over lanes: associative and commutative
 FOLDS = frozenset({ScalarFn.ADD, ScalarFn.MUL, ScalarFn.MAX, ScalarFn.MIN})
@@ -94,7 +93,7 @@ def _assign(stmts: tuple[Stmt, ...], threads: int, most: int) -> tuple[Stmt, ...
             out.append(replace(s, body=_assign(s.body, threads, most)))
         elif isinstance(s, ReduceTile):
             kept, reduced = s.src.shape[1 - s.dim], s.src.shape[s.dim]
-            lanes = 1 if fragment_reduce(s, threads) else lanes_for(kept, reduced, threads, most)
+            lanes = 1 if s.registers else lanes_for(kept, reduced, threads, most)
             out.append(s if s.lanes == lanes else replace(s, lanes=lanes))
         else:
             out.append(s)
@@ -138,7 +137,7 @@ def check_lanes(p: TileProgram, blocks: bool) -> None:
                 raise GraphError(f"kernel {p.name}: {where} has {lanes} lanes but is no fold's serial loop")
         elif isinstance(s, ReduceTile) and s.lanes != 1:
             lanes, kept, reduced, where = s.lanes, s.src.shape[1 - s.dim], s.src.shape[s.dim], f"the reduction of {s.src.name}"
-            if fragment_reduce(s, p.threads):
+            if s.registers:
                 raise GraphError(f"kernel {p.name}: {where} is a register reduction, yet has {lanes} lanes")
         else:
             continue

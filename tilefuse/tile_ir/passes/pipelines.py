@@ -32,7 +32,6 @@ from tilefuse.device import Device
 from tilefuse.errors import GraphError
 from tilefuse.tile_ir.ir import Copy, Gemm, If, Loop, LoopKind, Residency, Scope, Stmt, TileProgram, statements
 from tilefuse.tile_ir.nests import accumulation, parallel_nest
-from tilefuse.tile_ir.passes.placement import tensor_core
 
 PRODUCER_THREADS = 128  # the producer warpgroup TileLang adds to a warp-specialised kernel
 MOST_CONSUMER_REGISTERS = 240  # TileLang's default consumer budget, the most it asks
@@ -52,8 +51,7 @@ def plan_pipelines(program: TileProgram, device: Device, tma_pipelines: bool = F
     elif p.producer and producer_blocks > 1:
         consumers = (device.registers_per_core // producer_blocks - PRODUCER_THREADS * producer_registers) // p.threads
         residency = Residency(producer_blocks, producer_registers, min(consumers // 8 * 8, MOST_CONSUMER_REGISTERS))
-    elif min_blocks > 1 and not p.producer and any(isinstance(s, Gemm) and tensor_core(s, p.threads)
-                                                   for s in statements(p.body)):
+    elif min_blocks > 1 and not p.producer and any(isinstance(s, Gemm) and s.tensor_cores for s in statements(p.body)):
         residency = Residency(min_blocks)
     else:
         residency = Residency()
