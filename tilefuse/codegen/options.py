@@ -56,6 +56,7 @@ class CudaOptions:
     # hung with these budgets, and two of 64x128 ran but no faster than cp.async (NOTES.md)
     producer_blocks_per_sm: int = 1
     producer_registers: int = 24  # the producer warp's register budget then
+    consumer_registers: int = 240  # the consumers' budget then, at most (TileLang's default)
     # Programmatic dependent launch (sm_90+), off by default. "release-first": every kernel
     # starts by releasing the next kernel in the stream (griddepcontrol.launch_dependents)
     # and then waits for the previous one to finish and its writes to be visible

@@ -2,38 +2,36 @@
 
 TileLang parses the source of its kernels, so the CUDA code generator writes each
 TileProgram as a small Python module holding one ``@T.prim_func``; ``lower`` imports it
-and hands it to TileLang. The mapping is close to one-to-one, as the tile IR was made for:
+and hands it to TileLang. The printer decides nothing: the device passes
+(``tile_ir.passes.for_device``, run by ``lower_group``) have written every choice into the
+program, and the mapping is close to one-to-one:
 
-    grid / block_vars        -> ``with T.Kernel(*grid, threads=...) as (...)``
-    global params            -> ``T.Tensor(shape, dtype)`` arguments, in param order, then
-                                the status word of a program with index checks
-    IndexCheck               -> ``tf_index`` (include/tilefuse_math.cuh) on the status word
-    shared / fragment allocs -> ``T.alloc_shared`` / ``T.alloc_fragment`` (fragments only
-                                where TileLang needs registers: tensor-core accumulators and
-                                tile reductions; other fragments live in shared memory)
-    Fill                     -> ``T.fill``
-    tile fills               -> ``T.copy(src[region], tile)`` where a parallel nest copies a
-                                rectangle of a global tensor as it is (cp.async, overlapped
-                                by the pipelined K loop); other fills stay element loops
-    ReduceTile, running      -> ``T.reduce_*`` on register tiles of power-of-two shapes, else
-    reductions                  several threads per row (partials in shared memory, folded)
-    Gemm                     -> ``T.gemm`` on half-float tiles of MMA shapes (tensor cores,
-                                fp32 accumulate), or on float32 tiles a ``tf32`` Gemm allows
-                                (TF32 MMA); anything else, float32 included, as exact FMA
-                                loops, so fp32 stays fp32 unless asked
-    accumulator epilogues    -> read in registers where each thread reads its own elements,
-                                results staged in a shared tile of the output type and
-                                written with ``T.copy`` (whole-line stores); else the
-                                accumulator is copied to shared memory first (row norms,
-                                transposed outputs)
-    row-schedule programs    -> whole warps per row: registers and shuffles, no tile (warp_rows.py)
-    loops                    -> ``T.Parallel`` (directly nested parallel loops merge into
-                                one), ``T.serial``, ``T.Pipelined(num_stages=...)``
+    grid / block_vars, threads -> ``with T.Kernel(*grid, threads=...) as (...)`` (threads
+                                  fitted to split every parallel nest: passes/threads.py)
+    global params              -> ``T.Tensor(shape, dtype)`` arguments, in param order, then
+                                  the status word of a program with index checks
+    IndexCheck                 -> ``tf_index`` (include/tilefuse_math.cuh) on the status word
+    allocs                     -> ``T.alloc_fragment`` for ``registers``, else
+                                  ``T.alloc_shared`` (passes/placement.py)
+    Fill                       -> ``T.fill``
+    bulk Copy                  -> ``T.copy(src[region], tile)`` (cp.async or TMA, overlapped
+                                  by a pipelined loop: passes/copies.py), or ``T.copy(a, b)``
+                                  of an accumulator into its shared mirror (passes/epilogues.py);
+                                  other copies element loops
+    ReduceTile                 -> ``T.reduce_*`` where ``registers``, else ``lanes`` threads per
+    running folds                 row with partials in shared memory (passes/lanes.py)
+    Gemm                       -> ``T.gemm`` where ``tensor_cores``, else exact FMA loops
+    staged epilogue nests      -> a shared tile of the output type and ``T.copy`` of its
+                                  pieces (``Loop.staging``: passes/epilogues.py)
+    row programs of warps      -> whole warps per row: registers and shuffles (``row_lanes``:
+                                  passes/rows.py, printed by warp_rows.py)
+    tma, residency             -> ``PASS_CONFIG`` and the launch bounds (passes/pipelines.py)
+    loops                      -> ``T.Parallel`` (directly nested parallel loops merge into
+                                  one), ``T.serial``, ``T.Pipelined(num_stages=...)``
 
-More than three grid dimensions fold into the first CUDA one. Index arithmetic is int32
-(tensors here stay below 2^31 elements; ``emit_tilelang`` checks). Subexpressions a
-statement uses twice become ``let`` bindings, except under a WHERE branch, whose loads may
-be out of range when the branch is not taken.
+More than three grid dimensions fold into the first CUDA one. Expressions are printed by
+exprs.py (int32 index arithmetic: ``emit_tilelang`` checks tensors stay below 2^31
+elements; ``let`` bindings of shared subexpressions).
 
 Emission is pure: no tilelang import, so the text (and the cache key made from it) can be
 produced anywhere.
@@ -41,14 +39,11 @@ produced anywhere.
 from __future__ import annotations
 
 import hashlib
-import keyword
 import math
-import re
-from collections import Counter
 from dataclasses import dataclass
 
 from tilefuse.codegen.artifact import ParamSpec
-from tilefuse.codegen.cuda.fast_math import DeviceCall, fast_forms
+from tilefuse.codegen.cuda.exprs import ExprPrinter, dtype_text, shape_text
 from tilefuse.codegen.cuda.warp_rows import warp_rows
 from tilefuse.codegen.options import CudaOptions
 from tilefuse.codegen.toolchain import kernel_stem, param_specs
@@ -56,35 +51,10 @@ from tilefuse.device import HOPPER, Device
 from tilefuse.errors import CompileError
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn, ScalarFn
-from tilefuse.tile_ir.ir import (
-    Buffer,
-    Call,
-    Const,
-    Copy,
-    Expr,
-    Fill,
-    Gemm,
-    If,
-    IndexCheck,
-    IndexOp,
-    IOp,
-    Load,
-    Loop,
-    LoopKind,
-    ReduceTile,
-    Scope,
-    STATUS,
-    Staging,
-    Stmt,
-    Store,
-    TileProgram,
-    Var,
-    dtype_of,
-    statements,
-)
+from tilefuse.tile_ir.ir import (Buffer, Copy, Expr, Fill, Gemm, If, Loop, LoopKind, ReduceTile, Scope, STATUS, Staging, Stmt,
+                                 Store, TileProgram)
 from tilefuse.tile_ir.nests import accumulation, parallel_nest, stmt_reads, uneven_nests
 from tilefuse.tile_ir.passes.lanes import lane_fold
-from tilefuse.tile_ir.passes.placement import HALF
 
 MAX_ELEMENTS = 2**31 - 1  # int32 indexing
 
@@ -115,7 +85,7 @@ def emit_tilelang(program: TileProgram, options: CudaOptions = CudaOptions(), de
     stem = kernel_stem(program.name)
     digest = hashlib.sha256("\n".join([stem, *emitter.header, *body]).encode()).hexdigest()[:10]
     func = f"{stem}_{digest}"
-    args = ", ".join(f"{emitter.name(b)}: T.Tensor({_shape(b.shape)}, {_dt(b.dtype)})"
+    args = ", ".join(f"{emitter.name(b)}: T.Tensor({shape_text(b.shape)}, {dtype_text(b.dtype)})"
                      for b in program.params + ((STATUS,) if program.index_sites else ()))
     lines = [
         f'"""tilefuse cuda kernel {func} (TileProgram {program.name}); generated, do not edit.',
@@ -134,43 +104,14 @@ def emit_tilelang(program: TileProgram, options: CudaOptions = CudaOptions(), de
     return TileLangSource("\n".join(lines), func, param_specs(program), program.index_sites > 0)
 
 
-def _shape(shape: tuple[int, ...]) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
-
-
-def _dt(dtype: DType) -> str:
-    return f'"{dtype.value}"'
-
-
-_INFIX_IOP = {IOp.ADD: "+", IOp.SUB: "-", IOp.MUL: "*", IOp.FLOORDIV: "//", IOp.MOD: "%",
-              IOp.LT: "<", IOp.LE: "<=", IOp.GE: ">=", IOp.EQ: "=="}
-_UNARY = {
-    ScalarFn.ABS: "T.abs", ScalarFn.SQRT: "T.sqrt", ScalarFn.EXP: "T.exp", ScalarFn.LOG: "T.log",
-    ScalarFn.FLOOR: "T.floor", ScalarFn.CEIL: "T.ceil", ScalarFn.ROUND: "T.nearbyint", ScalarFn.ERF: "T.erf",
-    ScalarFn.TANH: "T.tanh", ScalarFn.SIGMOID: "T.sigmoid", ScalarFn.SIN: "T.sin", ScalarFn.COS: "T.cos",
-    ScalarFn.TAN: "T.tan", ScalarFn.ASIN: "T.asin", ScalarFn.ACOS: "T.acos", ScalarFn.ATAN: "T.atan",
-    ScalarFn.SINH: "T.sinh", ScalarFn.COSH: "T.cosh", ScalarFn.ASINH: "T.asinh", ScalarFn.ACOSH: "T.acosh",
-    ScalarFn.ATANH: "T.atanh", ScalarFn.ISNAN: "T.isnan", ScalarFn.ISINF: "T.isinf",
-    ScalarFn.BITNOT: "T.bitwise_not", ScalarFn.NOT: "T.Not",
-}
-_INFIX = {ScalarFn.ADD: "+", ScalarFn.SUB: "-", ScalarFn.MUL: "*", ScalarFn.EQ: "==", ScalarFn.LT: "<",
-          ScalarFn.LE: "<=", ScalarFn.GT: ">", ScalarFn.GE: ">="}
-_BINARY = {ScalarFn.MAX: "T.max", ScalarFn.MIN: "T.min", ScalarFn.POW: "T.pow", ScalarFn.BITAND: "T.bitwise_and",
-           ScalarFn.BITOR: "T.bitwise_or", ScalarFn.BITXOR: "T.bitwise_xor", ScalarFn.SHL: "T.shift_left",
-           ScalarFn.SHR: "T.shift_right", ScalarFn.AND: "T.And", ScalarFn.OR: "T.Or"}
 _REDUCE = {ReduceFn.SUM: "T.reduce_sum", ReduceFn.MAX: "T.reduce_max", ReduceFn.MIN: "T.reduce_min"}
 
 
-class _Emitter:
+class _Emitter(ExprPrinter):
     def __init__(self, program: TileProgram, options: CudaOptions, device: Device) -> None:
-        self.p, self.options, self.device = program, options, device
-        self.header: list[str] = []  # module-level constants
-        self._consts: dict[tuple[str, str], str] = {}
-        self._names: dict[str, str] = {}
-        self._taken = {"T"}
-        self._temps = 0
+        super().__init__(program, options)
+        self.device = device
         self.locals: dict[DType, str] = {}  # per-thread accumulators, one per dtype
-        self.replaced: dict[tuple[str, tuple[Expr, ...]], str] = {}  # a Load read from a local
         self.partials: list[str] = []  # shared buffers of cooperative reductions, allocated last
         self.staging: list[str] = []  # shared output tiles of staged stores, allocated last
 
@@ -179,38 +120,6 @@ class _Emitter:
         the module): TMA loads and warp specialisation where the program says so
         (tile_ir.passes.plan_pipelines), else cp.async under TileLang's software pipeline."""
         return {} if self.p.tma else {"tl.disable_tma_lower": True, "tl.disable_warp_specialized": True}
-
-    # -- names -------------------------------------------------------------------------
-    def name(self, b: Buffer | Var) -> str:
-        key = b.name
-        if key not in self._names:
-            text = re.sub(r"[^A-Za-z0-9_]", "_", key) or "_"
-            if text[0].isdigit() or keyword.iskeyword(text) or text.startswith("_"):
-                text = "v_" + text.lstrip("_")
-            while text in self._taken:
-                text += "_"
-            self._taken.add(text)
-            self._names[key] = text
-        return self._names[key]
-
-    def temp(self) -> str:
-        self._temps += 1
-        return f"_t{self._temps}"
-
-    def const(self, value: float | int | bool, dtype: DType) -> str:
-        """A typed scalar constant, defined once at module level."""
-        if dtype is DType.BOOL:
-            text = f"T.bool({bool(value)})"
-        elif dtype.is_float:
-            v = float(value)
-            text = f"T.{dtype.value}({v!r})" if math.isfinite(v) else f'T.{dtype.value}(float("{v}"))'
-        else:
-            text = f"T.{dtype.value}({int(value)})"
-        key = (text, dtype.value)
-        if key not in self._consts:
-            self._consts[key] = f"_c{len(self._consts)}"
-            self.header.append(f"{self._consts[key]} = {text}")
-        return self._consts[key]
 
     # -- the kernel --------------------------------------------------------------------
     def kernel(self) -> list[str]:
@@ -252,9 +161,9 @@ class _Emitter:
         # accumulators' shared mirrors are allocs and copies of the program (tile_ir.passes.stage_epilogues)
         for b in p.allocs:
             alloc = "T.alloc_fragment" if b.scope is Scope.FRAGMENT and b.name in register else "T.alloc_shared"
-            lines.append(f"{ind}{self.name(b)} = {alloc}({_shape(b.shape)}, {_dt(b.dtype)})")
+            lines.append(f"{ind}{self.name(b)} = {alloc}({shape_text(b.shape)}, {dtype_text(b.dtype)})")
         body = self.block(p.body, 2) if p.body else []
-        lines += [f"{ind}{name} = T.alloc_local((1,), {_dt(dt)})" for dt, name in self.locals.items()]
+        lines += [f"{ind}{name} = T.alloc_local((1,), {dtype_text(dt)})" for dt, name in self.locals.items()]
         lines += [ind + x for x in self.partials + self.staging]
         return lines + body
 
@@ -405,7 +314,7 @@ class _Emitter:
         """A shared tile for a staged store (its rows padded as the staging says), allocated
         after the kernel's other buffers."""
         tile = f"_out{len(self.staging)}"
-        self.staging.append(f"{tile} = T.alloc_shared({_shape((rows, cols))}, {_dt(dtype)})")
+        self.staging.append(f"{tile} = T.alloc_shared({shape_text((rows, cols))}, {dtype_text(dtype)})")
         return tile
 
     def cooperative(self, kept: list[tuple[str, int]], red: int, lanes: int, dtype: DType, combine: str,
@@ -418,8 +327,8 @@ class _Emitter:
         expression ``j``; it, ``start`` and ``store`` (the target) are (let lines, text)."""
         ind = " " * 4 * depth
         part = f"_part{len(self.partials)}"
-        shape = _shape(tuple(e for _, e in kept) + (lanes,))
-        self.partials.append(f"{part} = T.alloc_shared({shape}, {_dt(dtype)})")
+        shape = shape_text(tuple(e for _, e in kept) + (lanes,))
+        self.partials.append(f"{part} = T.alloc_shared({shape}, {dtype_text(dtype)})")
         acc = f"{self.local(dtype)}[0]"
         names = [n for n, _ in kept]
         lane, jj, ll = self.temp(), self.temp(), self.temp()
@@ -527,132 +436,6 @@ class _Emitter:
             f"{ind}    for {kk} in T.serial({k}):",
             f"{ind}        {c}[{i}, {j}] = {c}[{i}, {j}] + {cast(av)} * {cast(bv)}",
         ]
-
-    # -- expressions -------------------------------------------------------------------
-    def index(self, e: Expr) -> str:
-        lets, (text,) = self.render([e], [True])
-        if lets:
-            raise CompileError(f"kernel {self.p.name}: region offset too complex for TileLang: {text}")
-        return text
-
-    def render(self, roots: list[Expr], is_index: list[bool]) -> tuple[list[str], list[str]]:
-        """Text of each root, with ``let`` lines for subexpressions used more than once
-        (outside WHERE branches)."""
-        if self.options.fast_erf_sum:  # values only: index arithmetic holds no erf
-            roots = [r if index else fast_forms(r) for r, index in zip(roots, is_index)]
-        counts: Counter = Counter()
-        seen: set[int] = set()
-
-        def count(e: Expr, guarded: bool) -> None:
-            if isinstance(e, (Var, Const)) or guarded:
-                return
-            counts[e] += 1
-            if id(e) in seen:
-                return
-            seen.add(id(e))
-            if isinstance(e, IndexOp):
-                count(e.a, False), count(e.b, False)
-            elif isinstance(e, Load):
-                for x in e.indices:
-                    count(x, False)
-            elif isinstance(e, Call):
-                for k, x in enumerate(e.args):
-                    count(x, e.fn is ScalarFn.WHERE and k > 0)
-            elif isinstance(e, DeviceCall):
-                for x in e.args:
-                    count(x, False)
-            elif isinstance(e, IndexCheck):
-                count(e.index, False)
-
-        for r in roots:
-            count(r, False)
-        lets: list[str] = []
-        bound: dict[Expr, str] = {}
-        memo: dict[int, str] = {}
-
-        def text(e: Expr, guarded: bool) -> str:
-            if not guarded and e in bound:
-                return bound[e]
-            key = id(e)
-            if not guarded and key in memo:
-                return memo[key]
-            t = self._expr(e, lambda x, g=False: text(x, guarded or g))
-            if not guarded and counts[e] > 1 and not isinstance(e, (Var, Const)):
-                name = self.temp()
-                lets.append(f"{name} = {t}")
-                bound[e] = name
-                t = name
-            if not guarded:
-                memo[key] = t
-            return t
-
-        return lets, [text(r, False) for r in roots]
-
-    def _expr(self, e: Expr, sub) -> str:
-        if isinstance(e, Var):
-            return self.name(e)
-        if isinstance(e, Const):
-            if e.dtype is DType.INT64 and isinstance(e.value, int) and not isinstance(e.value, bool):
-                return str(int(e.value))  # index arithmetic: int32
-            return self.const(e.value, e.dtype)
-        if isinstance(e, IndexOp):
-            a, b = sub(e.a), sub(e.b)
-            if e.op in _INFIX_IOP:
-                return f"({a} {_INFIX_IOP[e.op]} {b})"
-            return {IOp.MIN: f"T.min({a}, {b})", IOp.MAX: f"T.max({a}, {b})",
-                    IOp.AND: f"T.And({a}, {b})", IOp.OR: f"T.Or({a}, {b})"}[e.op]
-        if isinstance(e, Load):
-            local = self.replaced.get((e.buffer.name, e.indices))
-            if local is not None:
-                return local
-            return f"{self.name(e.buffer)}[{', '.join(sub(i) for i in e.indices)}]"
-        if isinstance(e, Call):
-            return self._call(e, sub)
-        if isinstance(e, DeviceCall):
-            return f'T.call_extern("float32", "{e.name}", {", ".join(sub(a) for a in e.args)})'
-        if isinstance(e, IndexCheck):  # tilefuse_math.cuh: wraps, or records in the status word and reads 0
-            status = self.name(STATUS)
-            return f'T.call_extern("int32", "tf_index", {sub(e.index)}, {e.extent}, T.address_of({status}[0]), {e.site})'
-        raise CompileError(f"kernel {self.p.name}: unknown expression {e!r}")
-
-    def _call(self, e: Call, sub) -> str:
-        fn, dt = e.fn, e.dtype
-        if fn is ScalarFn.WHERE:
-            c = sub(e.args[0])
-            return f"T.if_then_else({c}, {sub(e.args[1], True)}, {sub(e.args[2], True)})"
-        args = [sub(a) for a in e.args]
-        src = dtype_of(e.args[0])
-        is_float = dt.is_float
-        if fn is ScalarFn.CAST:
-            if dt is DType.BOOL:
-                return f"({args[0]} != {self.const(0, src)})" if src is not DType.BOOL else args[0]
-            if dt in HALF and not src.is_float:  # CUTLASS's half has no single int64 -> half conversion
-                return f'T.Cast("{dt.value}", T.Cast("float32", {args[0]}))'
-            return f'T.Cast("{dt.value}", {args[0]})'
-        if fn in _UNARY:
-            return f"{_UNARY[fn]}({args[0]})"
-        if fn is ScalarFn.NEG:
-            return f"(-{args[0]})"
-        if fn is ScalarFn.RECIPROCAL:
-            return f"({self.const(1, dt)} / {args[0]})"
-        if fn is ScalarFn.SIGN:
-            one, zero = self.const(1, dt), self.const(0, dt)
-            return f"T.if_then_else({args[0]} > {zero}, {one}, T.if_then_else({args[0]} < {zero}, -{one}, {zero}))"
-        if fn in _INFIX:
-            return f"({args[0]} {_INFIX[fn]} {args[1]})"
-        if fn in _BINARY:
-            return f"{_BINARY[fn]}({args[0]}, {args[1]})"
-        if fn is ScalarFn.XOR:
-            return f"({args[0]} != {args[1]})"
-        if fn is ScalarFn.DIV:
-            return f"({args[0]} / {args[1]})" if is_float else f"T.truncdiv({args[0]}, {args[1]})"
-        if fn is ScalarFn.MOD:  # sign of the divisor
-            if is_float:
-                return f"({args[0]} - T.floor({args[0]} / {args[1]}) * {args[1]})"
-            return f"T.floormod({args[0]}, {args[1]})"
-        if fn is ScalarFn.FMOD:  # sign of the dividend
-            return f"T.fmod({args[0]}, {args[1]})" if is_float else f"T.truncmod({args[0]}, {args[1]})"
-        raise CompileError(f"kernel {self.p.name}: no TileLang form for {fn.name}")
 
 
 def _read_outside(stmts: tuple[Stmt, ...], buffer: Buffer, nest: Stmt) -> bool:

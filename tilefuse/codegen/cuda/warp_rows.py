@@ -45,7 +45,7 @@ _FOLD = {ReduceFn.SUM: ("({a} + {b})", 0.0, "T.warp_reduce_sum"),
 
 
 class Emitter(Protocol):
-    """What this module uses of the CUDA emitter (emit._Emitter): names, typed constants,
+    """What this module uses of the CUDA emitter (emit._Emitter, on exprs.ExprPrinter): names, typed constants,
     expression rendering with let lines, statement rendering, and loads it reads from a
     register instead of their buffer."""
 

@@ -56,6 +56,7 @@ class DeviceOptions:
     min_blocks_per_sm: int = 2  # blocks of a tensor-core kernel a core keeps resident
     producer_blocks_per_sm: int = 1  # blocks of a producer-loaded kernel a core keeps resident
     producer_registers: int = 24  # the producer warp's register budget then
+    consumer_registers: int = 240  # the consumers' budget then, at most
 
     @classmethod
     def of(cls, options: object) -> DeviceOptions:
@@ -73,4 +74,4 @@ def for_device(program: TileProgram, device: Device, options: DeviceOptions = De
     program = assign_lanes(program, device, options.reduction_lanes)
     program = stage_epilogues(program, device, options.epilogue_in_registers, options.staged_stores, options.staging_pad)
     return plan_pipelines(program, device, options.tma_pipelines, options.min_blocks_per_sm,
-                          options.producer_blocks_per_sm, options.producer_registers)
+                          options.producer_blocks_per_sm, options.producer_registers, options.consumer_registers)

@@ -16,7 +16,8 @@ Residency (``TileProgram.residency``), in order of precedence:
 - a producer-loaded kernel with ``producer_blocks`` above 1: that many blocks, and the warp
   roles' register budgets (setmaxnreg) that fit them beside each other: the producer's
   ``producer_registers``, the consumers' the most whole 8-register steps left, at most
-  TileLang's own default (an increase the SM cannot grant waits forever);
+  ``consumer_registers`` (TileLang's own default; an increase the SM cannot grant waits
+  forever);
 - a kernel with tensor-core products and no producer: ``min_blocks`` (two let one block's
   epilogue overlap another's K loop);
 - else one, the compiler's default.
@@ -34,14 +35,13 @@ from tilefuse.tile_ir.ir import Copy, Gemm, If, Loop, LoopKind, Residency, Scope
 from tilefuse.tile_ir.nests import accumulation, parallel_nest
 
 PRODUCER_THREADS = 128  # the producer warpgroup TileLang adds to a warp-specialised kernel
-MOST_CONSUMER_REGISTERS = 240  # TileLang's default consumer budget, the most it asks
 
 
 def plan_pipelines(program: TileProgram, device: Device, tma_pipelines: bool = False, min_blocks: int = 2,
-                   producer_blocks: int = 1, producer_registers: int = 24) -> TileProgram:
+                   producer_blocks: int = 1, producer_registers: int = 24, consumer_registers: int = 240) -> TileProgram:
     """``program`` with ``tma`` and ``residency`` set (see the module); the arguments are
-    the code generator's ``tma_pipelines``, ``min_blocks_per_sm``, ``producer_blocks_per_sm``
-    and ``producer_registers``."""
+    the code generator's ``tma_pipelines``, ``min_blocks_per_sm``, ``producer_blocks_per_sm``,
+    ``producer_registers`` and ``consumer_registers``."""
     if not device.max_block_threads:
         return program
     p = program
@@ -50,7 +50,7 @@ def plan_pipelines(program: TileProgram, device: Device, tma_pipelines: bool = F
         residency = Residency(p.occupancy)
     elif p.producer and producer_blocks > 1:
         consumers = (device.registers_per_core // producer_blocks - PRODUCER_THREADS * producer_registers) // p.threads
-        residency = Residency(producer_blocks, producer_registers, min(consumers // 8 * 8, MOST_CONSUMER_REGISTERS))
+        residency = Residency(producer_blocks, producer_registers, min(consumers // 8 * 8, consumer_registers))
     elif min_blocks > 1 and not p.producer and any(isinstance(s, Gemm) and s.tensor_cores for s in statements(p.body)):
         residency = Residency(min_blocks)
     else:
