@@ -132,9 +132,10 @@ def check_lanes(p: TileProgram, blocks: bool) -> None:
             shared.setdefault(id(fold[1]), math.prod(l.extent for l in nest))
     for s in statements(p.body):
         if isinstance(s, Loop) and s.lanes != 1:
-            lanes, kept, reduced, where = s.lanes, shared.get(id(s), 0), s.extent, f"loop {s.var.name}"
-            if not kept:
-                raise GraphError(f"kernel {p.name}: {where} has {lanes} lanes but is no fold's serial loop")
+            found = shared.get(id(s))  # an empty nest (rows of an empty tensor) keeps 0 iterations
+            if found is None:
+                raise GraphError(f"kernel {p.name}: loop {s.var.name} has {s.lanes} lanes but is no fold's serial loop")
+            lanes, kept, reduced, where = s.lanes, found, s.extent, f"loop {s.var.name}"
         elif isinstance(s, ReduceTile) and s.lanes != 1:
             lanes, kept, reduced, where = s.lanes, s.src.shape[1 - s.dim], s.src.shape[s.dim], f"the reduction of {s.src.name}"
             if s.registers:
