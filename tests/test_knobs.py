@@ -24,6 +24,7 @@ LIMITS = {
     ("codegen/launch.py", "MAX_THREADS"),  # CUDA's limits, which a launch record read from a plan is checked against
     ("codegen/launch.py", "MAX_SHARED_BYTES"),
     ("codegen/launch.py", "MAX_TMA_RANK"),
+    ("tile_ir/passes/pipelines.py", "PRODUCER_THREADS"),  # the producer warpgroup TileLang adds (128 threads)
 }
 SCALARS = (bool, int, float, type(None))
 

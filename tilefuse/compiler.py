@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from tilefuse import backends
+from tilefuse.codegen.options import CpuOptions
 from tilefuse.errors import TilefuseError
 from tilefuse.frontend import import_onnx
 from tilefuse.frontend.importer import ModelLike
-from tilefuse.frontend.loader import load_model
+from tilefuse.frontend.loader import ModelProto, load_model
 from tilefuse.frontend.precision import precision_target, with_precision
 from tilefuse.cpu_isa import requires
 from tilefuse.frontend.scope import op_types
@@ -89,7 +90,8 @@ def compile_graph(graph: Graph, target: Target, source_sha: str = "", onnx_nodes
                 branches=code.branches, sites=code.sites, schedules=code.schedules, onnx_ops=onnx_ops)
     check_fits(plan, *memory_limit(target))
     if target.family == "cpu":  # the extensions its kernels may use, checked where it loads
-        plan.cpu_requires = requires(target.codegen.isa)  # type: ignore[union-attr]
+        assert isinstance(target.codegen, CpuOptions), f"{target.name}: a CPU target emits with CpuOptions"
+        plan.cpu_requires = requires(target.codegen.isa)
     progress.end("link")
     plan.target_spec, plan.target_fingerprint = target.spec(), target.fingerprint()
     return Compiled(graph, code.partition, lowered, plan, onnx_nodes)
@@ -123,7 +125,7 @@ def generate(graph: Graph, target: Target, progress: Progress | None = None) -> 
     return GraphCode(partition, kernels, bindings, branches, sites, schedules), lowered
 
 
-def _sha256(model: ModelLike, proto: object) -> str:
+def _sha256(model: ModelLike, proto: ModelProto | None) -> str:
     """The source model's hash: of the file when there is one (no re-serialisation)."""
     if isinstance(model, (str, os.PathLike)):
         h = hashlib.sha256()
@@ -131,6 +133,8 @@ def _sha256(model: ModelLike, proto: object) -> str:
             for chunk in iter(lambda: f.read(1 << 24), b""):
                 h.update(chunk)
         return h.hexdigest()
-    data = model if isinstance(model, bytes) else proto.SerializeToString(deterministic=True)  # type: ignore[attr-defined]
-    return hashlib.sha256(data).hexdigest()
+    if isinstance(model, bytes):
+        return hashlib.sha256(model).hexdigest()
+    assert proto is not None, "a model given as a proto is hashed as load_model read it"
+    return hashlib.sha256(proto.SerializeToString(deterministic=True)).hexdigest()
 

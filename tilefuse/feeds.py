@@ -5,12 +5,13 @@ non-CPU ``__dlpack_device__``: torch, CuPy, JAX) or, failing that, by
 ``__cuda_array_interface__`` (Numba, older CuPy), and becomes a ``DeviceView`` that the CUDA
 runtime copies device to device. DLPack is preferred where a tensor has both: it names the
 tensor's device, and lets the producer order its pending work before the runtime's
-stream. A CPU DLPack tensor is a host feed like any other.
+stream. A CPU DLPack tensor is a host feed like any other. torch CUDA tensors are read
+through their own attributes first (tilefuse/torch_feeds.py: no capsule, no event per call).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Mapping, Protocol, Sequence, overload
 
 import numpy as np
 
@@ -18,6 +19,13 @@ from tilefuse import dlpack
 from tilefuse.errors import InputError
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.types import TensorType
+from tilefuse.torch_feeds import is_torch_cuda, torch_view
+
+
+class _Producer(Protocol):
+    """A DLPack producer, as far as a consumer calls it."""
+
+    def __dlpack__(self, *, stream: int | None = None) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -30,8 +38,16 @@ class FeedDevice:
     stream: int | None = None
 
 
+@overload
 def check_feeds(expected: Sequence[tuple[str, TensorType]], feeds: Mapping[str, object],
-                device: FeedDevice | None = None) -> dict[str, np.ndarray]:
+                device: None = None) -> dict[str, np.ndarray]: ...
+@overload
+def check_feeds(expected: Sequence[tuple[str, TensorType]], feeds: Mapping[str, object],
+                device: FeedDevice | None) -> dict[str, np.ndarray | DeviceView]: ...
+
+
+def check_feeds(expected: Sequence[tuple[str, TensorType]], feeds: Mapping[str, object],
+                device: FeedDevice | None = None) -> dict[str, np.ndarray] | dict[str, np.ndarray | DeviceView]:
     """Return the feeds as numpy arrays, or raise InputError naming what is wrong.
 
     Every expected input must be given with exactly its dtype and shape; unknown names
@@ -47,11 +63,11 @@ def check_feeds(expected: Sequence[tuple[str, TensorType]], feeds: Mapping[str, 
     missing = [n for n in names if n not in feeds]
     if missing:
         raise InputError(f"missing input(s) {missing}; the model's inputs are {names}")
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, np.ndarray | DeviceView] = {}
     for name, t in expected:
         view = _device_feed(name, feeds[name], t, device)
         if view is not None:
-            out[name] = view  # type: ignore[assignment]
+            out[name] = view
             continue
         value = feeds[name]
         array = _host_array(name, value, t)
@@ -83,20 +99,20 @@ def _show(x: object) -> str:
 def _host_array(name: str, value: object, t: TensorType) -> np.ndarray:
     if value is None or isinstance(value, (str, bytes)):
         raise InputError(f"input {name!r}: expected an array of {t}, got {_show(value)}")
-    # torch CPU tensors and the like convert through __array__; a bare DLPack producer
-    # (only __dlpack__) is read in place by numpy.
-    if dlpack.device_of(value) is None or hasattr(value, "__array__"):
+    # A bare DLPack producer (only __dlpack__) is read in place by numpy; torch CPU
+    # tensors and the like convert through __array__.
+    if hasattr(value, "__dlpack__") and dlpack.device_of(value) is not None and not hasattr(value, "__array__"):
         try:
-            array = np.asarray(value)
-        except (TypeError, ValueError) as e:  # ragged nested lists, objects numpy cannot read
-            raise InputError(f"input {name!r}: not an array of {t}: {e}") from None
-        if array.dtype.kind in "OSU":  # objects or strings: numpy found no numbers (bfloat16 is "V")
-            raise InputError(f"input {name!r}: expected an array of {t}, got {_show(value)}")
-        return array
+            return np.from_dlpack(value)
+        except (BufferError, RuntimeError, TypeError, ValueError) as e:
+            raise InputError(f"input {name!r}: numpy cannot read this DLPack tensor: {e}") from None
     try:
-        return np.from_dlpack(value)
-    except (BufferError, RuntimeError, TypeError, ValueError) as e:
-        raise InputError(f"input {name!r}: numpy cannot read this DLPack tensor: {e}") from None
+        array = np.asarray(value)
+    except (TypeError, ValueError) as e:  # ragged nested lists, objects numpy cannot read
+        raise InputError(f"input {name!r}: not an array of {t}: {e}") from None
+    if array.dtype.kind in "OSU":  # objects or strings: numpy found no numbers (bfloat16 is "V")
+        raise InputError(f"input {name!r}: expected an array of {t}, got {_show(value)}")
+    return array
 
 
 def _check_type(name: str, dtype: np.dtype, shape: tuple[int, ...], t: TensorType, where: str = "") -> None:
@@ -139,6 +155,8 @@ class DeviceView:
 def on_device(obj: object) -> bool:
     """True if ``obj`` is a tensor in device memory (DLPack on a device other than the
     CPU, or ``__cuda_array_interface__``)."""
+    if is_torch_cuda(obj):
+        return True
     where = dlpack.device_of(obj)
     if where is not None:
         return where[0] != dlpack.DLDeviceType.CPU
@@ -149,8 +167,13 @@ def device_view(obj: object, device: FeedDevice = FeedDevice()) -> DeviceView | 
     """The device tensor behind ``obj``, or None if it is not one. Raises ValueError for a
     device tensor the runtime cannot read as it is (strided, a dtype tilefuse lacks, not
     on ``device``). A DLPack tensor is consumed here: the view keeps it until dropped."""
+    fast = torch_view(obj, device.index, device.stream)  # torch's own attributes: no capsule, no event
+    if fast is not None:
+        ptr, dtype, shape, keep, ready, stream = fast
+        return DeviceView(ptr, dtype, shape, keep=keep, ready=ready, stream=stream if ready == "stream" else 0)
     where = dlpack.device_of(obj)
-    if where is not None and where[0] != dlpack.DLDeviceType.CPU:
+    # hasattr holds whenever device_of found a device: it tells the type checker so.
+    if where is not None and where[0] != dlpack.DLDeviceType.CPU and hasattr(obj, "__dlpack__"):
         return _dlpack_view(obj, where, device)
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is None:
@@ -172,7 +195,7 @@ def device_view(obj: object, device: FeedDevice = FeedDevice()) -> DeviceView | 
     return DeviceView(int(ptr or 0), dtype, shape, ready="stream", stream=int(stream))
 
 
-def _dlpack_view(obj: object, where: tuple[int, int], device: FeedDevice) -> DeviceView:
+def _dlpack_view(obj: _Producer, where: tuple[int, int], device: FeedDevice) -> DeviceView:
     kind, index = where
     if kind not in (dlpack.DLDeviceType.CUDA, dlpack.DLDeviceType.CUDA_MANAGED):
         raise ValueError(f"a tensor on {dlpack.device_name(kind)}; this runtime reads CUDA tensors")
@@ -181,7 +204,7 @@ def _dlpack_view(obj: object, where: tuple[int, int], device: FeedDevice) -> Dev
     # The array API's stream rule for CUDA: our stream's handle, or None for the legacy
     # default stream; the producer makes that stream wait for its pending writes.
     try:
-        capsule = obj.__dlpack__(stream=device.stream)  # type: ignore[attr-defined]
+        capsule = obj.__dlpack__(stream=device.stream)
     except (BufferError, RuntimeError, TypeError, ValueError) as e:
         raise ValueError(f"its __dlpack__ failed: {e}") from None
     tensor = dlpack.consume(capsule)
@@ -235,7 +258,7 @@ class FeedChecker:
         self._device = device
         self._want = [(n, t.dtype.numpy, tuple(t.shape)) for n, t in expected]
 
-    def __call__(self, feeds: Mapping[str, object]) -> Mapping[str, np.ndarray]:
+    def __call__(self, feeds: Mapping[str, object]) -> Mapping[str, np.ndarray | DeviceView]:
         # A dict holding exactly the expected names needs no further check of its keys.
         if isinstance(feeds, dict) and len(feeds) == len(self._want):
             for name, dtype, shape in self._want:
@@ -243,5 +266,5 @@ class FeedChecker:
                 if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape:
                     break
             else:
-                return feeds  # type: ignore[return-value]
+                return feeds
         return check_feeds(self._expected, feeds, self._device)

@@ -179,7 +179,7 @@ def _name(step: Step) -> str:
         return step.kernel
     if isinstance(step, HostStep):
         return f"host {step.primitive.name}"
-    return f"select {step.node}"  # type: ignore[union-attr]
+    return f"select {step.node}"
 
 
 def covers(ops: Sequence[str], nodes: Sequence[str], step: Step, width: int = COVERS_WIDTH) -> str:

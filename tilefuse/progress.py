@@ -13,7 +13,10 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported when a bar is shown
+    from tqdm import tqdm
 
 
 class Progress:
@@ -70,7 +73,7 @@ class Bars(_Counted):
 
     def __init__(self) -> None:
         super().__init__()
-        self._bars: dict[str, object] = {}
+        self._bars: dict[str, tqdm] = {}
 
     def begin(self, stage: str, total: int = 0) -> None:
         super().begin(stage, total)
@@ -84,12 +87,12 @@ class Bars(_Counted):
         super().step(stage, cached)
         bar = self._bars.get(stage)
         if bar is not None:
-            bar.update(1)  # type: ignore[attr-defined]
+            bar.update(1)
 
     def end(self, stage: str) -> None:
         bar = self._bars.pop(stage, None)
         if bar is not None:
-            bar.close()  # type: ignore[attr-defined]
+            bar.close()
         print(f"tilefuse: {self.line(stage)}", file=sys.stdout, flush=True)
 
 

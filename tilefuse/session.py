@@ -27,14 +27,19 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from tilefuse.errors import InputError, PlanError, TilefuseError
 from tilefuse.plan import Plan
 from tilefuse.runtime import InferenceSession as PlanSession
 from tilefuse.runtime.session import NodeArg
+
+if TYPE_CHECKING:  # the frontend (and onnx) are imported where a model is read
+    from tilefuse.frontend.loader import ModelProto
+    from tilefuse.frontend.shapes import ShapeSpec
 
 PLANS_KEPT = 8  # shape sets whose plans a session keeps loaded
 GPU_PROVIDERS = ("CUDAExecutionProvider", "TilefuseCudaExecutionProvider", "TensorrtExecutionProvider")
@@ -76,7 +81,7 @@ class InferenceSession:
     def __init__(self, path_or_bytes: str | os.PathLike[str] | bytes | Plan, sess_options: object = None,
                  providers: Sequence[object] | None = None, provider_options: object = None, *,
                  threads: int | None = None, launch: str | None = None,
-                 shapes: Mapping[str, object] | None = None) -> None:
+                 shapes: ShapeSpec | None = None) -> None:
         options = sess_options if sess_options is not None else SessionOptions()
         self._options = options
         asked = getattr(options, "intra_op_num_threads", 0) or 0
@@ -88,11 +93,12 @@ class InferenceSession:
         self._profile_start = time.time()
         self._lock = threading.Lock()
         self._sessions: OrderedDict[tuple, PlanSession] = OrderedDict()
-        self._proto = None
+        self._proto: ModelProto | None = None
+        self._fixed: PlanSession | None
         source = path_or_bytes
         if isinstance(source, Plan) or (isinstance(source, (str, os.PathLike)) and not Path(source).is_file()):
             # a plan folder (or a path that is no file: load_plan says what is wrong with it)
-            self._fixed = PlanSession(source, threads=threads, launch=launch)  # type: ignore[arg-type]
+            self._fixed = PlanSession(source if isinstance(source, Plan) else Path(source), threads=threads, launch=launch)
             self._target = self._fixed.plan.target
             self._providers = [_provider_name(self._target)]
             self._model_path = self._fixed.plan.source_path
@@ -104,10 +110,10 @@ class InferenceSession:
         self._model_path = str(source) if isinstance(source, (str, os.PathLike)) else ""
         from tilefuse.frontend.loader import load_model
 
-        self._proto = load_model(source)  # type: ignore[arg-type]
+        self._proto = load_model(source)
         from tilefuse.compiler import _sha256  # the model's hash, as plans record it
 
-        self._bytes_sha = _sha256(source, self._proto)  # type: ignore[arg-type]
+        self._bytes_sha = _sha256(source, self._proto)
         self._symbols = dict(getattr(options, "free_dimension_overrides", {}) or {})
         self._shapes = dict(shapes or {})
         self._inputs, self._outputs = _model_args(self._proto)
@@ -173,7 +179,7 @@ class InferenceSession:
         binding._results = []
         for name, value in zip(outs, values):
             target = bound.get(name)
-            if target is not None:  # an output bound to the caller's array: written there
+            if isinstance(target, np.ndarray):  # an output bound to the caller's array: written there
                 np.copyto(target, value)
                 value = target
             binding._results.append(OutputValue(value))
@@ -264,7 +270,9 @@ class InferenceSession:
             except PlanError:  # damaged or from another version: compiled again below
                 pass
         # from the file where there is one: its external weights are read beside it
-        plan = compile(self._model_path or self._proto, self._target, dict(shapes), self._precision)  # type: ignore[arg-type]
+        model = self._model_path or self._proto
+        assert model is not None, "a session of a plan compiles nothing"
+        plan = compile(model, self._target, dict(shapes), self._precision)
         try:
             folder.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=".plan-", dir=folder.parent))
@@ -289,23 +297,23 @@ class IOBinding:
 
     def __init__(self, session: InferenceSession) -> None:
         self._session = session
-        self._inputs: dict[str, object] = {}
-        self._outputs: list[tuple[str, object]] = []
+        self._inputs: dict[str, np.ndarray | _DeviceBuffer] = {}
+        self._outputs: list[tuple[str, object]] = []  # a host array, a _DeviceBuffer, _GPU_KEPT or None
         self._results: list[OutputValue] = []
-        self._device = None  # the plan session's binding of the GPU buffers, made at the first run
+        self._device: _DeviceRun | None = None  # the plan session's binding of the GPU buffers, made at the first run
 
     def bind_cpu_input(self, name: str, arr_on_cpu: np.ndarray) -> None:
         self._inputs[name] = np.asarray(arr_on_cpu)
         self._device = None
 
-    def bind_input(self, name: str, device_type: str, device_id: int, element_type: object, shape: Sequence[int],
+    def bind_input(self, name: str, device_type: str, device_id: int, element_type: npt.DTypeLike, shape: Sequence[int],
                    buffer_ptr: int) -> None:
         self._inputs[name] = _buffer(f"bind_input({name!r})", device_type, device_id, element_type, shape, buffer_ptr)
         self._device = None
 
-    def bind_output(self, name: str, device_type: str = "cpu", device_id: int = 0, element_type: object = None,
+    def bind_output(self, name: str, device_type: str = "cpu", device_id: int = 0, element_type: npt.DTypeLike | None = None,
                     shape: Sequence[int] | None = None, buffer_ptr: int | None = None) -> None:
-        target = None
+        target: object = None
         if buffer_ptr is not None:
             if element_type is None or shape is None:
                 raise InputError("bind_output with a buffer needs its element_type and shape")
@@ -349,8 +357,9 @@ class IOBinding:
         if self._device is None:
             plan_session = self._plan_session()
             bound = {n: v for n, v in self._outputs if v is not _GPU_KEPT}
+            outputs: Mapping[str, object] | list[str] | None
             if not self._outputs:
-                outputs: object = None
+                outputs = None
             elif bound and len(bound) == len(self._outputs):
                 outputs = bound
             elif not bound:
@@ -366,8 +375,27 @@ class IOBinding:
         session = self._session
         if session._fixed is not None:
             return session._fixed
-        return session._session_for({n: tuple(np.shape(v) if isinstance(v, np.ndarray) else v.shape)  # type: ignore[attr-defined]
+        return session._session_for({n: tuple(np.shape(v) if isinstance(v, np.ndarray) else v.shape)
                                      for n, v in self._inputs.items()})
+
+
+class _DeviceRun(Protocol):
+    """What a plan session's ``bind`` returns (``runtime/cuda_binding.py``)."""
+
+    outputs: Sequence[Any]  # DeviceArrays, or the caller's _DeviceBuffers
+
+    def run(self) -> None: ...
+
+
+class _OnDevice(Protocol):
+    """GPU memory an output lives in: the runtime's DeviceArray or a caller's _DeviceBuffer."""
+
+    ptr: int
+    shape: tuple[int, ...]
+
+
+class _Downloads(Protocol):
+    def download(self, a: Any) -> np.ndarray: ...
 
 
 class _DeviceBuffer:
@@ -383,12 +411,12 @@ class _DeviceBuffer:
 _GPU_KEPT = object()  # bind_output(name, "cuda") without a buffer: memory the session keeps
 
 
-def _buffer(what: str, device_type: str, device_id: int, element_type: object, shape: Sequence[int],
+def _buffer(what: str, device_type: str, device_id: int, element_type: npt.DTypeLike, shape: Sequence[int],
             buffer_ptr: int) -> np.ndarray | _DeviceBuffer:
     """The caller's buffer: a host array over it, or a GPU buffer."""
     kind = str(device_type).lower()
     try:
-        dtype = np.dtype(element_type)  # type: ignore[call-overload]
+        dtype = np.dtype(element_type)
         dims = tuple(int(d) for d in shape)
         ptr = int(buffer_ptr)
     except (TypeError, ValueError) as e:
@@ -401,29 +429,30 @@ def _buffer(what: str, device_type: str, device_id: int, element_type: object, s
         raise InputError(f"{what}: device_type must be 'cpu' or 'cuda', got {device_type!r}")
     count = int(np.prod(dims)) if dims else 1
     buf = (ctypes.c_char * (count * dtype.itemsize)).from_address(ptr)
-    return np.frombuffer(buf, dtype=dtype, count=count).reshape(dims)
+    return np.frombuffer(memoryview(buf), dtype=dtype, count=count).reshape(dims)
 
 
 class OutputValue:
     """An output of ``run_with_iobinding`` (onnxruntime's OrtValue): a host array, or GPU
     memory (``numpy()`` copies it to the host)."""
 
-    def __init__(self, value: object, executor: object = None) -> None:
+    def __init__(self, value: np.ndarray | _OnDevice, executor: _Downloads | None = None) -> None:
         self._value, self._executor = value, executor
 
     def numpy(self) -> np.ndarray:
         if isinstance(self._value, np.ndarray):
             return self._value
-        return self._executor.download(self._value)  # type: ignore[union-attr]
+        assert self._executor is not None, "GPU outputs come with the executor that made them"
+        return self._executor.download(self._value)
 
     def shape(self) -> list[int]:
-        return list(np.shape(self._value) if isinstance(self._value, np.ndarray) else self._value.shape)  # type: ignore[attr-defined]
+        return list(np.shape(self._value) if isinstance(self._value, np.ndarray) else self._value.shape)
 
     def device_name(self) -> str:
         return "cpu" if isinstance(self._value, np.ndarray) else "cuda"
 
     def data_ptr(self) -> int:
-        return int(self._value.ctypes.data if isinstance(self._value, np.ndarray) else self._value.ptr)  # type: ignore[attr-defined]
+        return int(self._value.ctypes.data if isinstance(self._value, np.ndarray) else self._value.ptr)
 
 
 def _provider_name(target: str) -> str:
@@ -447,12 +476,12 @@ def _feed_shapes(feeds: Mapping[str, object]) -> dict[str, tuple[int, ...]]:
     for name, value in feeds.items():
         shape = getattr(value, "shape", None)
         if shape is None:
-            shape = np.shape(value)
+            shape = np.asarray(value).shape  # what np.shape does with a value that has none
         out[name] = tuple(int(d) for d in shape)
     return out
 
 
-def _model_args(proto: object) -> tuple[list[NodeArg], list[NodeArg]]:
+def _model_args(proto: ModelProto) -> tuple[list[NodeArg], list[NodeArg]]:
     """The model's runtime inputs and outputs as onnxruntime lists them: dims as ints, or the
     symbol's name (None where a dim has neither)."""
     from tilefuse.frontend.context import onnx_dtype
@@ -462,9 +491,12 @@ def _model_args(proto: object) -> tuple[list[NodeArg], list[NodeArg]]:
     def arg(vi) -> NodeArg:
         tt = vi.type.tensor_type
         dims = [fixed_size(d) if fixed_size(d) is not None else (d.dim_param or None) for d in tt.shape.dim]
-        return NodeArg(vi.name, dims, f"tensor({onnx_type_name(onnx_dtype(tt.elem_type, repr(vi.name)))})")
+        # runtime/session.py's NodeArg declares list[int] (a plan's shapes are static); a
+        # model's dims may be symbols or unknown, listed as onnxruntime lists them.
+        type_name = f"tensor({onnx_type_name(onnx_dtype(tt.elem_type, repr(vi.name)))})"
+        return NodeArg(vi.name, dims, type_name)  # type: ignore[arg-type]
 
     try:
-        return [arg(i) for i in runtime_inputs(proto)], [arg(o) for o in proto.graph.output]  # type: ignore[attr-defined]
+        return [arg(i) for i in runtime_inputs(proto)], [arg(o) for o in proto.graph.output]
     except (AttributeError, ValueError) as e:
         raise TilefuseError(f"cannot read the model's inputs and outputs: {e}") from None

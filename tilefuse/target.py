@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from tilefuse.codegen.options import CpuOptions, CudaOptions
 from tilefuse.device import HOPPER, X86_SERVER, Device
@@ -54,8 +55,9 @@ class Target:
 def adjust(target: Target, **changes: object) -> Target:
     """A variant of ``target``: ``adjust(t, gemm__producer_steps=0, codegen__staging_pad=False,
     tf32_products=True)`` replaces one field of one part (``part__field``) or of the target."""
-    parts: dict[str, dict[str, object]] = {}
-    top: dict[str, object] = {}
+    # The values are the caller's, unchecked: replace() takes them as they come.
+    parts: dict[str, dict[str, Any]] = {}
+    top: dict[str, Any] = {}
     for key, value in changes.items():
         part, _, name = key.partition("__")
         if name:
@@ -94,6 +96,7 @@ CUDA_SM90A = Target(
         producer_steps=28,
     ),
     attention=AttentionPolicy(max_head_dim=256),
+    conv=ConvPolicy(positions_inner=True),
     window=WindowPolicy(tile=256, max_threads=256),
     codegen=CudaOptions(),
 )

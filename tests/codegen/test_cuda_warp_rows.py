@@ -13,7 +13,10 @@ from tilefuse.codegen.cuda import build_all, emit_tilelang
 from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
 from tilefuse.target import CUDA_SM90A
+from tilefuse.errors import GraphError
+from tilefuse.tile_ir import verify_program
 from tilefuse.tile_ir.lower import lower_group
+from tilefuse.tile_ir.passes import for_device
 
 pytest.importorskip("tilelang")
 if shutil.which("nvcc") is None:
@@ -126,7 +129,8 @@ def test_rows_without_whole_warps_keep_the_generic_emission():
     assert "T.get_thread_binding" not in text and "_part0 = T.alloc_shared" in text
     (p,) = _row_programs(_softmax(4096, 128, "float16"), {})
     assert "tiles of 8 rows" in p.notes[0]
-    narrow = dataclasses.replace(p, threads=128)  # 16 lanes a row
+    narrow = for_device(dataclasses.replace(p, threads=128), CUDA_SM90A.device)  # 16 lanes a row
+    assert narrow.row_lanes == 0
     text = emit_tilelang(narrow).text
     assert "T.get_thread_binding" not in text and "x_tile0 = T.alloc_fragment((8, 128)" in text
     (art,) = build_all([narrow], arch="sm_90a")
@@ -170,10 +174,13 @@ def test_a_tile_read_outside_its_reduction_keeps_the_generic_emission():
         at = (iop(IOp.ADD, iop(IOp.MUL, p.block_vars[0], 8), i), j)
         return Loop(i, 8, LoopKind.PARALLEL, (Loop(j, 128, LoopKind.PARALLEL, (Store(out, at, value),)),))
 
-    assert "T.get_thread_binding" in emit_tilelang(p).text
+    assert p.row_lanes == 32 and "T.get_thread_binding" in emit_tilelang(p).text
     for value in (Load(tile, (i, j)), Load(row, (iop(IOp.SUB, 7, i),))):
         changed = dataclasses.replace(p, body=p.body + (nest(value),))
-        assert "T.get_thread_binding" not in emit_tilelang(changed).text
+        with pytest.raises(GraphError, match="no row program"):  # the decision no longer holds
+            verify_program(changed, CUDA_SM90A)
+        changed = for_device(changed, CUDA_SM90A.device)
+        assert changed.row_lanes == 0 and "T.get_thread_binding" not in emit_tilelang(changed).text
 
 
 def test_loads_under_a_where_branch_are_not_read_ahead():

@@ -37,3 +37,17 @@ def test_every_failure_carries_its_error(report):
             assert r.detail, r.name
         if r.status == "skip":
             assert r.detail, r.name
+
+
+def test_a_case_without_a_model_or_data_is_a_failure_with_its_reason():
+    """onnx's other test kinds (``load_model_tests(kind="real")``) name a model on disk
+    and carry neither the model nor its data: a failure that says so, not a crash."""
+    from onnx.backend.test.case.test_case import TestCase
+
+    from tilefuse.conformance.runner import TARGETS, run_case
+
+    case = TestCase(name="test_on_disk", model_name="on_disk", url=None, model_dir="/nowhere", model=None,
+                    data_sets=None, kind="real", rtol=1e-3, atol=1e-7)
+    result = run_case(case, TARGETS["reference"])
+    assert (result.name, result.status) == ("test_on_disk", "fail")
+    assert "no model" in result.detail

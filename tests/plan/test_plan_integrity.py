@@ -315,6 +315,10 @@ def _arena_buffer(m: dict) -> dict:
     (lambda m: m.update(target=7), "target: expected str, got 7"),
     (lambda m: m.update(inputs={}), "inputs: expected list, got {}"),
     (lambda m: m["inputs"][0].update(buffer=2**80), r"inputs\[0\]\.buffer: .* is outside"),
+    # StepFacts counts FLOPs and bytes in integers: a fraction is a corruption, not a fact.
+    (lambda m: m["steps"][0]["facts"].update(flops=1.5), r"steps\[0\]\.facts\.flops: expected a non-negative integer"),
+    (lambda m: m["steps"][0]["facts"].update(bytes=964.0), r"steps\[0\]\.facts\.bytes: expected a non-negative integer"),
+    (lambda m: m["steps"][0]["facts"].update(estimated_seconds=-1.0), r"facts\.estimated_seconds: expected a non-negative"),
 ])
 def test_absurd_sizes_and_wrong_types_are_plan_errors(saved, edit, message):
     _, path = saved

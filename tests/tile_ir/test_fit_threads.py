@@ -92,3 +92,19 @@ def test_zoo_kernels_are_narrowed_where_their_nests_need_it(zoo_cache):
     group = next(g for g in partition_graph(graph, CUDA_SM90A).groups if g.name == "k0_conv")
     p = lower_group(group, CUDA_SM90A).program
     assert (p.threads, p.fitted_from) == (8, 128)
+
+
+def test_products_and_reductions_carry_the_form_placement_chose():
+    """The product is marked for tensor cores and the printer prints T.gemm for it; the same
+    product unmarked prints FMA loops (the printer reads the mark, it does not decide); a
+    mark its block cannot honour is refused."""
+    p = for_device(_product(64), CUDA_SM90A.device)
+    (gemm,) = [s for s in p.body if isinstance(s, Gemm)]
+    assert gemm.tensor_cores
+    assert "T.gemm(sa, sb, acc" in emit_tilelang(p, CUDA_SM90A.codegen, CUDA_SM90A.device).text
+    fma = dataclasses.replace(p, body=tuple(dataclasses.replace(s, tensor_cores=False) if s is gemm else s for s in p.body))
+    text = emit_tilelang(fma, CUDA_SM90A.codegen, CUDA_SM90A.device).text
+    assert "T.gemm(" not in text and re.search(r"acc\[_t\d+, _t\d+\] = acc\[_t\d+, _t\d+\] \+", text)
+    one_warp = dataclasses.replace(p, threads=16, schedule=None)  # no whole warp: no tensor cores
+    with pytest.raises(GraphError, match="cannot run on tensor cores on 16 threads"):
+        verify_program(one_warp, CUDA_SM90A)

@@ -37,10 +37,10 @@ def format_summary(s: ModelSummary) -> str:
     lines.append("op histogram: " + ", ".join(f"{k} {v}" for k, v in s.op_histogram.items()))
     if s.tilefuse_export:
         lines.append("a tilefuse export: " + ", ".join(f"{n} kernel node(s) ({how})" for how, n in s.tilefuse_export.items()))
-    if s.flops is not None:
+    if s.flops is not None and s.primitives is not None and s.primitive_kinds is not None:  # set together
         lines.append(f"FLOPs: {_human(s.flops)} ({s.flops:,})")
-        lines.append(f"primitives: {sum(s.primitives.values())} ({', '.join(f'{k} {v}' for k, v in s.primitive_kinds.items())})")  # type: ignore[union-attr]
-        lines.append("  " + ", ".join(f"{k} {v}" for k, v in s.primitives.items()))  # type: ignore[union-attr]
+        lines.append(f"primitives: {sum(s.primitives.values())} ({', '.join(f'{k} {v}' for k, v in s.primitive_kinds.items())})")
+        lines.append("  " + ", ".join(f"{k} {v}" for k, v in s.primitives.items()))
     elif s.not_imported:
         lines.append(f"FLOPs and primitives: not computed ({s.not_imported})")
     if s.unsupported:

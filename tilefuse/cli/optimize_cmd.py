@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Mapping
 
 from tilefuse.cli.args import add_const_arg, add_cpu_isa_arg, add_shape_arg, cli_target, parse_consts, parse_shapes
 from tilefuse.errors import InputError
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         graph = with_precision(import_onnx(proto, shapes, constants=consts), args.precision)
         partition = partition_graph(graph, target)
         compiled = None
-        onnx_ops = op_types(proto.graph)
+        onnx_ops: Mapping[str, str] = op_types(proto.graph)
     else:
         from tilefuse.compiler import compile_model
 

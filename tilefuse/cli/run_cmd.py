@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
@@ -15,6 +15,9 @@ from tilefuse.frontend.input_ranges import DEFAULT_INT_RANGE, MASK_RANGE, META_R
 from tilefuse.frontend.loader import read_structure
 from tilefuse.ir.types import TensorType
 from tilefuse.target import CPU, memory_limit
+
+if TYPE_CHECKING:  # imported where --check runs: onnxruntime takes a while to load
+    import onnxruntime
 
 # Integers of a plan whose source model is not at hand: nothing says what they index, and
 # {0, 1} is valid for any index of a non-trivial dim.
@@ -201,11 +204,11 @@ def _one_line(e: Exception) -> str:
     return text if len(text) <= 500 else text[:497] + "..."
 
 
-def _const_feeds(session: object, consts: dict[str, object]) -> dict[str, np.ndarray]:
+def _const_feeds(session: onnxruntime.InferenceSession, consts: dict[str, object]) -> dict[str, np.ndarray]:
     """The --const values as onnxruntime feeds, in each input's declared element type and,
     where its shape is static, that shape."""
     out = {}
-    inputs = {i.name: i for i in session.get_inputs()}  # type: ignore[attr-defined]
+    inputs = {i.name: i for i in session.get_inputs()}
     for name, value in consts.items():
         if name not in inputs:
             raise InputError(f"--const names {name!r}, which is no input of the source model; "
@@ -226,7 +229,7 @@ def _const_feeds(session: object, consts: dict[str, object]) -> dict[str, np.nda
     return out
 
 
-_ORT_TYPES = {f"tensor({k})": v for k, v in {
+_ORT_TYPES: dict[str, type[np.generic]] = {f"tensor({k})": v for k, v in {
     "float": np.float32, "double": np.float64, "float16": np.float16, "int8": np.int8, "int16": np.int16,
     "int32": np.int32, "int64": np.int64, "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32,
     "uint64": np.uint64, "bool": np.bool_}.items()}

@@ -33,12 +33,14 @@ class CpuOptions:
 
 @dataclass(frozen=True, slots=True)
 class CudaOptions:
-    """The TileLang emitter (codegen/cuda/emit.py, warp_rows.py)."""
+    """The TileLang emitter (codegen/cuda/emit.py, warp_rows.py) and the tile-IR passes that
+    decide for it on a device with blocks (tile_ir/passes/, which read the fields that
+    ``tile_ir.passes.DeviceOptions`` names)."""
 
-    t_copy: bool = True  # plain tile loads through T.copy (cp.async, pipelined; see tile_copy)
+    t_copy: bool = True  # plain tile loads through T.copy (cp.async, pipelined; tile_ir/passes/copies.py)
     # Kernels whose pipelined K loops hold only T.copy tile loads and products may lower with
     # TMA and a warp-specialised producer (TileLang's default on sm_90a); the rest keep
-    # cp.async (see pass_config). Programs whose schedule asks for a producer
+    # cp.async (tile_ir/passes/pipelines.py). Programs whose schedule asks for a producer
     # (TileProgram.producer: large tiles, one block per SM) get it; for every kernel (this
     # option) it is off: with two blocks per SM every such kernel hung on the H200
     # (benchmarks/NOTES.md, session 4).
@@ -54,6 +56,7 @@ class CudaOptions:
     # hung with these budgets, and two of 64x128 ran but no faster than cp.async (NOTES.md)
     producer_blocks_per_sm: int = 1
     producer_registers: int = 24  # the producer warp's register budget then
+    consumer_registers: int = 240  # the consumers' budget then, at most (TileLang's default)
     # Programmatic dependent launch (sm_90+), off by default. "release-first": every kernel
     # starts by releasing the next kernel in the stream (griddepcontrol.launch_dependents)
     # and then waits for the previous one to finish and its writes to be visible
@@ -69,13 +72,23 @@ class CudaOptions:
     # ``1 + erf(u)`` in float32 through a cheaper erfc (fast_math, tf_erf_plus_one): the
     # exact GELU's epilogue (NOTES.md, session 7)
     fast_erf_sum: bool = True
-    epilogue_in_registers: bool = True  # accumulators read element by element stay in registers (_own_element_epilogue)
-    staged_stores: bool = True  # epilogue results through a shared tile of the output type, copied out (staged_store)
-    register_rows: bool = True  # a fragment A operand and row vectors beside register reductions stay in registers (_register_buffers)
-    staging_pad: bool = True  # those tiles' rows padded by 16 bytes against bank conflicts (staging_tile)
+    # accumulators read element by element stay in registers; off, every accumulator an
+    # epilogue reads is copied to a shared mirror first (tile_ir/passes/epilogues.py)
+    epilogue_in_registers: bool = True
+    staged_stores: bool = True  # epilogue results through a shared tile of the output type, copied out (epilogues.py)
+    register_rows: bool = True  # a fragment A operand and row vectors beside register reductions stay in registers (placement.py)
+    # bytes those tiles' rows are padded by against bank conflicts (a thread's accumulator
+    # elements sit 8 rows apart; Nsight: 7-way conflicts on the QKV kernel's stores
+    # unpadded), keeping each row 16-byte aligned for the vector copies out; 0 (or
+    # False): no padding
+    staging_pad: int = 16
     warp_rows: bool = True  # row programs one warp per row (warp_rows.py); off: the block-wide emission (variant "nowarp")
     cache_rows: bool = True  # global elements several steps read are loaded once into registers (warp_rows _Writer.cached)
     # each lane takes runs of this many bytes of the row's narrowest input type, read as one
     # vector load into registers (where the row width allows); 0: one element a lane ("wv0")
     vector_bytes: int = 16
     max_unroll: int = 32  # longer per-lane loops stay T.serial (nvcc unrolls them in part)
+    # threads that share one reduction at most, where a block folds it through shared memory
+    # (tile_ir/passes/lanes.py): one thread folds their partials, so more lanes would make
+    # that fold the long pole
+    reduction_lanes: int = 32

@@ -77,6 +77,7 @@ class NodeContext:
         self.scope = scope  # the values in scope, for converters of ops with subgraphs (If)
         self.opsets = dict(opsets or {})  # the model's opset per domain, for converting subgraphs
         self._attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        self._schema: onnx.defs.OpSchema | None
         try:
             self._schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
         except onnx.defs.SchemaError:

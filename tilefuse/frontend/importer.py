@@ -17,6 +17,7 @@ from tilefuse.frontend.shapes import (CONSTS_FORM, ConstSpec, ShapeSpec, as_mapp
                                      constant_shapes, fixed_size, runtime_inputs)
 from tilefuse.ir.builder import Builder
 from tilefuse.ir.graph import Graph
+from tilefuse.ir.types import TensorType
 from tilefuse.ir.verify import verify_graph
 
 class ShapeMismatchWarning(UserWarning):
@@ -60,7 +61,7 @@ def import_onnx(
 
 
 def convert_graph(
-    proto: onnx.ModelProto, input_types: Mapping[str, "object"], constants: dict[str, np.ndarray]
+    proto: onnx.ModelProto, input_types: Mapping[str, TensorType], constants: dict[str, np.ndarray]
 ) -> Graph:
     b = Builder(proto.graph.name or "model")
     b.graph.opset = onnx_opset(proto)
@@ -75,11 +76,11 @@ def convert_graph(
         t = input_types[vi.name]
         if vi.name in constants:
             array = np.asarray(constants[vi.name])
-            if array.dtype != t.dtype.numpy:  # type: ignore[attr-defined]
-                raise ShapeError(f"constant for input {vi.name!r} has dtype {array.dtype}, expected {t.dtype}")  # type: ignore[attr-defined]
+            if array.dtype != t.dtype.numpy:
+                raise ShapeError(f"constant for input {vi.name!r} has dtype {array.dtype}, expected {t.dtype}")
             scope[vi.name] = b.const(array, name=vi.name)
         else:
-            scope[vi.name] = b.input(vi.name, t)  # type: ignore[arg-type]
+            scope[vi.name] = b.input(vi.name, t)
     convert_nodes(b, scope, proto.graph.node, opsets_of(proto))
     _check_declared_types(proto, scope)
     for out in proto.graph.output:
@@ -106,7 +107,7 @@ def _check_declared_types(proto: onnx.ModelProto, scope: Scope) -> None:
                 raise ModelLoadError(f"value_info declares {vi.name!r} as {want}, but the node computing it gives {got}")
 
 
-def _cross_check_outputs(proto: onnx.ModelProto, graph: Graph, input_types: Mapping[str, object]) -> None:
+def _cross_check_outputs(proto: onnx.ModelProto, graph: Graph, input_types: Mapping[str, TensorType]) -> None:
     """Compare our output shapes with onnx's shape inference where it knows them."""
     bound = without_weights(proto, input_types)
     try:

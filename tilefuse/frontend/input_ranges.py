@@ -123,9 +123,10 @@ class _Dims:
             inferred = onnx.shape_inference.infer_shapes(without_weights(self.model, bound), data_prop=True)
         except Exception:  # onnx's inference fails on some valid models; then no range is known
             return {}
-        out = {}
+        out: dict[str, tuple[int, ...]] = {}
         for vi in inferred.graph.value_info:
-            shape = [fixed_size(d) for d in vi.type.tensor_type.shape.dim]
-            if vi.type.tensor_type.HasField("shape") and None not in shape:
-                out[vi.name] = tuple(shape)  # type: ignore[arg-type]
+            sizes = [fixed_size(d) for d in vi.type.tensor_type.shape.dim]
+            shape = tuple(d for d in sizes if d is not None)
+            if vi.type.tensor_type.HasField("shape") and len(shape) == len(sizes):
+                out[vi.name] = shape
         return out

@@ -11,9 +11,12 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper, version_converter
 
 from tilefuse.errors import ModelLoadError
+from tilefuse.ir.types import TensorType
 
 # Models older than this are converted upward first; converters start here.
 MIN_OPSET = 13
+# What load_model returns, named for annotations past the frontend (which import no onnx).
+ModelProto = onnx.ModelProto
 
 
 def load_model(
@@ -63,7 +66,7 @@ def load_model(
         )
     if proto is model:  # the caller's proto keeps pointing at its files
         proto = onnx.ModelProto()
-        proto.CopyFrom(model)  # type: ignore[arg-type]
+        proto.CopyFrom(model)
         external = [t for t in _all_tensors(proto) if external_data_helper.uses_external_data(t)]
     for tensor in external:
         tensor.raw_data = _read_external(tensor, base, where)
@@ -314,7 +317,7 @@ def _pin_old_hardmax(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def without_weights(proto: onnx.ModelProto, input_types: Mapping[str, object] | None = None) -> onnx.ModelProto:
+def without_weights(proto: onnx.ModelProto, input_types: Mapping[str, TensorType] | None = None) -> onnx.ModelProto:
     """The model with bound input shapes and its large initializers turned into typed
     inputs: shape inference needs their shapes, not their values, and serialising
     hundreds of megabytes of weights for it would cost seconds."""
@@ -335,7 +338,7 @@ def without_weights(proto: onnx.ModelProto, input_types: Mapping[str, object] | 
         if t is not None:
             dims = new.type.tensor_type.shape.dim
             del dims[:]
-            for d in t.shape:  # type: ignore[attr-defined]
+            for d in t.shape:
                 dims.add().dim_value = d
     for init in proto.graph.initializer:
         if int(np.prod(init.dims)) <= 4096:  # shape-like constants: inference may need values

@@ -94,7 +94,7 @@ def convert_nodes(b: Builder, scope: Scope, nodes: Iterable[onnx.NodeProto], ops
             raise
         except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError) as e:
             raise ConversionError(f"{node.op_type} node {label!r}: {e}") from e
-        outputs = [result] if isinstance(result, Value) else list(result)
+        outputs: list[Value | None] = [result] if isinstance(result, Value) else list(result)
         if len(outputs) < len([o for o in node.output if o]):
             raise ConversionError(f"{node.op_type} node {label!r}: produced {len(outputs)} outputs, needs {len(node.output)}")
         for name, v in zip(node.output, outputs):

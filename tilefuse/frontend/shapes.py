@@ -81,7 +81,7 @@ def bind_input_types(model: onnx.ModelProto, shapes: ShapeSpec | None) -> dict[s
     return out
 
 
-def _implied_symbols(inputs: Sequence[onnx.ValueInfoProto], shapes: Mapping[str, object]) -> dict[str, int]:
+def _implied_symbols(inputs: Sequence[onnx.ValueInfoProto], shapes: ShapeSpec) -> dict[str, int]:
     """The dim symbols a whole input's shape names: ``input_ids=(2, 16)`` on an input
     declared [batch, seq] binds batch=2 and seq=16 for every input that shares them (the
     attention mask too). Two sizes for one symbol, from two inputs or against the symbol's
@@ -91,14 +91,14 @@ def _implied_symbols(inputs: Sequence[onnx.ValueInfoProto], shapes: Mapping[str,
         given = shapes.get(vi.name)
         if given is None:
             continue
-        sizes = _given_sizes(f"input {vi.name!r}", given)  # type: ignore[arg-type]
+        sizes = _given_sizes(f"input {vi.name!r}", given)
         for d, g in zip(vi.type.tensor_type.shape.dim, sizes):
             if not d.dim_param:
                 continue
             sym = d.dim_param
-            if sym in shapes and _symbol_size(sym, shapes[sym]) != g:  # type: ignore[arg-type]
+            if sym in shapes and _symbol_size(sym, shapes[sym]) != g:
                 raise ShapeError(f"input {vi.name!r} given as {list(sizes)} makes {sym!r} {g}, but {sym!r} is given "
-                                 f"as {_symbol_size(sym, shapes[sym])}")  # type: ignore[arg-type]
+                                 f"as {_symbol_size(sym, shapes[sym])}")
             if sym in implied and implied[sym][0] != g:
                 raise ShapeError(f"inputs {implied[sym][1]!r} and {vi.name!r} give dim symbol {sym!r} two sizes: "
                                  f"{implied[sym][0]} and {g}")
@@ -116,13 +116,15 @@ def fixed_size(dim: onnx.TensorShapeProto.Dimension) -> int | None:
 
 
 def _given_sizes(what: str, given: Sequence[int] | int) -> tuple[int, ...]:
+    dims: tuple[object, ...]
     try:
         dims = (given,) if isinstance(given, int) else tuple(given)
-    except TypeError:
-        dims = (given,)  # type: ignore[assignment]
-    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims):
+    except TypeError:  # the caller's value need not be what the annotation says
+        dims = (given,)
+    sizes = [d for d in dims if isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0]
+    if len(sizes) != len(dims):
         raise ShapeError(f"the sizes given for {what} must be non-negative integers, got {list(dims)}")
-    return tuple(int(d) for d in dims)
+    return tuple(int(d) for d in sizes)
 
 
 def _symbol_size(symbol: str, given: Sequence[int] | int) -> int:
@@ -143,7 +145,7 @@ def as_mapping(given: object, what: str, form: str) -> dict:
     return dict(given)
 
 
-def constant_shapes(model: onnx.ModelProto, shapes: ShapeSpec | None, constants: ConstSpec) -> dict[str, object]:
+def constant_shapes(model: onnx.ModelProto, shapes: ShapeSpec | None, constants: ConstSpec) -> dict[str, Sequence[int] | int]:
     """``shapes`` and, for each input bound to a value whose declared shape is not static
     (and that ``shapes`` does not bind), the value's shape."""
     out = as_mapping(shapes, "shapes", SHAPES_FORM)

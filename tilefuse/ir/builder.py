@@ -55,7 +55,7 @@ class Builder:
         self.graph.inputs.append(v)
         return v
 
-    def const(self, data: np.ndarray | float | int | bool, dtype: DType | None = None, name: str = "") -> Value:
+    def const(self, data: np.ndarray | np.generic | float | int | bool, dtype: DType | None = None, name: str = "") -> Value:
         array = np.asarray(data, dtype=dtype.numpy if dtype else None)
         if dtype is None and array.dtype == np.float64 and not isinstance(data, np.ndarray):
             array = array.astype(np.float32)  # Python floats default to float32

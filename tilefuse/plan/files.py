@@ -106,35 +106,36 @@ def load_plan(path: str | Path) -> Plan:
         digest = files.read(MANIFEST_DIGEST, "missing; not a complete plan", 128)
         data = _parse_manifest(manifest, root / MANIFEST)
         dec = Decoder(data, str(root / MANIFEST), root)
-        header = dec.header()
-        if header["format_version"] != FORMAT_VERSION:
+        format_version, tilefuse_version = dec.version()
+        if format_version != FORMAT_VERSION:
             raise PlanError(
-                f"{root / MANIFEST}: plan format version {header['format_version']} (written by tilefuse "
-                f"{header['tilefuse_version']}), but this tilefuse reads version {FORMAT_VERSION}; compile the model again"
+                f"{root / MANIFEST}: plan format version {format_version} (written by tilefuse "
+                f"{tilefuse_version}), but this tilefuse reads version {FORMAT_VERSION}; compile the model again"
             )
-        dec.check_target(header["target"])  # type: ignore[arg-type]
+        header = dec.header()
+        dec.check_target(header.target)
         buffers = dec.buffers()
         kernels = dec.kernels()
         for kernel in kernels.values():
             raw = files.read(f"{KERNELS}/{kernel.path.name}", f"kernel file missing (kernel {kernel.name})")
             _check_sha256(raw, kernel.sha256, kernel.path, f"kernel {kernel.name}")
         raw = files.read(WEIGHTS, "weights file missing")
-        weights = _load_weights(raw, header["weights_sha256"], root / WEIGHTS)  # type: ignore[arg-type]
+        weights = _load_weights(raw, header.weights_sha256, root / WEIGHTS)
         plan = Plan(
-            target=header["target"],  # type: ignore[arg-type]
-            source_sha256=header["source_model_sha256"],  # type: ignore[arg-type]
-            source_path=header["source_model_path"],  # type: ignore[arg-type]
-            precision=header["precision"],  # type: ignore[arg-type]
-            target_spec=header["target_spec"],  # type: ignore[arg-type]
-            target_fingerprint=header["target_fingerprint"],  # type: ignore[arg-type]
-            cpu_requires=header["cpu_requires"],  # type: ignore[arg-type]
-            tilefuse_version=header["tilefuse_version"],  # type: ignore[arg-type]
+            target=header.target,
+            source_sha256=header.source_sha256,
+            source_path=header.source_path,
+            precision=header.precision,
+            target_spec=header.target_spec,
+            target_fingerprint=header.target_fingerprint,
+            cpu_requires=header.cpu_requires,
+            tilefuse_version=tilefuse_version,
             buffers=buffers,
             inputs=dec.bindings("inputs", buffers),
             outputs=dec.bindings("outputs", buffers),
             kernels=kernels,
             steps=dec.steps(),
-            arena_bytes=header["arena_bytes"],  # type: ignore[arg-type]
+            arena_bytes=header.arena_bytes,
             weights=weights,
         )
     try:

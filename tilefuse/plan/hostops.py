@@ -40,17 +40,17 @@ def primitive_to_json(prim: Primitive) -> tuple[str, dict[str, object]]:
 def primitive_from_json(name: object, params: object, where: str) -> Primitive:
     """Rebuild a primitive; PlanError (naming ``where``) for any unknown name or bad value."""
     cls = HOST_PRIMITIVES.get(name) if isinstance(name, str) else None
-    if cls is None:
+    if cls is None or not is_dataclass(cls):  # every opaque primitive is a dataclass
         raise PlanError(f"{where}: unknown host primitive {name!r}; known: {sorted(HOST_PRIMITIVES)}")
     if not isinstance(params, dict):
         raise PlanError(f"{where}: params must be an object, got {type(params).__name__}")
     hints = typing.get_type_hints(cls)
-    declared = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    declared = {f.name for f in fields(cls)}
     extra = sorted(set(params) - declared)
     if extra:
         raise PlanError(f"{where}: {name} has no parameter(s) {extra}")
     values = {}
-    for f in fields(cls):  # type: ignore[arg-type]
+    for f in fields(cls):
         if f.name in params:
             values[f.name] = _decode(params[f.name], hints[f.name], f"{where}: {name}.{f.name}")
     try:

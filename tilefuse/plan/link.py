@@ -175,7 +175,8 @@ class _Linker:
         what = f"branch {node.name} (group {group.id})"
         if id(node) not in branches:
             raise PlanError(f"{what}: its branches were not compiled")
-        op: Branch = node.op  # type: ignore[assignment]
+        op = node.op
+        assert isinstance(op, Branch), "a branch group holds a Branch node"
         cond = self.read(node.inputs[0], what)
         outer = [self.read(v, what) for v in node.inputs[1:]]
         at = len(self.steps)
@@ -237,7 +238,7 @@ def _check_params(
             f"and {len(outputs)} outputs are bound"
         )
     for i, (p, (v, role)) in enumerate(zip(artifact.params, values)):
-        want = (str(v.type.dtype), v.type.shape, role)
-        got = (p.dtype, tuple(p.shape), p.role)
-        if want != got:
-            raise PlanError(f"{what}: param {i} ({p.name}) is {got}, but {v.name} is {want}")
+        value_is = (str(v.type.dtype), v.type.shape, role)
+        param_is = (p.dtype, tuple(p.shape), p.role)
+        if value_is != param_is:
+            raise PlanError(f"{what}: param {i} ({p.name}) is {param_is}, but {v.name} is {value_is}")

@@ -16,7 +16,9 @@ import json
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar, overload
 
 from tilefuse import backends
 from tilefuse.codegen.artifact import ROLES, ParamSpec
@@ -45,6 +47,8 @@ MAX_FIELDS, MAX_ITEMS, MAX_TEXT = 64, 64, 2048
 FACT_NUMBERS = ("estimated_seconds", "floor_seconds", "flops", "bytes")
 MAX_FACT = 1e21  # FLOPs, bytes or seconds of one step: far beyond any model
 BOUNDS = ("", "compute", "memory")
+
+T = TypeVar("T")
 
 
 def encode(plan: Plan, kernel_files: dict[str, str], weights_sha256: str) -> dict[str, object]:
@@ -121,6 +125,21 @@ def _with_facts(step: dict[str, object], facts: StepFacts | None) -> dict[str, o
     return step
 
 
+@dataclass(frozen=True, slots=True)
+class Header:
+    """The manifest's top-level fields of a plan of this format version, checked."""
+
+    source_sha256: str
+    source_path: str
+    target: str
+    precision: str
+    target_spec: dict
+    target_fingerprint: str
+    cpu_requires: tuple[str, ...]
+    arena_bytes: int
+    weights_sha256: str
+
+
 class Decoder:
     """Reads one manifest; ``source`` names the file in every error."""
 
@@ -139,6 +158,11 @@ class Decoder:
             raise self.fail(where, f"expected an object, got {type(x).__name__}")
         return x
 
+    @overload
+    def get(self, d: dict, key: str, typ: type[T], where: str) -> T: ...
+    @overload  # the form codegen/launch.py's Fields protocol declares
+    def get(self, d: dict, key: str, typ: type | tuple[type, ...], where: str) -> object: ...
+
     def get(self, d: dict, key: str, typ: type | tuple[type, ...], where: str) -> object:
         if key not in d:
             raise self.fail(where, f"missing field {key!r}")
@@ -151,27 +175,27 @@ class Decoder:
 
     def integer(self, d: dict, key: str, where: str, lo: int = 0, hi: int = MAX_COUNT) -> int:
         x = self.get(d, key, int, where)
-        if not lo <= x <= hi:  # type: ignore[operator]
+        if not lo <= x <= hi:
             raise self.fail(f"{where}.{key}", f"{show(x)} is outside [{lo}, {hi}]")
-        return x  # type: ignore[return-value]
+        return x
 
     def ints(self, d: dict, key: str, where: str, hi: int = MAX_COUNT, max_len: int = MAX_COUNT) -> tuple[int, ...]:
         xs = self.get(d, key, list, where)
-        if len(xs) > max_len:  # type: ignore[arg-type]
-            raise self.fail(f"{where}.{key}", f"{len(xs)} items, at most {max_len} expected")  # type: ignore[arg-type]
-        if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= hi for x in xs):  # type: ignore[union-attr]
+        if len(xs) > max_len:
+            raise self.fail(f"{where}.{key}", f"{len(xs)} items, at most {max_len} expected")
+        if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= hi for x in xs):
             raise self.fail(f"{where}.{key}", f"expected integers in [0, {hi}], got {show(xs)}")
-        return tuple(xs)  # type: ignore[arg-type]
+        return tuple(xs)
 
     def items(self, d: dict, key: str, where: str) -> list[tuple[dict, str]]:
         xs = self.get(d, key, list, where)
-        return [(self.obj(x, f"{where}{key}[{i}]"), f"{where}{key}[{i}]") for i, x in enumerate(xs)]  # type: ignore[arg-type]
+        return [(self.obj(x, f"{where}{key}[{i}]"), f"{where}{key}[{i}]") for i, x in enumerate(xs)]
 
     def sha256(self, d: dict, key: str, where: str) -> str:
         x = self.get(d, key, str, where)
-        if not SHA256.fullmatch(x):  # type: ignore[arg-type]
+        if not SHA256.fullmatch(x):
             raise self.fail(f"{where}.{key}", f"expected 64 lowercase hex digits, got {show(x)}")
-        return x  # type: ignore[return-value]
+        return x
 
     def dtype(self, d: dict, where: str) -> DType:
         name = self.get(d, "dtype", str, where)
@@ -188,31 +212,31 @@ class Decoder:
         return TensorType(dtype, shape)
 
     # -- sections -------------------------------------------------------------------
-    def header(self) -> dict[str, object]:
+    def version(self) -> tuple[int, str]:
+        """The plan's format version and the tilefuse that wrote it: read first, since the
+        rest of a plan of another version may differ (the caller explains)."""
+        return self.get(self.data, "format_version", int, ""), self.get(self.data, "tilefuse_version", str, "")
+
+    def header(self) -> Header:
+        """The top-level fields, once ``version`` is known to be this one."""
         d = self.data
-        format_version = self.get(d, "format_version", int, "")
-        tilefuse_version = self.get(d, "tilefuse_version", str, "")
-        if format_version != FORMAT_VERSION:  # the caller explains; the rest may differ
-            return {"format_version": format_version, "tilefuse_version": tilefuse_version}
-        return {
-            "format_version": format_version,
-            "tilefuse_version": tilefuse_version,
-            "source_model_sha256": self.get(d, "source_model_sha256", str, ""),
-            "source_model_path": d.get("source_model_path", "") if isinstance(d.get("source_model_path", ""), str) else "",
-            "target": self.get(d, "target", str, ""),
-            "precision": self.precision(d),
-            **self.target_record(d),
-            "cpu_requires": self.cpu_requires(d),
-            "arena_bytes": self.integer(d, "arena_bytes", "", hi=MAX_BYTES),
-            "weights_sha256": self.sha256(d, "weights_sha256", ""),
-        }
+        source_sha256 = self.get(d, "source_model_sha256", str, "")
+        source_path = d.get("source_model_path", "")
+        target = self.get(d, "target", str, "")
+        precision = self.precision(d)
+        target_spec, target_fingerprint = self.target_record(d)
+        return Header(
+            source_sha256, source_path if isinstance(source_path, str) else "", target, precision,
+            target_spec, target_fingerprint, self.cpu_requires(d), self.integer(d, "arena_bytes", "", hi=MAX_BYTES),
+            self.sha256(d, "weights_sha256", ""),
+        )
 
     def precision(self, d: dict) -> str:
         """Plans written before the field was added computed in float32."""
         x = d.get("precision", "fp32")
         if x not in PRECISIONS:
             raise self.fail("precision", f"expected one of {PRECISIONS}, got {show(x)}")
-        return x  # type: ignore[return-value]
+        return x
 
     def cpu_requires(self, d: dict) -> tuple[str, ...]:
         """CPU extension names, as /proc/cpuinfo spells them (absent: none recorded)."""
@@ -221,7 +245,7 @@ class Decoder:
             raise self.fail("cpu_requires", f"expected a list of CPU extension names, got {show(x)}")
         return tuple(x)
 
-    def target_record(self, d: dict) -> dict[str, object]:
+    def target_record(self, d: dict) -> tuple[dict, str]:
         """The target spec and its fingerprint, which must agree (both absent, or empty, in
         plans that do not record them). Information only: nothing at load depends on it."""
         spec, fingerprint = d.get("target_spec", {}), d.get("target_fingerprint", "")
@@ -235,7 +259,7 @@ class Decoder:
             actual = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
             if actual != fingerprint:
                 raise self.fail("target_fingerprint", f"{fingerprint} is not the sha256 of target_spec ({actual})")
-        return {"target_spec": spec, "target_fingerprint": fingerprint}
+        return spec, fingerprint
 
     def check_target(self, target: str) -> None:
         """The target's family must have a backend: it says what kernels and their launch
@@ -253,7 +277,7 @@ class Decoder:
             offset = d.get("offset")
             if offset is not None and (not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= MAX_BYTES):
                 raise self.fail(f"{where}.offset", f"expected an integer in [0, {MAX_BYTES}] or null, got {show(offset)}")
-            buf = Buffer(self.integer(d, "id", where), self.get(d, "name", str, where), BufferKind(kind),  # type: ignore[arg-type]
+            buf = Buffer(self.integer(d, "id", where), self.get(d, "name", str, where), BufferKind(kind),
                          self.type(d, where), offset)
             if self.get(d, "nbytes", int, where) != buf.nbytes:
                 raise self.fail(f"{where}.nbytes", f"{show(d['nbytes'])} does not match {buf.type}")
@@ -263,7 +287,7 @@ class Decoder:
     def bindings(self, key: str, buffers: tuple[Buffer, ...]) -> tuple[Binding, ...]:
         out = []
         for d, where in self.items(self.data, key, ""):
-            b = Binding(self.get(d, "name", str, where), self.integer(d, "buffer", where))  # type: ignore[arg-type]
+            b = Binding(self.get(d, "name", str, where), self.integer(d, "buffer", where))
             if not 0 <= b.buffer < len(buffers) or buffers[b.buffer].type != self.type(d, where):
                 raise self.fail(where, f"type {show(d.get('dtype'))}{show(d.get('shape'))} differs from buffer {b.buffer}")
             out.append(b)
@@ -280,19 +304,19 @@ class Decoder:
                 if role not in ROLES:
                     raise self.fail(f"{pw}.role", f"expected one of {ROLES}, got {show(role)}")
                 t = self.type(p, pw)
-                params.append(ParamSpec(self.get(p, "name", str, pw), str(t.dtype), t.shape, role))  # type: ignore[arg-type]
+                params.append(ParamSpec(self.get(p, "name", str, pw), str(t.dtype), t.shape, role))
             name = self.get(d, "name", str, where)
-            if not KERNEL_NAME.fullmatch(name):  # type: ignore[arg-type]
+            if not KERNEL_NAME.fullmatch(name):
                 raise self.fail(f"{where}.name", f"{show(name)} is not a generated kernel name ({KERNEL_NAME.pattern})")
             symbol = self.get(d, "symbol", str, where)
-            if symbol != fmt.entry(name):  # type: ignore[arg-type]
+            if symbol != fmt.entry(name):
                 raise self.fail(f"{where}.symbol", f"{show(symbol)} is not the entry of kernel {name}, "
-                                f"{fmt.entry(name)!r}")  # type: ignore[arg-type]
+                                f"{fmt.entry(name)!r}")
             launch_data = self.obj(self.get(d, "launch", dict, where), f"{where}.launch")
-            launch = self.backend.decode_launch(self, launch_data, f"{where}.launch", len(params), symbol)  # type: ignore[arg-type]
-            kernel = Kernel(name, symbol, self.kernel_path(d, name, where),  # type: ignore[arg-type]
+            launch = self.backend.decode_launch(self, launch_data, f"{where}.launch", len(params), symbol)
+            kernel = Kernel(name, symbol, self.kernel_path(d, name, where),
                             self.sha256(d, "sha256", where), launch, tuple(params), self.schedule(d, where))
-            if out.setdefault(name, kernel) is not kernel:  # type: ignore[arg-type]
+            if out.setdefault(name, kernel) is not kernel:
                 raise self.fail(where, f"kernel {name!r} listed twice")
         return out
 
@@ -357,13 +381,13 @@ class Decoder:
             ins, outs = self.ints(d, "inputs", where), self.ints(d, "outputs", where)
             group = self.integer(d, "group", where)
             if op == "kernel":
-                sites = tuple(IndexSite(self.get(x, "what", str, xw), self.integer(x, "extent", xw, hi=MAX_BYTES))  # type: ignore[arg-type]
+                sites = tuple(IndexSite(self.get(x, "what", str, xw), self.integer(x, "extent", xw, hi=MAX_BYTES))
                               for x, xw in (self.items(d, "sites", f"{where}.") if "sites" in d else []))
-                out.append(KernelStep(self.get(d, "kernel", str, where), ins, outs, group, sites,  # type: ignore[arg-type]
+                out.append(KernelStep(self.get(d, "kernel", str, where), ins, outs, group, sites,
                                       self.facts(d, where)))
             elif op == "host":
                 prim = primitive_from_json(d.get("primitive"), d.get("params"), f"{self.source}: {where}")
-                out.append(HostStep(prim, ins, outs, group, self.get(d, "node", str, where),  # type: ignore[arg-type]
+                out.append(HostStep(prim, ins, outs, group, self.get(d, "node", str, where),
                                     self.facts(d, where)))
             elif op == "branch":
                 out.append(self.branch(d, ins, outs, where))
@@ -375,23 +399,34 @@ class Decoder:
 
     def facts(self, d: dict, where: str) -> StepFacts | None:
         """A step's facts: absent in plans written before they were recorded (None), else
-        node names and op types (strings) and non-negative finite numbers."""
+        node names and op types (strings), non-negative finite seconds and non-negative
+        integer counts (FLOPs, bytes), each number possibly null."""
         if "facts" not in d:
             return None
         where = f"{where}.facts"
         x = self.obj(d["facts"], where)
-        names = [self.texts(x, key, where) for key in ("onnx_nodes", "onnx_ops")]
-        numbers: dict[str, float | int | None] = {}
-        for key in FACT_NUMBERS:
-            value = x.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not math.isfinite(value) or not 0 <= value <= MAX_FACT):
-                raise self.fail(f"{where}.{key}", f"expected a non-negative finite number or null, got {show(value)}")
-            numbers[key] = value
+        onnx_nodes, onnx_ops = (self.texts(x, key, where) for key in ("onnx_nodes", "onnx_ops"))
+        estimated, floor = (self.fact(x, key, where) for key in ("estimated_seconds", "floor_seconds"))
+        flops, nbytes = (self.fact_count(x, key, where) for key in ("flops", "bytes"))
         bound = x.get("bound", "")
         if bound not in BOUNDS:
             raise self.fail(f"{where}.bound", f"expected one of {BOUNDS}, got {show(bound)}")
-        return StepFacts(*names, **numbers, bound=bound)  # type: ignore[arg-type]
+        return StepFacts(onnx_nodes, onnx_ops, estimated, floor, flops, nbytes, bound)
+
+    def fact(self, d: dict, key: str, where: str) -> float | None:
+        """A non-negative finite number, or null (absent: null)."""
+        value = d.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or not 0 <= value <= MAX_FACT):
+            raise self.fail(f"{where}.{key}", f"expected a non-negative finite number or null, got {show(value)}")
+        return value
+
+    def fact_count(self, d: dict, key: str, where: str) -> int | None:
+        """A non-negative integer, or null: StepFacts counts FLOPs and bytes in integers."""
+        value = self.fact(d, key, where)
+        if value is not None and not isinstance(value, int):
+            raise self.fail(f"{where}.{key}", f"expected a non-negative integer or null, got {show(value)}")
+        return value
 
     def texts(self, d: dict, key: str, where: str) -> tuple[str, ...]:
         """A list of short strings (an absent one: empty)."""
@@ -406,15 +441,15 @@ class Decoder:
         if len(ins) != 1 or outs:
             raise self.fail(where, f"a branch reads its condition only and writes nothing, got inputs {list(ins)} "
                                    f"and outputs {list(outs)}")
-        counts = [self.integer(d, key, where) for key in ("then_steps", "else_steps")]
-        return BranchStep(ins[0], *counts, self.integer(d, "group", where), self.get(d, "node", str, where))  # type: ignore[arg-type]
+        then_steps, else_steps = (self.integer(d, key, where) for key in ("then_steps", "else_steps"))
+        return BranchStep(ins[0], then_steps, else_steps, self.integer(d, "group", where), self.get(d, "node", str, where))
 
     def select(self, d: dict, ins: tuple[int, ...], outs: tuple[int, ...], where: str) -> SelectStep:
         n = len(outs)
         if len(ins) != 1 + 2 * n:
             raise self.fail(f"{where}.inputs", f"a select of {n} outputs reads 1 + 2 x {n} buffers, got {len(ins)}")
-        return SelectStep(ins[0], ins[1:1 + n], ins[1 + n:], outs, self.integer(d, "group", where),  # type: ignore[arg-type]
-                          self.get(d, "node", str, where))  # type: ignore[arg-type]
+        return SelectStep(ins[0], ins[1:1 + n], ins[1 + n:], outs, self.integer(d, "group", where),
+                          self.get(d, "node", str, where))
 
 
 def show(x: object, limit: int = 60) -> str:

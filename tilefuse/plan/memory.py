@@ -127,9 +127,10 @@ def check_fits(plan: Plan, limit: int, whose: str) -> None:
     )
 
 
-def _size(n: int) -> str:
+def _size(nbytes: int) -> str:
+    n = float(nbytes)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if n < 1024 or unit == "PiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
+        n /= 1024
     raise AssertionError("unreachable")

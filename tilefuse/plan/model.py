@@ -290,7 +290,8 @@ class Plan:
         """What a run's status words (``[len(checked_steps()), 2]``, some row non-zero)
         report: the first checking step's out-of-range index."""
         k = int(np.flatnonzero(status[:, 0])[0])
-        step: KernelStep = self.steps[self.checked_steps()[k]]  # type: ignore[assignment]
+        step = self.steps[self.checked_steps()[k]]
+        assert isinstance(step, KernelStep)  # checked_steps lists kernel steps only
         return step.index_message(int(status[k, 0]) - 1, int(status[k, 1]))
 
     def memory_report(self) -> MemoryReport:

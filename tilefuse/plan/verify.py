@@ -39,12 +39,12 @@ def verify_plan(plan: Plan) -> None:
         if buf.kind is BufferKind.CONSTANT:
             _check_weight(plan, buf.id)
     for step in plan.steps:
-        for b in step.inputs + step.outputs:
-            if not 0 <= b < n:
-                raise PlanError(f"{step.label}: buffer {b} does not exist")
-        for b in step.outputs:
-            if not plan.buffers[b].kind.in_arena:
-                raise PlanError(f"{step.label} writes buffer {b} ({plan.buffers[b].name}), a {plan.buffers[b].kind.value}")
+        for i in step.inputs + step.outputs:
+            if not 0 <= i < n:
+                raise PlanError(f"{step.label}: buffer {i} does not exist")
+        for i in step.outputs:
+            if not plan.buffers[i].kind.in_arena:
+                raise PlanError(f"{step.label} writes buffer {i} ({plan.buffers[i].name}), a {plan.buffers[i].kind.value}")
         if isinstance(step, KernelStep):
             _check_kernel_step(plan, step)
         elif isinstance(step, HostStep):
@@ -152,6 +152,7 @@ def _check_branch_ranges(plan: Plan) -> None:
         limit, around = open_ranges[-1] if open_ranges else (len(plan.steps), "the plan")
         if end >= limit:
             raise PlanError(f"{step.label}: its {step.then_steps} + {step.else_steps} steps end past {around}")
-        if not isinstance(plan.steps[end], SelectStep) or plan.steps[end].cond != step.cond:
+        select = plan.steps[end]
+        if not isinstance(select, SelectStep) or select.cond != step.cond:
             raise PlanError(f"{step.label}: step {end}, after both branches, is not a select on buffer {step.cond}")
         open_ranges += [(end, step.label), (middle, step.label)]

@@ -31,9 +31,9 @@ def run_graph(
         for v in node.inputs:
             last_use[id(v)] = i
     for i, node in enumerate(graph.nodes):
-        args = [v.data if v.is_constant else env[id(v)] for v in node.inputs]
+        args = [v.data if v.data is not None else env[id(v)] for v in node.inputs]
         try:
-            results = node.op.evaluate(args)  # type: ignore[arg-type]
+            results = node.op.evaluate(args)
         except (IndexError, ValueError, TypeError) as e:
             raise ExecutionError(f"{node.name} ({node.op}, from {node.origin}): {e}") from e
         for v, r in zip(node.outputs, results):
@@ -53,7 +53,7 @@ def evaluate_all(graph: Graph, feeds: Mapping[str, object]) -> dict[int, np.ndar
     arrays = check_feeds([(v.name, v.type) for v in graph.inputs], feeds)
     env: dict[int, np.ndarray] = {id(v): arrays[v.name] for v in graph.inputs}
     for node in graph.nodes:
-        args = [v.data if v.is_constant else env[id(v)] for v in node.inputs]
-        for v, r in zip(node.outputs, node.op.evaluate(args)):  # type: ignore[arg-type]
+        args = [v.data if v.data is not None else env[id(v)] for v in node.inputs]
+        for v, r in zip(node.outputs, node.op.evaluate(args)):
             env[id(v)] = r
     return env

@@ -153,7 +153,8 @@ class Copy(Stmt):
     # a whole on-chip tile filled from a rectangle of a global tensor, element for element
     # (raised from a parallel nest by tile_ir/passes/copies.py): the GPU loads it in bulk
     # (T.copy: vectorised, asynchronous, overlapped by a pipelined loop); its leading source
-    # dims beyond the tile's rank are fixed indices
+    # dims beyond the tile's rank are fixed indices. Or a whole on-chip tile copied into
+    # another of its shape (an accumulator into its shared mirror: passes/epilogues.py)
     bulk: bool = False
 
 
@@ -168,6 +169,9 @@ class Gemm(Stmt):
     trans_a: bool = False
     trans_b: bool = False
     tf32: bool = False
+    # on a device with blocks: the product runs on tensor cores (tile_ir/passes/placement.py);
+    # False: exact FMA loops
+    tensor_cores: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +184,12 @@ class ReduceTile(Stmt):
     fn: ReduceFn
     dim: int
     clear: bool = True
+    # threads that share one kept index's reduction on a device with blocks (their partials
+    # meet in shared memory), as tile_ir/passes/lanes.py chose them; 1: one thread per index
+    lanes: int = 1
+    # on a device with blocks: folded in registers by TileLang's tile reduction, both tiles
+    # register fragments (tile_ir/passes/placement.py); False: through shared memory
+    registers: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +200,33 @@ class If(Stmt):
 
     cond: Expr
     body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A rectangle of a global output that a staged store copies out: the staging tile's
+    columns (rows, for a transposed tile) ``first`` to ``first + width``, written to
+    ``region``, per output dim an offset and its extent, or None for a fixed index
+    (``tile_ir.nests.rectangle``)."""
+
+    first: int
+    width: int
+    region: tuple[tuple[Expr, int | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Staging:
+    """How an epilogue nest of two loops stores a register accumulator's results to a
+    global output (tile_ir/passes/epilogues.py): each thread computes its own elements into
+    a shared tile of the output's type, (first loop, second loop) in shape, its rows padded
+    by ``pad`` elements (bank conflicts), and the tile is copied out in ``pieces`` with
+    whole-line vector stores. ``transposed``: the nest runs (columns, rows) of the
+    accumulator, which each thread reads in the accumulator's order, and the tile holds
+    [column, row], copied out along its rows."""
+
+    pieces: tuple[Piece, ...]
+    transposed: bool = False
+    pad: int = 0
 
 
 class LoopKind(enum.Enum):
@@ -205,6 +242,25 @@ class Loop(Stmt):
     kind: LoopKind
     body: tuple[Stmt, ...]
     stages: int = 0
+    # the serial loop of a running fold ``b[i] = f(b[i], term)`` in a parallel nest, split
+    # over this many threads per parallel index on a device with blocks (each folds every
+    # lanes-th term; tile_ir/passes/lanes.py); 1: one thread folds them all
+    lanes: int = 1
+    # the head of a parallel nest that stores an accumulator's results through a shared
+    # tile (tile_ir/passes/epilogues.py); None: element by element
+    staging: Staging | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Residency:
+    """What a GPU kernel asks of its compiler for ``blocks`` of it resident on one core (a
+    register bound per thread; 1: the compiler's default), and for a producer-loaded kernel
+    the register budgets of its warp roles that fit them (0: the toolchain's defaults), as
+    tile_ir/passes/pipelines.py chose them."""
+
+    blocks: int = 1
+    producer_registers: int = 0
+    consumer_registers: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +298,13 @@ class TileProgram:
     # memory), as the register placement pass found them for ``threads`` on a device with
     # blocks (tile_ir/passes/placement.py); empty elsewhere
     registers: frozenset[str] = frozenset()
+    # threads per row of a row program laid out as whole warps per row (registers and warp
+    # shuffles, no tile), as tile_ir/passes/rows.py found it; 0: the block-wide form
+    row_lanes: int = 0
+    # whether the pipelined loops load through TMA with a warp-specialised producer (GPU;
+    # else cp.async), and the blocks a core keeps resident (tile_ir/passes/pipelines.py)
+    tma: bool = False
+    residency: Residency = Residency()
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:

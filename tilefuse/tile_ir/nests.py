@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 
 from tilefuse.ir.dtypes import DType
-from tilefuse.tile_ir.ir import Const, Expr, If, IndexOp, IOp, Loop, LoopKind, Stmt, Var, subexpressions
+from tilefuse.tile_ir.ir import (Buffer, Const, Copy, Expr, Gemm, If, IndexOp, IOp, Load, Loop, LoopKind, ReduceTile, Stmt,
+                                 Store, Var, subexpressions)
 
 
 def parallel_nest(s: Loop) -> list[Loop]:
@@ -42,6 +43,51 @@ def uneven_nests(stmts: tuple[Stmt, ...], threads: int) -> list[int]:
     nests it guards instead (scalar copies into shared memory), but which is its decision,
     so every nest counts."""
     return [n for n in parallel_totals(stmts) if n >= threads and n % threads]
+
+
+def accumulation(body: tuple[Stmt, ...]) -> tuple[Store, Loop, Store, tuple[Store, ...]] | None:
+    """A parallel nest's body as ``[b[i] = init, for j... (serial): b[i] = f(b[i], ...),
+    *after]``: a running reduction per parallel index (the row stage of whole-row
+    epilogues; a pooling window, whose taps may be a nest of serial loops), then stores
+    that may read b[i] (the window's epilogue); as (init, the outer serial loop, the
+    update, after), or None."""
+    if len(body) < 2 or not isinstance(body[0], Store) or not isinstance(body[1], Loop):
+        return None
+    init, inner, after = body[0], body[1], body[2:]
+    loop = inner
+    while loop.kind is not LoopKind.PARALLEL and len(loop.body) == 1 and isinstance(loop.body[0], Loop):
+        loop = loop.body[0]
+    if loop.kind is LoopKind.PARALLEL or len(loop.body) != 1 or not isinstance(loop.body[0], Store):
+        return None
+    update = loop.body[0]
+    if update.buffer != init.buffer or update.indices != init.indices:
+        return None
+    stores = tuple(s for s in after if isinstance(s, Store))
+    if len(stores) != len(after):
+        return None
+    return init, inner, update, stores
+
+
+def reads(e: Expr, buffer: Buffer) -> bool:
+    """Whether ``e`` loads from ``buffer``."""
+    return any(isinstance(x, Load) and x.buffer == buffer for x in subexpressions(e))
+
+
+def stmt_reads(s: Stmt, buffer: Buffer) -> bool:
+    """Whether ``s`` reads ``buffer``: a product, tile reduction or copy that names it, or
+    a load of it in a store, in a branch's condition or in a branch's statements (a loop's
+    body is not looked into: see ``ir.statements``)."""
+    if isinstance(s, Gemm):
+        return buffer in (s.a, s.b, s.c)
+    if isinstance(s, ReduceTile):
+        return buffer in (s.src, s.dst)
+    if isinstance(s, Copy):
+        return buffer in (s.src.buffer, s.dst.buffer)
+    if isinstance(s, If):
+        return reads(s.cond, buffer) or any(stmt_reads(x, buffer) for x in s.body)
+    if isinstance(s, Store):
+        return any(reads(e, buffer) for e in (s.value, *s.indices))
+    return False
 
 
 def mentions(e: Expr, v: Var) -> bool:

@@ -50,7 +50,13 @@ def _stmt(s: object, indent: int, out: list[str]) -> None:
     pad = "    " * indent
     if isinstance(s, Loop):
         kind = {LoopKind.SERIAL: "serial", LoopKind.PARALLEL: "Parallel", LoopKind.PIPELINED: f"Pipelined[{s.stages}]"}[s.kind]
-        out.append(f"{pad}for {s.var.name} in T.{kind}({s.extent}):")
+        lanes = f", lanes={s.lanes}" if s.lanes != 1 else ""  # threads that share the fold (passes/lanes.py)
+        staged = ""
+        if s.staging is not None:  # (passes/epilogues.py)
+            n = len(s.staging.pieces)
+            how = " transposed" if s.staging.transposed else ""
+            staged = f"  # staged{how}: {n} piece{'s' if n > 1 else ''}, rows padded by {s.staging.pad}"
+        out.append(f"{pad}for {s.var.name} in T.{kind}({s.extent}{lanes}):{staged}")
         for b in s.body:
             _stmt(b, indent + 1, out)
     elif isinstance(s, If):
@@ -66,7 +72,8 @@ def _stmt(s: object, indent: int, out: list[str]) -> None:
     elif isinstance(s, Gemm):
         out.append(f"{pad}T.gemm({s.a.name}, {s.b.name}, {s.c.name}, transpose_A={s.trans_a}, transpose_B={s.trans_b})")
     elif isinstance(s, ReduceTile):
-        out.append(f"{pad}T.reduce_{s.fn.value}({s.src.name}, {s.dst.name}, dim={s.dim}, clear={s.clear})")
+        lanes = f", lanes={s.lanes}" if s.lanes != 1 else ""
+        out.append(f"{pad}T.reduce_{s.fn.value}({s.src.name}, {s.dst.name}, dim={s.dim}, clear={s.clear}{lanes})")
     else:
         out.append(f"{pad}{s!r}")
 
@@ -83,6 +90,7 @@ def format_program(p: TileProgram) -> str:
     grid = ", ".join(map(str, p.grid))
     bvars = ", ".join(v.name for v in p.block_vars)
     fitted = f"  # fitted from {p.fitted_from}" if p.fitted_from else ""
+    fitted += f"  # {p.row_lanes} lanes a row" if p.row_lanes else ""
     out.append(f"    with T.Kernel({grid}, threads={p.threads}) as ({bvars}):{fitted}")
     for b in p.allocs:
         out.append(f"        {b.name} = T.alloc_{b.scope.value}({list(b.shape)}, {b.dtype})")

@@ -125,6 +125,9 @@ class GemmSchedule(Schedule):
     operands: DType  # the operand tiles' type (half for tensor cores, else the accumulator's)
     tf32: bool  # float32 operands may round to TF32
     occupancy: int  # tiles asked to be resident per core; 0: the code generator's default
+    # a convolution's im2col tile filled along positions: neighbouring threads read
+    # neighbouring input positions (ConvPolicy.positions_inner)
+    positions_inner: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,11 @@ from tilefuse.errors import GraphError
 from tilefuse.ir.dtypes import DType
 from tilefuse.target import Target
 from tilefuse.tile_ir.nests import uneven_nests
+from tilefuse.tile_ir.passes.epilogues import check_staging
+from tilefuse.tile_ir.passes.lanes import check_lanes
+from tilefuse.tile_ir.passes.pipelines import check_pipelines
+from tilefuse.tile_ir.passes.placement import check_placement
+from tilefuse.tile_ir.passes.rows import check_rows
 from tilefuse.tile_ir.printer import format_expr
 from tilefuse.tile_ir.ir import (
     Buffer,
@@ -23,11 +28,13 @@ from tilefuse.tile_ir.ir import (
     Load,
     Loop,
     ReduceTile,
+    Region,
     Scope,
     Store,
     TileProgram,
     Var,
     dtype_of,
+    statements,
 )
 
 
@@ -35,7 +42,8 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
     """Raise GraphError if a buffer is used that is not a param or alloc, a variable is
     unbound, an index count does not match a buffer's rank, a Gemm's tiles do not fit
     together, a schedule record disagrees with the program it describes (threads,
-    occupancy, producer), or (with a target) per-tile buffers exceed its on-chip budget."""
+    occupancy, producer), a reduction's lanes or a row program's lanes a row are not ones
+    the printers can honour (passes/lanes.py, passes/rows.py), or (with a target) per-tile buffers exceed its on-chip budget."""
     known = {b.name: b for b in (*p.params, *p.allocs)}
     if len(known) != len(p.params) + len(p.allocs):
         raise GraphError(f"{p.name}: buffer names repeat")
@@ -46,10 +54,18 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
     bound = {v.name for v in p.block_vars}
     for s in p.body:
         _check_stmt(p, s, known, bound)
+    check_lanes(p, target is None or bool(target.device.max_block_threads))
+    check_rows(p, None if target is None else target.device.warp)
+    check_staging(p, target is None or bool(target.device.max_block_threads))
+    check_pipelines(p, None if target is None else target.device)
     if target is not None and target.device.max_block_threads:
         _check_block(p, target.device.max_block_threads)
     if target is not None and backends.for_target(target).tiles_on_chip:
-        onchip = sum(math.prod(b.shape) * b.dtype.itemsize for b in p.allocs)
+        # an accumulator's shared mirror (passes/epilogues.py) holds the tile its registers
+        # hold, counted once: the accumulator's
+        mirrors = {x.dst.buffer for x in statements(p.body)
+                   if isinstance(x, Copy) and x.bulk and x.src.buffer.scope is not Scope.GLOBAL}
+        onchip = sum(math.prod(b.shape) * b.dtype.itemsize for b in p.allocs if b not in mirrors)
         if onchip > target.device.onchip_bytes:
             how = p.notes[0].split(":")[0] if p.notes else "its"
             raise GraphError(f"kernel {p.name}: the {how} schedule needs {onchip // 1024} KB of on-chip tile buffers, "
@@ -78,11 +94,15 @@ def _check_block(p: TileProgram, most: int) -> None:
     if uneven:
         raise GraphError(f"kernel {p.name}: {p.threads} threads do not split its parallel nests of {uneven} "
                          f"iterations evenly (tile_ir.passes.fit_threads narrows them)")
-    fragments = {b.name for b in p.allocs if b.scope is Scope.FRAGMENT}
-    if not p.registers <= fragments:
-        raise GraphError(f"kernel {p.name}: registers {sorted(p.registers - fragments)} are not fragment tiles")
+    check_placement(p)
     if p.fitted_from and p.fitted_from < p.threads:
         raise GraphError(f"kernel {p.name}: fitted from {p.fitted_from} threads to more, {p.threads}")
+
+
+def _whole(r: Region) -> bool:
+    """``r`` is the whole of an on-chip buffer."""
+    return (r.buffer.scope is not Scope.GLOBAL and r.extents == r.buffer.shape
+            and all(isinstance(o, Const) and o.value == 0 for o in r.offsets))
 
 
 def _check_buffer(p: TileProgram, b: Buffer, known: dict[str, Buffer]) -> None:
@@ -147,6 +167,10 @@ def _check_stmt(p: TileProgram, s: object, known: dict[str, Buffer], bound: set[
                 _check_expr(p, o, known, bound)
         if math.prod(s.src.extents) != math.prod(s.dst.extents):
             raise GraphError(f"{p.name}: copy extents {s.src.extents} vs {s.dst.extents}")
+        if s.bulk and not (_whole(s.dst) and (s.src.buffer.scope is Scope.GLOBAL or _whole(s.src)
+                                               and s.src.buffer.shape == s.dst.buffer.shape)):
+            raise GraphError(f"{p.name}: a bulk copy fills a whole on-chip tile from a global tensor or from a whole "
+                             f"tile of its shape, not {s.src.buffer.name} -> {s.dst.buffer.name}")
     elif isinstance(s, Gemm):
         for operand in (s.a, s.b, s.c):
             _check_buffer(p, operand, known)

@@ -2,38 +2,36 @@
 
 TileLang parses the source of its kernels, so the CUDA code generator writes each
 TileProgram as a small Python module holding one ``@T.prim_func``; ``lower`` imports it
-and hands it to TileLang. The mapping is close to one-to-one, as the tile IR was made for:
+and hands it to TileLang. The printer decides nothing: the device passes
+(``tile_ir.passes.for_device``, run by ``lower_group``) have written every choice into the
+program, and the mapping is close to one-to-one:
 
-    grid / block_vars        -> ``with T.Kernel(*grid, threads=...) as (...)``
-    global params            -> ``T.Tensor(shape, dtype)`` arguments, in param order, then
-                                the status word of a program with index checks
-    IndexCheck               -> ``tf_index`` (include/tilefuse_math.cuh) on the status word
-    shared / fragment allocs -> ``T.alloc_shared`` / ``T.alloc_fragment`` (fragments only
-                                where TileLang needs registers: tensor-core accumulators and
-                                tile reductions; other fragments live in shared memory)
-    Fill                     -> ``T.fill``
-    tile fills               -> ``T.copy(src[region], tile)`` where a parallel nest copies a
-                                rectangle of a global tensor as it is (cp.async, overlapped
-                                by the pipelined K loop); other fills stay element loops
-    ReduceTile, running      -> ``T.reduce_*`` on register tiles of power-of-two shapes, else
-    reductions                  several threads per row (partials in shared memory, folded)
-    Gemm                     -> ``T.gemm`` on half-float tiles of MMA shapes (tensor cores,
-                                fp32 accumulate), or on float32 tiles a ``tf32`` Gemm allows
-                                (TF32 MMA); anything else, float32 included, as exact FMA
-                                loops, so fp32 stays fp32 unless asked
-    accumulator epilogues    -> read in registers where each thread reads its own elements,
-                                results staged in a shared tile of the output type and
-                                written with ``T.copy`` (whole-line stores); else the
-                                accumulator is copied to shared memory first (row norms,
-                                transposed outputs)
-    row-schedule programs    -> whole warps per row: registers and shuffles, no tile (warp_rows.py)
-    loops                    -> ``T.Parallel`` (directly nested parallel loops merge into
-                                one), ``T.serial``, ``T.Pipelined(num_stages=...)``
+    grid / block_vars, threads -> ``with T.Kernel(*grid, threads=...) as (...)`` (threads
+                                  fitted to split every parallel nest: passes/threads.py)
+    global params              -> ``T.Tensor(shape, dtype)`` arguments, in param order, then
+                                  the status word of a program with index checks
+    IndexCheck                 -> ``tf_index`` (include/tilefuse_math.cuh) on the status word
+    allocs                     -> ``T.alloc_fragment`` for ``registers``, else
+                                  ``T.alloc_shared`` (passes/placement.py)
+    Fill                       -> ``T.fill``
+    bulk Copy                  -> ``T.copy(src[region], tile)`` (cp.async or TMA, overlapped
+                                  by a pipelined loop: passes/copies.py), or ``T.copy(a, b)``
+                                  of an accumulator into its shared mirror (passes/epilogues.py);
+                                  other copies element loops
+    ReduceTile                 -> ``T.reduce_*`` where ``registers``, else ``lanes`` threads per
+    running folds                 row with partials in shared memory (passes/lanes.py)
+    Gemm                       -> ``T.gemm`` where ``tensor_cores``, else exact FMA loops
+    staged epilogue nests      -> a shared tile of the output type and ``T.copy`` of its
+                                  pieces (``Loop.staging``: passes/epilogues.py)
+    row programs of warps      -> whole warps per row: registers and shuffles (``row_lanes``:
+                                  passes/rows.py, printed by warp_rows.py)
+    tma, residency             -> ``PASS_CONFIG`` and the launch bounds (passes/pipelines.py)
+    loops                      -> ``T.Parallel`` (directly nested parallel loops merge into
+                                  one), ``T.serial``, ``T.Pipelined(num_stages=...)``
 
-More than three grid dimensions fold into the first CUDA one. Index arithmetic is int32
-(tensors here stay below 2^31 elements; ``emit_tilelang`` checks). Subexpressions a
-statement uses twice become ``let`` bindings, except under a WHERE branch, whose loads may
-be out of range when the branch is not taken.
+More than three grid dimensions fold into the first CUDA one. Expressions are printed by
+exprs.py (int32 index arithmetic: ``emit_tilelang`` checks tensors stay below 2^31
+elements; ``let`` bindings of shared subexpressions).
 
 Emission is pure: no tilelang import, so the text (and the cache key made from it) can be
 produced anywhere.
@@ -41,14 +39,11 @@ produced anywhere.
 from __future__ import annotations
 
 import hashlib
-import keyword
 import math
-import re
-from collections import Counter
 from dataclasses import dataclass
 
 from tilefuse.codegen.artifact import ParamSpec
-from tilefuse.codegen.cuda.fast_math import DeviceCall, fast_forms
+from tilefuse.codegen.cuda.exprs import ExprPrinter, dtype_text, shape_text
 from tilefuse.codegen.cuda.warp_rows import warp_rows
 from tilefuse.codegen.options import CudaOptions
 from tilefuse.codegen.toolchain import kernel_stem, param_specs
@@ -56,37 +51,10 @@ from tilefuse.device import HOPPER, Device
 from tilefuse.errors import CompileError
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn, ScalarFn
-from tilefuse.tile_ir.ir import (
-    Buffer,
-    Call,
-    Const,
-    Copy,
-    Expr,
-    Fill,
-    Gemm,
-    If,
-    IndexCheck,
-    IndexOp,
-    IOp,
-    Load,
-    Loop,
-    LoopKind,
-    ReduceTile,
-    Scope,
-    STATUS,
-    Stmt,
-    Store,
-    TileProgram,
-    Var,
-    dtype_of,
-    iop,
-    statements,
-    subexpressions,
-    substitute,
-)
-from tilefuse.tile_ir.nests import mentions, offset_of, parallel_nest, rectangle, uneven_nests
-from tilefuse.tile_ir.passes.placement import HALF, fragment_reduce, tensor_core
-from tilefuse.tile_ir.simplify import simplify_expr
+from tilefuse.tile_ir.ir import (Buffer, Copy, Expr, Fill, Gemm, If, Loop, LoopKind, ReduceTile, Scope, STATUS, Staging, Stmt,
+                                 Store, TileProgram)
+from tilefuse.tile_ir.nests import accumulation, parallel_nest, stmt_reads, uneven_nests
+from tilefuse.tile_ir.passes.lanes import lane_fold
 
 MAX_ELEMENTS = 2**31 - 1  # int32 indexing
 
@@ -117,7 +85,7 @@ def emit_tilelang(program: TileProgram, options: CudaOptions = CudaOptions(), de
     stem = kernel_stem(program.name)
     digest = hashlib.sha256("\n".join([stem, *emitter.header, *body]).encode()).hexdigest()[:10]
     func = f"{stem}_{digest}"
-    args = ", ".join(f"{emitter.name(b)}: T.Tensor({_shape(b.shape)}, {_dt(b.dtype)})"
+    args = ", ".join(f"{emitter.name(b)}: T.Tensor({shape_text(b.shape)}, {dtype_text(b.dtype)})"
                      for b in program.params + ((STATUS,) if program.index_sites else ()))
     lines = [
         f'"""tilefuse cuda kernel {func} (TileProgram {program.name}); generated, do not edit.',
@@ -136,93 +104,22 @@ def emit_tilelang(program: TileProgram, options: CudaOptions = CudaOptions(), de
     return TileLangSource("\n".join(lines), func, param_specs(program), program.index_sites > 0)
 
 
-def _shape(shape: tuple[int, ...]) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
-
-
-def _dt(dtype: DType) -> str:
-    return f'"{dtype.value}"'
-
-
-_INFIX_IOP = {IOp.ADD: "+", IOp.SUB: "-", IOp.MUL: "*", IOp.FLOORDIV: "//", IOp.MOD: "%",
-              IOp.LT: "<", IOp.LE: "<=", IOp.GE: ">=", IOp.EQ: "=="}
-_UNARY = {
-    ScalarFn.ABS: "T.abs", ScalarFn.SQRT: "T.sqrt", ScalarFn.EXP: "T.exp", ScalarFn.LOG: "T.log",
-    ScalarFn.FLOOR: "T.floor", ScalarFn.CEIL: "T.ceil", ScalarFn.ROUND: "T.nearbyint", ScalarFn.ERF: "T.erf",
-    ScalarFn.TANH: "T.tanh", ScalarFn.SIGMOID: "T.sigmoid", ScalarFn.SIN: "T.sin", ScalarFn.COS: "T.cos",
-    ScalarFn.TAN: "T.tan", ScalarFn.ASIN: "T.asin", ScalarFn.ACOS: "T.acos", ScalarFn.ATAN: "T.atan",
-    ScalarFn.SINH: "T.sinh", ScalarFn.COSH: "T.cosh", ScalarFn.ASINH: "T.asinh", ScalarFn.ACOSH: "T.acosh",
-    ScalarFn.ATANH: "T.atanh", ScalarFn.ISNAN: "T.isnan", ScalarFn.ISINF: "T.isinf",
-    ScalarFn.BITNOT: "T.bitwise_not", ScalarFn.NOT: "T.Not",
-}
-_INFIX = {ScalarFn.ADD: "+", ScalarFn.SUB: "-", ScalarFn.MUL: "*", ScalarFn.EQ: "==", ScalarFn.LT: "<",
-          ScalarFn.LE: "<=", ScalarFn.GT: ">", ScalarFn.GE: ">="}
-_BINARY = {ScalarFn.MAX: "T.max", ScalarFn.MIN: "T.min", ScalarFn.POW: "T.pow", ScalarFn.BITAND: "T.bitwise_and",
-           ScalarFn.BITOR: "T.bitwise_or", ScalarFn.BITXOR: "T.bitwise_xor", ScalarFn.SHL: "T.shift_left",
-           ScalarFn.SHR: "T.shift_right", ScalarFn.AND: "T.And", ScalarFn.OR: "T.Or"}
 _REDUCE = {ReduceFn.SUM: "T.reduce_sum", ReduceFn.MAX: "T.reduce_max", ReduceFn.MIN: "T.reduce_min"}
 
 
-class _Emitter:
+class _Emitter(ExprPrinter):
     def __init__(self, program: TileProgram, options: CudaOptions, device: Device) -> None:
-        self.p, self.options, self.device = program, options, device
-        self.header: list[str] = []  # module-level constants
-        self._consts: dict[tuple[str, str], str] = {}
-        self._names: dict[str, str] = {}
-        self._taken = {"T"}
-        self._temps = 0
-        self.threads = program.threads
-        self.alias: dict[str, str] = {}  # buffer name -> the name loads of it use
+        super().__init__(program, options)
+        self.device = device
         self.locals: dict[DType, str] = {}  # per-thread accumulators, one per dtype
-        self.replaced: dict[tuple[str, tuple[Expr, ...]], str] = {}  # a Load read from a local
         self.partials: list[str] = []  # shared buffers of cooperative reductions, allocated last
-        self.pipelines: list[bool] = []  # per pipelined loop: only T.copy tile loads and products
-        self.register_accs: set[Buffer] = set()  # accumulators the epilogue reads in registers
         self.staging: list[str] = []  # shared output tiles of staged stores, allocated last
-        self.branch_mirrors: dict[int, list[tuple[Buffer, Buffer]]] = {}  # id(If) -> (accumulator, its shared copy)
-        # id(nest) -> (accumulator, pieces) of epilogue nests written with the tile's rows
-        # innermost (K transposed for attention), staged from registers (transposed_store)
-        self.transposed: dict[int, tuple[Buffer, list[tuple[int, int, list[str]]]]] = {}
 
     def pass_config(self) -> dict[str, bool]:
         """TileLang pass options for this kernel (the lowering reads ``PASS_CONFIG`` from
-        the module): TMA loads and warp specialisation only where every pipelined loop is
-        plain tile copies and products, else cp.async under TileLang's software pipeline."""
-        if (self.options.tma_pipelines or self.p.producer) and self.pipelines and all(self.pipelines):
-            return {}
-        return {"tl.disable_tma_lower": True, "tl.disable_warp_specialized": True}
-
-    # -- names -------------------------------------------------------------------------
-    def name(self, b: Buffer | Var) -> str:
-        key = b.name
-        if key not in self._names:
-            text = re.sub(r"[^A-Za-z0-9_]", "_", key) or "_"
-            if text[0].isdigit() or keyword.iskeyword(text) or text.startswith("_"):
-                text = "v_" + text.lstrip("_")
-            while text in self._taken:
-                text += "_"
-            self._taken.add(text)
-            self._names[key] = text
-        return self._names[key]
-
-    def temp(self) -> str:
-        self._temps += 1
-        return f"_t{self._temps}"
-
-    def const(self, value: float | int | bool, dtype: DType) -> str:
-        """A typed scalar constant, defined once at module level."""
-        if dtype is DType.BOOL:
-            text = f"T.bool({bool(value)})"
-        elif dtype.is_float:
-            v = float(value)
-            text = f"T.{dtype.value}({v!r})" if math.isfinite(v) else f'T.{dtype.value}(float("{v}"))'
-        else:
-            text = f"T.{dtype.value}({int(value)})"
-        key = (text, dtype.value)
-        if key not in self._consts:
-            self._consts[key] = f"_c{len(self._consts)}"
-            self.header.append(f"{self._consts[key]} = {text}")
-        return self._consts[key]
+        the module): TMA loads and warp specialisation where the program says so
+        (tile_ir.passes.plan_pipelines), else cp.async under TileLang's software pipeline."""
+        return {} if self.p.tma else {"tl.disable_tma_lower": True, "tl.disable_warp_specialized": True}
 
     # -- the kernel --------------------------------------------------------------------
     def kernel(self) -> list[str]:
@@ -251,51 +148,22 @@ class _Emitter:
         if self.options.programmatic_launch is not None:
             pdl = [f"{ind}T.pdl_trigger()", f"{ind}T.pdl_sync()"]
             lines += pdl if self.options.programmatic_launch == "release-first" else pdl[::-1]
-        rows = warp_rows(self, threads, 2)  # norms and softmax rows: whole warps per row
+        r = p.residency  # (tile_ir.passes.plan_pipelines)
+        bound = [f"T.annotate_min_blocks_per_sm({r.blocks})"] if r.blocks > 1 else []
+        if r.consumer_registers:
+            bound += [f"T.annotate_producer_reg_dealloc({r.producer_registers})",
+                      f"T.annotate_consumer_reg_alloc({r.consumer_registers})"]
+        lines += [ind + x for x in bound]
+        rows = warp_rows(self, 2)  # norms and softmax rows: whole warps per row (tile_ir.passes.warp_rows)
         if rows is not None:
-            bound = [f"{ind}T.annotate_min_blocks_per_sm({p.occupancy})"] if p.occupancy > 1 else []
-            return lines + bound + rows
+            return lines + rows
         register = p.registers  # (tile_ir.passes.place_registers)
-        accumulators = _gemm_targets(p.body)
-        if p.occupancy > 1:  # the schedule's own: e.g. every attention tile resident in one wave
-            lines.append(f"{ind}T.annotate_min_blocks_per_sm({p.occupancy})")
-        elif p.producer and self.options.producer_blocks_per_sm > 1:
-            lines += [ind + x for x in _producer_registers(threads, self.options, self.device)]
-        elif (self.options.min_blocks_per_sm > 1 and not p.producer
-              and any(isinstance(s, Gemm) and tensor_core(s, threads) for s in statements(p.body))):
-            lines.append(f"{ind}T.annotate_min_blocks_per_sm({self.options.min_blocks_per_sm})")
-        reduced = _reduce_buffers(p.body)
-        mirrors: dict[str, Buffer] = {}  # tensor-core accumulator -> its shared copy
+        # accumulators' shared mirrors are allocs and copies of the program (tile_ir.passes.stage_epilogues)
         for b in p.allocs:
             alloc = "T.alloc_fragment" if b.scope is Scope.FRAGMENT and b.name in register else "T.alloc_shared"
-            lines.append(f"{ind}{self.name(b)} = {alloc}({_shape(b.shape)}, {_dt(b.dtype)})")
-            if b.name in register and b.name in accumulators and b.name not in reduced:
-                self.find_transposed_stores(b)
-                if self.options.epilogue_in_registers and _own_element_epilogue(p.body, b, self.transposed):
-                    self.register_accs.add(b)
-                    continue
-                mirror = Buffer(f"{b.name}_s", b.dtype, b.shape, Scope.SHARED)
-                lines.append(f"{ind}{self.name(mirror)} = T.alloc_shared({_shape(b.shape)}, {_dt(b.dtype)})")
-                branches = _mirrored_branches(p.body, b, self.transposed) if self.options.epilogue_in_registers else None
-                if branches:
-                    self.register_accs.add(b)
-                    for branch in branches:
-                        self.branch_mirrors.setdefault(id(branch), []).append((b, mirror))
-                    continue
-                mirrors[b.name] = mirror
-        # An accumulator whose epilogue reads other threads' elements (whole-row norms,
-        # transposed stores) is copied to shared memory once its last product is done, and
-        # the statements after read the copy. One read element by element, each by the
-        # thread that holds it, stays in registers.
-        last = {name: _last_gemm(p.body, name) for name in mirrors}
-        body: list[str] = []
-        for i, st in enumerate(p.body):
-            body += self.stmt(st, 2)
-            for name, at in last.items():
-                if at == i:
-                    body.append(f"{ind}T.copy({self._names[name]}, {self.name(mirrors[name])})")
-                    self.alias[name] = self.name(mirrors[name])
-        lines += [f"{ind}{name} = T.alloc_local((1,), {_dt(dt)})" for dt, name in self.locals.items()]
+            lines.append(f"{ind}{self.name(b)} = {alloc}({shape_text(b.shape)}, {dtype_text(b.dtype)})")
+        body = self.block(p.body, 2) if p.body else []
+        lines += [f"{ind}{name} = T.alloc_local((1,), {dtype_text(dt)})" for dt, name in self.locals.items()]
         lines += [ind + x for x in self.partials + self.staging]
         return lines + body
 
@@ -324,60 +192,37 @@ class _Emitter:
             return self.branch(s, depth)
         if isinstance(s, ReduceTile):
             fn = _REDUCE.get(s.fn)
-            if fn is not None and fragment_reduce(s, self.threads):
+            if fn is not None and s.registers:  # (tile_ir.passes.place_registers)
                 return [f"{ind}{fn}({self.name(s.src)}, {self.name(s.dst)}, dim={s.dim}, clear={s.clear})"]
             return self.reduce_loops(s, depth)
         raise CompileError(f"kernel {self.p.name}: no TileLang form for {type(s).__name__}")
 
     def branch(self, s: If, depth: int) -> list[str]:
-        """``if cond:`` and its body. A branch that reads other threads' accumulator
-        elements first copies the accumulator to its shared mirror and reads that."""
         ind = " " * 4 * depth
         lets, (cond,) = self.render([s.cond], [True])
-        out = [ind + x for x in lets] + [f"{ind}if {cond}:"]
-        mirrored = self.branch_mirrors.get(id(s), [])
-        for acc, mirror in mirrored:
-            out.append(f"{ind}    T.copy({self.name(acc)}, {self.name(mirror)})")
-            self.alias[acc.name] = self.name(mirror)
-            self.register_accs.discard(acc)
-        try:
-            return out + self.block(s.body, depth + 1)
-        finally:
-            for acc, _ in mirrored:
-                del self.alias[acc.name]
-                self.register_accs.add(acc)
+        return [ind + x for x in lets] + [f"{ind}if {cond}:"] + self.block(s.body, depth + 1)
 
     def loop(self, s: Loop, depth: int) -> list[str]:
         ind = " " * 4 * depth
         if s.kind is LoopKind.PARALLEL:
             loops = parallel_nest(s)
             head = f"for {', '.join(self.name(l.var) for l in loops)} in T.Parallel({', '.join(str(l.extent) for l in loops)}):"
-            if id(s) in self.transposed and self.transposed[id(s)][0] in self.register_accs:
-                return self.transposed_store(loops, depth)
-            staged = self.staged_store(loops, depth)
-            if staged is not None:
-                return staged
-            acc = _accumulation(loops[-1].body)
+            if s.staging is not None:  # (tile_ir.passes.stage_epilogues)
+                return self.staged_store(loops, s.staging, depth)
+            acc = accumulation(loops[-1].body)
             if acc is not None:
                 init, inner, update, after = acc
-                single = not after and inner.body[0] is update  # one tap loop, nothing after: lanes may share it
-                shared = self.accumulate_lanes(loops, init, inner, update, depth) if single else None
-                if shared is not None:
-                    return shared
+                if inner.lanes > 1:  # (tile_ir.passes.assign_lanes)
+                    return self.accumulate_lanes(loops, depth)
                 # a window's running value, read only by its own epilogue, never needs its tile
                 keep = not after or _read_outside(self.p.body, init.buffer, s)
                 return [ind + head] + self.accumulate(init, inner, update, after, depth + 1, keep)
             return [ind + head] + self.block(loops[-1].body, depth + 1)
         if s.kind is LoopKind.PIPELINED and s.stages > 1:
             head = f"for {self.name(s.var)} in T.Pipelined({s.extent}, num_stages={s.stages}):"
-            self.pipelines.append(all(isinstance(x, Gemm) or self._copy_nest(x) for x in s.body))
         else:
             head = f"for {self.name(s.var)} in T.serial({s.extent}):"
         return [ind + head] + self.block(s.body, depth + 1)
-
-    @staticmethod
-    def _copy_nest(s: Stmt) -> bool:
-        return isinstance(s, Copy) and s.bulk
 
     def local(self, dtype: DType) -> str:
         if dtype not in self.locals:
@@ -416,7 +261,10 @@ class _Emitter:
     def bulk_copy(self, s: Copy) -> str:
         """``T.copy(src[region], tile)``: TileLang turns it into vectorised asynchronous
         copies that a pipelined K loop overlaps with the products. The source's leading
-        dims beyond the tile's rank are fixed indices, the rest ``offset:offset + extent``."""
+        dims beyond the tile's rank are fixed indices, the rest ``offset:offset + extent``.
+        A whole on-chip tile (an accumulator into its mirror) is ``T.copy(tile, tile)``."""
+        if s.src.buffer.scope is not Scope.GLOBAL:
+            return f"T.copy({self.name(s.src.buffer)}, {self.name(s.dst.buffer)})"
         fixed = len(s.src.extents) - len(s.dst.buffer.shape)
         parts = []
         for d, (o, ext) in enumerate(zip(s.src.offsets, s.src.extents)):
@@ -424,138 +272,50 @@ class _Emitter:
             parts.append(t if d < fixed else (f"{t}:{t} + {ext}" if t != "0" else f"0:{ext}"))
         return f"T.copy({self.name(s.src.buffer)}[{', '.join(parts)}], {self.name(s.dst.buffer)})"
 
-    def region(self, indices: tuple[Expr, ...], loops: list[Loop]) -> list[str] | None:
-        """``indices`` as a rectangle over the nest ``loops`` (tile_ir.nests.rectangle): the
-        slice texts, or None."""
-        rect = rectangle(indices, loops)
-        if rect is None:
-            return None
+    def region(self, rect: tuple[tuple[Expr, int | None], ...]) -> list[str]:
+        """The slice texts of a rectangle (tile_ir.nests.rectangle): fixed indices, then
+        ``offset:offset + extent``."""
         parts = []
         for o, ext in rect:
             t = self.index(o)
             parts.append(t if ext is None else (f"{t}:{t} + {ext}" if t != "0" else f"0:{ext}"))
         return parts
 
-    def staged_store(self, loops: list[Loop], depth: int) -> list[str] | None:
-        """An epilogue nest ``out[c, o0 + i, o1 + j] = f(acc[i, j], ...)`` over a register
-        accumulator: each thread computes its own elements into a shared tile of the
-        output's type, and ``T.copy`` writes the rectangle out with whole-line vector
-        stores (a thread's accumulator elements are scattered over the tile's rows)."""
-        body = loops[-1].body
-        if not self.options.staged_stores or len(body) != 1 or not isinstance(body[0], Store) or len(loops) != 2:
-            return None
-        st = body[0]
-        if st.buffer.scope is not Scope.GLOBAL or not any(_reads(st.value, b) for b in self.register_accs):
-            return None
-        pieces = self.pieces(st.indices, loops)
-        if not pieces:
-            return None
+    def staged_store(self, loops: list[Loop], staging: Staging, depth: int) -> list[str]:
+        """An epilogue nest ``out[...] = f(acc[i, j], ...)`` the program stages: each thread
+        computes its own elements into a shared tile of the output's type, and ``T.copy``
+        writes each piece out with whole-line vector stores (a thread's accumulator elements
+        are scattered over the tile's rows). A transposed nest runs in the accumulator's
+        order (each thread its own registers) into a [col, row] tile, copied out along its
+        rows."""
+        st = loops[-1].body[0]
+        if len(loops) != 2 or not isinstance(st, Store):  # what the verifier ensures
+            raise CompileError(f"kernel {self.p.name}: a staged nest is no nest of two loops and one store")
         ind = " " * 4 * depth
-        tile = self.staging_tile(loops[0].extent, loops[1].extent, st.buffer.dtype)
+        where = [self.region(piece.region) for piece in staging.pieces]
+        tile = self.staging_tile(loops[0].extent, loops[1].extent + staging.pad, st.buffer.dtype)
         lets, (value,) = self.render([st.value], [False])
+        out_name = self.name(st.buffer)
+        if staging.transposed:
+            cols, rows = loops
+            r, c = self.name(rows.var), self.name(cols.var)
+            out = ([f"{ind}for {r}, {c} in T.Parallel({rows.extent}, {cols.extent}):"]
+                   + [f"{ind}    {x}" for x in lets] + [f"{ind}    {tile}[{c}, {r}] = {value}"])
+            return out + [f"{ind}T.copy({tile}[{piece.first}:{piece.first + piece.width}, 0:{rows.extent}], "
+                          f"{out_name}[{', '.join(at)}])" for piece, at in zip(staging.pieces, where)]
         names = [self.name(l.var) for l in loops]
         out = ([f"{ind}for {', '.join(names)} in T.Parallel({', '.join(str(l.extent) for l in loops)}):"]
                + [f"{ind}    {x}" for x in lets]
                + [f"{ind}    {tile}[{', '.join(names)}] = {value}"])
-        for j0, width, where in pieces:
-            out.append(f"{ind}T.copy({tile}[0:{loops[0].extent}, {j0}:{j0 + width}], {self.name(st.buffer)}[{', '.join(where)}])")
-        return out
+        return out + [f"{ind}T.copy({tile}[0:{loops[0].extent}, {piece.first}:{piece.first + piece.width}], "
+                      f"{out_name}[{', '.join(at)}])" for piece, at in zip(staging.pieces, where)]
 
     def staging_tile(self, rows: int, cols: int, dtype: DType) -> str:
-        """A shared tile for staged stores, its rows padded by 16 bytes: a thread's
-        accumulator elements sit 8 rows apart, and unpadded rows of a power-of-two length
-        would put them in one bank (Nsight: 7-way conflicts on the QKV kernel's stores).
-        The padding keeps each row's start 16-byte aligned for the vector copies out."""
+        """A shared tile for a staged store (its rows padded as the staging says), allocated
+        after the kernel's other buffers."""
         tile = f"_out{len(self.staging)}"
-        # not under a producer (TMA stores the tile as one contiguous box)
-        pad = max(1, 16 // dtype.itemsize) if self.options.staging_pad and not self.p.producer else 0
-        self.staging.append(f"{tile} = T.alloc_shared({_shape((rows, cols + pad))}, {_dt(dtype)})")
+        self.staging.append(f"{tile} = T.alloc_shared({shape_text((rows, cols))}, {dtype_text(dtype)})")
         return tile
-
-    def find_transposed_stores(self, acc: Buffer) -> None:
-        """Epilogue nests over (columns, rows) of ``acc`` that store ``f(acc[row, col])`` to
-        a rectangle (or per-head rectangles) of a global output whose contiguous axis runs
-        along the rows: written from registers into a shared tile of the output's type laid
-        out [col, row], then copied out (transposed_store). Recorded in ``self.transposed``."""
-        if not (self.options.staged_stores and self.options.epilogue_in_registers):
-            return
-        for s in statements(self.p.body):
-            if not (isinstance(s, Loop) and s.kind is LoopKind.PARALLEL):
-                continue
-            nest = parallel_nest(s)
-            body = nest[-1].body
-            if len(nest) != 2 or tuple(l.extent for l in nest) != acc.shape[::-1] or len(body) != 1:
-                continue
-            st = body[0]
-            if not isinstance(st, Store) or st.buffer.scope is not Scope.GLOBAL or not _reads(st.value, acc):
-                continue
-            cols, rows = nest
-            if any(_reads(i, acc) for i in st.indices) or any(
-                    isinstance(y, Load) and y.buffer == acc and y.indices != (rows.var, cols.var)
-                    for y in subexpressions(st.value)):
-                continue
-            pieces = self.pieces(st.indices, nest, split=0)
-            if pieces:
-                self.transposed[id(s)] = (acc, pieces)
-
-    def transposed_store(self, loops: list[Loop], depth: int) -> list[str]:
-        """A nest of find_transposed_stores: the loops run in the accumulator's order (each
-        thread its own registers), the results land in a shared [col, row] tile of the
-        output's type, and T.copy writes each piece out along the rows."""
-        ind = " " * 4 * depth
-        cols, rows = loops
-        st = loops[-1].body[0]
-        _, pieces = self.transposed[id(loops[0])]
-        tile = self.staging_tile(cols.extent, rows.extent, st.buffer.dtype)  # type: ignore[union-attr]
-        lets, (value,) = self.render([st.value], [False])  # type: ignore[union-attr]
-        r, c = self.name(rows.var), self.name(cols.var)
-        out = ([f"{ind}for {r}, {c} in T.Parallel({rows.extent}, {cols.extent}):"]
-               + [f"{ind}    {x}" for x in lets] + [f"{ind}    {tile}[{c}, {r}] = {value}"])
-        for j0, width, where in pieces:
-            out.append(f"{ind}T.copy({tile}[{j0}:{j0 + width}, 0:{rows.extent}], "
-                       f"{self.name(st.buffer)}[{', '.join(where)}])")  # type: ignore[union-attr]
-        return out
-
-    def pieces(self, indices: tuple[Expr, ...], loops: list[Loop],
-               split: int = 1) -> list[tuple[int, int, list[str]]] | None:
-        """The rectangles of the output a two-loop nest writes: the whole tile when
-        ``indices`` are one region over it, else its columns (the nest's loop ``split``) in
-        pieces of ``d``, where the output index divides the column by ``d`` (a 128-column
-        tile of two 64-wide heads written [batch, head, seq, d]): each piece's first
-        column, width and region; None if neither."""
-        cols, rows = loops[split], loops[1 - split]
-        whole = self.region(indices, loops)
-        if whole is not None:
-            return [(0, cols.extent, whole)]
-        divisors = {int(x.b.value) for e in indices for x in subexpressions(e)  # type: ignore[attr-defined]
-                    if isinstance(x, IndexOp) and x.op in (IOp.FLOORDIV, IOp.MOD) and isinstance(x.b, Const)
-                    and mentions(x.a, cols.var)}
-        ranges = {v.name: g for v, g in zip(self.p.block_vars, self.p.grid)} | {rows.var.name: rows.extent}
-        for d in sorted(divisors, reverse=True):
-            if d >= cols.extent or cols.extent % d:
-                continue
-            inner = Loop(Var(f"{cols.var.name}_in"), d, LoopKind.PARALLEL, ())
-            nest = [rows, inner] if split == 1 else [inner, rows]
-            pieces = []
-            for j0 in range(0, cols.extent, d):
-                env = {cols.var: iop(IOp.ADD, j0, inner.var)}
-                idx = tuple(simplify_expr(substitute(e, env), ranges | {inner.var.name: d}) for e in indices)
-                where = self.region(idx, nest)
-                if where is None:
-                    break
-                pieces.append((j0, d, where))
-            else:
-                return pieces
-        return None
-
-    def lanes(self, kept: int, red: int) -> int:
-        """Threads that share one reduction: the largest power of two up to 32 that divides
-        the reduced extent and, times the kept extent, fits in the block (1: one per row).
-        One thread folds the partials, so more lanes would make that fold the long pole."""
-        lanes = 1
-        while lanes < 32 and red % (lanes * 2) == 0 and kept * lanes * 2 <= self.threads:
-            lanes *= 2
-        return lanes
 
     def cooperative(self, kept: list[tuple[str, int]], red: int, lanes: int, dtype: DType, combine: str,
                     identity: str, start: tuple[list[str], str], term, store: tuple[list[str], str],
@@ -567,8 +327,8 @@ class _Emitter:
         expression ``j``; it, ``start`` and ``store`` (the target) are (let lines, text)."""
         ind = " " * 4 * depth
         part = f"_part{len(self.partials)}"
-        shape = _shape(tuple(e for _, e in kept) + (lanes,))
-        self.partials.append(f"{part} = T.alloc_shared({shape}, {_dt(dtype)})")
+        shape = shape_text(tuple(e for _, e in kept) + (lanes,))
+        self.partials.append(f"{part} = T.alloc_shared({shape}, {dtype_text(dtype)})")
         acc = f"{self.local(dtype)}[0]"
         names = [n for n, _ in kept]
         lane, jj, ll = self.temp(), self.temp(), self.temp()
@@ -589,15 +349,15 @@ class _Emitter:
         out += [f"{ind}    {x}" for x in store[0]]
         return out + [f"{ind}    {store[1]} = {acc}"]
 
-    def accumulate_lanes(self, loops: list[Loop], init: Store, inner: Loop, update: Store, depth: int) -> list[str] | None:
-        """``accumulate`` with several threads per parallel index, where the update is an
-        associative fold ``b[i] = f(b[i], term)`` (sum, product, max, min)."""
-        kept = math.prod(l.extent for l in loops)
-        lanes = self.lanes(kept, inner.extent)
-        fold = _fold(update, init.buffer.dtype)
-        if lanes == 1 or fold is None:
-            return None
-        combine, identity, term = fold
+    def accumulate_lanes(self, loops: list[Loop], depth: int) -> list[str]:
+        """``accumulate`` with ``lanes`` threads per parallel index (the serial loop's), where
+        the update is an associative fold ``b[i] = f(b[i], term)`` (sum, product, max, min)."""
+        shared = lane_fold(loops)
+        if shared is None:  # what the verifier ensures
+            raise CompileError(f"kernel {self.p.name}: a nest's loop has lanes but is no fold's loop")
+        init, inner, fn, term = shared
+        combine, identity = _FOLDS[fn]
+        lanes = inner.lanes
         dt = init.buffer.dtype
         lets, (start,) = self.render([init.value], [False])
         names = [(self.name(l.var), l.extent) for l in loops]
@@ -645,7 +405,7 @@ class _Emitter:
         if not dt.is_float and s.fn in (ReduceFn.MAX, ReduceFn.MIN):
             raise CompileError(f"kernel {self.p.name}: integer tile {s.fn.value} is not supported on CUDA")
         start = self.const(identity, dt) if s.clear else f"{dst}[{i}]"
-        lanes = self.lanes(kept, red)
+        lanes = s.lanes  # (tile_ir.passes.assign_lanes)
         if lanes > 1:
             def term(jv: str) -> tuple[list[str], str]:
                 at = f"{src}[{i}, {jv}]" if s.dim == 1 else f"{src}[{jv}, {i}]"
@@ -662,7 +422,7 @@ class _Emitter:
     def gemm(self, s: Gemm, depth: int) -> list[str]:
         ind = " " * 4 * depth
         a, b, c = (self.name(x) for x in (s.a, s.b, s.c))
-        if tensor_core(s, self.threads):
+        if s.tensor_cores:  # (tile_ir.passes.place_registers)
             return [f"{ind}T.gemm({a}, {b}, {c}, transpose_A={s.trans_a}, transpose_B={s.trans_b})"]
         # float32 (and anything else): exact FMA loops over the tile
         m, n = s.c.shape
@@ -677,154 +437,6 @@ class _Emitter:
             f"{ind}        {c}[{i}, {j}] = {c}[{i}, {j}] + {cast(av)} * {cast(bv)}",
         ]
 
-    # -- expressions -------------------------------------------------------------------
-    def index(self, e: Expr) -> str:
-        lets, (text,) = self.render([e], [True])
-        if lets:
-            raise CompileError(f"kernel {self.p.name}: region offset too complex for TileLang: {text}")
-        return text
-
-    def render(self, roots: list[Expr], is_index: list[bool]) -> tuple[list[str], list[str]]:
-        """Text of each root, with ``let`` lines for subexpressions used more than once
-        (outside WHERE branches)."""
-        if self.options.fast_erf_sum:  # values only: index arithmetic holds no erf
-            roots = [r if index else fast_forms(r) for r, index in zip(roots, is_index)]
-        counts: Counter = Counter()
-        seen: set[int] = set()
-
-        def count(e: Expr, guarded: bool) -> None:
-            if isinstance(e, (Var, Const)) or guarded:
-                return
-            counts[e] += 1
-            if id(e) in seen:
-                return
-            seen.add(id(e))
-            if isinstance(e, IndexOp):
-                count(e.a, False), count(e.b, False)
-            elif isinstance(e, Load):
-                for x in e.indices:
-                    count(x, False)
-            elif isinstance(e, Call):
-                for k, x in enumerate(e.args):
-                    count(x, e.fn is ScalarFn.WHERE and k > 0)
-            elif isinstance(e, DeviceCall):
-                for x in e.args:
-                    count(x, False)
-            elif isinstance(e, IndexCheck):
-                count(e.index, False)
-
-        for r in roots:
-            count(r, False)
-        lets: list[str] = []
-        bound: dict[Expr, str] = {}
-        memo: dict[int, str] = {}
-
-        def text(e: Expr, guarded: bool) -> str:
-            if not guarded and e in bound:
-                return bound[e]
-            key = id(e)
-            if not guarded and key in memo:
-                return memo[key]
-            t = self._expr(e, lambda x, g=False: text(x, guarded or g))
-            if not guarded and counts[e] > 1 and not isinstance(e, (Var, Const)):
-                name = self.temp()
-                lets.append(f"{name} = {t}")
-                bound[e] = name
-                t = name
-            if not guarded:
-                memo[key] = t
-            return t
-
-        return lets, [text(r, False) for r in roots]
-
-    def _expr(self, e: Expr, sub) -> str:
-        if isinstance(e, Var):
-            return self.name(e)
-        if isinstance(e, Const):
-            if e.dtype is DType.INT64 and isinstance(e.value, int) and not isinstance(e.value, bool):
-                return str(int(e.value))  # index arithmetic: int32
-            return self.const(e.value, e.dtype)
-        if isinstance(e, IndexOp):
-            a, b = sub(e.a), sub(e.b)
-            if e.op in _INFIX_IOP:
-                return f"({a} {_INFIX_IOP[e.op]} {b})"
-            return {IOp.MIN: f"T.min({a}, {b})", IOp.MAX: f"T.max({a}, {b})",
-                    IOp.AND: f"T.And({a}, {b})", IOp.OR: f"T.Or({a}, {b})"}[e.op]
-        if isinstance(e, Load):
-            local = self.replaced.get((e.buffer.name, e.indices))
-            if local is not None:
-                return local
-            name = self.alias.get(e.buffer.name) or self.name(e.buffer)
-            return f"{name}[{', '.join(sub(i) for i in e.indices)}]"
-        if isinstance(e, Call):
-            return self._call(e, sub)
-        if isinstance(e, DeviceCall):
-            return f'T.call_extern("float32", "{e.name}", {", ".join(sub(a) for a in e.args)})'
-        if isinstance(e, IndexCheck):  # tilefuse_math.cuh: wraps, or records in the status word and reads 0
-            status = self.name(STATUS)
-            return f'T.call_extern("int32", "tf_index", {sub(e.index)}, {e.extent}, T.address_of({status}[0]), {e.site})'
-        raise CompileError(f"kernel {self.p.name}: unknown expression {e!r}")
-
-    def _call(self, e: Call, sub) -> str:
-        fn, dt = e.fn, e.dtype
-        if fn is ScalarFn.WHERE:
-            c = sub(e.args[0])
-            return f"T.if_then_else({c}, {sub(e.args[1], True)}, {sub(e.args[2], True)})"
-        args = [sub(a) for a in e.args]
-        src = dtype_of(e.args[0])
-        is_float = dt.is_float
-        if fn is ScalarFn.CAST:
-            if dt is DType.BOOL:
-                return f"({args[0]} != {self.const(0, src)})" if src is not DType.BOOL else args[0]
-            if dt in HALF and not src.is_float:  # CUTLASS's half has no single int64 -> half conversion
-                return f'T.Cast("{dt.value}", T.Cast("float32", {args[0]}))'
-            return f'T.Cast("{dt.value}", {args[0]})'
-        if fn in _UNARY:
-            return f"{_UNARY[fn]}({args[0]})"
-        if fn is ScalarFn.NEG:
-            return f"(-{args[0]})"
-        if fn is ScalarFn.RECIPROCAL:
-            return f"({self.const(1, dt)} / {args[0]})"
-        if fn is ScalarFn.SIGN:
-            one, zero = self.const(1, dt), self.const(0, dt)
-            return f"T.if_then_else({args[0]} > {zero}, {one}, T.if_then_else({args[0]} < {zero}, -{one}, {zero}))"
-        if fn in _INFIX:
-            return f"({args[0]} {_INFIX[fn]} {args[1]})"
-        if fn in _BINARY:
-            return f"{_BINARY[fn]}({args[0]}, {args[1]})"
-        if fn is ScalarFn.XOR:
-            return f"({args[0]} != {args[1]})"
-        if fn is ScalarFn.DIV:
-            return f"({args[0]} / {args[1]})" if is_float else f"T.truncdiv({args[0]}, {args[1]})"
-        if fn is ScalarFn.MOD:  # sign of the divisor
-            if is_float:
-                return f"({args[0]} - T.floor({args[0]} / {args[1]}) * {args[1]})"
-            return f"T.floormod({args[0]}, {args[1]})"
-        if fn is ScalarFn.FMOD:  # sign of the dividend
-            return f"T.fmod({args[0]}, {args[1]})" if is_float else f"T.truncmod({args[0]}, {args[1]})"
-        raise CompileError(f"kernel {self.p.name}: no TileLang form for {fn.name}")
-
-
-def _accumulation(body: tuple[Stmt, ...]) -> tuple[Store, Loop, Store, tuple[Store, ...]] | None:
-    """``[b[i] = init, for j... (serial): b[i] = f(b[i], ...), *after]``: a running
-    reduction per parallel index (the row stage of whole-row epilogues; a pooling window,
-    whose taps may be a nest of serial loops), then stores that may read b[i] (the
-    window's epilogue)."""
-    if len(body) < 2 or not isinstance(body[0], Store) or not isinstance(body[1], Loop):
-        return None
-    init, inner, after = body[0], body[1], body[2:]
-    loop = inner
-    while loop.kind is not LoopKind.PARALLEL and len(loop.body) == 1 and isinstance(loop.body[0], Loop):
-        loop = loop.body[0]
-    if loop.kind is LoopKind.PARALLEL or len(loop.body) != 1 or not isinstance(loop.body[0], Store):
-        return None
-    update = loop.body[0]
-    if update.buffer != init.buffer or update.indices != init.indices:
-        return None
-    if not all(isinstance(s, Store) for s in after):
-        return None
-    return init, inner, update, after  # type: ignore[return-value]
-
 
 def _read_outside(stmts: tuple[Stmt, ...], buffer: Buffer, nest: Stmt) -> bool:
     """Whether a statement outside ``nest`` reads ``buffer``."""
@@ -834,123 +446,11 @@ def _read_outside(stmts: tuple[Stmt, ...], buffer: Buffer, nest: Stmt) -> bool:
         if isinstance(s, (Loop, If)):
             if _read_outside(s.body, buffer, nest):
                 return True
-        elif _stmt_reads(s, buffer):
+        elif stmt_reads(s, buffer):
             return True
     return False
 
 
+# a fold's text and identity (tile_ir.passes.lanes.FOLDS)
 _FOLDS = {ScalarFn.ADD: ("({a} + {b})", 0), ScalarFn.MUL: ("({a} * {b})", 1),
           ScalarFn.MAX: ("T.max({a}, {b})", float("-inf")), ScalarFn.MIN: ("T.min({a}, {b})", float("inf"))}
-
-
-def _fold(update: Store, dtype: DType) -> tuple[str, float, Expr] | None:
-    """``b[i] = f(b[i], term)`` with f associative and commutative: (f's text, its
-    identity, term); None for any other update (those keep one thread per index)."""
-    v = update.value
-    if not isinstance(v, Call) or v.fn not in _FOLDS or len(v.args) != 2:
-        return None
-    if v.fn in (ScalarFn.MAX, ScalarFn.MIN) and not dtype.is_float:
-        return None
-    acc = Load(update.buffer, update.indices)
-    a, b = v.args
-    term = b if a == acc else a if b == acc else None
-    if term is None or _reads(term, update.buffer):
-        return None
-    text, identity = _FOLDS[v.fn]
-    return text, identity, term
-
-
-def _reads(e: Expr, buffer: Buffer) -> bool:
-    return any(isinstance(x, Load) and x.buffer == buffer for x in subexpressions(e))
-
-
-def _producer_registers(threads: int, options: CudaOptions, device: Device) -> list[str]:
-    """Register budgets of a warp-specialised kernel's roles for ``producer_blocks_per_sm``
-    blocks per SM: ``threads`` consumers (TileLang adds a producer warpgroup of 128) at the
-    most whole 8-register steps that fit beside the producer's ``producer_registers``."""
-    blocks, producer = options.producer_blocks_per_sm, options.producer_registers
-    consumers = (device.registers_per_core // blocks - 128 * producer) // threads // 8 * 8
-    return [f"T.annotate_min_blocks_per_sm({blocks})",
-            f"T.annotate_producer_reg_dealloc({producer})",
-            f"T.annotate_consumer_reg_alloc({min(consumers, 240)})"]
-
-
-def _last_gemm(stmts: tuple[Stmt, ...], name: str) -> int:
-    return max(i for i, st in enumerate(stmts) if name in _gemm_targets((st,)))
-
-
-def _own_element_epilogue(stmts: tuple[Stmt, ...], acc: Buffer, staged: dict) -> bool:
-    """True where every read of accumulator ``acc`` after its last product is
-    ``acc[i, j]`` inside a parallel nest over exactly ``acc``'s shape (i, j its loop
-    variables in order): TileLang then lays the nest out as the accumulator's fragment,
-    and every thread reads its own registers. Nests in ``staged`` (transposed stores the
-    emitter stages from registers) count as such (CudaOptions.epilogue_in_registers
-    switches it off at the caller)."""
-    return all(_own_reads_only(s, acc, staged) for s in stmts[_last_gemm(stmts, acc.name) + 1:])
-
-
-def _mirrored_branches(stmts: tuple[Stmt, ...], acc: Buffer, staged: dict) -> list[If] | None:
-    """Where the epilogue after ``acc``'s last product is branches of which only some read
-    other threads' elements (packed siblings: one writes K transposed): those branches,
-    which copy the accumulator to shared memory for themselves; the others keep reading
-    registers. None where a read outside a branch needs the copy."""
-    out = []
-    for s in stmts[_last_gemm(stmts, acc.name) + 1:]:
-        if _own_reads_only(s, acc, staged):
-            continue
-        if not isinstance(s, If) or _reads(s.cond, acc):
-            return None
-        out.append(s)
-    return out
-
-
-def _own_reads_only(s: Stmt, acc: Buffer, staged: dict) -> bool:
-    """Every read of ``acc`` in ``s`` is a thread's own element (see _own_element_epilogue)."""
-    if id(s) in staged and staged[id(s)][0] == acc:
-        return True
-    if isinstance(s, If):
-        return not _reads(s.cond, acc) and all(_own_reads_only(x, acc, staged) for x in s.body)
-    nest = parallel_nest(s) if isinstance(s, Loop) and s.kind is LoopKind.PARALLEL else []
-    if tuple(l.extent for l in nest) != acc.shape:
-        return not any(_stmt_reads(x, acc) for x in statements((s,)))
-    own = tuple(l.var for l in nest)
-    for x in nest[-1].body:
-        if isinstance(x, Loop):  # a loop inside the nest: no reads at all
-            if any(_stmt_reads(y, acc) for y in statements(x.body)):
-                return False
-        elif any(isinstance(y, Load) and y.buffer == acc and y.indices != own
-                 for e in _stmt_exprs(x) for y in subexpressions(e)):
-            return False
-    return True
-
-
-def _stmt_exprs(s: Stmt) -> tuple[Expr, ...]:
-    if isinstance(s, Store):
-        return (s.value, *s.indices)
-    return ()
-
-
-def _stmt_reads(s: Stmt, buffer: Buffer) -> bool:
-    if isinstance(s, (Gemm, ReduceTile, Copy)):
-        return any(b == buffer for b in _stmt_buffers(s))
-    if isinstance(s, If):
-        return _reads(s.cond, buffer) or any(_stmt_reads(x, buffer) for x in s.body)
-    return any(_reads(e, buffer) for e in _stmt_exprs(s))
-
-
-def _stmt_buffers(s: Stmt) -> tuple[Buffer, ...]:
-    if isinstance(s, Gemm):
-        return (s.a, s.b, s.c)
-    if isinstance(s, ReduceTile):
-        return (s.src, s.dst)
-    if isinstance(s, Copy):
-        return (s.src.buffer, s.dst.buffer)
-    return ()
-
-
-def _gemm_targets(stmts: tuple[Stmt, ...]) -> set[str]:
-    return {s.c.name for s in statements(stmts) if isinstance(s, Gemm)}
-
-
-def _reduce_buffers(stmts: tuple[Stmt, ...]) -> set[str]:
-    return {b.name for s in statements(stmts) if isinstance(s, ReduceTile) for b in (s.src, s.dst)}

@@ -5,8 +5,9 @@ whole rows of ``E``: per reduction, a parallel nest fills a ``(br, E)`` tile tha
 ReduceTile folds into a per-row buffer ``(br,)``; then parallel nests over ``(br, width)``
 write the outputs, reading the per-row results at their own row. The generic emission
 keeps that tile and the reduction's partials in shared memory and lets one thread per row
-fold the partials: latency-bound. Here each row gets ``L = threads // br`` lanes, whole
-warps, and the tile never exists:
+fold the partials: latency-bound. Where the program says so (``TileProgram.row_lanes``,
+set by tile_ir/passes/rows.py, which also says what shape such a program has), each row
+gets ``L = row_lanes`` lanes, whole warps, and the tile never exists:
 
     fill + ReduceTile  -> every lane folds its elements ``j = jj * L + lane`` (neighbouring
                           lanes read neighbouring elements) into a register, the warp
@@ -21,47 +22,30 @@ warps, and the tile never exists:
                           registers (a LayerNorm reads its input for the mean, the variance
                           and the output)
 
-A program of any other shape (no reduction, a tail: ``E % L``, lanes that are not whole
-warps, a product or integer reduction, a row buffer read at another row) is not matched:
-``warp_rows`` returns None and the generic emission runs unchanged.
+Where ``row_lanes`` is 0 ``warp_rows`` returns None and the generic emission runs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 from tilefuse.codegen.options import CudaOptions
 from tilefuse.device import Device
+from tilefuse.errors import CompileError
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn, ScalarFn
-from tilefuse.tile_ir.ir import (
-    Buffer,
-    Call,
-    Expr,
-    Load,
-    Loop,
-    LoopKind,
-    ReduceTile,
-    Scope,
-    Stmt,
-    Store,
-    TileProgram,
-    Var,
-    children,
-    subexpressions,
-    substitute,
-)
+from tilefuse.tile_ir.ir import Buffer, Call, Expr, Load, ReduceTile, Stmt, TileProgram, Var, children, subexpressions, substitute
+from tilefuse.tile_ir.passes.rows import RowNest, RowPlan, row_plan
 
 
-# the fold of one lane's terms (its text and identity) and the warp's shuffle reduction
+# the fold of one lane's terms (its text and identity) and the warp's shuffle reduction,
+# for each of tile_ir.passes.rows.WARP_REDUCTIONS
 _FOLD = {ReduceFn.SUM: ("({a} + {b})", 0.0, "T.warp_reduce_sum"),
          ReduceFn.MAX: ("T.max({a}, {b})", float("-inf"), "T.warp_reduce_max"),
          ReduceFn.MIN: ("T.min({a}, {b})", float("inf"), "T.warp_reduce_min")}
-_FLOATS = (DType.FLOAT32, DType.FLOAT64)
 
 
 class Emitter(Protocol):
-    """What this module uses of the CUDA emitter (emit._Emitter): names, typed constants,
+    """What this module uses of the CUDA emitter (emit._Emitter, on exprs.ExprPrinter): names, typed constants,
     expression rendering with let lines, statement rendering, and loads it reads from a
     register instead of their buffer."""
 
@@ -77,110 +61,20 @@ class Emitter(Protocol):
     def stmt(self, s: Stmt, depth: int) -> list[str]: ...
 
 
-@dataclass(frozen=True)
-class _Nest:
-    """A parallel nest ``for i, j in (br, width): store``."""
-
-    row: Var
-    col: Var
-    width: int
-    store: Store
-
-
-@dataclass(frozen=True)
-class _Step:
-    nest: _Nest
-    reduce: ReduceTile | None  # the fill's reduction; None: an output nest
-
-
-@dataclass(frozen=True)
-class _Plan:
-    rows: int  # br: rows of a tile
-    lanes: int  # L: threads per row
-    steps: tuple[_Step, ...]
-    row_buffers: tuple[Buffer, ...]
-
-
-def warp_rows(em: Emitter, threads: int, depth: int) -> list[str] | None:
-    """The kernel body (inside ``T.Kernel``, at ``depth``) of a row-schedule program with
-    whole warps per row, or None where the program is not of that shape."""
-    plan = _match(em.p, threads, em.device.warp) if em.options.warp_rows else None
-    return None if plan is None else _Writer(em, plan, depth).lines()
-
-
-def _match(p: TileProgram, threads: int, warp: int) -> _Plan | None:
-    if len(p.grid) != 1 or p.fitted_from or not p.allocs:
+def warp_rows(em: Emitter, depth: int) -> list[str] | None:
+    """The kernel body (inside ``T.Kernel``, at ``depth``) of a row program the program
+    says to lay out as whole warps per row (``row_lanes``: tile_ir/passes/rows.py), or
+    None where it says not."""
+    if not em.p.row_lanes:
         return None
-    if any(b.scope is not Scope.FRAGMENT for b in p.allocs):
-        return None
-    br = p.allocs[0].shape[0]
-    row_bufs = tuple(b for b in p.allocs if b.shape == (br,))
-    tiles = {b for b in p.allocs if len(b.shape) == 2 and b.shape[0] == br}
-    if len(row_bufs) + len(tiles) != len(p.allocs) or threads % br or not warp or (threads // br) % warp:
-        return None
-    lanes = threads // br
-    ready: set[Buffer] = set()  # row buffers reduced so far
-    steps: list[_Step] = []
-    body = p.body
-    k = 0
-    while k < len(body):
-        nest = _nest(body[k], br)
-        if nest is None or not _own_rows(nest, ready, set(p.allocs)):
-            return None
-        st = nest.store
-        if st.buffer in tiles:  # a fill: its reduction comes next
-            red = body[k + 1] if k + 1 < len(body) else None
-            if not isinstance(red, ReduceTile) or not _reduces(red, st, nest, lanes):
-                return None
-            if red.dst not in row_bufs or red.dst in ready:
-                return None
-            tiles.discard(st.buffer)  # filled once
-            ready.add(red.dst)
-            steps.append(_Step(nest, red))
-            k += 2
-        elif st.buffer.scope is Scope.GLOBAL and (nest.width == 1 or nest.width % lanes == 0):
-            steps.append(_Step(nest, None))
-            k += 1
-        else:
-            return None
-    if not ready:
-        return None
-    return _Plan(br, lanes, tuple(steps), row_bufs)
-
-
-def _nest(s: Stmt, br: int) -> _Nest | None:
-    """``s`` as ``for i, j in T.Parallel(br, width): one store``."""
-    if not (isinstance(s, Loop) and s.kind is LoopKind.PARALLEL and s.extent == br and len(s.body) == 1):
-        return None
-    inner = s.body[0]
-    if not (isinstance(inner, Loop) and inner.kind is LoopKind.PARALLEL and len(inner.body) == 1):
-        return None
-    st = inner.body[0]
-    return _Nest(s.var, inner.var, inner.extent, st) if isinstance(st, Store) else None
-
-
-def _reduces(red: ReduceTile, fill: Store, nest: _Nest, lanes: int) -> bool:
-    """``red`` folds the whole tile ``fill`` writes, element (i, j) at (i, j), along its
-    rows, in a float type warps shuffle, with lanes that cover a row without a tail."""
-    if red.src != fill.buffer or red.dim != 1 or not red.clear:
-        return False
-    width = fill.buffer.shape[1]
-    return (red.fn in _FOLD and red.dst.dtype in _FLOATS and red.src.dtype is red.dst.dtype
-            and fill.indices == (nest.row, nest.col) and nest.width == width and width % lanes == 0)
-
-
-def _own_rows(nest: _Nest, ready: set[Buffer], on_chip: set[Buffer]) -> bool:
-    """The nest reads on-chip buffers only as reduced row buffers at its own row."""
-    st = nest.store
-    for e in (st.value, *st.indices):
-        for x in subexpressions(e):
-            if isinstance(x, Load) and x.buffer in on_chip and (x.buffer not in ready or x.indices != (nest.row,)):
-                return False
-    return True
+    plan = row_plan(em.p, em.p.row_lanes)
+    if plan is None or not em.device.warp or plan.lanes % em.device.warp:  # what the verifier ensures
+        raise CompileError(f"kernel {em.p.name}: {em.p.row_lanes} lanes a row, but it is no row program of whole warps")
+    return _Writer(em, plan, depth).lines()
 
 
 class _Writer:
-    def __init__(self, em: Emitter, plan: _Plan, depth: int) -> None:
+    def __init__(self, em: Emitter, plan: RowPlan, depth: int) -> None:
         self.em, self.plan, self.depth = em, plan, depth
         self.ind = " " * 4 * depth
         self.shared: list[str] = []  # the warps' meeting arrays, allocated before the body
@@ -209,10 +103,10 @@ class _Writer:
     # -- global elements read once ---------------------------------------------------------
     _ROW, _COL = Var("_cache_row"), Var("_cache_col")
 
-    def canonical(self, nest: _Nest, x: Load) -> Load:
+    def canonical(self, nest: RowNest, x: Load) -> Load:
         return substitute(x, {nest.row: self._ROW, nest.col: self._COL})  # type: ignore[return-value]
 
-    def global_loads(self, nest: _Nest) -> list[Load]:
+    def global_loads(self, nest: RowNest) -> list[Load]:
         """The nest's loads of global elements along its row, outside WHERE branches (a
         branch's loads may be out of range where it is not taken: they stay where they are)."""
         params = set(self.em.p.params)
@@ -227,7 +121,7 @@ class _Writer:
         then the same in each."""
         if not self.em.options.cache_rows:
             return {}
-        readers: dict[Load, list[_Nest]] = {}
+        readers: dict[Load, list[RowNest]] = {}
         for st in self.plan.steps:
             if st.nest.width == self.width:
                 for x in dict.fromkeys(self.canonical(st.nest, x) for x in self.global_loads(st.nest)):  # in order
@@ -262,7 +156,7 @@ class _Writer:
                         f"{ind}        {reg}[{jj} * {v} + {vv}] = {value}"]
         return out
 
-    def bind(self, nest: _Nest, jj: str, vv: str, v: int) -> list[tuple[str, tuple[Expr, ...]]]:
+    def bind(self, nest: RowNest, jj: str, vv: str, v: int) -> list[tuple[str, tuple[Expr, ...]]]:
         """Point the nest's cached loads at their registers for its rendering; the keys,
         to unbind after."""
         keys = []
@@ -284,7 +178,7 @@ class _Writer:
         kind = "T.unroll" if count <= self.em.options.max_unroll else "T.serial"
         return f"for {jj} in {kind}({count}):", jj
 
-    def run_length(self, nest: _Nest) -> int:
+    def run_length(self, nest: RowNest) -> int:
         """Elements a lane takes at a time: ``vector_bytes`` of the narrowest type the nest
         reads from global memory, where the width splits into whole runs for every lane."""
         sizes = [x.buffer.dtype.itemsize for e in (nest.store.value,) for x in subexpressions(e)
@@ -297,12 +191,12 @@ class _Writer:
             v //= 2
         return v
 
-    def column(self, nest: _Nest | None, jj: str, v: int, vv: str) -> str:
+    def column(self, nest: RowNest | None, jj: str, v: int, vv: str) -> str:
         """The column a lane's element ``vv`` of run ``jj`` sits at."""
         lanes = self.plan.lanes
         return f"{jj} * {lanes} + _lane" if v == 1 else f"({jj} * {lanes} + _lane) * {v} + {vv}"
 
-    def reduction(self, nest: _Nest, red: ReduceTile) -> list[str]:
+    def reduction(self, nest: RowNest, red: ReduceTile) -> list[str]:
         em, ind, lanes = self.em, self.ind, self.plan.lanes
         combine, identity, shuffle = _FOLD[red.fn]
         dt = red.dst.dtype
@@ -344,7 +238,7 @@ class _Writer:
                       f"{ind}for {w} in T.serial(1, {warps}):",
                       f"{ind}    {acc} = {combine.format(a=acc, b=f'{part}[_row, {w}]')}"]
 
-    def output(self, nest: _Nest) -> list[str]:
+    def output(self, nest: RowNest) -> list[str]:
         em, ind, lanes = self.em, self.ind, self.plan.lanes
         if nest.width == 1:  # a per-row value: lane 0 writes it
             return [f"{ind}if _lane == 0:",

@@ -127,7 +127,7 @@ def attention_bias(ctx: NodeContext, g: Geometry, like: Value) -> Value | None:
         cols = b.const(np.arange(g.kv_len, dtype=np.int64))
         valid = b.map(F.LT, cols, b.reshape(b.cast(nonpad, DType.INT64), (g.batch, 1, 1, 1)))
         terms.append(_neg_inf_where_not(b, valid, like))
-    bias = None
+    bias: Value | None = None
     for t in terms:
         bias = t if bias is None else b.map(F.ADD, bias, t)
     return bias
@@ -138,7 +138,7 @@ def _masked_rows(b: Builder, bias: Value | None) -> Value | None:
     if bias is None:
         return None
     full = b.map(F.EQ, b.reduce(ReduceFn.MAX, bias, (bias.type.rank - 1,), True), scalar(b, -np.inf, bias))
-    if full.is_constant and not full.data.any():
+    if full.data is not None and not full.data.any():
         return None
     return full
 

@@ -81,8 +81,8 @@ def pow_(ctx: NodeContext) -> Value:
     (x*x, sqrt, reciprocal), so a spelled-out LayerNorm and a LayerNormalization
     node give the same primitives."""
     b, x, e = ctx.b, ctx.input(0), ctx.input(1)
-    if e.is_constant and e.type.size == 1 and x.type.dtype.is_float:
-        k = float(e.data.reshape(()))  # type: ignore[union-attr]
+    if e.data is not None and e.type.size == 1 and x.type.dtype.is_float:
+        k = float(e.data.reshape(()))
         shape = _broadcast_shape(x, e)
         if k == 1:
             return b.broadcast(x, shape)

@@ -183,7 +183,7 @@ def pad(ctx: NodeContext) -> Value:
         raise ctx.unsupported(f"mode={mode}")
     pads = const_ints(ctx, 1) or []
     fill = ctx.optional_const_input(2)
-    value = fill.reshape(-1)[0] if fill is not None and fill.size else 0
+    value = fill.reshape(-1)[0].item() if fill is not None and fill.size else 0
     rank = x.type.rank
     axes = const_ints(ctx, 3)  # opset 18
     axes = list(range(rank)) if axes is None else normalize_axes(ctx, axes, rank)
@@ -195,7 +195,7 @@ def pad(ctx: NodeContext) -> Value:
     return pad_value(ctx, x, begin, end, _PAD_MODES[mode], value)
 
 
-def pad_value(ctx: NodeContext, x: Value, begin: list[int], end: list[int], mode: PadMode, value: object = 0) -> Value:
+def pad_value(ctx: NodeContext, x: Value, begin: list[int], end: list[int], mode: PadMode, value: float | int | bool = 0) -> Value:
     """Pad by per-axis amounts; negative amounts crop (a Slice first, then the Pad)."""
     dims = x.type.shape
     crops = {
@@ -212,13 +212,13 @@ def pad_value(ctx: NodeContext, x: Value, begin: list[int], end: list[int], mode
     return ctx.b.emit1(Pad(widths, mode, _python_scalar(value, x) if mode is PadMode.CONSTANT else 0), x)
 
 
-def _python_scalar(value: object, like: Value) -> float | int | bool:
+def _python_scalar(value: float | int | bool, like: Value) -> float | int | bool:
     """The pad value as a Python scalar of the data's kind (the primitive's parameter)."""
     dtype = like.type.dtype
     if dtype.is_float:
-        return float(value)  # type: ignore[arg-type]
+        return float(value)
     if dtype.is_int:
-        return int(value)  # type: ignore[call-overload]
+        return int(value)
     return bool(value)
 
 

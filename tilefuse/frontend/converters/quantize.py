@@ -273,9 +273,9 @@ def qlinear_matmul(ctx: NodeContext) -> Value:
         _check_quantized(ctx, what, v.type.dtype, (DType.INT8, DType.UINT8))
     _check_scales(ctx, a_scale, c_scale, y_scale)
     acc = matmul_nd(b, to_int32(b, a, row_param(b, a_zero, a)), to_int32(b, c, c_zero))
-    a_scale = row_param(b, a_scale, a)
-    assert a_scale is not None
-    product = b.map(F.MUL, b.cast(a_scale, DType.FLOAT32), b.cast(c_scale, DType.FLOAT32))
+    row_scale = row_param(b, a_scale, a)
+    assert row_scale is not None
+    product = b.map(F.MUL, b.cast(row_scale, DType.FLOAT32), b.cast(c_scale, DType.FLOAT32))
     y = b.map(F.MUL, b.cast(acc, DType.FLOAT32), _output_scale(b, product, y_scale))
     return requantize(b, y, y_zero, y_zero.type.dtype)
 

@@ -238,7 +238,7 @@ def prepare(ctx: NodeContext, gates: int, default_acts: Sequence[str]) -> Recurr
     if w.type.shape[:2] != (num_dirs, gates * hidden) or r.type.shape != (num_dirs, gates * hidden, hidden):
         raise ctx.error(f"W {w.type.shape} / R {r.type.shape} do not match hidden_size={hidden}, "
                         f"{num_dirs} direction(s), {gates} gate(s)")
-    x = up(x)
+    x = b.cast(x, dtype)
     if layout == 1:  # [B, T, I] -> [T, B, I]; states [B, D, H] -> [D, B, H]
         x = b.transpose(x, (1, 0, 2))
     batch = x.type.shape[1]
@@ -249,8 +249,8 @@ def prepare(ctx: NodeContext, gates: int, default_acts: Sequence[str]) -> Recurr
 
     is_lstm = ctx.op_type == "LSTM"
     stacked = Stacked(
-        w_t=b.transpose(up(w), (0, 2, 1)),
-        r_t=b.transpose(up(r), (0, 2, 1)),
+        w_t=b.transpose(b.cast(w, dtype), (0, 2, 1)),
+        r_t=b.transpose(b.cast(r, dtype), (0, 2, 1)),
         bias=up(ctx.optional_input(3)),
         h0=state(5),
         c0=state(6) if is_lstm else None,

@@ -77,14 +77,15 @@ def _scales_and_sizes(ctx: NodeContext, dims: list[int]) -> tuple[list[float], l
     if (scales is None) == (sizes is None):
         raise ctx.error("exactly one of scales and sizes must be given")
     given = scales if scales is not None else sizes
-    if len(given) != len(dims):  # type: ignore[arg-type]
-        raise ctx.error(f"{len(given)} scales/sizes for {len(dims)} axes")  # type: ignore[arg-type]
+    assert given is not None  # exactly one of them is
+    if len(given) != len(dims):
+        raise ctx.error(f"{len(given)} scales/sizes for {len(dims)} axes")
     if sizes is not None:
         return _sizes_to_scales(ctx, [int(s) for s in sizes], dims)
-    if any(s <= 0 for s in scales):  # type: ignore[union-attr]
-        raise ctx.error(f"scales must be positive, got {scales}")
+    if any(s <= 0 for s in given):
+        raise ctx.error(f"scales must be positive, got {given}")
     # floor(dim * scale), the roi not included, as the reference computes it.
-    return list(scales), [int(math.floor(s * d)) for s, d in zip(scales, dims)]  # type: ignore[arg-type]
+    return list(given), [int(math.floor(s * d)) for s, d in zip(given, dims)]
 
 
 def _rois(ctx: NodeContext, opts: _Options, n_axes: int) -> list[tuple[float, float]]:

@@ -156,13 +156,12 @@ def range_(ctx: NodeContext) -> Value:
     # Half floats compute in stash_type (float32 by default) from opset 27, and in
     # double before, as the reference does.
     stash = ctx.attr("stash_type", 1) if ctx.opset >= 27 and dtype.itemsize == 2 else onnx.TensorProto.DOUBLE
-    compute = np.float32 if stash == onnx.TensorProto.FLOAT else np.float64
-    first, stop, step = (np.asarray(v).astype(compute) for v in (start, limit, delta))
-    if step == 0:
+    compute = np.dtype(np.float32 if stash == onnx.TensorProto.FLOAT else np.float64)
+    low, high, inc = (np.asarray(v).astype(compute) for v in (start, limit, delta))
+    if inc == 0:
         raise ctx.error("delta must not be zero")
-    count = max(int(np.ceil((float(stop) - float(first)) / float(step))), 0)
-    values = first + np.arange(count, dtype=compute) * step
-    return ctx.b.const(values.astype(dtype))
+    count = max(int(np.ceil((float(high) - float(low)) / float(inc))), 0)
+    return ctx.b.const((low + np.arange(count, dtype=compute) * inc).astype(dtype))
 
 
 @converter("EyeLike", since=9)
@@ -184,8 +183,8 @@ def trilu(ctx: NodeContext) -> Value:
     b, x = ctx.b, ctx.input(0)
     if x.type.rank < 2:
         raise ctx.error(f"input must have rank >= 2, got {x.type}")
-    k = ctx.optional_const_input(1)
-    k = 0 if k is None else int(k.reshape(()))
+    given = ctx.optional_const_input(1)
+    k = 0 if given is None else int(given.reshape(()))
     n, m = x.type.shape[-2:]
     diagonal = b.map(F.SUB, iota(b, m, (1, m)), iota(b, n, (n, 1)))  # col - row
     keep = b.map(F.GE if ctx.attr("upper", 1) else F.LE, diagonal, b.const(np.int64(k)))

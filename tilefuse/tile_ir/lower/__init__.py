@@ -25,7 +25,7 @@ from tilefuse.tile_ir.lower.gemm_epilogue import lower_gemm_epilogue
 from tilefuse.tile_ir.lower.rows import lower_rows
 from tilefuse.tile_ir.lower.staged import lower_staged
 from tilefuse.tile_ir.lower.windows import lower_windows
-from tilefuse.tile_ir.passes import for_device
+from tilefuse.tile_ir.passes import DeviceOptions, for_device
 from tilefuse.tile_ir.simplify import simplify_program
 from tilefuse.tile_ir.verify import verify_program
 
@@ -68,8 +68,7 @@ def lower_group(group: FusedGroup, target: Target) -> Lowered:
         raise GraphError(f"group {group.id}: the {patterns.pattern_name(match)} lowering gave no schedule record")
     sites = IndexSites(group).sites
     program = simplify_program(replace(program, index_sites=len(sites)))
-    options = target.codegen
-    program = for_device(program, target.device, getattr(options, "register_rows", True), getattr(options, "t_copy", True))
+    program = for_device(program, target.device, DeviceOptions.of(target.codegen))
     verify_program(program, target)
     assert len(bindings) == len(program.params), "lowering binds every param to a value"
     return Lowered(program, bindings, tuple(sites))

@@ -188,6 +188,8 @@ class _Builder:
             bm = divisor_tile(self.c.outputs[0].type.shape[2], max(1, 256 // inner)) * inner
         if self.depthwise:  # a few channels per tile: the grid has tiles for every core
             bn = divisor_tile(self.n, self.target.conv.depthwise_channels)
+        self.positions_inner = conv and not self.flip and not self.depthwise and self.target.conv.positions_inner
+        k_step = 0  # a convolution's K columns per step (its tile may be deeper: zero padding)
         if conv:  # K tiles hold whole channels, so im2col addressing needs no division
             taps = math.prod(self.c.inputs[1].type.shape[2:])
             cin = self.c.inputs[1].type.shape[1]
@@ -196,10 +198,18 @@ class _Builder:
             if self.mma_rows > 1 and (ch_per_tile * taps) % 16 and cin % step == 0 and not self.flip:
                 ch_per_tile = step * divisor_tile(cin // step, max(1, self.tile_k // (taps * step)))
             bk = ch_per_tile * taps
+            k_step = bk
+            if (self.mma_rows > 1 and self.op_dtype.itemsize == 2 and bk % 16 and not (self.flip or self.depthwise)
+                    and self._packs_conv_weight() and bm % self.mma_rows == 0 and bn % 32 == 0):
+                # few input channels (a stem's 3 x 7 x 7): the K tile padded with zero columns to
+                # the MMA's k16, so the product runs on tensor cores, not as an FMA loop; the
+                # packed weight carries the zero rows, so its tiles stay plain copies
+                bk = -(-bk // 16) * 16
             # the stages were chosen for the K depth before whole channels: keep the operand
             # tiles in flight on chip (ViT's float32 16x16 patches: K tiles of 256 taps)
             while stages > 2 and stages * (bm + bn) * bk * self.op_dtype.itemsize > self.onchip * 3 // 4:
                 stages -= 1
+        self.k_steps = (k_step, bk) if k_step and bk > k_step else None
         # a constant weight whose rows are not whole 16-byte vectors (GPT-2's 50257-word LM
         # head): bound padded to whole column tiles, so its tiles load as aligned rectangles
         self.pad_to = -(-self.n // bn) * bn if self._pads_weight() else 0
@@ -313,7 +323,7 @@ class _Builder:
                 k_body += [*parallel(self.names, (bk, bn), fill_b(b_elem, tb)), Gemm(ta, tb, tc, tf32=self.tf32)]
         body: list[Stmt] = [
             *(Fill(tc, Const(0, self.acc_dtype)) for tc in tcs),
-            Loop(kt, -(-self.k // bk), LoopKind.PIPELINED, tuple(k_body), stages=stages),
+            Loop(kt, -(-self.k // (k_step or bk)), LoopKind.PIPELINED, tuple(k_body), stages=stages),
         ]
         for r in self.reductions:  # in group order: a variance reads the mean before it
             body += self._row_stage(r, rows[id(r.outputs[0])], el, tuple(bvars), m0, bm)
@@ -357,7 +367,8 @@ class _Builder:
             stages=stages, products=len(self.cs), packed_siblings=packed, chain=self.first is not None,
             whole_rows=bool(self.reductions) or self.first is not None, producer=producer is not None,
             channel_rows=self.flip, depthwise=self.depthwise, channels_per_k_tile=ch_per_tile if conv else 0,
-            padded_columns=self.pad_to, accumulator=self.acc_dtype, operands=self.op_dtype, tf32=self.tf32, occupancy=0)
+            padded_columns=self.pad_to, accumulator=self.acc_dtype, operands=self.op_dtype, tf32=self.tf32, occupancy=0,
+            positions_inner=self.positions_inner)
         return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), threads, allocs, tuple(body), notes,
                            producer=producer is not None, schedule=schedule)
 
@@ -487,20 +498,26 @@ class _Builder:
             for d in range(len(spatial))
         ]
 
-        def a_body(idx: Index) -> list[Stmt]:
-            i, cl, t = idx[0], idx[1], idx[2:]
+        inner = self.positions_inner
+
+        def a_value(i: Expr, cl: Expr, t: Index, conds: list[Expr]) -> Expr:
+            """Tile row ``i``'s im2col value at channel ``cl`` of the step and taps ``t``;
+            zero where a condition of ``conds`` or of the window fails."""
             n, *o = delinearize(row(i), (out[0], *spatial))
             ch = iop(IOp.ADD, ch0, cl)
             pos, inside = window_source(o, t, op.strides, op.dilations, op.pads, x.type.shape[2:], guards)
-            conds = ([iop(IOp.LT, ch, cin)] if cin % chans else []) + ([inside] if inside is not None else [])
+            conds = conds + ([iop(IOp.LT, ch, cin)] if cin % chans else []) + ([inside] if inside is not None else [])
             cond: Expr | None = None
             for c_ in conds:
                 cond = c_ if cond is None else iop(IOp.AND, cond, c_)
             val = widen(el.at(x, (n, ch, *pos)), dt)
             if cond is not None:
                 val = Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)
-            k = linearize((cl, *t), (chans, *taps))
-            return [Store(ta, (i, k), narrow(val, ta.dtype))]
+            return narrow(val, ta.dtype)
+
+        def a_body(idx: Index) -> list[Stmt]:
+            i, cl, t = (idx[-1], idx[0], idx[1:-1]) if inner else (idx[0], idx[1], idx[2:])
+            return [Store(ta, (i, linearize((cl, *t), (chans, *taps))), a_value(i, cl, t, []))]
 
         def b_body(idx: Index) -> list[Stmt]:
             cl, t, j = idx[0], idx[1:-1], idx[-1]
@@ -514,7 +531,26 @@ class _Builder:
                 val = Call(ScalarFn.WHERE, (iop(IOp.LT, ch, cin), val, Const(0, dt)), dt)
             return [Store(tb, (linearize((cl, *t), (chans, *taps)), j), narrow(val, tb.dtype))]
 
-        return [*parallel(self.names, (bm, chans, *taps), a_body), *parallel(self.names, (chans, *taps, bn), b_body)]
+        if self.k_steps is None:
+            a_nest = (chans, *taps, bm) if inner else (bm, chans, *taps)
+            return [*parallel(self.names, a_nest, a_body), *parallel(self.names, (chans, *taps, bn), b_body)]
+        # a K tile deeper than its step (zero columns to the MMA's k16): one nest over the
+        # tile's columns fills A, zero past the step's (0 x whatever the tile held could be NaN:
+        # and TileLang's pipeline takes one write of a tile per step); the packed weight has
+        # the zero rows, so the B tile is one rectangle of it
+        real, depth = self.k_steps
+        packed = self.packed
+        assert packed is not None
+
+        def a_padded(ij: Index) -> list[Stmt]:
+            k, i = ij if inner else (ij[1], ij[0])
+            cl, *t = delinearize(k, (chans, *taps))
+            return [Store(ta, (i, k), a_value(i, cl, tuple(t), [iop(IOp.LT, k, real)]))]
+
+        def b_rows(ij: Index) -> list[Stmt]:
+            return [Store(tb, ij, Load(packed, (iop(IOp.ADD, iop(IOp.MUL, kt, depth), ij[0]), column(ij[1]))))]
+
+        return [*parallel(self.names, (depth, bm) if inner else (bm, depth), a_padded), *parallel(self.names, (depth, bn), b_rows)]
 
     def _row_stage(self, r: Node, buf: Buffer, el: ElementBuilder, bidx: Index, m0: Expr, bm: int) -> list[Stmt]:
         """One reduction over the tile's whole rows into a per-row buffer."""
@@ -545,9 +581,18 @@ class _Builder:
             return Value(f"{v.name}.{value_tag}", TensorType(v.type.dtype, data.shape), data=data), self.packed
 
         def pack(k: int, v: Value) -> tuple[Value, Buffer] | None:
-            if self.flip or v is not w or not v.is_constant or sum(x is v for n in self.group.nodes for x in n.inputs) != 1:
+            if v is not w or not self._packs_conv_weight():
                 return None
-            return bind(k, v, np.ascontiguousarray(v.data.reshape(v.type.shape[0], -1).T), "kxm", "kxm")  # type: ignore[union-attr]
+            kxm = np.ascontiguousarray(v.data.reshape(v.type.shape[0], -1).T)  # type: ignore[union-attr]
+            if self.k_steps is None:
+                return bind(k, v, kxm, "kxm", "kxm")
+            real, depth = self.k_steps  # each K step's rows, then zero rows to the tile's depth
+            steps = -(-kxm.shape[0] // real)
+            padded = np.zeros((steps, depth, kxm.shape[1]), kxm.dtype)
+            for s in range(steps):
+                rows = kxm[s * real:(s + 1) * real]
+                padded[s, :rows.shape[0]] = rows
+            return bind(k, v, padded.reshape(steps * depth, -1), f"kxm{depth}", f"kxm{real}of{depth}")
 
         def pack_siblings(k: int, v: Value) -> tuple[Value, Buffer] | str | None:
             if not any(v is w for w in weights):
@@ -569,6 +614,12 @@ class _Builder:
         self.bindings = kp.bindings
         self.sites = kp.sites
         return kp.params, kp.buffers
+
+    def _packs_conv_weight(self) -> bool:
+        """A convolution whose constant weight only it reads: bound as a [K, M] copy."""
+        w = self.c.inputs[1]
+        return (isinstance(self.c.op, Conv) and not self.flip and w.is_constant
+                and sum(x is w for n in self.group.nodes for x in n.inputs) == 1)
 
     def _pads_weight(self) -> bool:
         """A single product by a constant [K, N] weight read only by it, on a target whose

@@ -12,18 +12,20 @@ registers depends on the statements that use it and on the block's threads:
   result's per-row vectors too: attention's running max and sum, with ``register_rows``).
 
 Every other fragment tile is held in shared memory, where any thread may read any element.
-The pass writes the answer into ``TileProgram.registers``; the thread fitting pass asks the
-same question for each block size it tries; the CUDA printer allocates what the program
-says and picks the tensor-core form of a product with ``tensor_core``.
+The pass writes the answer into ``TileProgram.registers``, and on each product and tile
+reduction the form it takes (``Gemm.tensor_cores``, ``ReduceTile.registers``); the CUDA
+printer allocates and prints what the program says, and the verifier checks the forms
+(``check_placement``).
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
 from tilefuse.device import Device
+from tilefuse.errors import GraphError
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn
-from tilefuse.tile_ir.ir import Buffer, Gemm, ReduceTile, Scope, Stmt, TileProgram, statements
+from tilefuse.tile_ir.ir import Buffer, Gemm, If, Loop, ReduceTile, Scope, Stmt, TileProgram, statements
 
 HALF = frozenset({DType.FLOAT16, DType.BFLOAT16})
 # tile reductions TileLang has register forms of (T.reduce_sum / _max / _min)
@@ -35,20 +37,52 @@ def place_registers(program: TileProgram, device: Device, register_rows: bool = 
     ``register_rows``: the code generator's option of that name (CudaOptions)."""
     if not device.max_block_threads:
         return program
-    return replace(program, registers=register_buffers(program.body, program.threads, program.allocs, register_rows))
+    body = _forms(program.body, program.threads)
+    return replace(program, body=body, registers=register_buffers(body, program.threads, program.allocs, register_rows))
+
+
+def _forms(stmts: tuple[Stmt, ...], threads: int) -> tuple[Stmt, ...]:
+    """``stmts`` with each product's and tile reduction's form set for ``threads``."""
+    out: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, Gemm):
+            s = replace(s, tensor_cores=tensor_core(s, threads))
+        elif isinstance(s, ReduceTile):
+            s = replace(s, registers=fragment_reduce(s, threads))
+        elif isinstance(s, (Loop, If)):
+            s = replace(s, body=_forms(s.body, threads))
+        out.append(s)
+    return tuple(out)
+
+
+def check_placement(p: TileProgram) -> None:
+    """Raise GraphError where a product is marked for tensor cores, or a tile reduction for
+    registers, that cannot take that form on the program's block, or whose tiles are not
+    register fragments; or where register tiles are not fragments."""
+    fragments = {b.name for b in p.allocs if b.scope is Scope.FRAGMENT}
+    if not p.registers <= fragments:
+        raise GraphError(f"kernel {p.name}: registers {sorted(p.registers - fragments)} are not fragment tiles")
+    for s in statements(p.body):
+        if isinstance(s, Gemm) and s.tensor_cores and not (tensor_core(s, p.threads) and s.c.name in p.registers):
+            raise GraphError(f"kernel {p.name}: the product into {s.c.name} cannot run on tensor cores on "
+                             f"{p.threads} threads with its accumulator in registers")
+        if isinstance(s, ReduceTile) and s.registers and not (
+                fragment_reduce(s, p.threads) and {s.src.name, s.dst.name} <= p.registers):
+            raise GraphError(f"kernel {p.name}: the reduction of {s.src.name} has no register form on {p.threads} threads")
 
 
 def register_buffers(stmts: tuple[Stmt, ...], threads: int, allocs: tuple[Buffer, ...] = (),
                      register_rows: bool = True) -> frozenset[str]:
-    """Names of the fragment tiles held in registers on a block of ``threads``."""
+    """Names of the fragment tiles held in registers on a block of ``threads``, for
+    statements whose forms are set (``_forms``)."""
     out: set[str] = set()
     rows: set[tuple[int, ...]] = set()
     for s in statements(stmts):
-        if isinstance(s, Gemm) and tensor_core(s, threads):
+        if isinstance(s, Gemm) and s.tensor_cores:
             out.add(s.c.name)
             if register_rows and s.a.scope is Scope.FRAGMENT and not s.trans_a and warpgroup_rows(s, threads):
                 out.add(s.a.name)
-        elif isinstance(s, ReduceTile) and fragment_reduce(s, threads):
+        elif isinstance(s, ReduceTile) and s.registers:
             out |= {s.src.name, s.dst.name}
             rows.add(s.dst.shape)
     if register_rows:
