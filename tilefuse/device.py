@@ -28,6 +28,12 @@ class Device:
     warp: int = 0
     mma_rows: int = 1  # rows the matrix unit takes at once (Hopper wgmma: 64); narrower tiles waste it
     max_block_threads: int = 0  # threads one block may have (GPU: 1024); 0: no blocks
+    # fp32 lanes one core issues to per cycle (GPU: CUDA cores per SM); a block with fewer
+    # threads leaves the rest of its core idle. 1 on a CPU (a core's SIMD is in its rates)
+    lanes_per_core: int = 1
+    # seconds one thread waits for a load from device memory when nothing else runs to hide
+    # it (GPU: about half a microsecond); 0 where the schedules keep it hidden
+    load_latency: float = 0.0
     # bytes a plan's weights, inputs and arena may take together (GPU: device memory);
     # 0: the physical memory of the host that compiles (a CPU plan runs in host memory)
     memory_bytes: int = 0
@@ -35,9 +41,11 @@ class Device:
 
 # NVIDIA H100/H200 (sm_90a). SMs, shared memory and registers: CUDA programming guide,
 # compute capability 9.0 (228 KB per SM, 227 KB usable by one block, 64K registers, 1024
-# threads a block). L2 50 MB (H100 SXM whitepaper). Bandwidth and fp16 matrix rate were
-# measured on the project's H200 (issue 3): ~4.3 TB/s, ~790 TFLOP/s dense; ~60 TFLOP/s
-# plain fp32. Memory: H200's 141 GB of HBM3e, the largest sm_90a part (H100: 80 GB), so a
+# threads a block, 128 FP32 cores per SM). L2 50 MB (H100 SXM whitepaper). Bandwidth and
+# fp16 matrix rate were measured on the project's H200 (issue 3): ~4.3 TB/s, ~790 TFLOP/s
+# dense; ~60 TFLOP/s plain fp32. A load that misses L2 takes on the order of 500 ns
+# (published pointer-chasing measurements of H100: ~260 cycles to L2, several hundred ns
+# to HBM). Memory: H200's 141 GB of HBM3e, the largest sm_90a part (H100: 80 GB), so a
 # plan over it fits on no GPU of this target.
 HOPPER = Device(
     name="NVIDIA H100/H200",
@@ -54,6 +62,8 @@ HOPPER = Device(
     warp=32,
     mma_rows=64,
     max_block_threads=1024,
+    lanes_per_core=128,
+    load_latency=5e-7,
     memory_bytes=141 * 10**9,
 )
 

@@ -19,6 +19,9 @@ class Cost:
     bytes_in: int = 0
     bytes_out: int = 0
     launches: int = 0
+    # seconds of one thread's loads in turn, none hidden behind another's (a kernel that
+    # runs on a handful of threads waits for every load): added to the roofline time
+    serial_seconds: float = 0.0
 
     def __add__(self, other: "Cost") -> "Cost":
         return Cost(
@@ -27,6 +30,7 @@ class Cost:
             self.bytes_in + other.bytes_in,
             self.bytes_out + other.bytes_out,
             self.launches + other.launches,
+            self.serial_seconds + other.serial_seconds,
         )
 
     @property
@@ -40,8 +44,9 @@ class Cost:
         return self.bytes / target.device.dram_bandwidth
 
     def seconds(self, target: Target) -> float:
-        """Roofline time: compute and memory overlap; launches do not."""
-        return max(self.compute_seconds(target), self.memory_seconds(target)) + self.launches * target.device.launch_seconds
+        """Roofline time: compute and memory overlap; launches and serial loads do not."""
+        return (max(self.compute_seconds(target), self.memory_seconds(target))
+                + self.launches * target.device.launch_seconds + self.serial_seconds)
 
     def bound(self, target: Target) -> str:
         return "compute" if self.compute_seconds(target) >= self.memory_seconds(target) else "memory"

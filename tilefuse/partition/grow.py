@@ -23,6 +23,7 @@ from tilefuse.ir.graph import Graph, Node
 from tilefuse.partition.cost import Cost, kernel_cost
 from tilefuse.partition.kinds import FusionKind, fusion_kind
 from tilefuse.partition.rules import structure_problem
+from tilefuse.patterns import StagedMatch, match_group
 from tilefuse.patterns.gemm import siblings
 from tilefuse.target import Target
 
@@ -46,6 +47,7 @@ class Grower:
         for i, n in enumerate(graph.nodes):
             self.owner[id(n)] = _Group(i, n, i)
         self.graph_outputs = frozenset(id(v) for v in graph.outputs.values())
+        self._staged: dict[tuple[int, ...], bool] = {}
 
     # -- the group DAG ---------------------------------------------------------------
     def groups(self) -> list[_Group]:
@@ -102,7 +104,42 @@ class Grower:
     def cost(self, nodes: list[Node]) -> Cost:
         base = kernel_cost(nodes, self.outputs_of(nodes))
         base = base + self._narrow_tile_cost(nodes, base)
-        return base + Cost(flops=self._recompute_flops(nodes)) + self._idle_core_cost(nodes, base)
+        return (base + Cost(flops=self._recompute_flops(nodes)) + self._idle_core_cost(nodes, base)
+                + self._serial_cost(nodes, base))
+
+    def staged(self, nodes: list[Node]) -> bool:
+        """Whether ``nodes`` as one kernel has only the staged schedule (its pattern, asked
+        of ``tilefuse/patterns`` as the final group's is; remembered per member set)."""
+        key = tuple(sorted(map(id, nodes)))
+        if key not in self._staged:
+            match = match_group(sorted(nodes, key=lambda n: self.pos[id(n)]), self.outputs_of(nodes), self.target)
+            self._staged[key] = isinstance(match, StagedMatch)
+        return self._staged[key]
+
+    def staged_share(self) -> float:
+        """The share of the machine a staged kernel runs on: one block of
+        ``StagedPolicy.threads`` on a GPU (of its cores' lanes); all of a CPU (its nests
+        run on the thread pool)."""
+        d = self.target.device
+        if not d.max_block_threads:
+            return 1.0
+        return min(1.0, self.target.staged.threads / d.lanes_per_core) / d.cores
+
+    def _serial_cost(self, nodes: list[Node], base: Cost) -> Cost:
+        """A kernel that only the staged schedule can run uses ``staged_share`` of the
+        machine: counted as that much more work and traffic, and on a GPU its few threads
+        wait for their loads one after another (``Device.load_latency`` per element read
+        or written, shared by its threads). So a merge that leaves only that schedule is
+        refused where the kernels apart run in parallel."""
+        share = self.staged_share()
+        if share >= 1.0 or not self.staged(nodes):
+            return Cost()
+        f = 1.0 / share - 1.0
+        d = self.target.device
+        elements = sum(v.type.size for n in nodes for v in (*n.inputs, *n.outputs))
+        serial = elements / self.target.staged.threads * d.load_latency
+        return Cost(int(base.flops * f), int(base.matrix_flops * f), int(base.bytes_in * f), int(base.bytes_out * f),
+                    serial_seconds=serial)
 
     def _narrow_tile_cost(self, nodes: list[Node], base: Cost) -> Cost:
         """A kernel that needs whole rows on its tile gets ``row_tile`` rows per tile;
@@ -169,6 +206,10 @@ class Grower:
             return problem
         t = self.target
         if self.cost(merged).seconds(t) > self.cost(a.nodes).seconds(t) + self.cost(b.nodes).seconds(t):
+            if self.staged(merged) and not (self.staged(a.nodes) and self.staged(b.nodes)):
+                threads = t.staged.threads
+                return (f"only the staged schedule runs the merged group (one block of {threads} "
+                        f"thread{'s' if threads > 1 else ''} on {t.name}): slower than the kernels apart")
             return "no modelled gain (recomputation or narrow tiles outweigh the saved traffic)"
         return None
 
@@ -214,6 +255,8 @@ class Grower:
         ):
             return False
         if not self.convex(members):
+            return False
+        if self.staged_share() < 1.0 and self.staged(members):  # e.g. a softmax no attention lowering takes
             return False
         g = groups[0]
         for h in groups[1:]:

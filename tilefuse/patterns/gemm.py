@@ -150,14 +150,6 @@ def depthwise_ok(c: Node) -> bool:
     return isinstance(op, Conv) and op.groups == x.type.shape[1] == w.type.shape[0] and w.type.shape[1] == 1
 
 
-def wide_rows(c: Node) -> bool:
-    """A depthwise convolution whose output rows are at least twice its kernel's width: the
-    per-tap row runs of its schedule are long enough for TileLang's parallel-loop layouts
-    on the GPU (MobileNetV2's 3x3 on 7 to 112 wide maps; a 4x4 kernel on a 5-wide map made
-    runs of 3 that TileLang could not lay out). Others run the staged schedule there."""
-    return c.outputs[0].type.shape[-1] >= 2 * c.inputs[1].type.shape[-1]
-
-
 def product_extents(c: Node) -> tuple[tuple[int, ...], int, int, int]:
     """(batch, M, N, K) of a product as a GEMM: a matrix product's own; a convolution's
     rows are its output positions (images folded in), its columns the output channels,
@@ -189,8 +181,7 @@ def _thin_rows(c: Node, whole_rows: bool, target: Target) -> Refusal | None:
 
 def match_gemm(nodes: Sequence[Node], outputs: Sequence[Value], target: Target) -> GemmMatch | Refusal:
     """The products the group's kernel tiles and their epilogue, or why it is not one
-    tiled product. From ``target``: whether depthwise convolutions of short rows tile,
-    and whether its tiles must divide the rows."""
+    tiled product. From ``target``: whether its tiles must divide the rows."""
     contractions = [n for n in nodes if n.op.kind is Kind.CONTRACT]
     if not contractions or any(n.op.kind is Kind.OPAQUE for n in nodes):
         return Refusal("no contraction" if not contractions else "an opaque op")
@@ -212,9 +203,6 @@ def match_gemm(nodes: Sequence[Node], outputs: Sequence[Value], target: Target) 
     if not isinstance(c.op, MatMul) and c.op.groups != 1:
         if not depthwise_ok(c):
             return Refusal("a grouped convolution that is not depthwise")
-        if not (target.conv.channel_rows or wide_rows(c)):
-            return Refusal("a depthwise convolution whose rows are narrower than twice its kernel, "
-                           "on a target that tiles positions")
     epilogue = match_epilogue(nodes, outputs, contractions)
     if isinstance(epilogue, Refusal):
         return epilogue

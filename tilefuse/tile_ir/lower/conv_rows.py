@@ -176,7 +176,10 @@ def stores(b: "_Builder", el: ElementBuilder, v: Value, ob: Buffer, mt: Var, n0:
 def depthwise(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr) -> list[Stmt]:
     """``c[j, p] += w[j, tap] * x[j, window(p, tap)]`` for each tap in turn (taps unrolled, so
     that the positions whose window leaves the input along the last dim are simply not
-    visited: constant bounds per tap, and the innermost loop runs along an input row)."""
+    visited: constant bounds per tap, and the innermost loop runs along an input row).
+    On a GPU, rows shorter than twice the kernel's width would make runs too short for
+    TileLang's parallel-loop layouts (3 of a 5-wide map): there every tap visits the whole
+    row, its window checked along the last dim too."""
     c = b.c
     op: Conv = c.op  # type: ignore[assignment]
     x, w = c.inputs
@@ -189,10 +192,15 @@ def depthwise(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr) 
         window_needs_guard(out[2 + d], taps[d], op.strides[d], op.dilations[d], op.pads[d], x.type.shape[2 + d])
         for d in range(len(spatial))
     ]
-    inner_guards = [*guards[:-1], False]
     in_shape = x.type.shape[2:]
+    if shape[-1] >= 2 * taps[-1] or not b.target.device.max_block_threads:
+        inner_guards = [*guards[:-1], False]
+        tap_runs = _tap_runs(b, mt, shape, op, taps[-1], in_shape[-1])
+    else:  # rows too short for runs TileLang lays out: every tap over the whole row, guarded
+        inner_guards = guards
+        tap_runs = [(None, tuple((0, shape[-1]) for _ in range(taps[-1])))]
     out_stmts: list[Stmt] = []
-    for cond, runs in _tap_runs(b, mt, shape, op, taps[-1], in_shape[-1]):
+    for cond, runs in tap_runs:
         nests: list[Stmt] = []
         for tap in itertools.product(*(range(t) for t in taps)):
             lo, hi = runs[tap[-1]]
