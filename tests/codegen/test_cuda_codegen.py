@@ -13,7 +13,6 @@ import pytest
 import models
 from tilefuse.codegen.cuda import build_all, emit_tilelang
 from tilefuse.codegen.launch import decode_cuda
-from tilefuse.errors import CompileError
 from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
 from tilefuse.plan.manifest import Decoder
@@ -25,12 +24,6 @@ if shutil.which("nvcc") is None:
     pytest.skip("nvcc is not on PATH", allow_module_level=True)
 
 NAMES = [n for n, s in models.ZOO.items() if s.runs_in_ort]
-# Kernels of the families added by issue 16, step 8, that TileLang cannot lower yet, by
-# model: the im2col tile load of a convolution whose K (input channels x taps = 48) the
-# emitter writes as a T.Parallel over (channels, taps) of 3 x 16 (ConvNeXt's 4x4 stride-4
-# stem on RGB) or 16 x 3 (Whisper's two Conv1d, kernel 3) fails layout inference: "Mapped
-# indices are not independent". Known cliffs: the list only shrinks.
-LATER_FAMILIES_FAILING = {"convnext": ("k0_conv",), "whisper-encoder": ("k0_conv", "k1_conv")}
 
 
 def _programs(name, zoo_cache):
@@ -47,11 +40,6 @@ def _reloaded(art):
 @pytest.mark.parametrize("name", NAMES)
 def test_every_kernel_lowers_and_compiles_for_sm90a(name, zoo_cache):
     programs = _programs(name, zoo_cache)
-    failing = LATER_FAMILIES_FAILING.get(name, ())
-    for program in (p for p in programs if p.name in failing):
-        with pytest.raises(CompileError, match="(?s)TileLang could not lower .*Mapped indices are not independent"):
-            build_all([program], arch="sm_90a")
-    programs = [p for p in programs if p.name not in failing]
     artifacts = build_all(programs, arch="sm_90a")
     assert len(artifacts) == len(programs)
     for program, art in zip(programs, artifacts):

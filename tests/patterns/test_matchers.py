@@ -7,6 +7,7 @@ import models
 from tilefuse import patterns
 from tilefuse.frontend import import_onnx
 from tilefuse.ir import Builder, DType, TensorType
+from tilefuse.ir.prims import ScalarFn
 from tilefuse.partition import partition_graph
 from tilefuse.target import CPU, CUDA_SM90A
 
@@ -51,13 +52,20 @@ def test_norms_are_rows_and_pools_are_windows(zoo_cache):
     assert pools and all(m.reduction.op.kind.name == "REDUCE" for m in pools)
 
 
-def test_a_staged_match_says_why_each_pattern_refused(zoo_cache):
-    """MobileNetV2's depthwise convolutions on 2-wide maps are staged on the GPU (rows too
-    narrow for its position tiles) and tiled on the CPU (channels as rows)."""
-    staged = [g.match for g in _groups("mobilenetv2", zoo_cache, CUDA_SM90A) if isinstance(g.match, patterns.StagedMatch)]
-    assert staged and all("gemm: a depthwise convolution whose rows are narrower" in m.reason for m in staged)
-    assert all(m.reason.startswith("attention: ") for m in staged)
-    assert not any(isinstance(g.match, patterns.StagedMatch) for g in _groups("mobilenetv2", zoo_cache, CPU))
+def test_a_staged_match_says_why_each_pattern_refused():
+    """A product whose activation is concatenated with another input (a U-Net skip) is one
+    staged kernel on the CPU, where that schedule's nests run on every core, and its match
+    names every pattern's refusal; on the GPU, where it would run on one thread, the
+    partitioner keeps the product and the concat apart (tests/partition/test_staged_merges.py)."""
+    b = Builder("skip")
+    x = b.input("x", TensorType(DType.FLOAT32, (256, 32)))
+    h = b.map(ScalarFn.MAX, b.matmul(x, b.const(np.ones((32, 48), np.float32))), b.const(np.float32(0)))
+    b.output("y", b.concat([h, b.input("skip", TensorType(DType.FLOAT32, (256, 16)))], axis=1))
+    (g,) = partition_graph(b.graph, CPU).groups
+    assert isinstance(g.match, patterns.StagedMatch)
+    assert g.match.reason.startswith("attention: not two matrix products; gemm: Concat after the anchor")
+    assert all(f"{name}: " in g.match.reason for name in ("attention", "gemm", "rows", "windows"))
+    assert not any(isinstance(g.match, patterns.StagedMatch) for g in partition_graph(b.graph, CUDA_SM90A).groups)
 
 
 def test_thin_rows_are_staged_by_the_match_where_tiles_divide_them():

@@ -22,6 +22,14 @@ def test_every_group_lowers_and_interprets_like_the_reference(name, zoo_cache):
     _check(name, "float32", CPU, zoo_cache)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_every_gpu_program_interprets_like_the_reference(name, zoo_cache):
+    """The GPU's partition and tiles (position tiles, guarded narrow depthwise rows, 1-D
+    convolutions filled along K, products kept apart from what only the staged schedule
+    could run with them) compute what the model does."""
+    _check(name, "float32", CUDA_SM90A, zoo_cache)
+
+
 @pytest.mark.parametrize("name", ["mlp", "bert", "gpt2", "llama", "vit", "resnet"])
 def test_half_float_tiles_for_tensor_cores_interpret_like_the_reference(name, zoo_cache):
     """The CUDA target keeps float16 operands float16 in their tiles (fp32 accumulators)."""

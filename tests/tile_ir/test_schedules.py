@@ -259,22 +259,26 @@ def _gpu_product_interpreted(rows: int, k: int, n: int):
 
 
 def test_a_group_too_large_for_the_gpu_says_so_clearly():
-    """A softmax over the channels of a feature map (two reductions over a middle axis:
-    neither row nor window tiles; the staged schedule keeps both per-position results
+    """A scatter into a 2 MB tensor (the staged schedule keeps the result it scatters into
     on chip) does not fit a GPU block: the error names the kernel, the schedule, both
     sizes and the target."""
     import pytest
+    from onnx import TensorProto, helper
 
     from tilefuse.errors import GraphError
-    from tilefuse.ir import Builder, DType, TensorType
-    from tilefuse.ir.prims import ReduceFn, ScalarFn
+    from tilefuse.frontend import import_onnx
     from tilefuse.target import CUDA_SM90A
 
-    b = Builder("softmax")
-    x = b.input("x", TensorType(DType.FLOAT32, (1, 8, 256, 256)))
-    e = b.map(ScalarFn.EXP, b.map(ScalarFn.SUB, x, b.reduce(ReduceFn.MAX, x, (1,), True)))
-    b.output("y", b.map(ScalarFn.DIV, e, b.reduce(ReduceFn.SUM, e, (1,), True)))
-    (group,) = partition_graph(b.graph, CUDA_SM90A).groups
+    def tensor(name, dtype, shape):
+        return helper.make_tensor_value_info(name, dtype, shape)
+
+    node = helper.make_node("ScatterElements", ["data", "indices", "updates"], ["y"], axis=0)
+    graph = helper.make_graph([node], "scatter", [tensor("data", TensorProto.FLOAT, [8, 256, 256]),
+                                                   tensor("indices", TensorProto.INT64, [2, 256, 256]),
+                                                   tensor("updates", TensorProto.FLOAT, [2, 256, 256])],
+                              [tensor("y", TensorProto.FLOAT, [8, 256, 256])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    (group,) = partition_graph(import_onnx(model), CUDA_SM90A).groups
     with pytest.raises(GraphError, match=r"kernel \S+: the staged schedule needs \d+ KB of on-chip tile buffers, "
                                          r"more than the 227 KB a cuda:sm_90a block has"):
         lower_group(group, CUDA_SM90A)

@@ -108,11 +108,12 @@ class Grower:
                 + self._serial_cost(nodes, base))
 
     def staged(self, nodes: list[Node]) -> bool:
-        """Whether ``nodes`` as one kernel has only the staged schedule (its pattern, asked
-        of ``tilefuse/patterns`` as the final group's is; remembered per member set)."""
+        """Whether ``nodes`` (in graph order; cast copies the cast pass makes included) as
+        one kernel has only the staged schedule (its pattern, asked of ``tilefuse/patterns``
+        as the final group's is; remembered per member set)."""
         key = tuple(sorted(map(id, nodes)))
         if key not in self._staged:
-            match = match_group(sorted(nodes, key=lambda n: self.pos[id(n)]), self.outputs_of(nodes), self.target)
+            match = match_group(nodes, self.outputs_of(nodes), self.target)  # (callers keep graph order)
             self._staged[key] = isinstance(match, StagedMatch)
         return self._staged[key]
 
@@ -256,7 +257,7 @@ class Grower:
             return False
         if not self.convex(members):
             return False
-        if self.staged_share() < 1.0 and self.staged(members):  # e.g. a softmax no attention lowering takes
+        if self.staged_share() < 1.0 and self.staged(sorted(members, key=lambda n: self.pos[id(n)])):  # e.g. a softmax no attention lowering takes
             return False
         g = groups[0]
         for h in groups[1:]:

@@ -531,9 +531,28 @@ class _Builder:
                 val = Call(ScalarFn.WHERE, (iop(IOp.LT, ch, cin), val, Const(0, dt)), dt)
             return [Store(tb, (linearize((cl, *t), (chans, *taps)), j), narrow(val, tb.dtype))]
 
-        if self.k_steps is None:
+        if self.k_steps is None and len(taps) > 1:
             a_nest = (chans, *taps, bm) if inner else (bm, chans, *taps)
             return [*parallel(self.names, a_nest, a_body), *parallel(self.names, (chans, *taps, bn), b_body)]
+        if self.k_steps is None:
+            # a 1-D convolution's tiles as nests over their K columns, each column's channel
+            # and tap divided back out of it: TileLang finds no layout for the nest over
+            # (channels, taps) of Whisper's kernel-3 Conv1d ("Mapped indices are not
+            # independent"), and takes this one
+            depth = chans * math.prod(taps)
+
+            def a_flat(ij: Index) -> list[Stmt]:
+                k, i = ij if inner else (ij[1], ij[0])
+                cl, *t = delinearize(k, (chans, *taps))
+                return [Store(ta, (i, k), a_value(i, cl, tuple(t), []))]
+
+            def b_flat(kj: Index) -> list[Stmt]:
+                (k, j), (cl, *t) = kj, delinearize(kj[0], (chans, *taps))
+                (store,) = b_body((cl, *t, j))
+                return [Store(tb, (k, j), store.value)]
+
+            return [*parallel(self.names, (depth, bm) if inner else (bm, depth), a_flat),
+                    *parallel(self.names, (depth, bn), b_flat)]
         # a K tile deeper than its step (zero columns to the MMA's k16): one nest over the
         # tile's columns fills A, zero past the step's (0 x whatever the tile held could be NaN:
         # and TileLang's pipeline takes one write of a tile per step); the packed weight has
