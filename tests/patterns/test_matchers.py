@@ -86,3 +86,23 @@ def test_opaque_groups_and_empty_tensors():
     (g,) = partition_graph(b.graph, CPU).groups
     assert g.match == patterns.StagedMatch("empty tensors: nothing to tile")
     assert patterns.match_group(g.nodes, g.outputs, CPU, after=patterns.GemmMatch) == g.match
+
+
+def _conv_graph(op, x_shape, w_shape):
+    b = Builder("conv")
+    x = b.input("x", TensorType(DType.FLOAT32, x_shape))
+    b.output("y", b.emit1(op, x, b.const(np.random.default_rng(0).standard_normal(w_shape).astype(np.float32))))
+    return b.graph
+
+
+@pytest.mark.parametrize("target", [CPU, CUDA_SM90A], ids=lambda t: t.name)
+def test_grouped_convolutions_are_tiled_products_and_grouped_transposed_ones_are_staged(target):
+    """A grouped convolution (ResNeXt's 32 groups of 4 channels) is one tiled product, its
+    column tiles inside a group; a grouped transposed convolution is not tiled and says so."""
+    from tilefuse.ir.prims import Conv, ConvTranspose
+
+    (g,) = partition_graph(_conv_graph(Conv((1, 1), (1, 1), (1, 1, 1, 1), 32), (1, 128, 14, 14), (128, 4, 3, 3)), target).groups
+    assert isinstance(g.match, patterns.GemmMatch), g.match
+    op = ConvTranspose((2, 2), (1, 1), (0, 0, 0, 0), (0, 0), 2)
+    (t,) = partition_graph(_conv_graph(op, (1, 4, 5, 5), (4, 3, 2, 2)), target).groups
+    assert isinstance(t.match, patterns.StagedMatch) and "a grouped transposed convolution" in t.match.reason

@@ -1,8 +1,8 @@
 """A contraction with its epilogue: one tiled product, or a few that share their tiles.
 
-The kernel tiles one product's output (a matrix product, an ungrouped or depthwise
-convolution, a transposed convolution) and computes every group output from the tile on
-chip (``epilogue.py``). Two shapes widen it:
+The kernel tiles one product's output (a matrix product; a convolution, ungrouped,
+grouped or depthwise; an ungrouped transposed convolution) and computes every group
+output from the tile on chip (``epilogue.py``). Two shapes widen it:
 
 - siblings: products of one activation by constant weights of one shape (Q, K and V; a
   SwiGLU's gate and up) share the activation's tile — one wider product;
@@ -200,9 +200,8 @@ def match_gemm(nodes: Sequence[Node], outputs: Sequence[Value], target: Target) 
             return Refusal("several products, neither siblings nor a weight chain")
     if not isinstance(c.op, (MatMul, Conv, ConvTranspose)):
         return Refusal(f"{c.op.name} is not a matrix product or convolution")
-    if not isinstance(c.op, MatMul) and c.op.groups != 1:
-        if not depthwise_ok(c):
-            return Refusal("a grouped convolution that is not depthwise")
+    if isinstance(c.op, ConvTranspose) and c.op.groups != 1:
+        return Refusal("a grouped transposed convolution")
     epilogue = match_epilogue(nodes, outputs, contractions)
     if isinstance(epilogue, Refusal):
         return epilogue

@@ -128,6 +128,9 @@ class GemmSchedule(Schedule):
     # a convolution's im2col tile filled along positions: neighbouring threads read
     # neighbouring input positions (ConvPolicy.positions_inner)
     positions_inner: bool = False
+    # a grouped convolution's groups (1: none, or depthwise): n and k are all groups' output
+    # channels and one group's input channels x taps, and each column tile lies inside a group
+    groups: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,13 @@
 """Convolution tiles with output channels as rows: ``c [channels x positions] += weights
 [channels x K] @ im2col^T [K x positions]`` (``Target.conv_channel_rows``).
 
-The gemm+epilogue builder (``gemm_epilogue._Builder``) calls these for an ungrouped Conv
-when its target asks for it. A position tile is a block of whole output rows of one image
-(``bm = rows x prod(spatial[1:])``), so nothing inside a tile divides: the tile's image and
-first row come from the tile number once, and every loop runs over (row, column...). In an
-NCHW layout this puts the unit stride where it pays: im2col^T rows are runs of input rows,
-the weight tile is rows of the weight as stored, and outputs are stored along positions.
+The gemm+epilogue builder (``gemm_epilogue._Builder``) calls these for a Conv (ungrouped,
+grouped or depthwise) when its target asks for it. A position tile is a block of whole
+output rows of one image (``bm = rows x prod(spatial[1:])``), so nothing inside a tile
+divides: the tile's image and first row come from the tile number once, and every loop
+runs over (row, column...). In an NCHW layout this puts the unit stride where it pays:
+im2col^T rows are runs of input rows, the weight tile is rows of the weight as stored, and
+outputs are stored along positions.
 """
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def _tile_shape(b: "_Builder", bm: int) -> tuple[int, ...]:
 
 def fills(b: "_Builder", el: ElementBuilder, ta: Buffer, tb: Buffer, mt: Var, n0: Expr, kt: Var, chans: int) -> list[Stmt]:
     """The weight tile [channels, (chan, *taps)] and the im2col^T tile [(chan, *taps), positions]
-    for K tile ``kt`` (``chans`` whole input channels)."""
+    for K tile ``kt`` (``chans`` whole input channels; of a grouped convolution, channels of
+    the tile's group, which starts at input channel ``b.in_channel0``)."""
     c = b.c
     op: Conv = c.op  # type: ignore[assignment]
     x, w = c.inputs
@@ -72,7 +74,7 @@ def fills(b: "_Builder", el: ElementBuilder, ta: Buffer, tb: Buffer, mt: Var, n0
         o = (iop(IOp.ADD, row0, p[0]), *p[1:])
         pos, inside = window_source(o, t, op.strides, op.dilations, op.pads, x.type.shape[2:], guard)
         conds = chan_ok(ch) + ([inside] if inside is not None else [])
-        val = widen(el.at(x, (img, ch, *pos)), dt)
+        val = widen(el.at(x, (img, iop(IOp.ADD, b.in_channel0, ch), *pos)), dt)
         if conds:
             cond = conds[0]
             for more in conds[1:]:

@@ -30,7 +30,7 @@ from tilefuse.ir.prims import (
 from tilefuse.ir.types import TensorType
 from tilefuse.partition.model import FusedGroup
 from tilefuse.patterns import GemmMatch
-from tilefuse.patterns.gemm import product_extents
+from tilefuse.patterns.gemm import depthwise_ok, product_extents
 from tilefuse.target import CPU, Target
 from tilefuse.tile_ir.ir import (
     Buffer,
@@ -133,8 +133,11 @@ class _Builder:
         # fill the product core better
         self.flip = (isinstance(cs[0].op, Conv) and target.conv.channel_rows
                      and math.prod(cs[0].outputs[0].type.shape[2:]) >= target.conv.min_positions)
-        self.depthwise = isinstance(cs[0].op, Conv) and cs[0].op.groups != 1  # the pattern took it: depthwise
+        self.depthwise = depthwise_ok(cs[0])
         self.flip = self.flip or self.depthwise
+        # a grouped convolution (not depthwise): an implicit GEMM whose column tiles each lie
+        # inside one group, so a tile's im2col reads its group's input channels only
+        self.groups = 1 if self.depthwise or not isinstance(cs[0].op, Conv) else cs[0].op.groups
         # siblings as one product of their weights side by side (target.gemm.pack_siblings), where
         # each value downstream of a product comes from one sibling only
         self.sibling_of = _sibling_of(group, cs) if len(cs) > 1 and target.gemm.pack_siblings else None
@@ -149,6 +152,7 @@ class _Builder:
         self.names = Names()
         self.acc_dtype = accumulator_dtype(c.outputs[0].type.dtype)
         self.batch, self.m, self.n, self.k = product_extents(c)
+        self.cols = self.n // self.groups  # the columns a column tile divides: a group's output channels
 
     def build(self) -> TileProgram | None:
         producer = self._producer_tile()
@@ -170,8 +174,10 @@ class _Builder:
         accs = 1 if packed else len(self.cs)  # accumulators a tile holds
         tail = self.n % bn  # the last column tile is partial: its columns clamp to the last one
         row_tail = self.m % bm  # likewise the last row tile: its rows clamp to the last row
-        if (bm < 8 and self.m > 64) or (bn < 8 and self.n > 64):
-            return None  # awkward sizes: the staged schedule handles tails
+        if (bm < 8 and self.m > 64) or (bn < 8 and self.n > 64 and self.groups == 1):
+            # awkward sizes: the staged schedule handles tails (a group's columns have no
+            # tail to pad; narrow tiles of it still beat the staged schedule's one thread)
+            return None
         bk = min(self.k, self.tile_k)
         # A whole-row B tile is bk x N: keep it (double-buffered when pipelined) within a
         # quarter of the on-chip budget, next to the accumulator rows.
@@ -197,10 +203,13 @@ class _Builder:
             step = 16 // math.gcd(taps, 16)  # channels that make the K tile a multiple of the MMA's k16
             if self.mma_rows > 1 and (ch_per_tile * taps) % 16 and cin % step == 0 and not self.flip:
                 ch_per_tile = step * divisor_tile(cin // step, max(1, self.tile_k // (taps * step)))
+            pad_group = False
+            if self.groups > 1 and self.target.device.max_block_threads:
+                ch_per_tile, pad_group = self._group_k_step(cin, taps, bm, bn, ch_per_tile)
             bk = ch_per_tile * taps
             k_step = bk
-            if (self.mma_rows > 1 and self.op_dtype.itemsize == 2 and bk % 16 and not (self.flip or self.depthwise)
-                    and self._packs_conv_weight() and bm % self.mma_rows == 0 and bn % 32 == 0):
+            if pad_group or (self.mma_rows > 1 and self.op_dtype.itemsize == 2 and bk % 16 and not (self.flip or self.depthwise)
+                             and self._packs_conv_weight() and bm % self.mma_rows == 0 and bn % 32 == 0):
                 # few input channels (a stem's 3 x 7 x 7): the K tile padded with zero columns to
                 # the MMA's k16, so the product runs on tensor cores, not as an FMA loop; the
                 # packed weight carries the zero rows, so its tiles stay plain copies
@@ -220,6 +229,11 @@ class _Builder:
         # epilogue reads the tile at its own loop indices, which keeps it in registers)
         m0 = iop(IOp.MUL, mt, bm) if self.m > bm else const_index(0)
         n0 = iop(IOp.MUL, nt, bn) if self.n > bn else const_index(0)
+        # a grouped convolution's tile reads its own group's input channels: those of the
+        # group of its first output channel (a column tile lies inside one group)
+        per_group = self.cols // bn
+        group = iop(IOp.FLOORDIV, nt, per_group) if self.groups > 1 else const_index(0)
+        self.in_channel0 = iop(IOp.MUL, group, self.c.inputs[1].type.shape[1]) if conv else const_index(0)
         per_sibling = self.n // bn
         sibling: Expr = const_index(0)
         if packed:  # column tile nt is tile nt % per_sibling of sibling nt // per_sibling
@@ -284,12 +298,11 @@ class _Builder:
         el = ElementBuilder(buffers, read, self.sites)
         kt = self.names.var("kt")
         k0 = iop(IOp.MUL, kt, bk)
-        operands = [self._operands(el, tuple(bvars), c) for c in self.cs]
-        a_elem = operands[0][0]
+        operands = [] if conv else [self._operands(el, tuple(bvars), c) for c in self.cs]
 
         def fill_a(idx: Index) -> list[Stmt]:
             col = iop(IOp.ADD, k0, idx[1])
-            val = a_elem(row(idx[0]), col)
+            val = operands[0][0](row(idx[0]), col)
             return [Store(ta, idx, narrow(guard_all([iop(IOp.LT, col, self.k)] if self.k % bk else [], val, self.acc_dtype), ta.dtype))]
 
         weight_col0 = iop(IOp.MUL, nt, bn) if packed else n0  # this tile's first column of a bound weight
@@ -351,6 +364,8 @@ class _Builder:
                     f" (each column tile runs its sibling's epilogue)")
         if self.first is not None:
             wide = f", the first product of a chain computed {bk} columns at a time on chip"
+        if self.groups > 1:
+            wide += f", {self.groups} groups of {self.cols} output channels"
         if tail:
             wide += f", last column tile {tail} wide"
         if row_tail:
@@ -359,7 +374,7 @@ class _Builder:
         n_in = len(params) - len(self.group.outputs)
         allocs = (*(() if self.depthwise else (ta, *tbs)), *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()))
         # two warpgroups for 128 rows of at least 128 accumulator columns (siblings together)
-        threads = self.max_threads if bm >= 128 and accs * bn >= 128 else 128
+        threads = self._asked_threads(bm, accs * bn)
         if producer:
             notes = (notes[0] + ", operand tiles loaded by a producer warp",)
         schedule = GemmSchedule(
@@ -368,9 +383,41 @@ class _Builder:
             whole_rows=bool(self.reductions) or self.first is not None, producer=producer is not None,
             channel_rows=self.flip, depthwise=self.depthwise, channels_per_k_tile=ch_per_tile if conv else 0,
             padded_columns=self.pad_to, accumulator=self.acc_dtype, operands=self.op_dtype, tf32=self.tf32, occupancy=0,
-            positions_inner=self.positions_inner)
+            positions_inner=self.positions_inner, groups=self.groups)
         return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), threads, allocs, tuple(body), notes,
                            producer=producer is not None, schedule=schedule)
+
+    def _asked_threads(self, bm: int, columns: int) -> int:
+        """Threads a tile of ``bm`` rows and ``columns`` accumulator columns asks for: two
+        warpgroups for 128 rows of at least 128 columns (siblings together), else one."""
+        return self.max_threads if bm >= 128 and columns >= 128 else 128
+
+    def _group_k_step(self, cin: int, taps: int, bm: int, bn: int, chans: int) -> tuple[int, bool]:
+        """Input channels per K step of a grouped convolution on a device with blocks, and
+        whether its K tile is padded with zero columns to the MMA's k16 (as a stem's is).
+        A group's few output channels make a short weight tile nest (channels x taps x
+        columns) that thread fitting can split over few threads only (it halves a block
+        until every nest at least as long divides): ResNeXt's 4 x 9 x 4 = 144 elements
+        left 16 threads, 8 channels' 4 x 9 x 8 left 32. Of the divisors of ``cin`` up to
+        ``chans``, each unpadded or padded (where the padded tiles can be built), the
+        one that keeps the most threads; then one whose K tile the matrix unit takes
+        (half operands, or TF32), the fewest K columns in all (steps x depth), the most
+        channels."""
+        asked = self._asked_threads(bm, bn)
+        can_pad = self.mma_rows > 1 and self._packs_conv_weight()
+        mma_k = 16 if self.op_dtype.itemsize == 2 else 8 if self.tf32 else 0
+
+        def score(step: tuple[int, bool]) -> tuple[int, bool, int, int]:
+            ch, padded = step
+            depth = -(-ch * taps // 16) * 16 if padded else ch * taps
+            t = asked
+            while t > 1 and any(n >= t and n % t for n in (depth * bm, depth * bn)):
+                t //= 2
+            return t, bool(mma_k) and bn % 16 == 0 and depth % mma_k == 0, -(cin // ch) * depth, ch
+
+        steps = [(d, padded) for d in range(1, chans + 1) if cin % d == 0
+                 for padded in ((False, True) if can_pad and d * taps % 16 else (False,))]
+        return max(steps, key=score)
 
     def _producer_tile(self) -> tuple[int, int] | None:
         """The target's large tile for a large plain product: a MatMul (no convolution, no
@@ -386,8 +433,11 @@ class _Builder:
         return (bm, bn) if tiles * (self.k // self.tile_k) >= steps * self.cores else None
 
     def _tiles(self) -> tuple[int, int]:
-        """Row and column edges of a product tile, before the K loop's."""
-        bm, bn = divisor_tile(self.m, self.gemm_rows), divisor_tile(self.n, self.gemm_tile)
+        """Row and column edges of a product tile, before the K loop's. A grouped
+        convolution's column tiles divide a group's output channels (``self.cols``), each
+        group a run of column tiles of the grid."""
+        cols = self.cols
+        bm, bn = divisor_tile(self.m, self.gemm_rows), divisor_tile(cols, self.gemm_tile)
         if self.reductions or self.first is not None:  # whole rows on the tile: rows of all N columns
             return divisor_tile(self.m, self.row_tile), self.n
         accs = 1 if self.sibling_of is not None else len(self.cs)
@@ -397,11 +447,11 @@ class _Builder:
 
         while accs * bm * bn * self.acc_dtype.itemsize > budget(bm) and max(bm, bn) > 16:
             if bn >= bm:
-                bn = divisor_tile(self.n, bn // 2)
+                bn = divisor_tile(cols, bn // 2)
             else:
                 bm = divisor_tile(self.m, bm // 2)
-        lead = math.prod(self.batch) * (len(self.cs) if self.sibling_of is not None else 1)
-        bm, bn = fill_cores((self.m, self.n), [bm, bn], lead, self.cores, self.min_tile)
+        lead = math.prod(self.batch) * (len(self.cs) if self.sibling_of is not None else 1) * self.groups
+        bm, bn = fill_cores((self.m, cols), [bm, bn], lead, self.cores, self.min_tile)
         plain = not isinstance(self.c.op, (Conv, ConvTranspose))  # convolution fills index channels directly
         if plain and 4 * bn < min(self.n, self.gemm_tile):  # N with no good divisor (a 50257-word LM head)
             bn = min(self.n, self.gemm_tile)
@@ -409,22 +459,32 @@ class _Builder:
             # rows without a power-of-two divisor, which the matrix unit's warp layouts take
             # (ResNet-50's 49 and 112 x 112 positions): a power-of-two tile, the last one partial
             bm = min(1 << (bm - 1).bit_length(), self.gemm_rows)
-        if self.mma_rows > 1 and not self.flip and self.n > 16 and bn & (bn - 1):
+        if self.mma_rows > 1 and not self.flip and (cols > 16 or self.groups > 1) and bn & (bn - 1):
             # the matrix unit's operand layouts take power-of-two column tiles (a 40-wide B
             # tile of MobileNetV2's 160 channels was refused): the largest dividing one, else
-            # a power-of-two tile with a partial last one
+            # a power-of-two tile with a partial last one. A group has no partial tile: the
+            # largest dividing one however narrow (20 columns of a group split their nests
+            # over 4 threads, and nvcc ran past 15 minutes on its unrolled FMA loops)
             p2 = 1 << (bn.bit_length() - 1)
-            while self.n % p2:
+            while cols % p2:
                 p2 //= 2
-            bn = p2 if p2 >= 16 else min(1 << (bn - 1).bit_length(), self.gemm_tile)
+            if self.groups > 1:
+                bn = p2
+            else:
+                bn = p2 if p2 >= 16 else min(1 << (bn - 1).bit_length(), self.gemm_tile)
         if self.mma_rows > 1 and not self.flip and self.m > 16 and bm < 16:
             # rows with no divisor worth a tile (ViT's 197 tokens, a prime): power-of-two
             # tiles, halved while the grid leaves cores idle, the last one partial
-            bm = halve_while_idle(self.m, self.gemm_rows, lead * -(-self.n // bn), self.cores, self.min_tile)
+            bm = halve_while_idle(self.m, self.gemm_rows, lead * -(-cols // bn), self.cores, self.min_tile)
+        if self.groups > 1 and self.mma_rows > 1 and bn == 8 and (self.op_dtype in HALF_FLOATS or self.tf32):
+            # a group's narrow columns: TileLang takes a product of 64-row tiles to wgmma, which
+            # refused an 8-column B tile (its operand layout); 32-row tiles keep the product
+            # an FMA loop (the MMA's warps need 16 columns to split them)
+            bm = min(bm, 32)
         force_m, force_n = self.target.gemm.force_tile_m, self.target.gemm.force_tile_n
         if force_m and self.m % force_m == 0:
             bm = force_m
-        if force_n and self.n % force_n == 0:
+        if force_n and cols % force_n == 0:
             bn = force_n
         return bm, bn
 
@@ -484,7 +544,9 @@ class _Builder:
         """im2col and weight tiles as loop nests over (channel, *taps): the K index is
         linearised from loop variables instead of divided back into them. ``row`` and
         ``column`` give the product's row and output channel of a tile row and column
-        (clamped past a partial last tile, whose lanes recompute the last one)."""
+        (clamped past a partial last tile, whose lanes recompute the last one). Channels
+        count within a group: the weight's as they are, the input's from the tile's group's
+        first (``in_channel0``)."""
         c = self.c
         op: Conv = c.op  # type: ignore[assignment]
         x, w = c.inputs
@@ -510,7 +572,7 @@ class _Builder:
             cond: Expr | None = None
             for c_ in conds:
                 cond = c_ if cond is None else iop(IOp.AND, cond, c_)
-            val = widen(el.at(x, (n, ch, *pos)), dt)
+            val = widen(el.at(x, (n, iop(IOp.ADD, self.in_channel0, ch), *pos)), dt)
             if cond is not None:
                 val = Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)
             return narrow(val, ta.dtype)
@@ -666,31 +728,16 @@ class _Builder:
         return linearize((idx[0], *idx[2:]), (out[0], *out[2:])), idx[1]
 
     def _operands(self, el: ElementBuilder, bidx: Index, c: Node):
+        """(a_elem, b_elem): a product's operand elements at (row, K) and (K, column), for
+        products whose tiles are filled element by element (a Conv fills its own tiles:
+        ``_conv_fills``, ``conv_rows``)."""
         dt = self.acc_dtype
         a, b = c.inputs
-        if isinstance(c.op, MatMul):
-            ab = broadcast_index(bidx, a.type.shape[:-2], self.batch)
-            bb = broadcast_index(bidx, b.type.shape[:-2], self.batch)
-            return (lambda r, k: widen(el.at(a, ab + (r, k)), dt), lambda k, col: widen(el.at(b, bb + (k, col)), dt))
         if isinstance(c.op, ConvTranspose):
             return self._transposed_operands(el, c)
-        op: Conv = c.op  # type: ignore[assignment]
-        out = c.outputs[0].type.shape
-        spatial, taps, cin = out[2:], b.type.shape[2:], b.type.shape[1]
-
-        def a_elem(r: Expr, k: Expr) -> Expr:
-            n, *o = delinearize(r, (out[0], *spatial))
-            ch, *t = delinearize(k, (cin, *taps))
-            pos, cond = window_source(o, t, op.strides, op.dilations, op.pads, a.type.shape[2:])
-            val = widen(el.at(a, (n, ch, *pos)), dt)
-            return val if cond is None else Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)
-
-        def b_elem(k: Expr, col: Expr) -> Expr:
-            ch, *t = delinearize(k, (cin, *taps))
-            return widen(el.at(b, (col, ch, *t)), dt)
-
-        return a_elem, b_elem
-
+        ab = broadcast_index(bidx, a.type.shape[:-2], self.batch)
+        bb = broadcast_index(bidx, b.type.shape[:-2], self.batch)
+        return (lambda r, k: widen(el.at(a, ab + (r, k)), dt), lambda k, col: widen(el.at(b, bb + (k, col)), dt))
 
     def _transposed_operands(self, el: ElementBuilder, c: Node):
         """Transposed convolution in gather form: output position o takes input position
