@@ -380,7 +380,7 @@ def test_attention_over_a_prime_sequence_takes_whole_tiles_and_compiles():
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_grouped_convolutions_lower_and_compile_as_tiled_products(dtype):
     """Grouped convolutions (ResNeXt's 32 groups of 4 channels, RegNet's 16 of 8 in and 16
-    out, 4 of 4 in and 8 out, strided) are tiled implicit GEMMs of whole 128-thread blocks,
+    out, 4 of 4 in and 8 out, strided; a dilated 1-D one of 8 groups) are tiled implicit GEMMs of whole 128-thread blocks,
     no longer one thread of the staged schedule: TileLang lowers them and nvcc compiles them
     for sm_90a; in half floats the 16-column product runs on tensor cores."""
     import math
@@ -389,10 +389,10 @@ def test_grouped_convolutions_lower_and_compile_as_tiled_products(dtype):
 
     from tests.compiler import grouped_convs
 
-    names = ["g32_resnext", "g16_regnet", "g4_stride2_pads_asym"]
+    names = ["g32_resnext", "g16_regnet", "g4_stride2_pads_asym", "g8_1d_dilated"]
     graph = import_onnx(grouped_convs.model(names, 0, np.dtype(dtype).type))
     programs = [lower_group(g, CUDA_SM90A).program for g in partition_graph(graph, CUDA_SM90A).groups]
-    assert [p.schedule.groups for p in programs] == [32, 16, 4] and all(p.threads == 128 for p in programs)
+    assert [p.schedule.groups for p in programs] == [32, 16, 4, 8] and all(p.threads == 128 for p in programs)
     artifacts = build_all(programs, arch="sm_90a")
     for program, art in zip(programs, artifacts):
         assert art.path.read_bytes()[:4] == b"\x7fELF" and art.launch.block[0] == 128
