@@ -83,10 +83,12 @@ def emit_tilelang(program: TileProgram, options: CudaOptions = CudaOptions(), de
     body = emitter.kernel()
     emitter.header.insert(0, f"PASS_CONFIG = {emitter.pass_config()!r}")
     stem = kernel_stem(program.name)
-    digest = hashlib.sha256("\n".join([stem, *emitter.header, *body]).encode()).hexdigest()[:10]
-    func = f"{stem}_{digest}"
     args = ", ".join(f"{emitter.name(b)}: T.Tensor({shape_text(b.shape)}, {dtype_text(b.dtype)})"
                      for b in program.params + ((STATUS,) if program.index_sites else ()))
+    # the signature too: two bodies can be equal over params of different shapes (a slice
+    # of the first row of [9, 2, 32] or of [1, 2, 32]), and a name is one kernel
+    digest = hashlib.sha256("\n".join([stem, args, *emitter.header, *body]).encode()).hexdigest()[:10]
+    func = f"{stem}_{digest}"
     lines = [
         f'"""tilefuse cuda kernel {func} (TileProgram {program.name}); generated, do not edit.',
         *(f"{n}" for n in program.notes),
