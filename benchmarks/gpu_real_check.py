@@ -113,6 +113,7 @@ def derive_weights(model, shapes: dict, plan_dir: Path) -> dict[str, np.ndarray]
     from tilefuse.partition.kinds import FusionKind
     from tilefuse.plan import link
     from tilefuse.plan.manifest import Decoder
+    from tilefuse.plan.model import IndexSite
     from tilefuse.target import get_target
     from tilefuse.tile_ir import lower_group
 
@@ -132,7 +133,9 @@ def derive_weights(model, shapes: dict, plan_dir: Path) -> dict[str, np.ndarray]
         launch = decode_cuda(Decoder(manifest, "manifest.json", plan_dir), k["launch"], f"kernel {src.func}.launch",
                              len(k["params"]), k["symbol"])
         kernels[g.id] = KernelArtifact(src.func, k["symbol"], plan_dir / k["file"], src.params, launch)
-    plan = link(graph, partition, kernels, target.name, "", bindings={gid: low.bindings for gid, low in lowered.items()})
+    sites = {gid: tuple(IndexSite(s.what, s.extent) for s in low.sites) for gid, low in lowered.items()}
+    plan = link(graph, partition, kernels, target.name, "", bindings={gid: low.bindings for gid, low in lowered.items()},
+                sites=sites)
     want = {b["name"] for b in manifest["buffers"] if b["kind"] == "constant"}
     if set(plan.weights) != want:
         raise SystemExit(f"derived constants differ from the carried plan's: {sorted(set(plan.weights) ^ want)[:5]}")

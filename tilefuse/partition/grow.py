@@ -47,7 +47,7 @@ class Grower:
         for i, n in enumerate(graph.nodes):
             self.owner[id(n)] = _Group(i, n, i)
         self.graph_outputs = frozenset(id(v) for v in graph.outputs.values())
-        self._staged: dict[tuple[int, ...], bool] = {}
+        self._staged: dict[tuple[int, ...], tuple[tuple[Node, ...], bool]] = {}
 
     # -- the group DAG ---------------------------------------------------------------
     def groups(self) -> list[_Group]:
@@ -112,10 +112,10 @@ class Grower:
         one kernel has only the staged schedule (its pattern, asked of ``tilefuse/patterns``
         as the final group's is; remembered per member set)."""
         key = tuple(sorted(map(id, nodes)))
-        if key not in self._staged:
+        if key not in self._staged:  # the nodes are kept with the answer, so no id is reused
             match = match_group(nodes, self.outputs_of(nodes), self.target)  # (callers keep graph order)
-            self._staged[key] = isinstance(match, StagedMatch)
-        return self._staged[key]
+            self._staged[key] = (tuple(nodes), isinstance(match, StagedMatch))
+        return self._staged[key][1]
 
     def staged_share(self) -> float:
         """The share of the machine a staged kernel runs on: one block of
