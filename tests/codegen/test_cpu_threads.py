@@ -194,7 +194,9 @@ def test_after_a_stalled_share_regions_run_on_the_caller_for_a_while(libs, slow)
     team, share = np.zeros(100, np.int32), np.full(100, -1, np.int32)
     lib.shares(_ptr(team), _ptr(share), ctypes.c_int64(100))
     assert (team == 2).all() and list(np.unique(share)) == [0, 1]  # the same shares, in turn
-    for _ in range(20):  # past the longest time on the caller, regions without stalls use the pool
+    # past the longest time on the caller, regions without stalls use the pool (a loaded box
+    # stalls some of these too, each doubling the time on the caller: up to 12 s of tries)
+    for _ in range(60):
         time.sleep(0.2)
         lib.stall_then_not(ctypes.c_int64(slow), ctypes.c_int64(0), ctypes.c_int64(1_000_000), _ptr(first), _ptr(then))
         if first[1] != caller and then[1] != caller:
