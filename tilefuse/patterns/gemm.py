@@ -46,6 +46,13 @@ class GemmMatch:
     def chain(self) -> bool:
         return self.first is not None
 
+    @property
+    def depthwise(self) -> bool:
+        """A depthwise convolution: one input channel per group, one output channel per group."""
+        c = self.contractions[0]
+        op, x, w = c.op, c.inputs[0], c.inputs[1]
+        return isinstance(op, Conv) and op.groups == x.type.shape[1] == w.type.shape[0] and w.type.shape[1] == 1
+
 
 def siblings(contractions: Sequence[Node]) -> bool:
     """Matrix products of one activation by constant weights of one shape: one wide GEMM
@@ -142,12 +149,6 @@ def chain_problem(
         return Refusal(f"a chain of {rows} rows makes {tiles} whole-row tiles, fewer than the target's "
                        f"{target.device.cores} cores")
     return None
-
-
-def depthwise_ok(c: Node) -> bool:
-    """A depthwise convolution: one input channel per group, one output channel per group."""
-    op, x, w = c.op, c.inputs[0], c.inputs[1]
-    return isinstance(op, Conv) and op.groups == x.type.shape[1] == w.type.shape[0] and w.type.shape[1] == 1
 
 
 def product_extents(c: Node) -> tuple[tuple[int, ...], int, int, int]:

@@ -30,7 +30,7 @@ from tilefuse.ir.prims import (
 from tilefuse.ir.types import TensorType
 from tilefuse.partition.model import FusedGroup
 from tilefuse.patterns import GemmMatch
-from tilefuse.patterns.gemm import depthwise_ok, product_extents
+from tilefuse.patterns.gemm import product_extents
 from tilefuse.target import CPU, Target
 from tilefuse.tile_ir.ir import (
     Buffer,
@@ -91,7 +91,8 @@ def lower_gemm_epilogue(group: FusedGroup, match: GemmMatch, name: str,
     (tensor cores take them so)."""
     contractions = list(match.contractions)
     fwd = forward_index(match.epilogue, contractions)
-    builder = _Builder(group, contractions, fwd, list(match.epilogue.reductions), name, match.first, target)
+    builder = _Builder(group, contractions, fwd, list(match.epilogue.reductions), name, match.first, target,
+                       depthwise=match.depthwise)
     program = builder.build()
     return None if program is None else (program, tuple(builder.bindings))
 
@@ -119,7 +120,7 @@ def _sibling_of(group: FusedGroup, cs: list[Node]) -> dict[int, int] | None:
 
 class _Builder:
     def __init__(self, group: FusedGroup, cs: list[Node], fwd: dict[int, Forward], reductions: list[Node],
-                 name: str, first: Node | None, target: Target) -> None:
+                 name: str, first: Node | None, target: Target, *, depthwise: bool = False) -> None:
         self.group, self.cs, self.fwd, self.reductions, self.name = group, cs, fwd, reductions, name
         self.tile_k, self.row_tile, self.onchip = target.gemm.tile_k, target.gemm.row_tile, target.device.onchip_bytes
         self.cores, self.min_tile, self.gemm_tile = target.device.cores, target.gemm.min_tile, target.gemm.tile
@@ -133,7 +134,7 @@ class _Builder:
         # fill the product core better
         self.flip = (isinstance(cs[0].op, Conv) and target.conv.channel_rows
                      and math.prod(cs[0].outputs[0].type.shape[2:]) >= target.conv.min_positions)
-        self.depthwise = depthwise_ok(cs[0])
+        self.depthwise = depthwise
         self.flip = self.flip or self.depthwise
         # a grouped convolution (not depthwise): an implicit GEMM whose column tiles each lie
         # inside one group, so a tile's im2col reads its group's input channels only
@@ -581,8 +582,7 @@ class _Builder:
             i, cl, t = (idx[-1], idx[0], idx[1:-1]) if inner else (idx[0], idx[1], idx[2:])
             return [Store(ta, (i, linearize((cl, *t), (chans, *taps))), a_value(i, cl, t, []))]
 
-        def b_body(idx: Index) -> list[Stmt]:
-            cl, t, j = idx[0], idx[1:-1], idx[-1]
+        def b_value(cl: Expr, t: Index, j: Expr) -> Expr:
             ch = iop(IOp.ADD, ch0, cl)
             if self.packed is not None:
                 kg = iop(IOp.ADD, iop(IOp.MUL, ch, math.prod(taps)), linearize(tuple(t), tuple(taps)))
@@ -591,7 +591,11 @@ class _Builder:
                 val = widen(el.at(w, (column(j), ch, *t)), dt)
             if cin % chans:
                 val = Call(ScalarFn.WHERE, (iop(IOp.LT, ch, cin), val, Const(0, dt)), dt)
-            return [Store(tb, (linearize((cl, *t), (chans, *taps)), j), narrow(val, tb.dtype))]
+            return narrow(val, tb.dtype)
+
+        def b_body(idx: Index) -> list[Stmt]:
+            cl, t, j = idx[0], idx[1:-1], idx[-1]
+            return [Store(tb, (linearize((cl, *t), (chans, *taps)), j), b_value(cl, t, j))]
 
         if self.k_steps is None and len(taps) > 1:
             a_nest = (chans, *taps, bm) if inner else (bm, chans, *taps)
@@ -610,8 +614,7 @@ class _Builder:
 
             def b_flat(kj: Index) -> list[Stmt]:
                 (k, j), (cl, *t) = kj, delinearize(kj[0], (chans, *taps))
-                (store,) = b_body((cl, *t, j))
-                return [Store(tb, (k, j), store.value)]
+                return [Store(tb, (k, j), b_value(cl, tuple(t), j))]
 
             return [*parallel(self.names, (depth, bm) if inner else (bm, depth), a_flat),
                     *parallel(self.names, (depth, bn), b_flat)]
