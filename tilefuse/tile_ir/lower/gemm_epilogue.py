@@ -53,15 +53,13 @@ from tilefuse.tile_ir.ir import (
     iop,
     statements,
 )
-from tilefuse.tile_ir.lower import conv_rows
+from tilefuse.tile_ir.lower import conv_rows, conv_tiles, gemm_tiles
 from tilefuse.tile_ir.lower.common import (
     COMBINE,
     Names,
     accumulator_dtype,
     divisor_tile,
-    fill_cores,
     guard_all,
-    halve_while_idle,
     identity,
     narrow,
     parallel,
@@ -74,9 +72,6 @@ from tilefuse.tile_ir.lower.elements import (
     broadcast_index,
     delinearize,
     linearize,
-    transposed_source,
-    window_needs_guard,
-    window_source,
 )
 from tilefuse.tile_ir.lower.forward import Forward, forward_index
 from tilefuse.tile_ir.lower.params import DROP, kernel_params
@@ -156,7 +151,7 @@ class _Builder:
         self.cols = self.n // self.groups  # the columns a column tile divides: a group's output channels
 
     def build(self) -> TileProgram | None:
-        producer = self._producer_tile()
+        producer = gemm_tiles.producer_tile(self)
         if producer is not None:
             program = self._build(producer)
             if program is not None and _plain_fills(program.body):
@@ -166,11 +161,11 @@ class _Builder:
 
     def _build(self, producer: tuple[int, int] | None) -> TileProgram | None:
         """The program with ``producer``'s tile and a producer-loaded pipeline, or (None)
-        the tiles ``_tiles`` picks."""
-        bm, bn = producer or self._tiles()
+        the tiles ``gemm_tiles.tiles`` picks."""
+        bm, bn = producer or gemm_tiles.tiles(self)
         if self.sibling_of is not None and self.n % bn:  # a column tile across two siblings
             self.sibling_of = None
-            bm, bn = self._tiles()
+            bm, bn = gemm_tiles.tiles(self)
         packed = self.sibling_of is not None
         accs = 1 if packed else len(self.cs)  # accumulators a tile holds
         tail = self.n % bn  # the last column tile is partial: its columns clamp to the last one
@@ -188,7 +183,7 @@ class _Builder:
         if producer:
             stages = 3
         elif bn != self.n and self.inflight:
-            bk, stages = self._pipeline(bm, accs * bn, bk)
+            bk, stages = gemm_tiles.pipeline(self, bm, accs * bn, bk)
         conv = isinstance(self.c.op, Conv)
         if self.flip:  # position tiles of whole output rows of one image: no division inside
             inner = math.prod(self.c.outputs[0].type.shape[3:])
@@ -206,11 +201,11 @@ class _Builder:
                 ch_per_tile = step * divisor_tile(cin // step, max(1, self.tile_k // (taps * step)))
             pad_group = False
             if self.groups > 1 and self.target.device.max_block_threads:
-                ch_per_tile, pad_group = self._group_k_step(cin, taps, bm, bn, ch_per_tile)
+                ch_per_tile, pad_group = conv_tiles.group_k_step(self, cin, taps, bm, bn, ch_per_tile)
             bk = ch_per_tile * taps
             k_step = bk
             if pad_group or (self.mma_rows > 1 and self.op_dtype.itemsize == 2 and bk % 16 and not (self.flip or self.depthwise)
-                             and self._packs_conv_weight() and bm % self.mma_rows == 0 and bn % 32 == 0):
+                             and self.packs_conv_weight() and bm % self.mma_rows == 0 and bn % 32 == 0):
                 # few input channels (a stem's 3 x 7 x 7): the K tile padded with zero columns to
                 # the MMA's k16, so the product runs on tensor cores, not as an FMA loop; the
                 # packed weight carries the zero rows, so its tiles stay plain copies
@@ -222,7 +217,7 @@ class _Builder:
         self.k_steps = (k_step, bk) if k_step and bk > k_step else None
         # a constant weight whose rows are not whole 16-byte vectors (GPT-2's 50257-word LM
         # head): bound padded to whole column tiles, so its tiles load as aligned rectangles
-        self.pad_to = -(-self.n // bn) * bn if self._pads_weight() else 0
+        self.pad_to = -(-self.n // bn) * bn if self.pads_weight() else 0
         params, buffers = self._params()
         bvars = [Var(f"b{i}") for i in range(len(self.batch))]
         mt, nt = Var("bm"), Var("bn")
@@ -325,7 +320,7 @@ class _Builder:
             k_body = conv_rows.fills(self, el, ta, tbs[0], mt, n0, kt, ch_per_tile)
             k_body.append(Gemm(ta, tbs[0], tcs[0], tf32=self.tf32))
         elif conv:
-            k_body = self._conv_fills(el, ta, tbs[0], row, column, kt, ch_per_tile)
+            k_body = conv_tiles.fills(self, el, ta, tbs[0], row, column, kt, ch_per_tile)
             k_body.append(Gemm(ta, tbs[0], tcs[0], tf32=self.tf32))
         else:  # packed siblings: one B tile and accumulator (zip stops at them)
             k_body = []
@@ -375,7 +370,7 @@ class _Builder:
         n_in = len(params) - len(self.group.outputs)
         allocs = (*(() if self.depthwise else (ta, *tbs)), *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()))
         # two warpgroups for 128 rows of at least 128 accumulator columns (siblings together)
-        threads = self._asked_threads(bm, accs * bn)
+        threads = self.asked_threads(bm, accs * bn)
         if producer:
             notes = (notes[0] + ", operand tiles loaded by a producer warp",)
         schedule = GemmSchedule(
@@ -388,106 +383,10 @@ class _Builder:
         return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), threads, allocs, tuple(body), notes,
                            producer=producer is not None, schedule=schedule)
 
-    def _asked_threads(self, bm: int, columns: int) -> int:
+    def asked_threads(self, bm: int, columns: int) -> int:
         """Threads a tile of ``bm`` rows and ``columns`` accumulator columns asks for: two
         warpgroups for 128 rows of at least 128 columns (siblings together), else one."""
         return self.max_threads if bm >= 128 and columns >= 128 else 128
-
-    def _group_k_step(self, cin: int, taps: int, bm: int, bn: int, chans: int) -> tuple[int, bool]:
-        """Input channels per K step of a grouped convolution on a device with blocks, and
-        whether its K tile is padded with zero columns to the MMA's k16 (as a stem's is).
-        A group's few output channels make a short weight tile nest (channels x taps x
-        columns) that thread fitting can split over few threads only (it halves a block
-        until every nest at least as long divides): ResNeXt's 4 x 9 x 4 = 144 elements
-        left 16 threads, 8 channels' 4 x 9 x 8 left 32. Of the divisors of ``cin`` up to
-        ``chans``, each unpadded or padded (where the padded tiles can be built), the
-        one that keeps the most threads; then one whose K tile the matrix unit takes
-        (half operands, or TF32), the fewest K columns in all (steps x depth), the most
-        channels."""
-        asked = self._asked_threads(bm, bn)
-        can_pad = self.mma_rows > 1 and self._packs_conv_weight()
-        mma_k = 16 if self.op_dtype.itemsize == 2 else 8 if self.tf32 else 0
-
-        def score(step: tuple[int, bool]) -> tuple[int, bool, int, int]:
-            ch, padded = step
-            depth = -(-ch * taps // 16) * 16 if padded else ch * taps
-            t = asked
-            while t > 1 and any(n >= t and n % t for n in (depth * bm, depth * bn)):
-                t //= 2
-            return t, bool(mma_k) and bn % 16 == 0 and depth % mma_k == 0, -(cin // ch) * depth, ch
-
-        steps = [(d, padded) for d in range(1, chans + 1) if cin % d == 0
-                 for padded in ((False, True) if can_pad and d * taps % 16 else (False,))]
-        return max(steps, key=score)
-
-    def _producer_tile(self) -> tuple[int, int] | None:
-        """The target's large tile for a large plain product: a MatMul (no convolution, no
-        epilogue row reduction, no chain, not packed siblings) of half-float operands that
-        splits into whole tiles, with enough K steps per core to amortise the pipeline."""
-        steps = self.target.gemm.producer_steps
-        bm, bn = self.target.gemm.producer_tile
-        if not steps or not isinstance(self.c.op, MatMul) or len(self.cs) > 1 or self.reductions or self.first is not None:
-            return None
-        if self.op_dtype not in HALF_FLOATS or self.m % bm or self.n % bn or self._pads_weight():
-            return None
-        tiles = math.prod(self.batch) * (self.m // bm) * (self.n // bn)
-        return (bm, bn) if tiles * (self.k // self.tile_k) >= steps * self.cores else None
-
-    def _tiles(self) -> tuple[int, int]:
-        """Row and column edges of a product tile, before the K loop's. A grouped
-        convolution's column tiles divide a group's output channels (``self.cols``), each
-        group a run of column tiles of the grid."""
-        cols = self.cols
-        bm, bn = divisor_tile(self.m, self.gemm_rows), divisor_tile(cols, self.gemm_tile)
-        if self.reductions or self.first is not None:  # whole rows on the tile: rows of all N columns
-            return divisor_tile(self.m, self.row_tile), self.n
-        accs = 1 if self.sibling_of is not None else len(self.cs)
-
-        def budget(bm: int) -> int:  # accumulator registers: a tile of fewer than 128 rows gets 128 threads
-            return self.acc_budget if bm >= 128 else self.acc_budget * 128 // max(self.max_threads, 128)
-
-        while accs * bm * bn * self.acc_dtype.itemsize > budget(bm) and max(bm, bn) > 16:
-            if bn >= bm:
-                bn = divisor_tile(cols, bn // 2)
-            else:
-                bm = divisor_tile(self.m, bm // 2)
-        lead = math.prod(self.batch) * (len(self.cs) if self.sibling_of is not None else 1) * self.groups
-        bm, bn = fill_cores((self.m, cols), [bm, bn], lead, self.cores, self.min_tile)
-        plain = not isinstance(self.c.op, (Conv, ConvTranspose))  # convolution fills index channels directly
-        if plain and 4 * bn < min(self.n, self.gemm_tile):  # N with no good divisor (a 50257-word LM head)
-            bn = min(self.n, self.gemm_tile)
-        if self.mma_rows > 1 and bm & (bm - 1) and self.m > 16 and not self.flip:
-            # rows without a power-of-two divisor, which the matrix unit's warp layouts take
-            # (ResNet-50's 49 and 112 x 112 positions): a power-of-two tile, the last one partial
-            bm = min(1 << (bm - 1).bit_length(), self.gemm_rows)
-        if self.mma_rows > 1 and not self.flip and (cols > 16 or self.groups > 1) and bn & (bn - 1):
-            # the matrix unit's operand layouts take power-of-two column tiles (a 40-wide B
-            # tile of MobileNetV2's 160 channels was refused): the largest dividing one, else
-            # a power-of-two tile with a partial last one. A group has no partial tile: the
-            # largest dividing one however narrow (20 columns of a group split their nests
-            # over 4 threads, and nvcc ran past 15 minutes on its unrolled FMA loops)
-            p2 = 1 << (bn.bit_length() - 1)
-            while cols % p2:
-                p2 //= 2
-            if self.groups > 1:
-                bn = p2
-            else:
-                bn = p2 if p2 >= 16 else min(1 << (bn - 1).bit_length(), self.gemm_tile)
-        if self.mma_rows > 1 and not self.flip and self.m > 16 and bm < 16:
-            # rows with no divisor worth a tile (ViT's 197 tokens, a prime): power-of-two
-            # tiles, halved while the grid leaves cores idle, the last one partial
-            bm = halve_while_idle(self.m, self.gemm_rows, lead * -(-cols // bn), self.cores, self.min_tile)
-        if self.groups > 1 and self.mma_rows > 1 and bn == 8 and (self.op_dtype in HALF_FLOATS or self.tf32):
-            # a group's narrow columns: TileLang takes a product of 64-row tiles to wgmma, which
-            # refused an 8-column B tile (its operand layout); 32-row tiles keep the product
-            # an FMA loop (the MMA's warps need 16 columns to split them)
-            bm = min(bm, 32)
-        force_m, force_n = self.target.gemm.force_tile_m, self.target.gemm.force_tile_n
-        if force_m and self.m % force_m == 0:
-            bm = force_m
-        if force_n and cols % force_n == 0:
-            bn = force_n
-        return bm, bn
 
     def _rows_innermost(self, v: Value, bvars, row, column) -> bool:
         """Whether output ``v``'s last (contiguous) axis runs along the tile's rows, not
@@ -497,19 +396,6 @@ class _Builder:
         last = self.fwd[id(v)](self._product_index(tuple(bvars), row(i), column(j)))[-1]
         mentions = var_ids(last)
         return id(i) in mentions and id(j) not in mentions
-
-    def _pipeline(self, bm: int, bn: int, bk: int) -> tuple[int, int]:
-        """K depth and stages of a plain product tile of ``bn`` columns (all its
-        accumulators'): a third stage, then a K tile twice as deep, while the operand tiles
-        in flight stay within the target's ``inflight_bytes``. Small tiles (batch 1) wait on
-        memory latency and gain from both; 128x128 tiles already keep 64 KB in flight, and
-        more stages cost them occupancy."""
-        per_k = (bm + bn) * self.op_dtype.itemsize
-        if 3 * per_k * 2 * bk <= self.inflight and self.k >= 4 * bk:
-            return 2 * bk, 3
-        if 3 * per_k * bk <= self.inflight:
-            return bk, 3
-        return bk, 2
 
     def _chain_chunk(self, el: ElementBuilder, th: Buffer, first_row: Expr, k0: Expr) -> tuple[tuple[Buffer, ...], list[Stmt]]:
         """The first product of a chain for this tile's rows and the columns [k0, k0 + bk)
@@ -541,101 +427,6 @@ class _Builder:
         body = (*parallel(self.names, (bm, bk1), fill_x), *parallel(self.names, (bk1, bk), fill_w), Gemm(tx, tw, th, tf32=self.tf32))
         return (tx, tw), [Fill(th, Const(0, dt)), Loop(jt, -(-k1 // bk1), LoopKind.PIPELINED, body, stages=2)]
 
-    def _conv_fills(self, el: ElementBuilder, ta: Buffer, tb: Buffer, row, column, kt: Var, chans: int) -> list[Stmt]:
-        """im2col and weight tiles as loop nests over (channel, *taps): the K index is
-        linearised from loop variables instead of divided back into them. ``row`` and
-        ``column`` give the product's row and output channel of a tile row and column
-        (clamped past a partial last tile, whose lanes recompute the last one). Channels
-        count within a group: the weight's as they are, the input's from the tile's group's
-        first (``in_channel0``)."""
-        c = self.c
-        op: Conv = c.op  # type: ignore[assignment]
-        x, w = c.inputs
-        out = c.outputs[0].type.shape
-        spatial, taps, cin = out[2:], w.type.shape[2:], w.type.shape[1]
-        dt = self.acc_dtype
-        bm, bn = ta.shape[0], tb.shape[1]
-        ch0 = iop(IOp.MUL, kt, chans)
-        guards = [
-            window_needs_guard(out[2 + d], taps[d], op.strides[d], op.dilations[d], op.pads[d], x.type.shape[2 + d])
-            for d in range(len(spatial))
-        ]
-
-        inner = self.positions_inner
-
-        def a_value(i: Expr, cl: Expr, t: Index, conds: list[Expr]) -> Expr:
-            """Tile row ``i``'s im2col value at channel ``cl`` of the step and taps ``t``;
-            zero where a condition of ``conds`` or of the window fails."""
-            n, *o = delinearize(row(i), (out[0], *spatial))
-            ch = iop(IOp.ADD, ch0, cl)
-            pos, inside = window_source(o, t, op.strides, op.dilations, op.pads, x.type.shape[2:], guards)
-            conds = conds + ([iop(IOp.LT, ch, cin)] if cin % chans else []) + ([inside] if inside is not None else [])
-            cond: Expr | None = None
-            for c_ in conds:
-                cond = c_ if cond is None else iop(IOp.AND, cond, c_)
-            val = widen(el.at(x, (n, iop(IOp.ADD, self.in_channel0, ch), *pos)), dt)
-            if cond is not None:
-                val = Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)
-            return narrow(val, ta.dtype)
-
-        def a_body(idx: Index) -> list[Stmt]:
-            i, cl, t = (idx[-1], idx[0], idx[1:-1]) if inner else (idx[0], idx[1], idx[2:])
-            return [Store(ta, (i, linearize((cl, *t), (chans, *taps))), a_value(i, cl, t, []))]
-
-        def b_value(cl: Expr, t: Index, j: Expr) -> Expr:
-            ch = iop(IOp.ADD, ch0, cl)
-            if self.packed is not None:
-                kg = iop(IOp.ADD, iop(IOp.MUL, ch, math.prod(taps)), linearize(tuple(t), tuple(taps)))
-                val = widen(Load(self.packed, (kg, column(j))), dt)
-            else:
-                val = widen(el.at(w, (column(j), ch, *t)), dt)
-            if cin % chans:
-                val = Call(ScalarFn.WHERE, (iop(IOp.LT, ch, cin), val, Const(0, dt)), dt)
-            return narrow(val, tb.dtype)
-
-        def b_body(idx: Index) -> list[Stmt]:
-            cl, t, j = idx[0], idx[1:-1], idx[-1]
-            return [Store(tb, (linearize((cl, *t), (chans, *taps)), j), b_value(cl, t, j))]
-
-        if self.k_steps is None and len(taps) > 1:
-            a_nest = (chans, *taps, bm) if inner else (bm, chans, *taps)
-            return [*parallel(self.names, a_nest, a_body), *parallel(self.names, (chans, *taps, bn), b_body)]
-        if self.k_steps is None:
-            # a 1-D convolution's tiles as nests over their K columns, each column's channel
-            # and tap divided back out of it: TileLang finds no layout for the nest over
-            # (channels, taps) of Whisper's kernel-3 Conv1d ("Mapped indices are not
-            # independent"), and takes this one
-            depth = chans * math.prod(taps)
-
-            def a_flat(ij: Index) -> list[Stmt]:
-                k, i = ij if inner else (ij[1], ij[0])
-                cl, *t = delinearize(k, (chans, *taps))
-                return [Store(ta, (i, k), a_value(i, cl, tuple(t), []))]
-
-            def b_flat(kj: Index) -> list[Stmt]:
-                (k, j), (cl, *t) = kj, delinearize(kj[0], (chans, *taps))
-                return [Store(tb, (k, j), b_value(cl, tuple(t), j))]
-
-            return [*parallel(self.names, (depth, bm) if inner else (bm, depth), a_flat),
-                    *parallel(self.names, (depth, bn), b_flat)]
-        # a K tile deeper than its step (zero columns to the MMA's k16): one nest over the
-        # tile's columns fills A, zero past the step's (0 x whatever the tile held could be NaN:
-        # and TileLang's pipeline takes one write of a tile per step); the packed weight has
-        # the zero rows, so the B tile is one rectangle of it
-        real, depth = self.k_steps
-        packed = self.packed
-        assert packed is not None
-
-        def a_padded(ij: Index) -> list[Stmt]:
-            k, i = ij if inner else (ij[1], ij[0])
-            cl, *t = delinearize(k, (chans, *taps))
-            return [Store(ta, (i, k), a_value(i, cl, tuple(t), [iop(IOp.LT, k, real)]))]
-
-        def b_rows(ij: Index) -> list[Stmt]:
-            return [Store(tb, ij, Load(packed, (iop(IOp.ADD, iop(IOp.MUL, kt, depth), ij[0]), column(ij[1]))))]
-
-        return [*parallel(self.names, (depth, bm) if inner else (bm, depth), a_padded), *parallel(self.names, (depth, bn), b_rows)]
-
     def _row_stage(self, r: Node, buf: Buffer, el: ElementBuilder, bidx: Index, m0: Expr, bm: int) -> list[Stmt]:
         """One reduction over the tile's whole rows into a per-row buffer."""
         op: Reduce = r.op  # type: ignore[assignment]
@@ -665,7 +456,7 @@ class _Builder:
             return Value(f"{v.name}.{value_tag}", TensorType(v.type.dtype, data.shape), data=data), self.packed
 
         def pack(k: int, v: Value) -> tuple[Value, Buffer] | None:
-            if v is not w or not self._packs_conv_weight():
+            if v is not w or not self.packs_conv_weight():
                 return None
             kxm = np.ascontiguousarray(v.data.reshape(v.type.shape[0], -1).T)  # type: ignore[union-attr]
             if self.k_steps is None:
@@ -699,13 +490,13 @@ class _Builder:
         self.sites = kp.sites
         return kp.params, kp.buffers
 
-    def _packs_conv_weight(self) -> bool:
+    def packs_conv_weight(self) -> bool:
         """A convolution whose constant weight only it reads: bound as a [K, M] copy."""
         w = self.c.inputs[1]
         return (isinstance(self.c.op, Conv) and not self.flip and w.is_constant
                 and sum(x is w for n in self.group.nodes for x in n.inputs) == 1)
 
-    def _pads_weight(self) -> bool:
+    def pads_weight(self) -> bool:
         """A single product by a constant [K, N] weight read only by it, on a target whose
         tiles load with 16-byte copies, where N elements are not whole 16-byte vectors."""
         c = self.c
@@ -733,37 +524,14 @@ class _Builder:
     def _operands(self, el: ElementBuilder, bidx: Index, c: Node):
         """(a_elem, b_elem): a product's operand elements at (row, K) and (K, column), for
         products whose tiles are filled element by element (a Conv fills its own tiles:
-        ``_conv_fills``, ``conv_rows``)."""
+        ``conv_tiles``, ``conv_rows``)."""
         dt = self.acc_dtype
         a, b = c.inputs
         if isinstance(c.op, ConvTranspose):
-            return self._transposed_operands(el, c)
+            return conv_tiles.transposed_operands(self, el, c)
         ab = broadcast_index(bidx, a.type.shape[:-2], self.batch)
         bb = broadcast_index(bidx, b.type.shape[:-2], self.batch)
         return (lambda r, k: widen(el.at(a, ab + (r, k)), dt), lambda k, col: widen(el.at(b, bb + (k, col)), dt))
-
-    def _transposed_operands(self, el: ElementBuilder, c: Node):
-        """Transposed convolution in gather form: output position o takes input position
-        (o + pad - tap * dilation) / stride where that divides exactly and is in range."""
-        dt = self.acc_dtype
-        x, w = c.inputs
-        op: ConvTranspose = c.op  # type: ignore[assignment]
-        out = c.outputs[0].type.shape
-        spatial, taps, cin = out[2:], w.type.shape[2:], w.type.shape[0]
-
-        def a_elem(r: Expr, k: Expr) -> Expr:
-            n, *o = delinearize(r, (out[0], *spatial))
-            ch, *t = delinearize(k, (cin, *taps))
-            pos, cond = transposed_source(o, t, op.strides, op.dilations, op.pads, x.type.shape[2:])
-            val = widen(el.at(x, (n, ch, *pos)), dt)
-            return Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)
-
-        def b_elem(k: Expr, col: Expr) -> Expr:
-            ch, *t = delinearize(k, (cin, *taps))
-            return widen(el.at(w, (ch, col, *t)), dt)
-
-        return a_elem, b_elem
-
 
 def _plain_fills(body: Sequence[Stmt]) -> bool:
     """Every store of a pipelined K loop copies a global element into its tile as it is

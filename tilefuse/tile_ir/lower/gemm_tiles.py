@@ -1,0 +1,105 @@
+"""Tile edges, K depth and stages of a gemm+epilogue kernel: how big its tiles are.
+
+The gemm+epilogue builder (``gemm_epilogue._Builder``) asks these once per kernel, from
+the product's extents and the target's gemm policy and device: the large producer-loaded
+tile where a plain half-float product has K steps to amortise it, else tiles that divide
+the product (or a grouped convolution's group), fit the accumulator budget, give every
+core a tile and take the matrix unit's power-of-two layouts; then the K depth and
+pipeline stages within the bytes the target keeps in flight.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from tilefuse.ir.dtypes import HALF_FLOATS
+from tilefuse.ir.prims import Conv, ConvTranspose, MatMul
+from tilefuse.tile_ir.lower.common import divisor_tile, fill_cores, halve_while_idle
+
+if TYPE_CHECKING:
+    from tilefuse.tile_ir.lower.gemm_epilogue import _Builder
+
+
+def producer_tile(b: "_Builder") -> tuple[int, int] | None:
+    """The target's large tile for a large plain product: a MatMul (no convolution, no
+    epilogue row reduction, no chain, not packed siblings) of half-float operands that
+    splits into whole tiles, with enough K steps per core to amortise the pipeline."""
+    steps = b.target.gemm.producer_steps
+    bm, bn = b.target.gemm.producer_tile
+    if not steps or not isinstance(b.c.op, MatMul) or len(b.cs) > 1 or b.reductions or b.first is not None:
+        return None
+    if b.op_dtype not in HALF_FLOATS or b.m % bm or b.n % bn or b.pads_weight():
+        return None
+    tiles = math.prod(b.batch) * (b.m // bm) * (b.n // bn)
+    return (bm, bn) if tiles * (b.k // b.tile_k) >= steps * b.cores else None
+
+
+def tiles(b: "_Builder") -> tuple[int, int]:
+    """Row and column edges of a product tile, before the K loop's. A grouped
+    convolution's column tiles divide a group's output channels (``b.cols``), each
+    group a run of column tiles of the grid."""
+    cols = b.cols
+    bm, bn = divisor_tile(b.m, b.gemm_rows), divisor_tile(cols, b.gemm_tile)
+    if b.reductions or b.first is not None:  # whole rows on the tile: rows of all N columns
+        return divisor_tile(b.m, b.row_tile), b.n
+    accs = 1 if b.sibling_of is not None else len(b.cs)
+
+    def budget(bm: int) -> int:  # accumulator registers: a tile of fewer than 128 rows gets 128 threads
+        return b.acc_budget if bm >= 128 else b.acc_budget * 128 // max(b.max_threads, 128)
+
+    while accs * bm * bn * b.acc_dtype.itemsize > budget(bm) and max(bm, bn) > 16:
+        if bn >= bm:
+            bn = divisor_tile(cols, bn // 2)
+        else:
+            bm = divisor_tile(b.m, bm // 2)
+    lead = math.prod(b.batch) * (len(b.cs) if b.sibling_of is not None else 1) * b.groups
+    bm, bn = fill_cores((b.m, cols), [bm, bn], lead, b.cores, b.min_tile)
+    plain = not isinstance(b.c.op, (Conv, ConvTranspose))  # convolution fills index channels directly
+    if plain and 4 * bn < min(b.n, b.gemm_tile):  # N with no good divisor (a 50257-word LM head)
+        bn = min(b.n, b.gemm_tile)
+    if b.mma_rows > 1 and bm & (bm - 1) and b.m > 16 and not b.flip:
+        # rows without a power-of-two divisor, which the matrix unit's warp layouts take
+        # (ResNet-50's 49 and 112 x 112 positions): a power-of-two tile, the last one partial
+        bm = min(1 << (bm - 1).bit_length(), b.gemm_rows)
+    if b.mma_rows > 1 and not b.flip and (cols > 16 or b.groups > 1) and bn & (bn - 1):
+        # the matrix unit's operand layouts take power-of-two column tiles (a 40-wide B
+        # tile of MobileNetV2's 160 channels was refused): the largest dividing one, else
+        # a power-of-two tile with a partial last one. A group has no partial tile: the
+        # largest dividing one however narrow (20 columns of a group split their nests
+        # over 4 threads, and nvcc ran past 15 minutes on its unrolled FMA loops)
+        p2 = 1 << (bn.bit_length() - 1)
+        while cols % p2:
+            p2 //= 2
+        if b.groups > 1:
+            bn = p2
+        else:
+            bn = p2 if p2 >= 16 else min(1 << (bn - 1).bit_length(), b.gemm_tile)
+    if b.mma_rows > 1 and not b.flip and b.m > 16 and bm < 16:
+        # rows with no divisor worth a tile (ViT's 197 tokens, a prime): power-of-two
+        # tiles, halved while the grid leaves cores idle, the last one partial
+        bm = halve_while_idle(b.m, b.gemm_rows, lead * -(-cols // bn), b.cores, b.min_tile)
+    if b.groups > 1 and b.mma_rows > 1 and bn == 8 and (b.op_dtype in HALF_FLOATS or b.tf32):
+        # a group's narrow columns: TileLang takes a product of 64-row tiles to wgmma, which
+        # refused an 8-column B tile (its operand layout); 32-row tiles keep the product
+        # an FMA loop (the MMA's warps need 16 columns to split them)
+        bm = min(bm, 32)
+    force_m, force_n = b.target.gemm.force_tile_m, b.target.gemm.force_tile_n
+    if force_m and b.m % force_m == 0:
+        bm = force_m
+    if force_n and cols % force_n == 0:
+        bn = force_n
+    return bm, bn
+
+
+def pipeline(b: "_Builder", bm: int, bn: int, bk: int) -> tuple[int, int]:
+    """K depth and stages of a plain product tile of ``bn`` columns (all its
+    accumulators'): a third stage, then a K tile twice as deep, while the operand tiles
+    in flight stay within the target's ``inflight_bytes``. Small tiles (batch 1) wait on
+    memory latency and gain from both; 128x128 tiles already keep 64 KB in flight, and
+    more stages cost them occupancy."""
+    per_k = (bm + bn) * b.op_dtype.itemsize
+    if 3 * per_k * 2 * bk <= b.inflight and b.k >= 4 * bk:
+        return 2 * bk, 3
+    if 3 * per_k * bk <= b.inflight:
+        return bk, 3
+    return bk, 2
