@@ -156,7 +156,8 @@ class AttentionSchedule(Schedule):
 @dataclass(frozen=True, slots=True)
 class RowsSchedule(Schedule):
     """Row reductions, norms and elementwise chains (``lower/rows.py``): ``rows`` rows of
-    ``width`` in tiles of ``rows_per_tile`` whole rows."""
+    ``width`` in tiles of ``rows_per_tile`` whole rows (rows longer than the policy's
+    ``max_row``: one row a tile, walked ``chunk`` columns at a time)."""
 
     family: ClassVar[str] = "rows"
     rows: Extent
@@ -168,6 +169,7 @@ class RowsSchedule(Schedule):
     # the row: the one-warp-per-row form); 0: no such tile, or no warps
     lanes_per_row: int
     occupancy: int  # tiles resident per core at once; 0: the code generator's default
+    chunk: int = 0  # columns per chunk of a row longer than the policy's max_row; 0: whole rows
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,13 @@ with no reduction at all is the same with no reduction stage: tiles of rows of i
 shape. Inputs reach the tiles through their element expressions (gathers, reshapes,
 casts: the prologue), so an embedding lookup + add + LayerNorm is one pass.
 
+Rows longer than the target's ``max_row`` do not fit a tile whole: a tile is then one row,
+walked in chunks of at most ``tile_elems`` (a whole number of the block's threads). Each
+reduction folds chunk after chunk into its per-row buffer (columns past the row's end
+give the reduction's identity), and every output is stored chunk by chunk from global
+memory again: the row is read once per reduction and once for the outputs, at any
+length.
+
 Which groups take it is the rows pattern's answer (``patterns/rows.py``: everything
 downstream of a reduction elementwise on row-aligned shapes, so each output element
 depends only on its own row); this module tiles the match it is given.
@@ -22,8 +29,25 @@ from tilefuse.ir.prims import ScalarFn
 from tilefuse.partition.model import FusedGroup
 from tilefuse.patterns import RowsMatch
 from tilefuse.target import CPU, Target
-from tilefuse.tile_ir.ir import Buffer, Call, Expr, IOp, Load, ReduceTile, Scope, Stmt, Store, TileProgram, Var, iop
-from tilefuse.tile_ir.lower.common import Names, accumulator_dtype, divisor_tile, fill_cores, parallel
+from tilefuse.tile_ir.ir import (
+    Buffer,
+    Call,
+    Expr,
+    Fill,
+    IOp,
+    Load,
+    Loop,
+    LoopKind,
+    ReduceTile,
+    Scope,
+    Stmt,
+    Store,
+    TileProgram,
+    Var,
+    const_index,
+    iop,
+)
+from tilefuse.tile_ir.lower.common import Names, accumulator_dtype, divisor_tile, fill_cores, identity, parallel
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, delinearize, linearize
 from tilefuse.tile_ir.lower.params import kernel_params
 from tilefuse.tile_ir.schedule import RowsSchedule
@@ -61,9 +85,18 @@ class _Rows:
         (br,) = fill_cores((rows,), [br], 1, self.cores, floor)
         return br, self.policy.threads // br if warp_rows else 0
 
+    def chunk(self, e: int) -> int:
+        """Columns of one chunk of a row longer than ``max_row``: the row in as few chunks
+        of at most ``tile_elems`` as it takes, each a whole number of the block's threads
+        (every parallel nest then splits evenly over them)."""
+        chunks = -(-e // self.policy.tile_elems)
+        t = self.policy.threads
+        return min(-(-(-(-e // chunks)) // t) * t, max(t, self.policy.tile_elems // t * t))
+
     def build(self) -> tuple[TileProgram, tuple[Value, ...]]:
         rows, e = math.prod(self.shape[:-1]), self.shape[-1]
-        br, lanes = self.row_tile(rows, e)
+        chunk = self.chunk(e) if e > self.policy.max_row else 0
+        br, lanes = (1, 0) if chunk else self.row_tile(rows, e)
         kp = kernel_params(self.group)
         params, buffers = kp.params, kp.buffers
         rt = Var("br")
@@ -87,34 +120,55 @@ class _Rows:
 
         body: list[Stmt] = []
         tiles: list[Buffer] = []
-        for k, r in enumerate(self.reductions):  # in group order: a variance reads its mean
-            x = r.inputs[0]
-            tile = Buffer(f"x_tile{k}", row_of[id(r.outputs[0])].dtype, (br, e), Scope.FRAGMENT)
-            tiles.append(tile)
+        chunks = -(-e // chunk) if chunk else 1
 
-            def fill(ij: Index, x: Value = x, tile: Buffer = tile) -> list[Stmt]:
-                val = el.at(x, index(ij[0], ij[1]))
+        for k, r in enumerate(self.reductions):  # in group order: a variance reads its mean
+            x, fn = r.inputs[0], r.op.fn  # type: ignore[attr-defined]  # a RowsMatch reduction is a Reduce
+            row = row_of[id(r.outputs[0])]
+            tile = Buffer(f"x_tile{k}", row.dtype, (br, chunk or e), Scope.FRAGMENT)
+            tiles.append(tile)
+            ct = self.names.var("ct") if chunk else None
+            c0 = iop(IOp.MUL, ct, chunk) if ct is not None else const_index(0)
+
+            def fill(ij: Index, x: Value = x, tile: Buffer = tile, c0: Expr = c0, fn=fn) -> list[Stmt]:
+                col = iop(IOp.ADD, c0, ij[1])
+                past = chunk and chunks * chunk > e  # the last chunk runs past the row's end
+                val = el.at(x, index(ij[0], iop(IOp.MIN, col, e - 1) if past else col))
                 if x.type.dtype is not tile.dtype:
                     val = Call(ScalarFn.CAST, (val,), tile.dtype)
+                if past:
+                    val = Call(ScalarFn.WHERE, (iop(IOp.LT, col, e), val, identity(fn, tile.dtype)), tile.dtype)
                 return [Store(tile, ij, val)]
 
-            body += parallel(self.names, (br, e), fill)
-            body.append(ReduceTile(tile, row_of[id(r.outputs[0])], r.op.fn, 1))  # type: ignore[attr-defined]
+            fold: list[Stmt] = [*parallel(self.names, (br, chunk or e), fill), ReduceTile(tile, row, fn, 1, clear=not chunk)]
+            if ct is not None:  # chunk after chunk folded into the row's buffer
+                body += [Fill(row, identity(fn, row.dtype)), Loop(ct, chunks, LoopKind.SERIAL, tuple(fold))]
+            else:
+                body += fold
             el.memo.clear()
         for v, out in zip(self.group.outputs, kp.outputs):
             width = v.type.shape[-1]
+            split = chunk and width == e  # a row-wide output of a long row: stored chunk by chunk
+            ct = self.names.var("ct") if split else None
+            c0 = iop(IOp.MUL, ct, chunk) if ct is not None else const_index(0)
 
-            def store(ij: Index, v: Value = v, out: Buffer = out) -> list[Stmt]:
+            def store(ij: Index, v: Value = v, out: Buffer = out, c0: Expr = c0, split: int = split) -> list[Stmt]:
+                # past the row's end the last chunk stores the last column again, the same value
+                j = iop(IOp.MIN, iop(IOp.ADD, c0, ij[1]), e - 1) if split and chunks * chunk > e else \
+                    iop(IOp.ADD, c0, ij[1]) if split else ij[1]
                 if v.type.shape in (self.shape, self.shape[:-1] + (1,)):
-                    idx = index(ij[0], ij[1])  # a per-row output has width 1: j is 0
+                    idx = index(ij[0], j)  # a per-row output has width 1: j is 0
                 else:  # the rows regrouped by a reshape
-                    idx = (*delinearize(iop(IOp.ADD, r0, ij[0]), v.type.shape[:-1]), ij[1])
+                    idx = (*delinearize(iop(IOp.ADD, r0, ij[0]), v.type.shape[:-1]), j)
                 return [Store(out, idx, el.at(v, idx))]
 
-            body += parallel(self.names, (br, width), store)
+            nest = parallel(self.names, (br, chunk if split else width), store)
+            body += [Loop(ct, chunks, LoopKind.SERIAL, tuple(nest))] if ct is not None else nest
+            el.memo.clear()
         grid = (rows // br,)
         what = f"{len(self.reductions)} row reductions" if self.reductions else "elementwise"
-        notes = (f"rows: {what}, tiles of {br} rows x {e}, grid {grid}",)
+        notes = (f"rows: {what}, tiles of {br} rows x {e}, grid {grid}"
+                 + (f", each row in {chunks} chunks of {chunk}" if chunk else ""),)
         allocs = (*row_of.values(), *tiles)
         # warps per row (GPU): every tile resident at once where a few per core do it, so the
         # code generator keeps the registers to that (bert-base b32's 512 norm tiles: 4 a core)
@@ -123,7 +177,7 @@ class _Rows:
         if occupancy:
             notes = (notes[0] + f", {occupancy} tiles resident per core",)
         schedule = RowsSchedule(rows=rows, width=e, rows_per_tile=br, threads=self.policy.threads,
-                                reductions=len(self.reductions), lanes_per_row=lanes, occupancy=occupancy)
+                                reductions=len(self.reductions), lanes_per_row=lanes, occupancy=occupancy, chunk=chunk)
         program = TileProgram(self.name, tuple(params), kp.num_inputs, grid, (rt,), self.policy.threads, allocs, tuple(body), notes,
                               occupancy=occupancy, schedule=schedule)
         return program, tuple(kp.bindings)
