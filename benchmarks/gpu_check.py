@@ -1,6 +1,7 @@
 """CUDA plans of the tiny zoo, built here and checked on a GPU machine.
 
     python benchmarks/gpu_check.py build [--models ...] [--dtypes float32 float16]   # any machine with nvcc + tilelang
+    python benchmarks/gpu_check.py build --onnx FILE.onnx ... [--precision fp16]     # models of your own (static shapes)
     PYTHONPATH=. python benchmarks/gpu_check.py run [--out DIR]                       # the GPU machine
 
 ``build`` compiles each model for cuda:sm_90a into build/gpu/NAME-DTYPE.tfplan and saves,
@@ -37,24 +38,27 @@ def build(args) -> int:
     from tilefuse.compiler import compile
 
     ROOT.mkdir(parents=True, exist_ok=True)
-    names = args.models or [n for n, s in models.ZOO.items() if s.runs_in_ort]
+    if args.onnx:  # the models given, at the shapes they declare
+        jobs = [(Path(f).stem, Path(f), {}) for f in args.onnx]
+    else:
+        names = args.models or [n for n, s in models.ZOO.items() if s.runs_in_ort]
+        jobs = [(f"{n}-{d}", None, {"name": n, "dtype": d}) for n in names for d in args.dtypes]
     failed = 0
-    for name in names:
-        for dtype in args.dtypes:
-            tag = f"{name}-{dtype}" + (f"-as-{args.precision}" if args.precision != "fp32" else "")
-            t0 = time.perf_counter()
-            try:
-                shapes = models.ZOO[name].shapes("tiny")
-                path = models.build(name, "tiny", dtype)
-                plan = compile(path, "cuda:sm_90a", shapes, precision=args.precision)
-                plan.save(ROOT / f"{tag}.tfplan")
-                tol = {"fp16": TOLERANCE["float16"], "bf16": TOLERANCE["bfloat16"], "tf32": TF32_TOLERANCE}.get(args.precision)
-                save_reference(path, shapes, ROOT / f"{tag}.npz", **({"tolerance": np.float64(tol)} if tol else {}))
-                print(f"{tag:32s} built: {len(plan.kernels)} kernels, {len(plan.steps)} steps, "
-                      f"{time.perf_counter() - t0:.1f} s", flush=True)
-            except Exception as e:  # report every model, then fail
-                failed += 1
-                print(f"{tag:32s} FAILED to build: {type(e).__name__}: {str(e)[:2000]}", flush=True)
+    for base, given, zoo in jobs:
+        tag = base + (f"-as-{args.precision}" if args.precision != "fp32" else "")
+        t0 = time.perf_counter()
+        try:
+            shapes = models.ZOO[zoo["name"]].shapes("tiny") if zoo else {}
+            path = given or models.build(zoo["name"], "tiny", zoo["dtype"])
+            plan = compile(path, "cuda:sm_90a", shapes, precision=args.precision)
+            plan.save(ROOT / f"{tag}.tfplan")
+            tol = {"fp16": TOLERANCE["float16"], "bf16": TOLERANCE["bfloat16"], "tf32": TF32_TOLERANCE}.get(args.precision)
+            save_reference(path, shapes, ROOT / f"{tag}.npz", **({"tolerance": np.float64(tol)} if tol else {}))
+            print(f"{tag:32s} built: {len(plan.kernels)} kernels, {len(plan.steps)} steps, "
+                  f"{time.perf_counter() - t0:.1f} s", flush=True)
+        except Exception as e:  # report every model, then fail
+            failed += 1
+            print(f"{tag:32s} FAILED to build: {type(e).__name__}: {str(e)[:2000]}", flush=True)
     return 1 if failed else 0
 
 
@@ -106,6 +110,7 @@ def main() -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build")
     b.add_argument("--models", nargs="+")
+    b.add_argument("--onnx", nargs="+", metavar="FILE", help="ONNX files with static shapes, instead of the zoo")
     b.add_argument("--dtypes", nargs="+", default=["float32"])
     b.add_argument("--precision", default="fp32", help="compile float32 models with --precision (fp16, bf16, tf32)")
     r = sub.add_parser("run")
