@@ -71,8 +71,8 @@ class CudaBinding:
             apart = not any(view.ptr < end and start < view.ptr + buf.nbytes for start, end in spans)
             if buf.id in written and _aligned(view.ptr) and apart:  # its kernel writes the bound memory
                 self._moved[buf.id] = view.ptr
-            elif buf.nbytes:
-                self._out.append(_Copy(view.ptr, executor.ptr[buf.id], buf.nbytes, f"output {name}"))
+            elif buf.nbytes:  # from where the run leaves it: a bound input used in place holds it there
+                self._out.append(_Copy(view.ptr, self._moved.get(buf.id, executor.ptr[buf.id]), buf.nbytes, f"output {name}"))
             spans.append((view.ptr, view.ptr + buf.nbytes))
         self._launches = [executor._launch_args(i, st, self._moved) if launch is not None else None
                           for i, (st, launch) in enumerate(zip(executor.plan.steps, executor._launches))]
