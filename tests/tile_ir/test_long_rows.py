@@ -46,6 +46,8 @@ def row_model(kind: str, shape: tuple[int, ...], dtype: str = "float32") -> byte
         inits = [numpy_helper.from_array(rng.standard_normal(shape[-1]).astype(dtype), "g"),
                  numpy_helper.from_array(rng.standard_normal(shape[-1]).astype(dtype), "b")]
         nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, epsilon=1e-5)]
+    elif kind == "sigmoid":  # elementwise: rows of the output shape
+        nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["s", "x"], ["y"])]
     else:
         nodes = [helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=1)]
         inits = [numpy_helper.from_array(np.array([-1], np.int64), "axes")]
@@ -82,6 +84,28 @@ def test_long_rows_are_chunked_and_interpret_like_the_reference(kind, shape, tar
     for v, got in interpret(lowered, values):
         c = compare_output(v.name, got, values[id(v)])
         assert c.ok, f"{kind} {shape} {target.name} {dtype} seed={seed}: {c.problem}"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("kind, shape", [("sigmoid", (84, 8400)), ("softmax", (6, 8400)), ("layernorm", (5, 1000))])
+def test_gpu_rows_that_split_unevenly_are_chunked(kind, shape, dtype):
+    """Whole rows that a block's threads do not divide (YOLO's 8400 anchors) had thread
+    fitting narrow the block to 16 threads of 525 unrolled elements each (a 1.2 MB cubin);
+    on the GPU such a row is a tile of chunks of whole blocks. The CPU keeps whole rows."""
+    graph = import_onnx(row_model(kind, shape, dtype))
+    seed = random.randrange(2**31)
+    values = evaluate_all(graph, _feeds(shape, dtype, seed))
+    for target in (CUDA_SM90A, CPU):
+        (group,) = [g for g in partition_graph(graph, target).groups if str(g.kind) != "opaque"]
+        lowered = lower_group(group, target)
+        p, s = lowered.program, lowered.program.schedule
+        if target is CPU:
+            assert s.chunk == 0, s
+            continue
+        assert s.chunk % p.threads == 0 and p.threads == target.rows.threads and not p.fitted_from, (s, p.threads)
+        for v, got in interpret(lowered, values):
+            c = compare_output(v.name, got, values[id(v)])
+            assert c.ok, f"{kind} {shape} {dtype} seed={seed}: {c.problem}"
 
 
 def test_rows_that_fit_are_not_chunked():

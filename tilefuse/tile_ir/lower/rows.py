@@ -9,8 +9,10 @@ with no reduction at all is the same with no reduction stage: tiles of rows of i
 shape. Inputs reach the tiles through their element expressions (gathers, reshapes,
 casts: the prologue), so an embedding lookup + add + LayerNorm is one pass.
 
-Rows longer than the target's ``max_row`` do not fit a tile whole: a tile is then one row,
-walked in chunks of at most ``tile_elems`` (a whole number of the block's threads). Each
+Rows longer than the target's ``max_row`` do not fit a tile whole, and on a device with
+blocks whole rows may not split evenly over a block's threads (rows of 8400): a tile is
+then one row, walked in chunks of at most ``tile_elems`` (a whole number of the block's
+threads). Each
 reduction folds chunk after chunk into its per-row buffer (columns past the row's end
 give the reduction's identity), and every output is stored chunk by chunk from global
 memory again: the row is read once per reduction and once for the outputs, at any
@@ -64,6 +66,7 @@ class _Rows:
                  target: Target) -> None:
         self.group, self.reductions, self.shape, self.name = group, reductions, shape, name
         self.cores, self.warp = target.device.cores, target.device.warp
+        self.blocks = target.device.max_block_threads  # 0: no blocks (the CPU)
         self.policy = target.rows
         self.names = Names()
 
@@ -97,6 +100,12 @@ class _Rows:
         rows, e = math.prod(self.shape[:-1]), self.shape[-1]
         chunk = self.chunk(e) if e > self.policy.max_row else 0
         br, lanes = (1, 0) if chunk else self.row_tile(rows, e)
+        t = self.policy.threads
+        if not chunk and self.blocks and e >= t and br * e % t:
+            # whole rows the block's threads do not split evenly: thread fitting would narrow
+            # the block (YOLO's rows of 8400 anchors: 16 threads of 525 elements each, unrolled
+            # into a 1.2 MB cubin); one row a tile in chunks of whole blocks instead
+            chunk, br, lanes = self.chunk(e), 1, 0
         kp = kernel_params(self.group)
         params, buffers = kp.params, kp.buffers
         rt = Var("br")
