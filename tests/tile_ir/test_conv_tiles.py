@@ -52,6 +52,12 @@ def test_1d_position_tiles_bound_their_taps_from_where_they_start(target, depthw
         op = Conv((1,), (1,), pads, groups)
         graph = _conv_graph((2, 8, 1000), (8, 8 // groups, 3), op)
         program = _check(graph, target, (2, 8, 1000))
+        if target is CUDA_SM90A:
+            # on the GPU every tap runs over the whole tile, each position's window checked:
+            # nests of one length, which a block of 64 threads divides (runs of 249 of 250
+            # positions left 2)
+            assert not any(isinstance(s, If) for s in statements(program.body)) and program.threads >= 64, program.notes
+            continue
         assert program.grid[0] == 2 * 4, program.notes
         # the tiles of an image in groups of equal bounds: the first, the middle ones, the last
         assert sum(isinstance(s, If) for s in statements(program.body)) == (3 if pads == (1, 1) else 2), pads
@@ -126,3 +132,22 @@ def test_gpu_half_convolutions_of_few_channels_pad_the_k_tile_to_the_mma(cin, ta
     assert program.schedule.tile_k % 16 == 0 and tensor_core(gemm, program.threads), program.notes
     step = cin * taps * taps if cin * taps * taps <= program.schedule.tile_k else taps * taps
     assert program.schedule.channels_per_k_tile * taps * taps == step < program.schedule.tile_k
+
+
+@pytest.mark.parametrize("x_shape, k, stride, threads", [
+    ((1, 144, 56, 56), 3, 2, 128),  # MobileNetV2's stride-2 depthwise: 7 rows of 28 and 8 channels left 8 threads
+    ((1, 96, 56, 56), 7, 1, 128),   # ConvNeXt's 7 x 7
+    ((1, 32, 14, 14), 3, 1, 128),
+    ((1, 960, 7, 7), 3, 1, 64),     # a 7 x 7 map: the power of two is in the channels alone
+])
+def test_gpu_depthwise_tiles_keep_their_threads(x_shape, k, stride, threads):
+    """A depthwise tile's nests run over (channels, rows, width), each tap over the whole
+    rows with its window checked; rows and channels are chosen so that the block keeps its
+    threads (of 128) and each thread a few elements. Whole rows with the channel tile of 8
+    left MobileNetV2's stride-2 layer 8 threads of 196 unrolled elements a tap (a 2.7 MB
+    cubin), and taps whose runs stop short of the row (27 of 28) narrowed the rest."""
+    c = x_shape[1]
+    graph = _conv_graph(x_shape, (c, 1, k, k), Conv((stride, stride), (1, 1), (k // 2,) * 4, c))
+    program = _check(graph, CUDA_SM90A, x_shape)
+    assert program.threads >= threads, (program.threads, program.fitted_from, program.notes)
+    assert program.schedule.depthwise, program.schedule

@@ -179,9 +179,11 @@ def depthwise(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr) 
     """``c[j, p] += w[j, tap] * x[j, window(p, tap)]`` for each tap in turn (taps unrolled, so
     that the positions whose window leaves the input along the last dim are simply not
     visited: constant bounds per tap, and the innermost loop runs along an input row).
-    On a GPU, rows shorter than twice the kernel's width would make runs too short for
-    TileLang's parallel-loop layouts (3 of a 5-wide map): there every tap visits the whole
-    row, its window checked along the last dim too."""
+    On a GPU every tap visits the whole row, its window checked along the last dim too:
+    runs of their own lengths (27 of a 28-wide row) make nests a block's threads do not
+    divide, and thread fitting narrows the block for them (rows shorter than twice the
+    kernel's width made runs too short for TileLang's parallel-loop layouts: 3 of a 5-wide
+    map)."""
     c = b.c
     op: Conv = c.op  # type: ignore[assignment]
     x, w = c.inputs
@@ -195,7 +197,7 @@ def depthwise(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr) 
         for d in range(len(spatial))
     ]
     in_shape = x.type.shape[2:]
-    if shape[-1] >= 2 * taps[-1] or not b.target.device.max_block_threads:
+    if not b.target.device.max_block_threads:
         inner_guards = [*guards[:-1], False]
         tap_runs = _tap_runs(b, mt, shape, op, taps[-1], in_shape[-1])
     else:  # rows too short for runs TileLang lays out: every tap over the whole row, guarded

@@ -190,6 +190,9 @@ class _Builder:
             bm = divisor_tile(self.c.outputs[0].type.shape[2], max(1, 256 // inner)) * inner
         if self.depthwise:  # a few channels per tile: the grid has tiles for every core
             bn = divisor_tile(self.n, self.target.conv.depthwise_channels)
+            if self.target.device.max_block_threads and len(self.c.outputs[0].type.shape) in (3, 4):
+                out_rows, bn = gemm_tiles.depthwise_tile(self, self.asked_threads(0, 0))
+                bm = out_rows * math.prod(self.c.outputs[0].type.shape[3:])
         self.positions_inner = conv and not self.flip and not self.depthwise and self.target.conv.positions_inner
         k_step = 0  # a convolution's K columns per step (its tile may be deeper: zero padding)
         if conv:  # K tiles hold whole channels, so im2col addressing needs no division

@@ -103,3 +103,32 @@ def pipeline(b: "_Builder", bm: int, bn: int, bk: int) -> tuple[int, int]:
     if 3 * per_k * bk <= b.inflight:
         return bk, 3
     return bk, 2
+
+
+def depthwise_tile(b: "_Builder", threads: int) -> tuple[int, int]:
+    """Output rows and channels of a depthwise convolution's tile on a device with blocks
+    (a 1-D convolution's rows are its positions). A tile's nests run over (channels, rows, width), and thread fitting keeps only
+    the power of two that divides their length: whole rows of a 28-wide map, 7 of them and
+    8 channels (1568 = 32 x 49), left 8 threads of 196 unrolled elements per tap (MobileNetV2:
+    a 2.7 MB cubin). Of the divisors of the channels (up to 64) and of the rows, with at most
+    8 elements a thread, the pair that keeps the most threads (up to ``threads``), then the
+    one whose grid fills the most cores, then the smaller tile."""
+    out = b.c.outputs[0].type.shape
+    channels, height, width = out[1], out[2], math.prod(out[3:])  # a 1-D convolution's rows are single positions
+
+    def pow2(n: int) -> int:
+        return n & -n
+
+    best: tuple[tuple[int, int, int], tuple[int, int]] | None = None
+    for ch in (d for d in range(1, min(channels, 64) + 1) if channels % d == 0):
+        for rows in (d for d in range(1, height + 1) if height % d == 0):
+            total = ch * rows * width
+            t = min(pow2(total), threads)
+            if total > 8 * t and (ch, rows) != (1, 1):
+                continue
+            blocks = out[0] * (channels // ch) * (height // rows)
+            key = (t, min(blocks, b.cores), -total)
+            if best is None or key > best[0]:
+                best = key, (rows, ch)
+    assert best is not None  # (1, 1) is always a candidate
+    return best[1]
