@@ -93,6 +93,7 @@ def test_step_by_step_waits_for_each_kernel_and_reads_buffers_back():
     from types import SimpleNamespace
 
     from tilefuse.ir import DType, TensorType
+    from tilefuse.plan import KernelStep
     from tilefuse.runtime.cuda import CudaExecutor, _Launch
 
     calls = []
@@ -113,7 +114,7 @@ def test_step_by_step_waits_for_each_kernel_and_reads_buffers_back():
             ctypes.memmove(dst, device[src].ctypes.data, nbytes)
             return (0,)
 
-    steps = [SimpleNamespace(kernel=f"k{i}", outputs=(0,)) for i in range(2)]
+    steps = [KernelStep(f"k{i}", (), (0,), 0) for i in range(2)]
     ex = object.__new__(CudaExecutor)
     ex.cu, ex.stream, ex.ptr, ex._checked = Driver(), 7, {0: 0x1000}, []
     ex.plan = SimpleNamespace(steps=steps, buffers=[SimpleNamespace(name="y", type=TensorType(DType.FLOAT32, (2, 3)))])
@@ -134,6 +135,7 @@ def test_programmatic_kernels_launch_with_stream_serialisation():
     Checked against a recording driver."""
     from types import SimpleNamespace
 
+    from tilefuse.plan import KernelStep
     from tilefuse.runtime.cuda import CudaExecutor
 
     calls = []
@@ -165,7 +167,7 @@ def test_programmatic_kernels_launch_with_stream_serialisation():
         ex.cu, ex.stream, ex.ptr, ex.programmatic = Driver(), 7, {0: 0x1000}, programmatic
         kernels = {f"k{i}": SimpleNamespace(name=f"k{i}", launch=CudaLaunch(f"k{i}_kernel", (4, 1, 2), (384, 1, 1),
                    (KernelArg("x", 0),), dynamic_smem=1024, programmatic=i == 1)) for i in range(2)}
-        steps = [SimpleNamespace(kernel=f"k{i}", inputs=(0,), outputs=(), sites=()) for i in range(2)]
+        steps = [KernelStep(f"k{i}", (0,), (), 0) for i in range(2)]
         ex.plan = SimpleNamespace(steps=steps, kernels=kernels)
         ex._functions = {"k0": "fn0", "k1": "fn1"}
         ex._launches = [ex._launch_args(i, s) for i, s in enumerate(steps)]

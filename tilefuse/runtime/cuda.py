@@ -42,19 +42,25 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from tilefuse.codegen.launch import CudaLaunch
 from tilefuse.errors import ExecutionError, InputError, PlanError
 from tilefuse.feeds import DeviceView, FeedDevice
 from tilefuse.plan.files import read_verified
-from tilefuse.plan.model import BranchStep, BufferKind, HostStep, KernelStep, Plan, SelectStep, step_order
+from tilefuse.plan.model import BranchStep, BufferKind, HostStep, Kernel, KernelStep, Plan, SelectStep, Step, step_order
 from tilefuse.plan.verify import check_kernel_identity
 from tilefuse.runtime.device_array import DeviceArray
 
+if TYPE_CHECKING:
+    from tilefuse.runtime.cuda_binding import CudaBinding
 
-
+# A driver object (CUcontext, CUstream, CUevent, CUmodule, CUfunction, CUgraphExec, a
+# tensor map, a launch config): cuda-bindings ships no type information, so they are opaque.
+Handle = Any
 
 LAUNCH_MODES = ("as-built", "plain")
 # output blocks of one size kept for reuse once their DeviceArrays are collected (a run
@@ -67,16 +73,16 @@ class _Launch:
     """One kernel step's launch, fixed at load: function, shape, arguments (and the
     objects they point into, kept alive), and the launch config where it is programmatic."""
 
-    fn: object
+    fn: Handle
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     smem: int
-    args: tuple
-    keep: list
-    config: object | None
+    args: tuple[tuple[object, ...], tuple[type[ctypes.c_void_p] | None, ...]]  # values and ctypes (None: by value)
+    keep: list[object]
+    config: Handle | None
 
 
-def _driver():
+def _driver() -> ModuleType:
     try:
         from cuda.bindings import driver
     except ImportError as e:
@@ -106,13 +112,13 @@ class CudaExecutor:
         self._allocs: list[int] = []
         self._spare: dict[int, list[int]] = {}  # output memory given back, by size, for the next runs
         self._sizes: dict[int, int] = {}  # each DeviceArray's bytes, by pointer
-        self._feed_event = None
-        self._bindings: set = set()  # CudaBindings alive: their graphs go with the executor
+        self._feed_event: Handle | None = None
+        self._bindings: set[CudaBinding] = set()  # alive: their graphs go with the executor
         self._pinned = 0  # page-locked host memory of the status words
-        self._modules: list = []
-        self._graph = None
-        self.stream = None
-        self.ctx = None
+        self._modules: list[Handle] = []
+        self._graph: Handle | None = None
+        self.stream: Handle | None = None
+        self.ctx: Handle | None = None
         self._check(cu.cuInit(0), "cuInit")
         self._dev = self._check(cu.cuDeviceGet(device), "cuDeviceGet")
         self.ctx = self._check(cu.cuDevicePrimaryCtxRetain(self._dev), "cuDevicePrimaryCtxRetain")
@@ -145,7 +151,7 @@ class CudaExecutor:
         self._outputs = {b.name: b.buffer for b in plan.outputs}
         self._checked = plan.checked_steps()  # step index of each status word
         # the status words' host copy, page-locked so a graph can copy them as its last node
-        self._status = np.zeros((len(self._checked), 2), np.int64)
+        self._status: np.ndarray = np.zeros((len(self._checked), 2), np.int64)
         if self._checked:
             self._pinned = int(self._check(cu.cuMemHostAlloc(self._status.nbytes, 0), "cuMemHostAlloc"))
             words = (ctypes.c_int64 * self._status.size).from_address(self._pinned)
@@ -153,7 +159,8 @@ class CudaExecutor:
             self._status[...] = 0
         self._status_ptr = self._alloc(self._status.nbytes) if self._checked else 0
         self._h2d(self._status_ptr, self._status)
-        self._launches = [self._launch_args(i, s) if isinstance(s, KernelStep) else None for i, s in enumerate(plan.steps)]
+        self._launches: list[_Launch | None] = [self._launch_args(i, s) if isinstance(s, KernelStep) else None
+                                                for i, s in enumerate(plan.steps)]
         self._graph = self._capture() if all(isinstance(s, KernelStep) for s in plan.steps) else None
 
     def close(self) -> None:
@@ -201,10 +208,10 @@ class CudaExecutor:
         if self._closed:
             raise ExecutionError("this CUDA executor is closed: its modules and device memory are released")
 
-    def _capture(self):
+    def _capture(self) -> Handle:
         return self._capture_bound(self.launch_steps)
 
-    def _capture_bound(self, sequence):
+    def _capture_bound(self, sequence: Callable[[], None]) -> Handle:
         """An executable graph of what ``sequence()`` queues on the stream."""
         cu = self.cu
         mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
@@ -221,10 +228,13 @@ class CudaExecutor:
     @property
     def feed_device(self) -> FeedDevice:
         """The device and stream GPU feeds are read on (see ``InferenceSession``)."""
+        assert self.stream is not None, "made at load"
         return FeedDevice(self.device, int(self.stream))
 
     # -- driver helpers ------------------------------------------------------------------
-    def _check(self, result, what: str):
+    def _check(self, result: Any, what: str) -> Any:
+        """What a driver call returned past its CUresult (None, one value, or a tuple);
+        an ExecutionError naming ``what`` if it failed (cuda-bindings is untyped)."""
         err, *rest = result if isinstance(result, tuple) else (result,)
         if err != self.cu.CUresult.CUDA_SUCCESS:
             _, name = self.cu.cuGetErrorName(err)
@@ -244,7 +254,7 @@ class CudaExecutor:
         if a.nbytes:
             self._check(self.cu.cuMemcpyDtoHAsync(a.ctypes.data, ptr, a.nbytes, self.stream), "cuMemcpyDtoH")
 
-    def _load(self, kernel):
+    def _load(self, kernel: Kernel) -> Handle:
         """The kernel's function, from a module loaded from its verified bytes (cuda's
         ModuleGetFunction looks in that module only: the symbol can name nothing else)."""
         cu = self.cu
@@ -253,23 +263,28 @@ class CudaExecutor:
         module = self._check(cu.cuModuleLoadData(image), f"cuModuleLoadData({kernel.path.name})")
         self._modules.append(module)
         fn = self._check(cu.cuModuleGetFunction(module, kernel.symbol.encode()), f"cuModuleGetFunction({kernel.symbol})")
+        assert isinstance(kernel.launch, CudaLaunch), "check_kernel_identity checked it"
         smem = kernel.launch.dynamic_smem
         if smem:
             attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             self._check(cu.cuFuncSetAttribute(fn, attr, smem), f"cuFuncSetAttribute({kernel.symbol}, {smem} B)")
         return fn
 
-    def _launch_args(self, index: int, step: KernelStep, moved: Mapping[int, int] | None = None):
+    def _launch_args(self, index: int, step: KernelStep, moved: Mapping[int, int] | None = None) -> _Launch:
         """A kernel step's launch; ``moved``: buffers that live elsewhere for this launch
         (a binding's inputs and outputs, by buffer id)."""
         cu = self.cu
         kernel = self.plan.kernels[step.kernel]
+        launch = kernel.launch
+        assert isinstance(launch, CudaLaunch), "check_kernel_identity checked it at load"
         where = {**self.ptr, **moved} if moved else self.ptr
         ptrs = [where[b] for b in step.inputs + step.outputs]
         if step.sites:  # the kernel's status word, after its buffers
             ptrs.append(self._status_ptr + self._status[0].nbytes * self._checked.index(index))
-        values, types, keep = [], [], []
-        for arg in kernel.launch.args:
+        values: list[object] = []
+        types: list[type[ctypes.c_void_p] | None] = []
+        keep: list[object] = []
+        for arg in launch.args:
             ptr = ptrs[arg.param]
             t = arg.tma
             if t is None:  # the param's device pointer
@@ -293,12 +308,12 @@ class CudaExecutor:
             keep.append(tmap)
             values.append(tmap)
             types.append(None)
-        launch = kernel.launch
         grid, block, smem = launch.grid, launch.block, launch.dynamic_smem
         config = self._programmatic(grid, block, smem, keep) if self.programmatic and launch.programmatic else None
         return _Launch(self._functions[step.kernel], grid, block, smem, (tuple(values), tuple(types)), keep, config)
 
-    def _programmatic(self, grid, block, smem: int, keep: list):
+    def _programmatic(self, grid: tuple[int, int, int], block: tuple[int, int, int], smem: int,
+                      keep: list[object]) -> Handle:
         """cuLaunchKernelEx's config for a kernel that waits for its predecessor itself:
         programmatic stream serialisation allowed (its attribute kept alive in ``keep``)."""
         cu = self.cu
@@ -325,7 +340,7 @@ class CudaExecutor:
                                           launch.args, 0), f"launching {kernel}")
 
     # -- running -------------------------------------------------------------------------
-    def run(self, feeds: Mapping[str, np.ndarray | DeviceView], outputs: Sequence[str]) -> list:
+    def run(self, feeds: Mapping[str, np.ndarray | DeviceView], outputs: Sequence[str]) -> list[np.ndarray | DeviceArray]:
         """Host feeds give host outputs (numpy); if any feed is a device tensor, the
         outputs are DeviceArrays (device memory of their own, no host copy)."""
         cu = self.cu
@@ -334,9 +349,10 @@ class CudaExecutor:
             self._check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
             on_device, held = self._copy_in(feeds)
             self.launch_all()
-            results: list = []
+            results: list[np.ndarray | DeviceArray] = []
             for name in outputs:
                 buf = self.plan.buffers[self._outputs[name]]
+                out: np.ndarray | DeviceArray
                 if on_device:
                     ptr = self._output_memory(buf.nbytes)
                     out = DeviceArray(ptr, buf.type.dtype.numpy, buf.type.shape, self, self.device)
@@ -353,7 +369,7 @@ class CudaExecutor:
                 raise self._index_error()
             return results
 
-    def bind(self, inputs: dict[str, DeviceView], outputs: dict[str, DeviceView | None]):
+    def bind(self, inputs: dict[str, DeviceView], outputs: dict[str, DeviceView | None]) -> CudaBinding:
         """A CudaBinding (runtime/cuda_binding.py) of checked device feeds and outputs
         (None: memory the binding owns), captured as one graph where the plan has one."""
         from tilefuse.runtime.cuda_binding import CudaBinding
@@ -383,7 +399,7 @@ class CudaExecutor:
         cu = self.cu
         views = [a for a in feeds.values() if isinstance(a, DeviceView)]
         self._order_after(views)
-        held = []
+        held: list[np.ndarray] = []
         for name, a in feeds.items():
             dst = self.ptr[self._inputs[name]]
             if isinstance(a, DeviceView):
@@ -476,7 +492,7 @@ class CudaExecutor:
         for i in step_order(self.plan.steps, self._truth):
             self._step(i)
 
-    def step_by_step(self):
+    def step_by_step(self) -> Iterator[Step]:
         """Every step a run takes, in order, each waited for: yields the step once its
         outputs are written (``read_buffer`` reads them). For tools that look between
         kernels; runs do not use it."""
@@ -485,6 +501,7 @@ class CudaExecutor:
             step = self.plan.steps[i]
             self._step(i)
             if self._launches[i] is not None:
+                assert isinstance(step, KernelStep)  # only kernel steps have launches
                 self._check(cu.cuStreamSynchronize(self.stream), f"running {step.kernel}")
             yield step
         self._clear_status()
@@ -492,7 +509,8 @@ class CudaExecutor:
     def _step(self, i: int) -> None:
         step, launch = self.plan.steps[i], self._launches[i]
         if launch is not None:
-            self._start(launch, step.kernel)  # type: ignore[union-attr]
+            assert isinstance(step, KernelStep)  # only kernel steps have launches
+            self._start(launch, step.kernel)
         elif isinstance(step, HostStep):
             self._host(step)
         elif isinstance(step, SelectStep):
@@ -544,6 +562,7 @@ class CudaExecutor:
             for step, launch in zip(self.plan.steps, self._launches):
                 if launch is None:
                     continue
+                assert isinstance(step, KernelStep)  # only kernel steps have launches
                 self._start(launch, step.kernel)
                 self._check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
                 for _ in range(repeats):
@@ -555,7 +574,7 @@ class CudaExecutor:
         return out
 
     @contextmanager
-    def _events(self, n: int = 2) -> Iterator[tuple]:
+    def _events(self, n: int = 2) -> Iterator[tuple[Handle, ...]]:
         """``n`` CUDA events for timing, destroyed after (the lock held: the executor is open)."""
         self._open()
         cu = self.cu
