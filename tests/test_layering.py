@@ -40,7 +40,7 @@ FORBIDDEN = {
 # what a stage may import of a package it is otherwise kept from
 ALLOWED = {
     # the launch records a plan's kernels carry (data only, codegen/launch.py): the CUDA
-    # runtime launches each kernel from its CudaLaunch
+    # runtime launches each kernel from its CudaLaunch (runtime/cuda_launch.py)
     "runtime": {"tilefuse.codegen.launch"},
 }
 # The last stage: nothing but the CLI may import it.

@@ -5,9 +5,9 @@ cubin is read once and checked against the plan's sha256, and those bytes become
 (``cuModuleLoadData``), its entry gets the dynamic shared memory it
 asks for, the weights are uploaded once, and one device arena holds every intermediate
 and output (offsets from the plan's liveness planning). Input buffers are device
-allocations of their own. The kernel arguments of every step are fixed then: device
-pointers, and TMA descriptors encoded once per buffer address (``cuTensorMapEncodeTiled``
-with the arguments TileLang recorded at compile time).
+allocations of their own. The launch of every kernel step is fixed then, from its
+kernel's ``CudaLaunch`` record (``runtime/cuda_launch.py``: device pointers, TMA
+descriptors, programmatic launches).
 
 A run copies the feeds in, replays the plan's steps, and copies the requested outputs
 back; device feeds (DLPack or ``__cuda_array_interface__``: torch, CuPy, JAX; read in
@@ -28,12 +28,6 @@ zeroing the array again.
 
 A profile's run (``step_times``) never uses the graph: it launches the steps one by one,
 each kernel between two CUDA events of its own; ``run`` records no events.
-
-Each kernel's launch comes from its ``CudaLaunch`` record (``codegen/launch.py``, checked
-when the plan was loaded). Kernels whose record says ``programmatic`` wait for the previous kernel
-themselves (griddepcontrol.wait before any memory access): they are launched with
-programmatic stream serialisation, so each one's launch and block set-up overlap the end
-of the one before (in the graph too: capture turns the attribute into programmatic edges).
 """
 from __future__ import annotations
 
@@ -41,45 +35,26 @@ import ctypes
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from tilefuse.codegen.launch import CudaLaunch
 from tilefuse.errors import ExecutionError, InputError, PlanError
 from tilefuse.feeds import DeviceView, FeedDevice
 from tilefuse.plan.files import read_verified
 from tilefuse.plan.model import BranchStep, BufferKind, HostStep, Kernel, KernelStep, Plan, SelectStep, Step, step_order
 from tilefuse.plan.verify import check_kernel_identity
+from tilefuse.runtime.cuda_launch import Handle, KernelLaunch, kernel_launch, launch_kernel, set_up_function
 from tilefuse.runtime.device_array import DeviceArray
 
 if TYPE_CHECKING:
     from tilefuse.runtime.cuda_binding import CudaBinding
 
-# A driver object (CUcontext, CUstream, CUevent, CUmodule, CUfunction, CUgraphExec, a
-# tensor map, a launch config): cuda-bindings ships no type information, so they are opaque.
-Handle = Any
-
 LAUNCH_MODES = ("as-built", "plain")
 # output blocks of one size kept for reuse once their DeviceArrays are collected (a run
 # then allocates nothing); more are freed
 SPARE_OUTPUTS = 4
-
-
-@dataclass(frozen=True)
-class _Launch:
-    """One kernel step's launch, fixed at load: function, shape, arguments (and the
-    objects they point into, kept alive), and the launch config where it is programmatic."""
-
-    fn: Handle
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    smem: int
-    args: tuple[tuple[object, ...], tuple[type[ctypes.c_void_p] | None, ...]]  # values and ctypes (None: by value)
-    keep: list[object]
-    config: Handle | None
 
 
 def _driver() -> ModuleType:
@@ -159,7 +134,7 @@ class CudaExecutor:
             self._status[...] = 0
         self._status_ptr = self._alloc(self._status.nbytes) if self._checked else 0
         self._h2d(self._status_ptr, self._status)
-        self._launches: list[_Launch | None] = [self._launch_args(i, s) if isinstance(s, KernelStep) else None
+        self._launches: list[KernelLaunch | None] = [self._launch_args(i, s) if isinstance(s, KernelStep) else None
                                                 for i, s in enumerate(plan.steps)]
         self._graph = self._capture() if all(isinstance(s, KernelStep) for s in plan.steps) else None
 
@@ -263,81 +238,22 @@ class CudaExecutor:
         module = self._check(cu.cuModuleLoadData(image), f"cuModuleLoadData({kernel.path.name})")
         self._modules.append(module)
         fn = self._check(cu.cuModuleGetFunction(module, kernel.symbol.encode()), f"cuModuleGetFunction({kernel.symbol})")
-        assert isinstance(kernel.launch, CudaLaunch), "check_kernel_identity checked it"
-        smem = kernel.launch.dynamic_smem
-        if smem:
-            attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            self._check(cu.cuFuncSetAttribute(fn, attr, smem), f"cuFuncSetAttribute({kernel.symbol}, {smem} B)")
+        set_up_function(cu, self._check, fn, kernel)
         return fn
 
-    def _launch_args(self, index: int, step: KernelStep, moved: Mapping[int, int] | None = None) -> _Launch:
+    def _launch_args(self, index: int, step: KernelStep, moved: Mapping[int, int] | None = None) -> KernelLaunch:
         """A kernel step's launch; ``moved``: buffers that live elsewhere for this launch
         (a binding's inputs and outputs, by buffer id)."""
-        cu = self.cu
-        kernel = self.plan.kernels[step.kernel]
-        launch = kernel.launch
-        assert isinstance(launch, CudaLaunch), "check_kernel_identity checked it at load"
         where = {**self.ptr, **moved} if moved else self.ptr
         ptrs = [where[b] for b in step.inputs + step.outputs]
         if step.sites:  # the kernel's status word, after its buffers
             ptrs.append(self._status_ptr + self._status[0].nbytes * self._checked.index(index))
-        values: list[object] = []
-        types: list[type[ctypes.c_void_p] | None] = []
-        keep: list[object] = []
-        for arg in launch.args:
-            ptr = ptrs[arg.param]
-            t = arg.tma
-            if t is None:  # the param's device pointer
-                values.append(ptr)
-                types.append(ctypes.c_void_p)
-                continue
-            if ptr % 16:
-                raise ExecutionError(f"{kernel.name}: TMA needs 16-byte aligned buffers ({arg.name})")
-            try:  # enums the driver does not know are a corrupt plan (the manifest checked their type)
-                enums = (cu.CUtensorMapDataType(t.dtype), cu.CUtensorMapInterleave(t.interleave),
-                         cu.CUtensorMapSwizzle(t.swizzle), cu.CUtensorMapL2promotion(t.l2_promotion),
-                         cu.CUtensorMapFloatOOBfill(t.oob_fill))
-            except ValueError as e:
-                raise PlanError(f"kernel {kernel.name}: argument {arg.name}: {e}") from None
-            tmap = self._check(cu.cuTensorMapEncodeTiled(
-                enums[0], t.rank, ptr,
-                [cu.cuuint64_t(x) for x in t.dims], [cu.cuuint64_t(x) for x in t.strides],
-                [cu.cuuint32_t(x) for x in t.box], [cu.cuuint32_t(x) for x in t.element_strides],
-                *enums[1:],
-            ), f"cuTensorMapEncodeTiled({kernel.name}.{arg.name})")
-            keep.append(tmap)
-            values.append(tmap)
-            types.append(None)
-        grid, block, smem = launch.grid, launch.block, launch.dynamic_smem
-        config = self._programmatic(grid, block, smem, keep) if self.programmatic and launch.programmatic else None
-        return _Launch(self._functions[step.kernel], grid, block, smem, (tuple(values), tuple(types)), keep, config)
+        return kernel_launch(self.cu, self._check, self.plan.kernels[step.kernel], self._functions[step.kernel], ptrs,
+                             self.stream, self.programmatic)
 
-    def _programmatic(self, grid: tuple[int, int, int], block: tuple[int, int, int], smem: int,
-                      keep: list[object]) -> Handle:
-        """cuLaunchKernelEx's config for a kernel that waits for its predecessor itself:
-        programmatic stream serialisation allowed (its attribute kept alive in ``keep``)."""
-        cu = self.cu
-        attr = cu.CUlaunchAttribute()
-        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attr.value.programmaticStreamSerializationAllowed = 1
-        keep.append(attr)
-        config = cu.CUlaunchConfig()
-        config.gridDimX, config.gridDimY, config.gridDimZ = grid
-        config.blockDimX, config.blockDimY, config.blockDimZ = block
-        config.sharedMemBytes = smem
-        config.hStream = self.stream
-        config.attrs = [attr]
-        config.numAttrs = 1
-        return config
-
-    def _start(self, launch: _Launch, kernel: str) -> None:
+    def _start(self, launch: KernelLaunch, kernel: str) -> None:
         """Launch one kernel step on the session's stream (asynchronous)."""
-        cu = self.cu
-        if launch.config is not None:
-            self._check(cu.cuLaunchKernelEx(launch.config, launch.fn, launch.args, 0), f"launching {kernel}")
-        else:
-            self._check(cu.cuLaunchKernel(launch.fn, *launch.grid, *launch.block, launch.smem, self.stream,
-                                          launch.args, 0), f"launching {kernel}")
+        launch_kernel(self.cu, self._check, launch, self.stream, kernel)
 
     # -- running -------------------------------------------------------------------------
     def run(self, feeds: Mapping[str, np.ndarray | DeviceView], outputs: Sequence[str]) -> list[np.ndarray | DeviceArray]:

@@ -30,7 +30,8 @@ from tilefuse.plan.model import KernelStep
 from tilefuse.runtime.device_array import DeviceArray
 
 if TYPE_CHECKING:
-    from tilefuse.runtime.cuda import CudaExecutor, _Launch
+    from tilefuse.runtime.cuda import CudaExecutor
+    from tilefuse.runtime.cuda_launch import KernelLaunch
 
 
 def _aligned(ptr: int) -> bool:
@@ -82,7 +83,7 @@ class CudaBinding:
             elif buf.nbytes:
                 self._out.append(_Copy(view.ptr, executor.ptr[buf.id], buf.nbytes, f"output {name}"))
             spans.append((view.ptr, view.ptr + buf.nbytes))
-        self._launches: list[_Launch | None] = [
+        self._launches: list[KernelLaunch | None] = [
             executor._launch_args(i, st, self._moved) if isinstance(st, KernelStep) else None
             for i, st in enumerate(executor.plan.steps)]
         self._graph = executor._capture_bound(self._sequence) if graphed else None
