@@ -93,7 +93,9 @@ def test_step_by_step_waits_for_each_kernel_and_reads_buffers_back():
     from types import SimpleNamespace
 
     from tilefuse.ir import DType, TensorType
-    from tilefuse.runtime.cuda import CudaExecutor, _Launch
+    from tilefuse.plan import KernelStep
+    from tilefuse.runtime.cuda import CudaExecutor
+    from tilefuse.runtime.cuda_launch import KernelLaunch
 
     calls = []
     device = {0x1000: np.arange(6, dtype=np.float32)}
@@ -113,11 +115,11 @@ def test_step_by_step_waits_for_each_kernel_and_reads_buffers_back():
             ctypes.memmove(dst, device[src].ctypes.data, nbytes)
             return (0,)
 
-    steps = [SimpleNamespace(kernel=f"k{i}", outputs=(0,)) for i in range(2)]
+    steps = [KernelStep(f"k{i}", (), (0,), 0) for i in range(2)]
     ex = object.__new__(CudaExecutor)
     ex.cu, ex.stream, ex.ptr, ex._checked = Driver(), 7, {0: 0x1000}, []
     ex.plan = SimpleNamespace(steps=steps, buffers=[SimpleNamespace(name="y", type=TensorType(DType.FLOAT32, (2, 3)))])
-    ex._launches = [_Launch(f"fn{i}", (1, 1, 1), (32, 1, 1), 0, ((), ()), [], None) for i in range(2)]
+    ex._launches = [KernelLaunch(f"fn{i}", (1, 1, 1), (32, 1, 1), 0, ((), ()), [], None) for i in range(2)]
     seen = []
     for step in ex.step_by_step():
         seen.append((step.kernel, list(calls)))
@@ -134,6 +136,7 @@ def test_programmatic_kernels_launch_with_stream_serialisation():
     Checked against a recording driver."""
     from types import SimpleNamespace
 
+    from tilefuse.plan import KernelStep
     from tilefuse.runtime.cuda import CudaExecutor
 
     calls = []
@@ -165,7 +168,7 @@ def test_programmatic_kernels_launch_with_stream_serialisation():
         ex.cu, ex.stream, ex.ptr, ex.programmatic = Driver(), 7, {0: 0x1000}, programmatic
         kernels = {f"k{i}": SimpleNamespace(name=f"k{i}", launch=CudaLaunch(f"k{i}_kernel", (4, 1, 2), (384, 1, 1),
                    (KernelArg("x", 0),), dynamic_smem=1024, programmatic=i == 1)) for i in range(2)}
-        steps = [SimpleNamespace(kernel=f"k{i}", inputs=(0,), outputs=(), sites=()) for i in range(2)]
+        steps = [KernelStep(f"k{i}", (0,), (), 0) for i in range(2)]
         ex.plan = SimpleNamespace(steps=steps, kernels=kernels)
         ex._functions = {"k0": "fn0", "k1": "fn1"}
         ex._launches = [ex._launch_args(i, s) for i, s in enumerate(steps)]
@@ -189,7 +192,8 @@ def test_branches_launch_the_branch_taken_and_copy_its_results(cond):
 
     from tilefuse.ir import DType, TensorType
     from tilefuse.plan import BranchStep, KernelStep, SelectStep
-    from tilefuse.runtime.cuda import CudaExecutor, _Launch
+    from tilefuse.runtime.cuda import CudaExecutor
+    from tilefuse.runtime.cuda_launch import KernelLaunch
 
     calls = []
     flag = np.array([cond])
@@ -224,7 +228,7 @@ def test_branches_launch_the_branch_taken_and_copy_its_results(cond):
     ex.cu, ex.stream = Driver(), 7
     ex.ptr = {0: 0x100, 1: 0x200, 2: 0x300, 3: 0x400}
     ex.plan = SimpleNamespace(steps=steps, buffers=buffers)
-    ex._launches = [_Launch(f"fn_{s.kernel}", (1, 1, 1), (32, 1, 1), 0, ((), ()), [], None)
+    ex._launches = [KernelLaunch(f"fn_{s.kernel}", (1, 1, 1), (32, 1, 1), 0, ((), ()), [], None)
                     if isinstance(s, KernelStep) else None for s in steps]
     ex.launch_steps()
     taken, source = ("fn_k1", "0x200") if cond else ("fn_k2", "0x300")

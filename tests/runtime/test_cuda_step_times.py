@@ -14,7 +14,8 @@ import pytest
 
 from tilefuse.ir import DType, TensorType
 from tilefuse.plan import BranchStep, HostStep, KernelStep, SelectStep
-from tilefuse.runtime.cuda import CudaExecutor, _Launch
+from tilefuse.runtime.cuda import CudaExecutor
+from tilefuse.runtime.cuda_launch import KernelLaunch
 
 
 class Driver:
@@ -87,7 +88,7 @@ def _executor(driver: Driver, steps: list) -> CudaExecutor:
     ex._inputs = {"x": 4}
     ex._checked, ex._status, ex._status_ptr = [], np.zeros((0, 2), np.int64), 0
     ex._graph = "a graph that must not be launched"
-    ex._launches = [_Launch(f"fn_{s.kernel}", (1, 1, 1), (32, 1, 1), 0, ((), ()), [], None)
+    ex._launches = [KernelLaunch(f"fn_{s.kernel}", (1, 1, 1), (32, 1, 1), 0, ((), ()), [], None)
                     if isinstance(s, KernelStep) else None for s in steps]
     return ex
 

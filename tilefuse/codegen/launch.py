@@ -20,7 +20,7 @@ Data only, imported by the plan and (through ``tilefuse.backends``) cheaply anyw
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar, overload
 
 MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_BLOCK = (1024, 1024, 64)
@@ -28,6 +28,8 @@ MAX_THREADS = 1024
 MAX_SHARED_BYTES = 1 << 20  # above any GPU's shared memory per block (sm_90: 227 KiB)
 MAX_TMA_RANK = 5
 TMA_ENUMS = ("dtype", "interleave", "swizzle", "l2_promotion", "oob_fill")  # CUDA enums: small ints
+
+T = TypeVar("T")
 
 
 class LaunchRecord:
@@ -130,6 +132,9 @@ class Fields(Protocol):
     and the field (``plan.manifest.Decoder``)."""
 
     def fail(self, where: str, msg: str) -> Exception: ...
+    @overload
+    def get(self, d: dict, key: str, typ: type[T], where: str) -> T: ...
+    @overload
     def get(self, d: dict, key: str, typ: type | tuple[type, ...], where: str) -> object: ...
     def integer(self, d: dict, key: str, where: str, lo: int = 0, hi: int = ...) -> int: ...
     def ints(self, d: dict, key: str, where: str, hi: int = ..., max_len: int = ...) -> tuple[int, ...]: ...
@@ -150,12 +155,8 @@ def decode_cuda(dec: Fields, d: dict, where: str, n_params: int, symbol: str) ->
     entry = dec.get(d, "entry", str, where)
     if entry != symbol:
         raise dec.fail(f"{where}.entry", f"{entry!r:.60} is not the kernel's symbol {symbol!r}")
-    dims = {}
-    for key, limits in (("grid", MAX_GRID), ("block", MAX_BLOCK)):
-        dims[key] = dec.ints(d, key, where, max_len=3)
-        if len(dims[key]) != 3 or not all(1 <= x <= hi for x, hi in zip(dims[key], limits)):
-            raise dec.fail(f"{where}.{key}", f"expected 3 dimensions in [1, {list(limits)}], got {list(dims[key])}")
-    block = dims["block"]
+    grid = _dims(dec, d, "grid", where, MAX_GRID)
+    block = _dims(dec, d, "block", where, MAX_BLOCK)
     if block[0] * block[1] * block[2] > MAX_THREADS:
         raise dec.fail(f"{where}.block", f"{list(block)} is over {MAX_THREADS} threads")
     smem = dec.integer(d, "dynamic_smem", where, hi=MAX_SHARED_BYTES) if "dynamic_smem" in d else 0
@@ -166,14 +167,23 @@ def decode_cuda(dec: Fields, d: dict, where: str, n_params: int, symbol: str) ->
         name = dec.get(a, "name", str, aw)
         param = dec.integer(a, "param", aw, hi=n_params - 1)
         kind = dec.get(a, "kind", str, aw)
+        tma: TensorMap | None
         if kind == "tensormap":
             tma = _tensormap(dec, dec.obj(dec.get(a, "tma", dict, aw), f"{aw}.tma"), f"{aw}.tma")
         elif kind == "pointer":
             tma = None
         else:
             raise dec.fail(f"{aw}.kind", f"expected 'pointer' or 'tensormap', got {kind!r:.60}")
-        args.append(KernelArg(name, param, tma))  # type: ignore[arg-type]
-    return CudaLaunch(entry, dims["grid"], block, tuple(args), smem, programmatic, arch)  # type: ignore[arg-type]
+        args.append(KernelArg(name, param, tma))
+    return CudaLaunch(entry, grid, block, tuple(args), smem, programmatic, arch)
+
+
+def _dims(dec: Fields, d: dict, key: str, where: str, limits: tuple[int, int, int]) -> tuple[int, int, int]:
+    """A grid or block: 3 dimensions, each in [1, its limit]."""
+    xs = dec.ints(d, key, where, max_len=3)
+    if len(xs) != 3 or not all(1 <= x <= hi for x, hi in zip(xs, limits)):
+        raise dec.fail(f"{where}.{key}", f"expected 3 dimensions in [1, {list(limits)}], got {list(xs)}")
+    return xs[0], xs[1], xs[2]
 
 
 def _tensormap(dec: Fields, t: dict, where: str) -> TensorMap:
@@ -184,4 +194,6 @@ def _tensormap(dec: Fields, t: dict, where: str) -> TensorMap:
         if len(xs[key]) != length or any(x < lo for x in xs[key]):
             raise dec.fail(f"{where}.{key}", f"expected {length} integers of at least {lo}, got {list(xs[key])}")
     enums = {key: dec.integer(t, key, where, hi=255) for key in TMA_ENUMS}
-    return TensorMap(**xs, **enums)
+    return TensorMap(dtype=enums["dtype"], dims=xs["dims"], strides=xs["strides"], box=xs["box"],
+                     element_strides=xs["element_strides"], interleave=enums["interleave"], swizzle=enums["swizzle"],
+                     l2_promotion=enums["l2_promotion"], oob_fill=enums["oob_fill"])

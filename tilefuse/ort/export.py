@@ -57,6 +57,7 @@ from tilefuse.frontend.shapes import (CONSTS_FORM, ConstSpec, ShapeSpec, as_mapp
 from tilefuse.ir.control import Branch
 from tilefuse.ir.graph import Node
 from tilefuse.ir.prims.base import Kind
+from tilefuse.ir.types import TensorType
 from tilefuse.ort.segment import (
     KeptNode,
     name_nodes,
@@ -185,7 +186,7 @@ def _freeze_inputs(work: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> N
     work.graph.initializer.extend(numpy_helper.from_array(a, name) for name, a in values.items())
 
 
-def _value_types(work: onnx.ModelProto, input_types: Mapping[str, object]) -> dict[str, ValueType]:
+def _value_types(work: onnx.ModelProto, input_types: Mapping[str, TensorType]) -> dict[str, ValueType]:
     """Element type and dims of every value onnx's shape inference can type."""
     m = without_weights(work, input_types)
     try:
@@ -201,7 +202,7 @@ def _value_types(work: onnx.ModelProto, input_types: Mapping[str, object]) -> di
     for init in work.graph.initializer:
         types[init.name] = (init.data_type, tuple(init.dims))
     for name, t in input_types.items():
-        types[name] = (TO_ONNX_DTYPE[t.dtype], tuple(t.shape))  # type: ignore[attr-defined]
+        types[name] = (TO_ONNX_DTYPE[t.dtype], tuple(t.shape))
     return types
 
 
@@ -333,6 +334,6 @@ def _clear(out: Path) -> None:
         (out / f).unlink(missing_ok=True)
     folder = out / KERNELS_DIR
     if folder.is_dir():
-        for f in folder.iterdir():
-            if f.suffix in (".tfk", ".so", ".cubin"):
-                f.unlink()
+        for path in folder.iterdir():
+            if path.suffix in (".tfk", ".so", ".cubin"):
+                path.unlink()

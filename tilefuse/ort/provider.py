@@ -7,8 +7,12 @@ exported models needs neither onnx nor the compiler.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tilefuse.errors import TilefuseError
+
+if TYPE_CHECKING:  # onnxruntime is imported where it is used: importing tilefuse.ort needs none
+    from onnxruntime import SessionOptions
 
 EP_NAME = "TilefuseExecutionProvider"  # claims the EPContext nodes of CPU kernels
 CUDA_EP_NAME = "TilefuseCudaExecutionProvider"  # those of CUDA kernels, on an NVIDIA GPU
@@ -69,7 +73,8 @@ def hardware_devices() -> list[str]:
             f"{dict(d.metadata)}" for d in devices]
 
 
-def session_options(options: object | None = None, target: str = "cpu", library: str | Path | None = None) -> object:
+def session_options(options: SessionOptions | None = None, target: str = "cpu",
+                    library: str | Path | None = None) -> SessionOptions:
     """``onnxruntime.SessionOptions`` (``options`` or a new one) with the tilefuse provider
     for ``target`` added: the CPU provider for its CPU device, or for "cuda" the CUDA
     provider for its GPU. Registers the library first if needed (``library`` as for

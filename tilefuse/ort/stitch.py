@@ -57,12 +57,12 @@ class Stitcher:
     def add_plan(self, r: int, plan: Plan) -> None:
         names: dict[int, str] = {b.buffer: b.name for b in plan.inputs}
         aliases: list[tuple[int, str]] = []
-        for b in plan.outputs:
-            kind = plan.buffers[b.buffer].kind
-            if b.buffer not in names and kind in (BufferKind.OUTPUT, BufferKind.CONSTANT):
-                names[b.buffer] = b.name
+        for output in plan.outputs:
+            kind = plan.buffers[output.buffer].kind
+            if output.buffer not in names and kind in (BufferKind.OUTPUT, BufferKind.CONSTANT):
+                names[output.buffer] = output.name
             else:
-                aliases.append((b.buffer, b.name))
+                aliases.append((output.buffer, output.name))
         for buf in plan.buffers:
             names.setdefault(buf.id, f"tilefuse/r{r}/{buf.name}")
             if buf.kind is BufferKind.CONSTANT:

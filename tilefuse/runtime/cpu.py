@@ -27,6 +27,7 @@ range). A run looks at them once, at its end, and raises the first one's error.
 """
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import time
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from tilefuse.runtime.native import NativeLibrary
 from tilefuse.runtime.pool import ArenaPool, aligned_empty
 from tilefuse.runtime.threads import Team
 
-KernelFn = Callable[[ctypes.Array], None]
+KernelFn = _ctypes.CFuncPtr  # void SYMBOL(void **args), called with the step's argument array
 # tf_run_steps(n, fns, argvs): every kernel library carries it (codegen/cpu/prelude.py)
 DRIVER_SYMBOL = "tf_run_steps"
 
@@ -76,7 +77,7 @@ class _Arena:
     views: dict[int, np.ndarray]  # buffer id -> typed view: arena buffers and input copies
     inputs: list[tuple[str, np.ndarray]]  # feed name -> this arena's copy of it
     outputs: dict[str, np.ndarray]  # output name -> the array it is read from
-    args: list[ctypes.Array | None]  # per step: the kernel's argument array (None: other steps)
+    args: dict[int, ctypes.Array]  # kernel step index -> its argument array
     block: list[_Item]  # the plan's steps, in order
     status: np.ndarray  # [plan.checked_steps(), 2] int64: each checking kernel's status word
 
@@ -119,7 +120,6 @@ class CpuExecutor:
         lib = NativeLibrary(read_verified(kernel.path, kernel.sha256, f"kernel {kernel.name}"), str(kernel.path))
         self._libs.append(lib)
         fn = lib.function(kernel.symbol)
-        assert fn is not None
         fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
         fn.restype = None
         return fn
@@ -155,39 +155,37 @@ class CpuExecutor:
                 views[buf.id] = aligned_empty(buf.nbytes).view(buf.type.dtype.numpy).reshape(buf.type.shape)
         status = np.zeros((len(self._checked), 2), np.int64)
         slot = {step: k for k, step in enumerate(self._checked)}
-        args: list[ctypes.Array | None] = []
+        args: dict[int, ctypes.Array] = {}
         for i, step in enumerate(self.plan.steps):
             if isinstance(step, KernelStep):
                 ids = step.inputs + step.outputs
                 ptrs = [(views[b] if b in views else self._fixed[b]).ctypes.data for b in ids]
                 if i in slot:
                     ptrs.append(status[slot[i]].ctypes.data)
-                args.append((ctypes.c_void_p * len(ptrs))(*ptrs))
-            else:
-                args.append(None)
+                args[i] = (ctypes.c_void_p * len(ptrs))(*ptrs)
         inputs = [(name, views[b]) for name, b in self._inputs.items()]
         outputs = {name: views[b] if b in views else self._fixed[b] for name, b in self._outputs.items()}
         return _Arena(memory, views, inputs, outputs, args, self._block(args, 0, len(self.plan.steps)), status)
 
-    def _block(self, args: list[ctypes.Array | None], start: int, stop: int) -> list[_Item]:
+    def _block(self, args: dict[int, ctypes.Array], start: int, stop: int) -> list[_Item]:
         """Steps ``start:stop`` as items: runs of consecutive kernel steps batched, a
         branch as the blocks of its two ranges (no batch crosses a branch's bounds)."""
         out: list[_Item] = []
-        run: list[int] = []
+        run: list[tuple[int, KernelStep]] = []
 
         def close() -> None:
             if run:
-                kernels = [self._fns[self.plan.steps[i].kernel] for i in run]  # type: ignore[union-attr]
+                kernels = [self._fns[step.kernel] for _, step in run]
                 fns = (ctypes.c_void_p * len(run))(*[ctypes.cast(k, ctypes.c_void_p).value for k in kernels])
-                argvs = (ctypes.c_void_p * len(run))(*[ctypes.addressof(args[i]) for i in run])  # type: ignore[arg-type]
-                out.append(_Batch(run[0], kernels, fns, argvs))
+                argvs = (ctypes.c_void_p * len(run))(*[ctypes.addressof(args[i]) for i, _ in run])
+                out.append(_Batch(run[0][0], kernels, fns, argvs))
                 run.clear()
 
         i = start
         while i < stop:
             step = self.plan.steps[i]
             if isinstance(step, KernelStep):
-                run.append(i)
+                run.append((i, step))
                 i += 1
                 continue
             close()
@@ -257,16 +255,18 @@ class CpuExecutor:
                     driver(len(item.kernels), item.fns, item.argvs)
                 else:
                     for j, kernel in enumerate(item.kernels):
-                        kernel(arena.args[item.first + j])  # type: ignore[arg-type]
+                        kernel(arena.args[item.first + j])
             elif isinstance(item, _Fork):
-                step: BranchStep = self.plan.steps[item.step]  # type: ignore[assignment]
-                self._run_block(item.then_block if self._truth(step.cond, arena) else item.else_block, arena)
+                branch = self.plan.steps[item.step]
+                assert isinstance(branch, BranchStep)  # _block forks at branches only
+                self._run_block(item.then_block if self._truth(branch.cond, arena) else item.else_block, arena)
             else:
-                step = self.plan.steps[item]  # type: ignore[assignment]
+                step = self.plan.steps[item]
                 if isinstance(step, SelectStep):
                     self._select(step, arena)
                 else:
-                    self._host(step, arena)  # type: ignore[arg-type]
+                    assert isinstance(step, HostStep)  # _block's lone steps are host and select steps
+                    self._host(step, arena)
 
     def _index_error(self, status: np.ndarray) -> ExecutionError:
         """The error of the first kernel that found an index out of range; its status

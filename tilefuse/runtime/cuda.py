@@ -5,9 +5,9 @@ cubin is read once and checked against the plan's sha256, and those bytes become
 (``cuModuleLoadData``), its entry gets the dynamic shared memory it
 asks for, the weights are uploaded once, and one device arena holds every intermediate
 and output (offsets from the plan's liveness planning). Input buffers are device
-allocations of their own. The kernel arguments of every step are fixed then: device
-pointers, and TMA descriptors encoded once per buffer address (``cuTensorMapEncodeTiled``
-with the arguments TileLang recorded at compile time).
+allocations of their own. The launch of every kernel step is fixed then, from its
+kernel's ``CudaLaunch`` record (``runtime/cuda_launch.py``: device pointers, TMA
+descriptors, programmatic launches).
 
 A run copies the feeds in, replays the plan's steps, and copies the requested outputs
 back; device feeds (DLPack or ``__cuda_array_interface__``: torch, CuPy, JAX; read in
@@ -28,12 +28,6 @@ zeroing the array again.
 
 A profile's run (``step_times``) never uses the graph: it launches the steps one by one,
 each kernel between two CUDA events of its own; ``run`` records no events.
-
-Each kernel's launch comes from its ``CudaLaunch`` record (``codegen/launch.py``, checked
-when the plan was loaded). Kernels whose record says ``programmatic`` wait for the previous kernel
-themselves (griddepcontrol.wait before any memory access): they are launched with
-programmatic stream serialisation, so each one's launch and block set-up overlap the end
-of the one before (in the graph too: capture turns the attribute into programmatic edges).
 """
 from __future__ import annotations
 
@@ -41,20 +35,21 @@ import ctypes
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from tilefuse.errors import ExecutionError, InputError, PlanError
 from tilefuse.feeds import DeviceView, FeedDevice
 from tilefuse.plan.files import read_verified
-from tilefuse.plan.model import BranchStep, BufferKind, HostStep, KernelStep, Plan, SelectStep, step_order
+from tilefuse.plan.model import BranchStep, BufferKind, HostStep, Kernel, KernelStep, Plan, SelectStep, Step, step_order
 from tilefuse.plan.verify import check_kernel_identity
+from tilefuse.runtime.cuda_launch import Handle, KernelLaunch, kernel_launch, launch_kernel, set_up_function
 from tilefuse.runtime.device_array import DeviceArray
 
-
-
+if TYPE_CHECKING:
+    from tilefuse.runtime.cuda_binding import CudaBinding
 
 LAUNCH_MODES = ("as-built", "plain")
 # output blocks of one size kept for reuse once their DeviceArrays are collected (a run
@@ -62,21 +57,7 @@ LAUNCH_MODES = ("as-built", "plain")
 SPARE_OUTPUTS = 4
 
 
-@dataclass(frozen=True)
-class _Launch:
-    """One kernel step's launch, fixed at load: function, shape, arguments (and the
-    objects they point into, kept alive), and the launch config where it is programmatic."""
-
-    fn: object
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    smem: int
-    args: tuple
-    keep: list
-    config: object | None
-
-
-def _driver():
+def _driver() -> ModuleType:
     try:
         from cuda.bindings import driver
     except ImportError as e:
@@ -106,13 +87,13 @@ class CudaExecutor:
         self._allocs: list[int] = []
         self._spare: dict[int, list[int]] = {}  # output memory given back, by size, for the next runs
         self._sizes: dict[int, int] = {}  # each DeviceArray's bytes, by pointer
-        self._feed_event = None
-        self._bindings: set = set()  # CudaBindings alive: their graphs go with the executor
+        self._feed_event: Handle | None = None
+        self._bindings: set[CudaBinding] = set()  # alive: their graphs go with the executor
         self._pinned = 0  # page-locked host memory of the status words
-        self._modules: list = []
-        self._graph = None
-        self.stream = None
-        self.ctx = None
+        self._modules: list[Handle] = []
+        self._graph: Handle | None = None
+        self.stream: Handle | None = None
+        self.ctx: Handle | None = None
         self._check(cu.cuInit(0), "cuInit")
         self._dev = self._check(cu.cuDeviceGet(device), "cuDeviceGet")
         self.ctx = self._check(cu.cuDevicePrimaryCtxRetain(self._dev), "cuDevicePrimaryCtxRetain")
@@ -145,7 +126,7 @@ class CudaExecutor:
         self._outputs = {b.name: b.buffer for b in plan.outputs}
         self._checked = plan.checked_steps()  # step index of each status word
         # the status words' host copy, page-locked so a graph can copy them as its last node
-        self._status = np.zeros((len(self._checked), 2), np.int64)
+        self._status: np.ndarray = np.zeros((len(self._checked), 2), np.int64)
         if self._checked:
             self._pinned = int(self._check(cu.cuMemHostAlloc(self._status.nbytes, 0), "cuMemHostAlloc"))
             words = (ctypes.c_int64 * self._status.size).from_address(self._pinned)
@@ -153,7 +134,8 @@ class CudaExecutor:
             self._status[...] = 0
         self._status_ptr = self._alloc(self._status.nbytes) if self._checked else 0
         self._h2d(self._status_ptr, self._status)
-        self._launches = [self._launch_args(i, s) if isinstance(s, KernelStep) else None for i, s in enumerate(plan.steps)]
+        self._launches: list[KernelLaunch | None] = [self._launch_args(i, s) if isinstance(s, KernelStep) else None
+                                                for i, s in enumerate(plan.steps)]
         self._graph = self._capture() if all(isinstance(s, KernelStep) for s in plan.steps) else None
 
     def close(self) -> None:
@@ -201,10 +183,10 @@ class CudaExecutor:
         if self._closed:
             raise ExecutionError("this CUDA executor is closed: its modules and device memory are released")
 
-    def _capture(self):
+    def _capture(self) -> Handle:
         return self._capture_bound(self.launch_steps)
 
-    def _capture_bound(self, sequence):
+    def _capture_bound(self, sequence: Callable[[], None]) -> Handle:
         """An executable graph of what ``sequence()`` queues on the stream."""
         cu = self.cu
         mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
@@ -221,10 +203,13 @@ class CudaExecutor:
     @property
     def feed_device(self) -> FeedDevice:
         """The device and stream GPU feeds are read on (see ``InferenceSession``)."""
+        assert self.stream is not None, "made at load"
         return FeedDevice(self.device, int(self.stream))
 
     # -- driver helpers ------------------------------------------------------------------
-    def _check(self, result, what: str):
+    def _check(self, result: Any, what: str) -> Any:
+        """What a driver call returned past its CUresult (None, one value, or a tuple);
+        an ExecutionError naming ``what`` if it failed (cuda-bindings is untyped)."""
         err, *rest = result if isinstance(result, tuple) else (result,)
         if err != self.cu.CUresult.CUDA_SUCCESS:
             _, name = self.cu.cuGetErrorName(err)
@@ -244,7 +229,7 @@ class CudaExecutor:
         if a.nbytes:
             self._check(self.cu.cuMemcpyDtoHAsync(a.ctypes.data, ptr, a.nbytes, self.stream), "cuMemcpyDtoH")
 
-    def _load(self, kernel):
+    def _load(self, kernel: Kernel) -> Handle:
         """The kernel's function, from a module loaded from its verified bytes (cuda's
         ModuleGetFunction looks in that module only: the symbol can name nothing else)."""
         cu = self.cu
@@ -253,79 +238,25 @@ class CudaExecutor:
         module = self._check(cu.cuModuleLoadData(image), f"cuModuleLoadData({kernel.path.name})")
         self._modules.append(module)
         fn = self._check(cu.cuModuleGetFunction(module, kernel.symbol.encode()), f"cuModuleGetFunction({kernel.symbol})")
-        smem = kernel.launch.dynamic_smem
-        if smem:
-            attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            self._check(cu.cuFuncSetAttribute(fn, attr, smem), f"cuFuncSetAttribute({kernel.symbol}, {smem} B)")
+        set_up_function(cu, self._check, fn, kernel)
         return fn
 
-    def _launch_args(self, index: int, step: KernelStep, moved: Mapping[int, int] | None = None):
+    def _launch_args(self, index: int, step: KernelStep, moved: Mapping[int, int] | None = None) -> KernelLaunch:
         """A kernel step's launch; ``moved``: buffers that live elsewhere for this launch
         (a binding's inputs and outputs, by buffer id)."""
-        cu = self.cu
-        kernel = self.plan.kernels[step.kernel]
         where = {**self.ptr, **moved} if moved else self.ptr
         ptrs = [where[b] for b in step.inputs + step.outputs]
         if step.sites:  # the kernel's status word, after its buffers
             ptrs.append(self._status_ptr + self._status[0].nbytes * self._checked.index(index))
-        values, types, keep = [], [], []
-        for arg in kernel.launch.args:
-            ptr = ptrs[arg.param]
-            t = arg.tma
-            if t is None:  # the param's device pointer
-                values.append(ptr)
-                types.append(ctypes.c_void_p)
-                continue
-            if ptr % 16:
-                raise ExecutionError(f"{kernel.name}: TMA needs 16-byte aligned buffers ({arg.name})")
-            try:  # enums the driver does not know are a corrupt plan (the manifest checked their type)
-                enums = (cu.CUtensorMapDataType(t.dtype), cu.CUtensorMapInterleave(t.interleave),
-                         cu.CUtensorMapSwizzle(t.swizzle), cu.CUtensorMapL2promotion(t.l2_promotion),
-                         cu.CUtensorMapFloatOOBfill(t.oob_fill))
-            except ValueError as e:
-                raise PlanError(f"kernel {kernel.name}: argument {arg.name}: {e}") from None
-            tmap = self._check(cu.cuTensorMapEncodeTiled(
-                enums[0], t.rank, ptr,
-                [cu.cuuint64_t(x) for x in t.dims], [cu.cuuint64_t(x) for x in t.strides],
-                [cu.cuuint32_t(x) for x in t.box], [cu.cuuint32_t(x) for x in t.element_strides],
-                *enums[1:],
-            ), f"cuTensorMapEncodeTiled({kernel.name}.{arg.name})")
-            keep.append(tmap)
-            values.append(tmap)
-            types.append(None)
-        launch = kernel.launch
-        grid, block, smem = launch.grid, launch.block, launch.dynamic_smem
-        config = self._programmatic(grid, block, smem, keep) if self.programmatic and launch.programmatic else None
-        return _Launch(self._functions[step.kernel], grid, block, smem, (tuple(values), tuple(types)), keep, config)
+        return kernel_launch(self.cu, self._check, self.plan.kernels[step.kernel], self._functions[step.kernel], ptrs,
+                             self.stream, self.programmatic)
 
-    def _programmatic(self, grid, block, smem: int, keep: list):
-        """cuLaunchKernelEx's config for a kernel that waits for its predecessor itself:
-        programmatic stream serialisation allowed (its attribute kept alive in ``keep``)."""
-        cu = self.cu
-        attr = cu.CUlaunchAttribute()
-        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attr.value.programmaticStreamSerializationAllowed = 1
-        keep.append(attr)
-        config = cu.CUlaunchConfig()
-        config.gridDimX, config.gridDimY, config.gridDimZ = grid
-        config.blockDimX, config.blockDimY, config.blockDimZ = block
-        config.sharedMemBytes = smem
-        config.hStream = self.stream
-        config.attrs = [attr]
-        config.numAttrs = 1
-        return config
-
-    def _start(self, launch: _Launch, kernel: str) -> None:
+    def _start(self, launch: KernelLaunch, kernel: str) -> None:
         """Launch one kernel step on the session's stream (asynchronous)."""
-        cu = self.cu
-        if launch.config is not None:
-            self._check(cu.cuLaunchKernelEx(launch.config, launch.fn, launch.args, 0), f"launching {kernel}")
-        else:
-            self._check(cu.cuLaunchKernel(launch.fn, *launch.grid, *launch.block, launch.smem, self.stream,
-                                          launch.args, 0), f"launching {kernel}")
+        launch_kernel(self.cu, self._check, launch, self.stream, kernel)
 
     # -- running -------------------------------------------------------------------------
-    def run(self, feeds: Mapping[str, np.ndarray | DeviceView], outputs: Sequence[str]) -> list:
+    def run(self, feeds: Mapping[str, np.ndarray | DeviceView], outputs: Sequence[str]) -> list[np.ndarray | DeviceArray]:
         """Host feeds give host outputs (numpy); if any feed is a device tensor, the
         outputs are DeviceArrays (device memory of their own, no host copy)."""
         cu = self.cu
@@ -334,9 +265,10 @@ class CudaExecutor:
             self._check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
             on_device, held = self._copy_in(feeds)
             self.launch_all()
-            results: list = []
+            results: list[np.ndarray | DeviceArray] = []
             for name in outputs:
                 buf = self.plan.buffers[self._outputs[name]]
+                out: np.ndarray | DeviceArray
                 if on_device:
                     ptr = self._output_memory(buf.nbytes)
                     out = DeviceArray(ptr, buf.type.dtype.numpy, buf.type.shape, self, self.device)
@@ -353,7 +285,7 @@ class CudaExecutor:
                 raise self._index_error()
             return results
 
-    def bind(self, inputs: dict[str, DeviceView], outputs: dict[str, DeviceView | None]):
+    def bind(self, inputs: dict[str, DeviceView], outputs: dict[str, DeviceView | None]) -> CudaBinding:
         """A CudaBinding (runtime/cuda_binding.py) of checked device feeds and outputs
         (None: memory the binding owns), captured as one graph where the plan has one."""
         from tilefuse.runtime.cuda_binding import CudaBinding
@@ -383,7 +315,7 @@ class CudaExecutor:
         cu = self.cu
         views = [a for a in feeds.values() if isinstance(a, DeviceView)]
         self._order_after(views)
-        held = []
+        held: list[np.ndarray] = []
         for name, a in feeds.items():
             dst = self.ptr[self._inputs[name]]
             if isinstance(a, DeviceView):
@@ -476,7 +408,7 @@ class CudaExecutor:
         for i in step_order(self.plan.steps, self._truth):
             self._step(i)
 
-    def step_by_step(self):
+    def step_by_step(self) -> Iterator[Step]:
         """Every step a run takes, in order, each waited for: yields the step once its
         outputs are written (``read_buffer`` reads them). For tools that look between
         kernels; runs do not use it."""
@@ -485,6 +417,7 @@ class CudaExecutor:
             step = self.plan.steps[i]
             self._step(i)
             if self._launches[i] is not None:
+                assert isinstance(step, KernelStep)  # only kernel steps have launches
                 self._check(cu.cuStreamSynchronize(self.stream), f"running {step.kernel}")
             yield step
         self._clear_status()
@@ -492,7 +425,8 @@ class CudaExecutor:
     def _step(self, i: int) -> None:
         step, launch = self.plan.steps[i], self._launches[i]
         if launch is not None:
-            self._start(launch, step.kernel)  # type: ignore[union-attr]
+            assert isinstance(step, KernelStep)  # only kernel steps have launches
+            self._start(launch, step.kernel)
         elif isinstance(step, HostStep):
             self._host(step)
         elif isinstance(step, SelectStep):
@@ -544,6 +478,7 @@ class CudaExecutor:
             for step, launch in zip(self.plan.steps, self._launches):
                 if launch is None:
                     continue
+                assert isinstance(step, KernelStep)  # only kernel steps have launches
                 self._start(launch, step.kernel)
                 self._check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
                 for _ in range(repeats):
@@ -555,7 +490,7 @@ class CudaExecutor:
         return out
 
     @contextmanager
-    def _events(self, n: int = 2) -> Iterator[tuple]:
+    def _events(self, n: int = 2) -> Iterator[tuple[Handle, ...]]:
         """``n`` CUDA events for timing, destroyed after (the lock held: the executor is open)."""
         self._open()
         cu = self.cu

@@ -22,10 +22,16 @@ that stream to ``run``. Outputs are written when ``run`` returns.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tilefuse.errors import ExecutionError, InputError
 from tilefuse.feeds import DeviceView
+from tilefuse.plan.model import KernelStep
 from tilefuse.runtime.device_array import DeviceArray
+
+if TYPE_CHECKING:
+    from tilefuse.runtime.cuda import CudaExecutor
+    from tilefuse.runtime.cuda_launch import KernelLaunch
 
 
 def _aligned(ptr: int) -> bool:
@@ -45,8 +51,8 @@ class _Copy:
 class CudaBinding:
     """A CUDA executor's inputs and outputs bound to device memory (``CudaExecutor.bind``)."""
 
-    def __init__(self, executor, inputs: dict[str, DeviceView], outputs: dict[str, DeviceView | None],
-                 keep: tuple = ()) -> None:
+    def __init__(self, executor: CudaExecutor, inputs: dict[str, DeviceView], outputs: dict[str, DeviceView | None],
+                 keep: tuple[object, ...] = ()) -> None:
         self._ex = executor
         self._keep = (*keep, *inputs.values(), *(v for v in outputs.values() if v is not None))
         graphed = executor._graph is not None  # every step a kernel: the run is one graph
@@ -55,16 +61,19 @@ class CudaBinding:
         self._in: list[_Copy] = []
         spans = [(v.ptr, v.ptr + v.nbytes) for v in inputs.values()]
         for name, v in inputs.items():
-            buf = executor._inputs[name]
+            b = executor._inputs[name]
             if graphed and _aligned(v.ptr):  # the kernels read the bound input where it is
-                self._moved[buf] = v.ptr
+                self._moved[b] = v.ptr
             elif v.nbytes:
-                self._in.append(_Copy(executor.ptr[buf], v.ptr, v.nbytes, f"input {name}"))
+                self._in.append(_Copy(executor.ptr[b], v.ptr, v.nbytes, f"input {name}"))
         self.outputs: list[DeviceArray | DeviceView] = []
         self._out: list[_Copy] = []
-        for name, view in outputs.items():
+        for name, given in outputs.items():
             buf = executor.plan.buffers[executor._outputs[name]]
-            if view is None:  # memory of the binding's own, for as long as its array lives
+            view: DeviceArray | DeviceView
+            if given is not None:
+                view = given
+            else:  # memory of the binding's own, for as long as its array lives
                 view = DeviceArray(executor._output_memory(buf.nbytes), buf.type.dtype.numpy, buf.type.shape,
                                    executor, executor.device)
             self.outputs.append(view)
@@ -74,8 +83,9 @@ class CudaBinding:
             elif buf.nbytes:  # from where the run leaves it: a bound input used in place holds it there
                 self._out.append(_Copy(view.ptr, self._moved.get(buf.id, executor.ptr[buf.id]), buf.nbytes, f"output {name}"))
             spans.append((view.ptr, view.ptr + buf.nbytes))
-        self._launches = [executor._launch_args(i, st, self._moved) if launch is not None else None
-                          for i, (st, launch) in enumerate(zip(executor.plan.steps, executor._launches))]
+        self._launches: list[KernelLaunch | None] = [
+            executor._launch_args(i, st, self._moved) if isinstance(st, KernelStep) else None
+            for i, st in enumerate(executor.plan.steps)]
         self._graph = executor._capture_bound(self._sequence) if graphed else None
         executor._bindings.add(self)
 
@@ -86,6 +96,7 @@ class CudaBinding:
             ex._check(cu.cuMemcpyDtoDAsync(c.dst, c.src, c.nbytes, ex.stream), f"copying {c.what}")
         if self._moved:  # (only a graphed plan moves buffers: every step is a kernel)
             for step, launch in zip(ex.plan.steps, self._launches):
+                assert isinstance(step, KernelStep) and launch is not None
                 ex._start(launch, step.kernel)
         else:
             ex.launch_steps()

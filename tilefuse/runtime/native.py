@@ -30,6 +30,7 @@ import shutil
 import tempfile
 import threading
 import time
+from typing import Literal, overload
 
 from tilefuse.errors import PlanError
 
@@ -69,7 +70,12 @@ class NativeLibrary:
             raise PlanError(f"{label}: dlinfo cannot describe the loaded library")
         _pin_openmp(data)
 
-    def function(self, symbol: str, required: bool = True) -> ctypes._CFuncPtr | None:
+    @overload
+    def function(self, symbol: str, required: Literal[True] = True) -> _ctypes.CFuncPtr: ...
+    @overload
+    def function(self, symbol: str, required: bool) -> _ctypes.CFuncPtr | None: ...
+
+    def function(self, symbol: str, required: bool = True) -> _ctypes.CFuncPtr | None:
         """The library's own exported ``symbol``; PlanError (or None if not ``required``)
         when it has none, or when the name resolves into another library."""
         assert self._lib is not None, "closed"
@@ -86,7 +92,7 @@ class NativeLibrary:
                             f"a plan calls its own kernels only")
         return fn
 
-    def dependency_function(self, symbol: str) -> ctypes._CFuncPtr | None:
+    def dependency_function(self, symbol: str) -> _ctypes.CFuncPtr | None:
         """``symbol`` as the library sees it, wherever it is defined (its OpenMP runtime's
         ``omp_set_num_threads``): for the runtime's own calls only, never a name a plan gives."""
         assert self._lib is not None, "closed"
@@ -96,7 +102,7 @@ class NativeLibrary:
         """Unload the library; every function taken from it is invalid afterwards."""
         lib, self._lib = self._lib, None
         if lib is not None:
-            _ctypes.dlclose(lib._handle)
+            _ctypes.dlclose(lib._handle)  # type: ignore[attr-defined]  # POSIX only: typeshed's _ctypes stub omits it
 
 
 def _dlopen_bytes(data: bytes, label: str) -> ctypes.CDLL:

@@ -24,7 +24,7 @@ import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -95,9 +95,13 @@ class _Lifetime:
             return True
 
 
-def _release(lifetime: _Lifetime, executor: object) -> None:
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+def _release(lifetime: _Lifetime, executor: _Closable) -> None:
     if lifetime.close():
-        executor.close()  # type: ignore[attr-defined]
+        executor.close()
 
 
 class InferenceSession:
@@ -221,7 +225,7 @@ class InferenceSession:
         unknown = [n for n in names if n not in self._outputs]
         if unknown:
             raise InputError(f"unknown output name(s) {unknown}; the plan's outputs are {self._outputs}")
-        return names  # type: ignore[return-value]
+        return names
 
 
 def onnx_type_name(dtype: DType) -> str:

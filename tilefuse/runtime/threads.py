@@ -10,6 +10,7 @@ for: clang's) link an OpenMP runtime instead; for them the count goes through
 """
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import threading
 from typing import Iterable
@@ -29,24 +30,25 @@ class Team:
     def __init__(self, libs: Iterable[NativeLibrary], threads: int | None) -> None:
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 0):
             raise InputError(f"threads must be a non-negative integer (0: the default), got {threads!r}")
-        self._set = None
+        self._set: _ctypes.CFuncPtr | None = None
         self.pool, self.threads = "none", 1
         for lib in libs:
             own = lib.function("tf_threads_set", required=False)
             if own is not None:  # a kernel with a parallel loop carries the pool
                 self._bind(own, "tilefuse")
                 default, cap = lib.function("tf_threads_default"), lib.function("tf_threads_cap")
-                self.threads = min(threads or default(), cap())  # type: ignore[misc]
+                self.threads = min(threads or default(), cap())
                 return
             # found through the library's dependencies (the OpenMP runtime it links)
             omp_set = lib.dependency_function("omp_set_num_threads")
             if omp_set is not None:
                 self._bind(omp_set, "openmp")
                 limit, most = lib.dependency_function("omp_get_thread_limit"), lib.dependency_function("omp_get_max_threads")
-                self.threads = max(1, min(threads or _on_fresh_thread(most), limit()))  # type: ignore[arg-type, misc]
+                assert limit is not None and most is not None, "an OpenMP runtime without omp_get_thread_limit"
+                self.threads = max(1, min(threads or _on_fresh_thread(most), limit()))
                 return
 
-    def _bind(self, setter: ctypes._CFuncPtr, pool: str) -> None:
+    def _bind(self, setter: _ctypes.CFuncPtr, pool: str) -> None:
         setter.argtypes, setter.restype = [ctypes.c_int], None
         self._set, self.pool = setter, pool
 
@@ -56,7 +58,7 @@ class Team:
             self._set(self.threads)
 
 
-def _on_fresh_thread(fn: ctypes._CFuncPtr) -> int:
+def _on_fresh_thread(fn: _ctypes.CFuncPtr) -> int:
     """``fn()`` on a new thread: the OpenMP runtime's process-wide default, which no
     thread's own ``omp_set_num_threads`` has changed."""
     out: list[int] = []

@@ -48,9 +48,17 @@ def build_all(programs: Sequence[TileProgram], jobs: int | None = None,
                 cached = entry_ok(library_path(src, compiler, where, isa))
                 futures[key] = pool.submit(compile_cached, src, compiler, where, isa)
                 if on_kernel is not None:
-                    futures[key].add_done_callback(lambda f, c=cached: f.exception() is None and on_kernel(c))
+                    futures[key].add_done_callback(_report(on_kernel, cached))
         built = [futures[cache_key(src, compiler, isa)].result() for src in sources]
     return [
         KernelArtifact(src.symbol, src.symbol, lib, src.params, src.launch, c_file)
         for src, (lib, c_file) in zip(sources, built)
     ]
+
+
+def _report(on_kernel: Callable[[bool], None], cached: bool) -> Callable[[Future], None]:
+    """A done-callback telling ``on_kernel`` that a kernel built (``cached``: it was in the cache)."""
+    def done(f: Future) -> None:
+        if f.exception() is None:
+            on_kernel(cached)
+    return done

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from _ctypes import CFuncPtr
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -17,17 +18,17 @@ from tilefuse.errors import ExecutionError
 from tilefuse.ir.dtypes import DType
 
 _lock = threading.Lock()
-_loaded: dict[tuple[Path, str], Callable] = {}
+_loaded: dict[tuple[Path, str], CFuncPtr] = {}
 
 
-def load_kernel(artifact: KernelArtifact) -> Callable:
+def load_kernel(artifact: KernelArtifact) -> CFuncPtr:
     """The kernel's C function (libraries are loaded once per process)."""
     key = (Path(artifact.path), artifact.symbol)
     with _lock:
         fn = _loaded.get(key)
         if fn is None:
             lib = ctypes.CDLL(str(artifact.path), mode=ctypes.RTLD_LOCAL)
-            fn = getattr(lib, artifact.symbol)
+            fn = lib[artifact.symbol]
             fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
             fn.restype = None
             _loaded[key] = fn

@@ -30,7 +30,7 @@ from tilefuse.codegen.cpu.threads import THREAD_POOL
 from tilefuse.codegen.launch import CpuLaunch
 from tilefuse.codegen.options import CpuOptions
 from tilefuse.codegen.toolchain import kernel_stem, param_specs
-from tilefuse.tile_ir.ir import STATUS, Buffer, Copy, Fill, Gemm, If, Loop, LoopKind, ReduceTile, Stmt, Store, TileProgram
+from tilefuse.tile_ir.ir import STATUS, Buffer, Copy, Expr, Fill, Gemm, If, Loop, LoopKind, ReduceTile, Stmt, Store, TileProgram
 
 @dataclass(frozen=True)
 class CSource:
@@ -155,8 +155,8 @@ class _Emitter:
         body = self.block(s.body, fixed, in_parallel)
         return se.lines + [f"if ({se.root(0)}) {{", *["    " + x for x in body], "}"]
 
-    def exprs(self, levels: list[LoopLevel], roots: Sequence[object]) -> StmtExprs:
-        ids = [self.table.intern(e) for e in roots]  # type: ignore[arg-type]
+    def exprs(self, levels: list[LoopLevel], roots: Sequence[Expr]) -> StmtExprs:
+        ids = [self.table.intern(e) for e in roots]
         return StmtExprs(self.table, self.names, levels, self.ranges, ids, lambda b: cident(b.name))
 
     def store(self, s: Store, levels: list[LoopLevel]) -> list[str]:

@@ -50,6 +50,35 @@ class Node:
     def is_where(self) -> bool:
         return self.kind is Call and self.op is ScalarFn.WHERE
 
+    # ``op`` as the kind says it is: each accessor serves one kind and asserts it
+    @property
+    def value(self) -> float | int | bool:
+        """A Const's value."""
+        assert self.kind is Const and isinstance(self.op, (int, float)), self
+        return self.op
+
+    @property
+    def iop(self) -> IOp:
+        assert self.kind is IndexOp and isinstance(self.op, IOp), self
+        return self.op
+
+    @property
+    def fn(self) -> ScalarFn:
+        assert self.kind is Call and isinstance(self.op, ScalarFn), self
+        return self.op
+
+    @property
+    def buffer(self) -> Buffer:
+        """The buffer a Load reads."""
+        assert self.kind is Load and isinstance(self.op, Buffer), self
+        return self.op
+
+    @property
+    def check(self) -> tuple[int, int]:
+        """An IndexCheck's (extent, site)."""
+        assert self.kind is IndexCheck and isinstance(self.op, tuple), self
+        return self.op
+
 
 class ExprTable:
     """Interns expressions by structure; equal subexpressions get one node id."""
@@ -212,7 +241,7 @@ class StmtExprs:
         if n.kind is IndexOp and n.op in (IOp.MOD, IOp.FLOORDIV):
             b = self.t.nodes[n.kids[1]]
             ab = self.bounds(n.kids[0])
-            if b.kind is Const and ab is not None and 0 <= ab[0] and ab[1] < int(b.op):  # type: ignore[arg-type]
+            if b.kind is Const and ab is not None and 0 <= ab[0] and ab[1] < int(b.value):
                 out = self.simplify(n.kids[0]) if n.op is IOp.MOD else self.t.const(0, DType.INT64)
         self._simple[nid] = out
         return out
@@ -225,9 +254,9 @@ class StmtExprs:
         if n.kind is Var:
             return self.ranges.get(n.text)
         if n.kind is Const:
-            return (int(n.op), int(n.op)) if n.dtype.is_int else None  # type: ignore[arg-type]
+            return (int(n.value), int(n.value)) if n.dtype.is_int else None
         if n.kind is IndexCheck:
-            return (0, n.op[0] - 1)  # type: ignore[index]
+            return (0, n.check[0] - 1)
         if n.kind is not IndexOp:
             if n.is_where and n.dtype is DType.INT64:
                 a, b = self.bounds(n.kids[1]), self.bounds(n.kids[2])
@@ -304,7 +333,7 @@ class StmtExprs:
         else:
             lv = max((self.level(k) for k in self.kids(nid)), default=0)
             if n.kind is Load:
-                name = n.op.name  # type: ignore[attr-defined]
+                name = n.buffer.name
                 for k in range(len(self.levels) - 1, lv - 1, -1):
                     if name in self.levels[k].writes:
                         lv = k + 1
@@ -325,7 +354,8 @@ class StmtExprs:
             return found
         if scope.guarded and nid in self.outer:  # evaluated unconditionally anyway: share it
             while scope.guarded:
-                scope = scope.parent  # type: ignore[assignment]
+                assert scope.parent is not None  # a branch's scope sits inside its statement's
+                scope = scope.parent
         if not scope.guarded:
             lv = self.level(nid)
             if lv < scope.level:
@@ -345,22 +375,22 @@ class StmtExprs:
         n = self.t.nodes[nid]
         kids = self.kids(nid)
         if n.kind is Load:
-            buf: Buffer = n.op  # type: ignore[assignment]
+            buf = n.buffer
             idx = [self.ref(k, scope) for k in kids]
             return load(buf.dtype, f"{self.buffer_name(buf)}[{flat_index(idx, buf.shape)}]")
         if n.kind is IndexOp:
             a, b = (self.ref(k, scope) for k in kids)
             ab, bn = self.bounds(kids[0]), self.t.nodes[kids[1]]
-            pos_const = bn.kind is Const and int(bn.op) > 0  # type: ignore[arg-type]
-            return render_iop(n.op, a, b, ab is not None and ab[0] >= 0, pos_const)  # type: ignore[arg-type]
+            pos_const = bn.kind is Const and int(bn.value) > 0
+            return render_iop(n.iop, a, b, ab is not None and ab[0] >= 0, pos_const)
         if n.kind is IndexCheck:
-            extent, site = n.op  # type: ignore[misc]
+            extent, site = n.check
             return f"tf_index({self.ref(kids[0], scope)}, {extent}, {cident(STATUS.name)}, {site})"
         if n.is_where:
             cond = self.ref(kids[0], scope)
             return f"({cond} ? {self._guarded(kids[1], scope)} : {self._guarded(kids[2], scope)})"
         args = [self.ref(k, scope) for k in kids]
-        return render_call(n.op, args, [self.t.nodes[k].dtype for k in kids], n.dtype)  # type: ignore[arg-type]
+        return render_call(n.fn, args, [self.t.nodes[k].dtype for k in kids], n.dtype)
 
     def _guarded(self, nid: int, parent: _Scope) -> str:
         """A WHERE branch: evaluated only when taken, with temps of its own if it needs them."""

@@ -83,7 +83,11 @@ def _source_positions(src_ext: Sequence[int], dst_ext: Sequence[int], so: Sequen
     s_dims = [d for d, e in enumerate(src_ext) if e != 1]
     d_dims = [d for d, e in enumerate(dst_ext) if e != 1]
     if [src_ext[d] for d in s_dims] == [dst_ext[d] for d in d_dims]:
-        var = {sd: loops[dd][0] for sd, dd in zip(s_dims, d_dims)}  # type: ignore[index]
+        var = {}
+        for sd, dd in zip(s_dims, d_dims):
+            loop = loops[dd]
+            assert loop is not None  # a destination dim of extent > 1 has its loop
+            var[sd] = loop[0]
         return [_plus(o, var.get(d)) for d, o in enumerate(so)]
     flat = flat_index([lp[0] if lp else "0" for lp in loops], dst_ext)
     out, stride = [], math.prod(src_ext)

@@ -60,7 +60,7 @@ def build_all(programs: Sequence[TileProgram], arch: str = "sm_90a", jobs: int |
 
 def launch_record(low: Lowered, arch: str) -> CudaLaunch:
     """The launch of a lowered kernel, as the plan and the runtimes read it."""
-    return CudaLaunch(low.entry, tuple(low.grid), tuple(low.block), tuple(_arg(p) for p in low.params),  # type: ignore[arg-type]
+    return CudaLaunch(low.entry, low.grid, low.block, tuple(_arg(p) for p in low.params),
                       low.dynamic_smem, low.programmatic, arch)
 
 

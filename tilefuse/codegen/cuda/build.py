@@ -140,5 +140,5 @@ def compile_cubin(stem: Path, arch: str, kernel: str, include: tuple[Path, ...] 
 
 def _read_meta(d: dict, source: str) -> Lowered:
     params = tuple(KernelParam(**p) for p in d["params"])
-    return Lowered(source, d["entry"], tuple(d["grid"]), tuple(d["block"]), d["dynamic_smem"], params,  # type: ignore[arg-type]
+    return Lowered(source, d["entry"], tuple(d["grid"]), tuple(d["block"]), d["dynamic_smem"], params,
                    bool(d.get("programmatic", False)))

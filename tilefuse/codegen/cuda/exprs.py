@@ -116,7 +116,8 @@ class ExprPrinter:
                 return
             seen.add(id(e))
             if isinstance(e, IndexOp):
-                count(e.a, False), count(e.b, False)
+                count(e.a, False)
+                count(e.b, False)
             elif isinstance(e, Load):
                 for x in e.indices:
                     count(x, False)

@@ -127,8 +127,8 @@ def _lower(prim, arch: str, config: dict) -> Lowered:
     (call,) = [c for c in calls if str(c.args[0]).strip('"') == entry]
     host_args = list(call.args[1 : 1 + len(df.params)])
     extent = {str(k): int(v) for k, v in df.attrs["thread_extent"].items()}
-    grid = tuple(extent.get(f"blockIdx.{a}", 1) for a in "xyz")
-    block = tuple(extent.get(f"threadIdx.{a}", 1) for a in "xyz")
+    grid = (extent.get("blockIdx.x", 1), extent.get("blockIdx.y", 1), extent.get("blockIdx.z", 1))
+    block = (extent.get("threadIdx.x", 1), extent.get("threadIdx.y", 1), extent.get("threadIdx.z", 1))
     smem = int(df.attrs["dyn_shared_memory_buf"]) if "dyn_shared_memory_buf" in df.attrs else 0
     params = []
     for kp, arg in zip(df.params, host_args):
@@ -139,7 +139,7 @@ def _lower(prim, arch: str, config: dict) -> Lowered:
         else:
             raise CompileError(f"kernel {entry}: unexpected kernel argument {kp.name} = {arg}")
     programmatic = "has_cuda_pdl_sync" in df.attrs  # TileLang's mark for T.pdl_sync
-    return Lowered(art.kernel_source, entry, grid, block, smem, tuple(params), programmatic)  # type: ignore[arg-type]
+    return Lowered(art.kernel_source, entry, grid, block, smem, tuple(params), programmatic)
 
 
 def _tensormap(name: str, args: list, data_param: dict[str, int]) -> KernelParam:

@@ -104,7 +104,9 @@ class _Writer:
     _ROW, _COL = Var("_cache_row"), Var("_cache_col")
 
     def canonical(self, nest: RowNest, x: Load) -> Load:
-        return substitute(x, {nest.row: self._ROW, nest.col: self._COL})  # type: ignore[return-value]
+        out = substitute(x, {nest.row: self._ROW, nest.col: self._COL})
+        assert isinstance(out, Load)  # substituting variables keeps a load a load
+        return out
 
     def global_loads(self, nest: RowNest) -> list[Load]:
         """The nest's loads of global elements along its row, outside WHERE branches (a
