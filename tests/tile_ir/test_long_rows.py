@@ -108,6 +108,22 @@ def test_gpu_rows_that_split_unevenly_are_chunked(kind, shape, dtype):
             assert c.ok, f"{kind} {shape} {dtype} seed={seed}: {c.problem}"
 
 
+@pytest.mark.parametrize("shape", [(2560, 160), (200, 80), (96, 40)])
+def test_gpu_row_tiles_of_short_rows_keep_their_block(shape):
+    """Short rows (YOLO's 10 rows of 160 a tile, 64 threads after fitting): the row count
+    of a tile is chosen so that the block's threads divide it, not narrowed to fit it."""
+    graph = import_onnx(row_model("sigmoid", shape))
+    seed = random.randrange(2**31)
+    values = evaluate_all(graph, _feeds(shape, "float32", seed))
+    (group,) = [g for g in partition_graph(graph, CUDA_SM90A).groups if str(g.kind) != "opaque"]
+    lowered = lower_group(group, CUDA_SM90A)
+    p = lowered.program
+    assert p.threads == CUDA_SM90A.rows.threads and not p.fitted_from, (p.threads, p.notes)
+    for v, got in interpret(lowered, values):
+        c = compare_output(v.name, got, values[id(v)])
+        assert c.ok, f"{shape} seed={seed}: {c.problem}"
+
+
 def test_rows_that_fit_are_not_chunked():
     graph = import_onnx(row_model("mean-subtract", (4, 16384)))
     (group,) = [g for g in partition_graph(graph, CUDA_SM90A).groups if str(g.kind) != "opaque"]

@@ -76,7 +76,8 @@ class _Rows:
         reductions, a power of two of rows that gives each row whole warps of
         threads // br lanes dividing E (the CUDA emitter's one-warp-per-row form) where
         one exists. Fewer tiles than cores: fewer rows per tile (down to one), as long as
-        rows keep those whole warps."""
+        rows keep those whole warps. On a device with blocks, a row count whose tile the
+        block's threads divide where one does."""
         cap = max(1, self.policy.tile_elems // e)
         br, floor, warp_rows = divisor_tile(rows, cap), 1, False
         if self.warp and self.reductions:
@@ -86,6 +87,16 @@ class _Rows:
             if fits:
                 br, floor, warp_rows = max(fits), min(fits), True
         (br,) = fill_cores((rows,), [br], 1, self.cores, floor)
+        t = self.policy.threads
+        if self.blocks and not warp_rows and br * e >= t and br * e % t:
+            # a tile the block's threads do not split evenly (thread fitting would narrow the
+            # block: YOLO's 10 rows of 160, 64 threads): of the row counts up to br that
+            # divide the rows, the one whose tile has the largest power of two (up to the
+            # block's threads), then the most rows
+            def even(d: int) -> tuple[int, int]:
+                return min((d * e) & -(d * e), t), d
+
+            br = max((d for d in range(1, br + 1) if rows % d == 0), key=even)
         return br, self.policy.threads // br if warp_rows else 0
 
     def chunk(self, e: int) -> int:
