@@ -151,3 +151,26 @@ def test_gpu_depthwise_tiles_keep_their_threads(x_shape, k, stride, threads):
     program = _check(graph, CUDA_SM90A, x_shape)
     assert program.threads >= threads, (program.threads, program.fitted_from, program.notes)
     assert program.schedule.depthwise, program.schedule
+
+
+def test_a_narrow_half_float_stem_runs_its_padded_k_step_on_the_matrix_unit():
+    """YOLO's stem (3 channels x 3 x 3 taps = 27, 16 output channels) in fp16: its K step
+    is padded to the MMA's k16 (the packed weight carries the zero rows) for 16-column
+    tiles too; it was an FMA loop over shared memory on 16 threads (an 872 KB cubin)."""
+    from tilefuse.frontend.precision import precision_target, with_precision
+    from tilefuse.tile_ir.ir import Gemm
+
+    x_shape = (1, 3, 256, 256)
+    graph = with_precision(_conv_graph(x_shape, (16, 3, 3, 3), Conv((2, 2), (1, 1), (1, 1, 1, 1), 1)), "fp16")
+    target = precision_target(CUDA_SM90A, "fp16")
+    values = evaluate_all(graph, {"x": np.random.default_rng().standard_normal(x_shape).astype(np.float32)})
+    (group,) = partition_graph(graph, target).groups
+    low = lower_group(group, target)
+    s = low.program.schedule
+    assert s.tile_k == 32 and s.tile_n == 16 and low.program.threads == 128, (s, low.program.threads)
+    assert any(isinstance(g, Gemm) and g.tensor_cores for g in statements(low.program.body)), low.program.notes
+    from tilefuse.compare import TOLERANCE
+
+    for v, got in interpret(low, values):  # (float32 outputs of half-float arithmetic)
+        c = compare_output(v.name, got, values[id(v)], tolerance=TOLERANCE["float16"])
+        assert c.ok, c.problem

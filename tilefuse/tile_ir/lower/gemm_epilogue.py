@@ -14,7 +14,7 @@ match it is given.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -208,7 +208,7 @@ class _Builder:
             bk = ch_per_tile * taps
             k_step = bk
             if pad_group or (self.mma_rows > 1 and self.op_dtype.itemsize == 2 and bk % 16 and not (self.flip or self.depthwise)
-                             and self.packs_conv_weight() and bm % self.mma_rows == 0 and bn % 32 == 0):
+                             and self.packs_conv_weight() and bm % self.mma_rows == 0 and bn % 16 == 0):
                 # few input channels (a stem's 3 x 7 x 7): the K tile padded with zero columns to
                 # the MMA's k16, so the product runs on tensor cores, not as an FMA loop; the
                 # packed weight carries the zero rows, so its tiles stay plain copies
@@ -338,7 +338,7 @@ class _Builder:
             Loop(kt, -(-self.k // (k_step or bk)), LoopKind.PIPELINED, tuple(k_body), stages=stages),
         ]
         for r in self.reductions:  # in group order: a variance reads the mean before it
-            body += self._row_stage(r, rows[id(r.outputs[0])], el, tuple(bvars), m0, bm)
+            body += self._row_stage(r, rows[id(r.outputs[0])], el, tuple(bvars), row, bm)
         outs = params[len(params) - len(self.group.outputs):]
         epilogues: list[list[Stmt]] = [[] for _ in self.cs] if packed else [body]
         for v, ob in zip(self.group.outputs, outs):
@@ -430,12 +430,14 @@ class _Builder:
         body = (*parallel(self.names, (bm, bk1), fill_x), *parallel(self.names, (bk1, bk), fill_w), Gemm(tx, tw, th, tf32=self.tf32))
         return (tx, tw), [Fill(th, Const(0, dt)), Loop(jt, -(-k1 // bk1), LoopKind.PIPELINED, body, stages=2)]
 
-    def _row_stage(self, r: Node, buf: Buffer, el: ElementBuilder, bidx: Index, m0: Expr, bm: int) -> list[Stmt]:
-        """One reduction over the tile's whole rows into a per-row buffer."""
+    def _row_stage(self, r: Node, buf: Buffer, el: ElementBuilder, bidx: Index, row: Callable[[Expr], Expr],
+                   bm: int) -> list[Stmt]:
+        """One reduction over the tile's whole rows into a per-row buffer (``row``: the
+        product's row of a tile row, the last one past a partial last tile)."""
         op: Reduce = r.op  # type: ignore[assignment]
         x = r.inputs[0]
         i, j = self.names.var("r"), self.names.var("c")
-        val = el.at(x, self.fwd[id(x)](self._product_index(bidx, iop(IOp.ADD, m0, i), j)))
+        val = el.at(x, self.fwd[id(x)](self._product_index(bidx, row(i), j)))
         if x.type.dtype is not buf.dtype:
             val = Call(ScalarFn.CAST, (val,), buf.dtype)
         step = Store(buf, (i,), Call(COMBINE[op.fn], (Load(buf, (i,)), val), buf.dtype))

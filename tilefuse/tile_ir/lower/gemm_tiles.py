@@ -41,7 +41,14 @@ def tiles(b: "_Builder") -> tuple[int, int]:
     cols = b.cols
     bm, bn = divisor_tile(b.m, b.gemm_rows), divisor_tile(cols, b.gemm_tile)
     if b.reductions or b.first is not None:  # whole rows on the tile: rows of all N columns
-        return divisor_tile(b.m, b.row_tile), b.n
+        bm = divisor_tile(b.m, b.row_tile)
+        if b.mma_rows > 1 and b.first is None and b.m > 16 and (bm & (bm - 1) or bm < b.mma_rows):
+            # rows with no power-of-two divisor (Whisper's 1500 frames: tiles of 15 rows, 64
+            # threads, FMA loops unrolled into a 2.9 MB cubin; a prime count fell through to
+            # the staged schedule): power-of-two tiles, halved
+            # while the grid leaves cores idle, the last one partial (its rows clamped)
+            bm = halve_while_idle(b.m, b.row_tile, math.prod(b.batch), b.cores, max(b.min_tile, b.mma_rows))
+        return bm, b.n
     accs = 1 if b.sibling_of is not None else len(b.cs)
 
     def budget(bm: int) -> int:  # accumulator registers: a tile of fewer than 128 rows gets 128 threads
