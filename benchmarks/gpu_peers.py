@@ -49,8 +49,8 @@ def pack(args) -> int:
             tag = f"{name}-{args.dtype}-b{batch}" + (f"-{args.variant}" if args.variant != "default" else "")
             t0 = time.perf_counter()
             path = models.build(name, "real", args.dtype)
-            shapes = {"batch": batch, "seq": SEQ} if models.ZOO[name].family != "cnn" else {
-                k: (batch, *v[1:]) for k, v in models.ZOO[name].shapes("real").items()}
+            real = models.ZOO[name].shapes("real")  # token models at seq 128, the rest at their real shapes
+            shapes = {"batch": batch, "seq": SEQ} if "input_ids" in real else {k: (batch, *v[1:]) for k, v in real.items()}
             compiled = compile_model(path, variant_target(args.variant), shapes)
             out = ROOT / f"{tag}.tfplan"
             compiled.plan.save(out)
