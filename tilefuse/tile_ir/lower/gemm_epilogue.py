@@ -148,6 +148,16 @@ class _Builder:
         self.names = Names()
         self.acc_dtype = accumulator_dtype(c.outputs[0].type.dtype)
         self.batch, self.m, self.n, self.k = product_extents(c)
+        # a product by a 2-D weight whose batch rows do not make whole row tiles (ConvNeXt's
+        # [1, 56, 56, 96] tokens: 56 rows a batch index, tiles of 14): its batch folded into
+        # its rows on a device with a matrix unit, one product of [prod(batch) * M, K]
+        self.folded: tuple[int, ...] = ()
+        products = [*cs, *([first] if first else [])]
+        if (target.device.mma_rows > 1 and isinstance(c.op, MatMul) and math.prod(self.batch) > 1
+                and self.m % self.gemm_rows and all(x.inputs[1].type.rank == 2 and x.inputs[0].type.shape[:-2] == self.batch
+                                                    for x in products)):
+            self.folded = (*self.batch, self.m)
+            self.batch, self.m = (), math.prod(self.folded)
         self.cols = self.n // self.groups  # the columns a column tile divides: a group's output channels
 
     def build(self) -> TileProgram | None:
@@ -515,14 +525,14 @@ class _Builder:
     def _product_index(self, bidx: Index, row: Expr, col: Expr) -> Index:
         """The product's own index for GEMM row/column (a conv's rows are positions)."""
         if isinstance(self.c.op, MatMul):
-            return bidx + (row, col)
+            return (*delinearize(row, self.folded), col) if self.folded else bidx + (row, col)
         out = self.c.outputs[0].type.shape
         n, *o = delinearize(row, (out[0], *out[2:]))
         return (n, col, *o)
 
     def _rows_cols(self, idx: Index) -> tuple[Expr, Expr]:
         if isinstance(self.c.op, MatMul):
-            return idx[-2], idx[-1]
+            return (linearize(idx[:-1], self.folded), idx[-1]) if self.folded else (idx[-2], idx[-1])
         out = self.c.outputs[0].type.shape
         return linearize((idx[0], *idx[2:]), (out[0], *out[2:])), idx[1]
 
@@ -534,6 +544,9 @@ class _Builder:
         a, b = c.inputs
         if isinstance(c.op, ConvTranspose):
             return conv_tiles.transposed_operands(self, el, c)
+        if self.folded:  # a row of the folded product is (batch..., row) of A; B is 2-D
+            return (lambda r, k: widen(el.at(a, (*delinearize(r, self.folded), k)), dt),
+                    lambda k, col: widen(el.at(b, (k, col)), dt))
         ab = broadcast_index(bidx, a.type.shape[:-2], self.batch)
         bb = broadcast_index(bidx, b.type.shape[:-2], self.batch)
         return (lambda r, k: widen(el.at(a, ab + (r, k)), dt), lambda k, col: widen(el.at(b, bb + (k, col)), dt))
