@@ -34,7 +34,7 @@ def mlp(shape: tuple[int, ...], hidden: int) -> bytes:
     return model.SerializeToString()
 
 
-@pytest.mark.parametrize("shape, hidden", [((1, 56, 56, 96), 384), ((2, 16, 64), 256), ((3, 7, 7, 32), 128)])
+@pytest.mark.parametrize("shape, hidden", [((1, 56, 56, 96), 384), ((3, 7, 7, 32), 128)])
 def test_gpu_products_fold_their_batch_into_rows(shape, hidden):
     graph = import_onnx(mlp(shape, hidden))
     seed = random.randrange(2**31)

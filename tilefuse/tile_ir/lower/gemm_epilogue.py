@@ -153,7 +153,7 @@ class _Builder:
         # its rows on a device with a matrix unit, one product of [prod(batch) * M, K]
         self.folded: tuple[int, ...] = ()
         products = [*cs, *([first] if first else [])]
-        if (target.device.mma_rows > 1 and isinstance(c.op, MatMul) and math.prod(self.batch) > 1
+        if (target.device.mma_rows > 1 and isinstance(c.op, MatMul) and len(self.batch) > 1 and math.prod(self.batch) > 1
                 and self.m % self.gemm_rows and all(x.inputs[1].type.rank == 2 and x.inputs[0].type.shape[:-2] == self.batch
                                                     for x in products)):
             self.folded = (*self.batch, self.m)
