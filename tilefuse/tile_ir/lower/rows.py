@@ -103,9 +103,10 @@ class _Rows:
         """Columns of one chunk of a row longer than ``max_row``: the row in as few chunks
         of at most ``tile_elems`` as it takes, each a whole number of the block's threads
         (every parallel nest then splits evenly over them)."""
-        chunks = -(-e // self.policy.tile_elems)
         t = self.policy.threads
-        return min(-(-(-(-e // chunks)) // t) * t, max(t, self.policy.tile_elems // t * t))
+        chunks = -(-e // self.policy.tile_elems)
+        per_chunk = -(-e // chunks)
+        return min(-(-per_chunk // t) * t, max(t, self.policy.tile_elems // t * t))
 
     def build(self) -> tuple[TileProgram, tuple[Value, ...]]:
         rows, e = math.prod(self.shape[:-1]), self.shape[-1]
