@@ -39,6 +39,10 @@ class GemmPolicy:
     # for measuring schedules (benchmarks/gpu_gemm.py variants bmM / bnN), not a user setting
     force_tile_m: int | None = None
     force_tile_n: int | None = None
+    # on a host without blocks: a plain float32 product by a constant weight binds the
+    # weight packed in panels of this many columns and reads A in place (lower/panels.py);
+    # 0: operand tiles
+    panel_width: int = 0
 
     def row_epilogue_bytes(self, row_elems: int) -> int:
         """On-chip bytes for a tile of whole fp32 accumulator rows of ``row_elems``."""

@@ -104,7 +104,9 @@ CUDA_SM90A = Target(
 CPU = Target(
     name="cpu",
     device=X86_SERVER,
-    gemm=GemmPolicy(row_tile=64),  # a chain tile rereads both weight matrices: more rows, fewer rereads
+    # row_tile: a chain tile rereads both weight matrices: more rows, fewer rereads;
+    # panel_width: two 16-float registers (or four 8-float ones) a K step
+    gemm=GemmPolicy(row_tile=64, panel_width=32),
     attention=AttentionPolicy(max_head_dim=512),
     conv=ConvPolicy(channel_rows=True),
     window=WindowPolicy(tile=4096),  # pooling tiles of whole output planes (56 x 56): few tiles, loops without division

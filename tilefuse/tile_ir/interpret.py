@@ -22,6 +22,7 @@ from tilefuse.tile_ir.ir import (
     Expr,
     Fill,
     Gemm,
+    PanelGemm,
     If,
     IndexCheck,
     IndexOp,
@@ -96,6 +97,8 @@ class _State:
             self.copy(s)
         elif isinstance(s, Gemm):
             self.gemm(s)
+        elif isinstance(s, PanelGemm):
+            self.panel_gemm(s)
         elif isinstance(s, ReduceTile):
             self.reduce(s)
         elif isinstance(s, If):
@@ -156,6 +159,18 @@ class _State:
         b = b.T if s.trans_b else b
         wide = np.float32 if c.dtype.kind == "f" and c.dtype.itemsize <= 4 else c.dtype
         c[...] = (c.astype(wide) + np.matmul(a.astype(wide), b.astype(wide))).astype(c.dtype)
+
+    def panel_gemm(self, s: PanelGemm) -> None:
+        a, b, c = self.buffers[s.a.buffer.name], self.buffers[s.b.name], self.buffers[s.c.name]
+        at = [int(self.expr(e)) for e in s.a.offsets]
+        p0, k0, width = int(self.expr(s.panel0)), int(self.expr(s.k0)), s.width
+        rows = max(0, min(s.a.extents[-2], a.shape[-2] - at[-2]))
+        kc = max(0, min(s.a.extents[-1], b.shape[1] - k0))
+        where: tuple[int | slice, ...] = (*at[:-2], slice(at[-2], at[-2] + rows), slice(at[-1], at[-1] + kc))
+        a_rows = a[where]
+        panels = b[p0:p0 + c.shape[1] // width, k0:k0 + kc]  # [panels, kc, width] -> kc x columns
+        w = panels.transpose(1, 0, 2).reshape(kc, -1)
+        c[:rows] = (c[:rows] + np.matmul(a_rows.astype(np.float32), w.astype(np.float32))).astype(c.dtype)
 
     def reduce(self, s: ReduceTile) -> None:
         src, dst = self.buffers[s.src.name], self.buffers[s.dst.name]

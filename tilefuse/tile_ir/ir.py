@@ -4,8 +4,9 @@ Its vocabulary follows TileLang so that the CUDA lowering is close to one-to-one
 
 - a grid of tiles (``block_vars`` range over ``grid``) and a thread count per tile;
 - buffers by scope: ``global`` (kernel parameters), ``shared`` and ``fragment`` (per tile);
-- statements: Fill, Copy (region to region), Gemm, ReduceTile, Store, loops that are
-  serial, parallel or pipelined with a number of stages, and If on a tile-uniform condition.
+- statements: Fill, Copy (region to region), Gemm, PanelGemm (a host's product by a
+  packed weight), ReduceTile, Store, loops that are serial, parallel or pipelined with a
+  number of stages, and If on a tile-uniform condition.
 
 Expressions are scalar: index arithmetic (``IndexOp``), ``Load`` from a buffer, scalar
 functions (``Call`` with a :class:`ScalarFn`, the same functions Map primitives use), and
@@ -172,6 +173,31 @@ class Gemm(Stmt):
     # on a device with blocks: the product runs on tensor cores (tile_ir/passes/placement.py);
     # False: exact FMA loops
     tensor_cores: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PanelGemm(Stmt):
+    """``c += A @ B[k0:k0 + kc]`` on a host without blocks, both operands read in place.
+    ``a`` is ``c``'s rows of A and ``kc`` of its columns: a region of unit extents but its
+    last two dims (rows, then columns); rows of it past the end of its buffer add nothing.
+    B is a constant weight bound packed as panels, ``b[P, K, width]``: element ``(p, j)``
+    of B is ``b[j // width, p, j % width]`` (zero past B's last column); ``c``'s columns
+    are those of panels ``panel0``, ``panel0 + 1``, ... (``c``'s width a multiple of
+    ``width``), and B's rows from ``k0`` meet A's columns in order (those past B's K rows,
+    and A's columns there, are not read). The host's product core walks them ``k_block``
+    at a time: a panel's block stays in the first-level cache while the rows go by
+    (codegen/cpu/prelude.py)."""
+
+    a: Region
+    b: Buffer
+    panel0: Expr
+    k0: Expr
+    c: Buffer
+    k_block: int
+
+    @property
+    def width(self) -> int:
+        return self.b.shape[2]
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from tilefuse.ir.dtypes import DType
-from tilefuse.tile_ir.ir import (Buffer, Const, Copy, Expr, Gemm, If, IndexOp, IOp, Load, Loop, LoopKind, ReduceTile, Stmt,
+from tilefuse.tile_ir.ir import (Buffer, Const, Copy, Expr, Gemm, If, PanelGemm, IndexOp, IOp, Load, Loop, LoopKind, ReduceTile, Stmt,
                                  Store, Var, subexpressions)
 
 
@@ -79,6 +79,8 @@ def stmt_reads(s: Stmt, buffer: Buffer) -> bool:
     body is not looked into: see ``ir.statements``)."""
     if isinstance(s, Gemm):
         return buffer in (s.a, s.b, s.c)
+    if isinstance(s, PanelGemm):
+        return buffer in (s.a.buffer, s.b, s.c)
     if isinstance(s, ReduceTile):
         return buffer in (s.src, s.dst)
     if isinstance(s, Copy):

@@ -8,6 +8,7 @@ from tilefuse.tile_ir.ir import (
     Expr,
     Fill,
     Gemm,
+    PanelGemm,
     If,
     IndexCheck,
     IndexOp,
@@ -71,6 +72,9 @@ def _stmt(s: object, indent: int, out: list[str]) -> None:
         out.append(f"{pad}T.copy({_region(s.src)}, {_region(s.dst)})" + ("  # bulk" if s.bulk else ""))
     elif isinstance(s, Gemm):
         out.append(f"{pad}T.gemm({s.a.name}, {s.b.name}, {s.c.name}, transpose_A={s.trans_a}, transpose_B={s.trans_b})")
+    elif isinstance(s, PanelGemm):
+        out.append(f"{pad}panel_gemm({_region(s.a)}, {s.b.name}[{format_expr(s.panel0)}:+{s.c.shape[1] // s.width}, "
+                   f"{format_expr(s.k0)}:], {s.c.name}, k_block={s.k_block})")
     elif isinstance(s, ReduceTile):
         lanes = f", lanes={s.lanes}" if s.lanes != 1 else ""
         out.append(f"{pad}T.reduce_{s.fn.value}({s.src.name}, {s.dst.name}, dim={s.dim}, clear={s.clear}{lanes})")

@@ -131,6 +131,9 @@ class GemmSchedule(Schedule):
     # a grouped convolution's groups (1: none, or depthwise): n and k are all groups' output
     # channels and one group's input channels x taps, and each column tile lies inside a group
     groups: int = 1
+    # on a host: the constant weight bound packed in panels of this many columns, A's rows
+    # read in place, K walked tile_k rows at a time (lower/panels.py); 0: operand tiles
+    panel_width: int = 0
 
 
 @dataclass(frozen=True, slots=True)

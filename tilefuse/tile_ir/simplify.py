@@ -26,6 +26,7 @@ from tilefuse.tile_ir.ir import (
     IOp,
     Load,
     Loop,
+    PanelGemm,
     Region,
     Stmt,
     Store,
@@ -213,6 +214,8 @@ class _Simplifier:
             return If(self.expr(s.cond), tuple(self.stmt(b) for b in s.body))
         if isinstance(s, Copy):
             return Copy(self._region(s.src), self._region(s.dst), s.bulk)
+        if isinstance(s, PanelGemm):
+            return replace(s, a=self._region(s.a), panel0=self.expr(s.panel0), k0=self.expr(s.k0))
         return s
 
     def _region(self, r: Region) -> Region:

@@ -22,6 +22,7 @@ from tilefuse.tile_ir.ir import (
     Expr,
     Fill,
     Gemm,
+    PanelGemm,
     If,
     IndexCheck,
     IndexOp,
@@ -40,8 +41,8 @@ from tilefuse.tile_ir.ir import (
 
 def verify_program(p: TileProgram, target: Target | None = None) -> None:
     """Raise GraphError if a buffer is used that is not a param or alloc, a variable is
-    unbound, an index count does not match a buffer's rank, a Gemm's tiles do not fit
-    together, a schedule record disagrees with the program it describes (threads,
+    unbound, an index count does not match a buffer's rank, a Gemm's tiles (or a panel
+    product's operands) do not fit together, a schedule record disagrees with the program it describes (threads,
     occupancy, producer), a reduction's lanes or a row program's lanes a row are not ones
     the printers can honour (passes/lanes.py, passes/rows.py), or (with a target) per-tile buffers exceed its on-chip budget."""
     known = {b.name: b for b in (*p.params, *p.allocs)}
@@ -60,6 +61,8 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
     check_pipelines(p, None if target is None else target.device)
     if target is not None and target.device.max_block_threads:
         _check_block(p, target.device.max_block_threads)
+        if any(isinstance(x, PanelGemm) for x in statements(p.body)):
+            raise GraphError(f"kernel {p.name}: a panel product is the host's product core, not a {target.name} one")
     if target is not None and backends.for_target(target).tiles_on_chip:
         # an accumulator's shared mirror (passes/epilogues.py) holds the tile its registers
         # hold, counted once: the accumulator's
@@ -138,6 +141,29 @@ def _check_expr(p: TileProgram, e: Expr, known: dict[str, Buffer], bound: set[st
         raise GraphError(f"{p.name}: unknown expression {e!r}")
 
 
+def _check_panel_gemm(p: TileProgram, s: PanelGemm, known: dict[str, Buffer], bound: set[str]) -> None:
+    """What the host's product core takes: rows of A (contiguous columns) in a region of
+    unit extents but its last two; a global [P, K, width] float32 weight; a float32 c tile
+    of whole panels."""
+    a, b, c = s.a.buffer, s.b, s.c
+    for buf in (a, b, c):
+        _check_buffer(p, buf, known)
+    for o in (*s.a.offsets, s.panel0, s.k0):
+        _check_expr(p, o, known, bound)
+    rank = len(a.shape)
+    if len(s.a.offsets) != rank or len(s.a.extents) != rank or rank < 2:
+        raise GraphError(f"{p.name}: panel product region rank does not match {a.name}")
+    if any(e != 1 for e in s.a.extents[:-2]) or s.a.extents[-1] > a.shape[-1]:
+        raise GraphError(f"{p.name}: a panel product reads rows of {a.name}{list(a.shape)}, not {s.a.extents}")
+    if b.scope is not Scope.GLOBAL or len(b.shape) != 3:
+        raise GraphError(f"{p.name}: panel weight {b.name}{list(b.shape)} is not a global [P, K, width]")
+    if len(c.shape) != 2 or c.shape[0] != s.a.extents[-2] or c.shape[1] % s.width or s.k_block < 1:
+        raise GraphError(f"{p.name}: panel product tile {c.name}{list(c.shape)} does not take {s.a.extents[-2]} rows of "
+                         f"whole {s.width}-column panels")
+    if {a.dtype, b.dtype, c.dtype} != {DType.FLOAT32}:
+        raise GraphError(f"{p.name}: a panel product is float32 ({a.dtype}, {b.dtype}, {c.dtype})")
+
+
 def _check_stmt(p: TileProgram, s: object, known: dict[str, Buffer], bound: set[str]) -> None:
     if isinstance(s, Loop):
         if s.var.name in bound:
@@ -178,6 +204,8 @@ def _check_stmt(p: TileProgram, s: object, known: dict[str, Buffer], bound: set[
         (k2, n) = s.b.shape[::-1] if s.trans_b else s.b.shape
         if k != k2 or s.c.shape != (m, n):
             raise GraphError(f"{p.name}: gemm tiles {s.a.shape} x {s.b.shape} -> {s.c.shape} do not fit")
+    elif isinstance(s, PanelGemm):
+        _check_panel_gemm(p, s, known, bound)
     elif isinstance(s, ReduceTile):
         _check_buffer(p, s.src, known)
         _check_buffer(p, s.dst, known)

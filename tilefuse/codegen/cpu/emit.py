@@ -25,12 +25,13 @@ from tilefuse.codegen.artifact import ParamSpec
 from tilefuse.codegen.cpu import accumulate, emit_tiles
 from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
-from tilefuse.codegen.cpu.prelude import INDEX_PRELUDE, PRELUDE
+from tilefuse.codegen.cpu.prelude import INDEX_PRELUDE, PANEL_PRELUDE, PRELUDE
 from tilefuse.codegen.cpu.threads import THREAD_POOL
 from tilefuse.codegen.launch import CpuLaunch
 from tilefuse.codegen.options import CpuOptions
 from tilefuse.codegen.toolchain import kernel_stem, param_specs
-from tilefuse.tile_ir.ir import STATUS, Buffer, Copy, Expr, Fill, Gemm, If, Loop, LoopKind, ReduceTile, Stmt, Store, TileProgram
+from tilefuse.tile_ir.ir import (STATUS, Buffer, Copy, Expr, Fill, Gemm, If, Loop, LoopKind, PanelGemm, ReduceTile, Stmt, Store,
+                                 TileProgram, statements)
 
 @dataclass(frozen=True)
 class CSource:
@@ -50,6 +51,8 @@ def emit_program(program: TileProgram, options: CpuOptions = CpuOptions()) -> CS
     # only a kernel with a parallel loop carries the thread pool (it costs compile time);
     # it comes first, for its #define _GNU_SOURCE
     prelude = THREAD_POOL + PRELUDE if emitter.parallel else PRELUDE
+    if any(isinstance(s, PanelGemm) for s in statements(program.body)):
+        prelude += PANEL_PRELUDE
     if program.index_sites:
         prelude += INDEX_PRELUDE
     digest = hashlib.sha256("\n".join([stem, header, prelude, *body]).encode()).hexdigest()[:10]
@@ -140,6 +143,8 @@ class _Emitter:
             parallel = not in_parallel and _work(s) >= self.options.parallel_min_work
             self.parallel |= parallel
             return emit_tiles.gemm(s, parallel=parallel)
+        if isinstance(s, PanelGemm):
+            return emit_tiles.panel_gemm(s, self.exprs(levels, (*s.a.offsets, s.panel0, s.k0)))
         if isinstance(s, ReduceTile):
             return emit_tiles.reduce(s)
         if isinstance(s, If):
@@ -238,7 +243,7 @@ def _collect_writes(body: Sequence[Stmt], out: set[str]) -> None:
             out.add(s.buffer.name)
         elif isinstance(s, Copy):
             out.add(s.dst.buffer.name)
-        elif isinstance(s, Gemm):
+        elif isinstance(s, (Gemm, PanelGemm)):
             out.add(s.c.name)
         elif isinstance(s, ReduceTile):
             out.add(s.dst.name)
@@ -259,6 +264,8 @@ def _work(s: Stmt) -> int:
     if isinstance(s, Gemm):
         m, k = s.a.shape[::-1] if s.trans_a else s.a.shape
         return m * k * s.c.shape[-1]
+    if isinstance(s, PanelGemm):
+        return math.prod(s.c.shape) * s.a.extents[-1]
     if isinstance(s, Copy):
         return math.prod(s.dst.extents)
     if isinstance(s, (Fill,)):

@@ -1,4 +1,5 @@
-"""Tile statements as straightforward C loops: Fill, Copy, Gemm, ReduceTile.
+"""Tile statements as straightforward C loops: Fill, Copy, Gemm, ReduceTile; a PanelGemm
+as a call of the prelude's product core by a packed weight.
 
 Semantics are the interpreter's (``tilefuse.tile_ir.interpret``): a Copy reads zeros
 outside its source and skips elements outside its destination, converting dtypes; a
@@ -14,7 +15,7 @@ from tilefuse.codegen.cpu.c_types import compute, convert, literal, load, round_
 from tilefuse.codegen.cpu.emit_expr import Names, StmtExprs, cident, flat_index
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn
-from tilefuse.tile_ir.ir import Copy, Fill, Gemm, ReduceTile
+from tilefuse.tile_ir.ir import Copy, Fill, Gemm, PanelGemm, ReduceTile
 
 
 def _loops(header_vars: Sequence[tuple[str, int]], body: Sequence[str], pragma: str = "") -> list[str]:
@@ -132,6 +133,27 @@ def gemm(s: Gemm, parallel: bool) -> list[str]:
         rows += [f"for (int64_t _j = 0; _j < {n}; ++_j) {{ const {acc_t} _acc = _row[_j]; {c}[_i * {n} + _j] = {put}; }}"]
     pragma = "#pragma omp parallel for" if parallel else ""
     return ["{"] + ["    " + x for x in _loops([("_i", m)], rows, pragma)] + ["}"]
+
+
+def panel_gemm(s: PanelGemm, se: StmtExprs) -> list[str]:
+    """The prelude's product core by a packed weight (``PANEL_PRELUDE``); ``se`` renders
+    the region's offsets, then the first panel and the first weight row. Rows of the
+    region past the end of A are not passed (a partial last row tile)."""
+    a = s.a.buffer
+    rank = len(a.shape)
+    offsets = [se.root(k) for k in range(rank)]
+    first, k0 = se.root(rank), se.root(rank + 1)
+    (bm, n), lda, rows_of_a = s.c.shape, a.shape[-1], a.shape[-2]
+    k, kp = s.a.extents[-1], s.b.shape[1]
+    lines = list(se.lines)
+    bounds = se.bounds(se.roots[rank - 2])
+    rows = str(bm)
+    if bounds is None or bounds[0] < 0 or bounds[1] + bm > rows_of_a:
+        left = f"{rows_of_a} - ({offsets[-2]})"
+        rows = f"({left} < {bm} ? ({left} > 0 ? {left} : 0) : {bm})"
+    panel = f"{cident(s.b.name)} + ({first}) * {kp * s.width}" if first != "0" else cident(s.b.name)
+    return lines + [f"tf_panel_gemm_f32({rows}, {n}, {k}, {cident(a.name)} + {flat_index(offsets, a.shape)}, {lda}, {panel}, "
+                    f"{kp}, {k0}, {cident(s.c.name)}, {n}, {s.k_block});"]
 
 
 def _gemm_f32(a: str, b: str, c: str, m: int, n: int, k: int, parallel: bool) -> list[str]:

@@ -272,6 +272,87 @@ void tf_run_steps(int64_t n, void (*const *fns)(void **), void **const *argvs) {
 }
 """
 
+PANEL_PRELUDE = r"""
+/* -- the product core by a packed weight (PanelGemm): c += a @ panels ------------------ */
+/* A weight bound as panels of 32 columns, each [K][32] contiguous: a K step of a panel is
+ * two 64-byte rows. Blocks of MR rows of c x one panel stay in registers over a block of
+ * K; a's rows are read in place (one broadcast per row and step). Sums run over k in
+ * order, element by element, exactly as the plain loop adds them; the layout and the
+ * order do not depend on the instruction set, only the width of the registers does. */
+#ifdef __AVX512F__
+typedef float tf_v16 __attribute__((vector_size(64), aligned(4)));
+#define TF_PANEL(NAME, MR)                                                                      \
+static inline __attribute__((always_inline)) void NAME(int64_t k, const float *restrict a,     \
+        int64_t lda, const float *restrict b, float *restrict c, int64_t ldc) {                 \
+    tf_v16 acc[MR][2];                                                                          \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                     \
+        acc[r][0] = *(const tf_v16 *)(c + r * ldc);                                             \
+        acc[r][1] = *(const tf_v16 *)(c + r * ldc + 16);                                        \
+    }                                                                                           \
+    for (int64_t p = 0; p < k; ++p) {                                                           \
+        const tf_v16 b0 = *(const tf_v16 *)(b + p * 32), b1 = *(const tf_v16 *)(b + p * 32 + 16); \
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                 \
+            const float ar = a[r * lda + p];                                                    \
+            acc[r][0] += ar * b0;                                                               \
+            acc[r][1] += ar * b1;                                                               \
+        }                                                                                       \
+    }                                                                                           \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                     \
+        *(tf_v16 *)(c + r * ldc) = acc[r][0];                                                   \
+        *(tf_v16 *)(c + r * ldc + 16) = acc[r][1];                                              \
+    }                                                                                           \
+}
+TF_PANEL(tf_panel_12, 12) TF_PANEL(tf_panel_11, 11) TF_PANEL(tf_panel_10, 10) TF_PANEL(tf_panel_9, 9)
+TF_PANEL(tf_panel_8, 8) TF_PANEL(tf_panel_7, 7) TF_PANEL(tf_panel_6, 6) TF_PANEL(tf_panel_5, 5)
+TF_PANEL(tf_panel_4, 4) TF_PANEL(tf_panel_3, 3) TF_PANEL(tf_panel_2, 2) TF_PANEL(tf_panel_1, 1)
+
+/* rows [0, m) by one panel's block of K: blocks of 12 rows (24 accumulators of 32), the
+ * last 13..23 rows as two near-equal blocks */
+static inline void tf_panel_rows(int64_t m, int64_t k, const float *restrict a, int64_t lda,
+        const float *restrict b, float *restrict c, int64_t ldc) {
+    int64_t i = 0;
+    while (m - i > 0) {
+        const int64_t left = m - i, r = left >= 24 ? 12 : (left > 12 ? (left + 1) / 2 : left);
+        const float *ai = a + i * lda;
+        float *ci = c + i * ldc;
+        switch (r) {
+        case 12: tf_panel_12(k, ai, lda, b, ci, ldc); break;
+        case 11: tf_panel_11(k, ai, lda, b, ci, ldc); break;
+        case 10: tf_panel_10(k, ai, lda, b, ci, ldc); break;
+        case 9: tf_panel_9(k, ai, lda, b, ci, ldc); break;
+        case 8: tf_panel_8(k, ai, lda, b, ci, ldc); break;
+        case 7: tf_panel_7(k, ai, lda, b, ci, ldc); break;
+        case 6: tf_panel_6(k, ai, lda, b, ci, ldc); break;
+        case 5: tf_panel_5(k, ai, lda, b, ci, ldc); break;
+        case 4: tf_panel_4(k, ai, lda, b, ci, ldc); break;
+        case 3: tf_panel_3(k, ai, lda, b, ci, ldc); break;
+        case 2: tf_panel_2(k, ai, lda, b, ci, ldc); break;
+        default: tf_panel_1(k, ai, lda, b, ci, ldc); break;
+        }
+        i += r;
+    }
+}
+#else  /* 8-float registers: a panel as two 16-column strips of the plain product core */
+static inline void tf_panel_rows(int64_t m, int64_t k, const float *restrict a, int64_t lda,
+        const float *restrict b, float *restrict c, int64_t ldc) {
+    tf_strip_16(m, k, a, lda, b, 32, c, ldc);
+    tf_strip_16(m, k, a, lda, b + 16, 32, c + 16, ldc);
+}
+#endif
+
+/* c[m x n] += a[m x k] (rows lda apart) @ rows [k0, k0 + k) of the n / 32 panels at bp,
+ * each of kp rows (those past kp are not read, nor a's columns there); K in blocks of kb */
+static void tf_panel_gemm_f32(int64_t m, int64_t n, int64_t k, const float *restrict a, int64_t lda,
+        const float *restrict bp, int64_t kp, int64_t k0, float *restrict c, int64_t ldc, int64_t kb) {
+    if (k > kp - k0) k = kp - k0 > 0 ? kp - k0 : 0;
+    for (int64_t j = 0; j < n; j += 32) {
+        const float *panel = bp + (j / 32) * kp * 32 + k0 * 32;
+        for (int64_t p0 = 0; p0 < k; p0 += kb)
+            tf_panel_rows(m, k - p0 < kb ? k - p0 : kb, a + p0, lda, panel + p0 * 32, c + j, ldc);
+    }
+}
+"""
+
 INDEX_PRELUDE = r"""
 /* -- indices read at run time (IndexCheck): wrap negatives, never address out of range -- */
 /* The first bad index claims word 0 (site + 1) and leaves its value in word 1; threads

@@ -53,7 +53,7 @@ from tilefuse.tile_ir.ir import (
     iop,
     statements,
 )
-from tilefuse.tile_ir.lower import conv_rows, conv_tiles, gemm_tiles
+from tilefuse.tile_ir.lower import conv_rows, conv_tiles, gemm_tiles, panels
 from tilefuse.tile_ir.lower.common import (
     COMBINE,
     Names,
@@ -176,6 +176,8 @@ class _Builder:
         if self.sibling_of is not None and self.n % bn:  # a column tile across two siblings
             self.sibling_of = None
             bm, bn = gemm_tiles.tiles(self)
+        if producer is None:
+            bn = panels.column_tile(self, bn)
         packed = self.sibling_of is not None
         accs = 1 if packed else len(self.cs)  # accumulators a tile holds
         tail = self.n % bn  # the last column tile is partial: its columns clamp to the last one
@@ -231,6 +233,11 @@ class _Builder:
         # a constant weight whose rows are not whole 16-byte vectors (GPT-2's 50257-word LM
         # head): bound padded to whole column tiles, so its tiles load as aligned rectangles
         self.pad_to = -(-self.n // bn) * bn if self.pads_weight() else 0
+        # on a host: the constant weight packed as panels, A's rows read in place (panels.py)
+        self.panel_width = 0 if producer or conv else panels.panel_width(self, bn)
+        if self.panel_width:
+            bk, stages = min(self.k, self.tile_k), 1
+            self.panel_columns, self.panel_k = -(-self.n // bn) * bn, bk
         params, buffers = self._params()
         bvars = [Var(f"b{i}") for i in range(len(self.batch))]
         mt, nt = Var("bm"), Var("bn")
@@ -335,6 +342,8 @@ class _Builder:
         elif conv:
             k_body = conv_tiles.fills(self, el, ta, tbs[0], row, column, kt, ch_per_tile)
             k_body.append(Gemm(ta, tbs[0], tcs[0], tf32=self.tf32))
+        elif self.panel_width:
+            k_body = []  # no operand tiles to fill: panels.products below
         else:  # packed siblings: one B tile and accumulator (zip stops at them)
             k_body = []
             if self.first is not None:  # this K chunk of the intermediate, on chip
@@ -347,6 +356,10 @@ class _Builder:
             *(Fill(tc, Const(0, self.acc_dtype)) for tc in tcs),
             Loop(kt, -(-self.k // (k_step or bk)), LoopKind.PIPELINED, tuple(k_body), stages=stages),
         ]
+        if self.panel_width:  # the host's product core by packed weights: no weight tiles
+            chain_allocs = ()
+            body = [*(Fill(tc, Const(0, self.acc_dtype)) for tc in tcs),
+                    *panels.products(self, buffers, ta, th, tcs, tuple(bvars), m0, nt, kt, fill_a)]
         for r in self.reductions:  # in group order: a variance reads the mean before it
             body += self._row_stage(r, rows[id(r.outputs[0])], el, tuple(bvars), row, bm)
         outs = params[len(params) - len(self.group.outputs):]
@@ -380,8 +393,12 @@ class _Builder:
         if row_tail:
             wide += f", last row tile {row_tail} high"
         notes = (f"gemm+epilogue: tiles {bm}x{bn}x{bk}, grid {grid}{wide}, {stages}-stage K loop",)
+        if self.panel_width:
+            notes = (f"gemm+epilogue: tiles {bm}x{bn}, grid {grid}{wide}, the weight packed in {self.panel_width}-column panels, "
+                     f"A read in place, K in blocks of {bk}",)
         n_in = len(params) - len(self.group.outputs)
-        allocs = (*(() if self.depthwise else (ta, *tbs)), *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()))
+        operand_tiles = () if self.depthwise or (self.panel_width and self.first is None) else (ta,) if self.panel_width else (ta, *tbs)
+        allocs = (*operand_tiles, *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()))
         # two warpgroups for 128 rows of at least 128 accumulator columns (siblings together)
         threads = self.asked_threads(bm, accs * bn)
         if producer:
@@ -392,7 +409,7 @@ class _Builder:
             whole_rows=bool(self.reductions) or self.first is not None, producer=producer is not None,
             channel_rows=self.flip, depthwise=self.depthwise, channels_per_k_tile=ch_per_tile if conv else 0,
             padded_columns=self.pad_to, accumulator=self.acc_dtype, operands=self.op_dtype, tf32=self.tf32, occupancy=0,
-            positions_inner=self.positions_inner, groups=self.groups)
+            positions_inner=self.positions_inner, groups=self.groups, panel_width=self.panel_width)
         return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), threads, allocs, tuple(body), notes,
                            producer=producer is not None, schedule=schedule)
 
@@ -460,7 +477,8 @@ class _Builder:
         """Kernel params and the values bound to them. A weight may be bound as a derived
         constant (``self.packed``): a convolution's as a [K, M] copy (weight tiles are
         contiguous rows), sibling products' side by side, a product's padded to whole
-        column tiles (rows of whole 16-byte vectors)."""
+        column tiles (rows of whole 16-byte vectors), or a host product's as panels
+        (``panels.py``)."""
         self.packed: Buffer | None = None
         w = self.c.inputs[1] if isinstance(self.c.op, Conv) else None
         weights = [c.inputs[1] for c in self.cs]
@@ -499,7 +517,19 @@ class _Builder:
             padded[:, :self.n] = v.data
             return bind(k, v, padded, "padded", f"padded{self.pad_to}")
 
-        substitute = pack_siblings if self.sibling_of is not None else pad if self.pad_to else pack
+        self.panel_bufs: dict[int, Buffer] = {}
+
+        def panel(k: int, v: Value) -> tuple[Value, Buffer] | None:
+            columns = panels.columns(self, v)
+            if not columns:
+                return None
+            data = panels.pack(v.data, self.panel_width, columns)  # type: ignore[arg-type]
+            bound = bind(k, v, data, f"panels{self.panel_width}", f"panels{self.panel_width}x{columns}")
+            self.panel_bufs[id(v)] = bound[1]
+            return bound
+
+        substitute = (panel if self.panel_width else pack_siblings if self.sibling_of is not None
+                      else pad if self.pad_to else pack)
         kp = kernel_params(self.group, substitute)
         self.bindings = kp.bindings
         self.sites = kp.sites

@@ -1,0 +1,116 @@
+"""A host's product by a constant weight: the weight packed as panels, A read in place.
+
+On a CPU (``GemmPolicy.panel_width``) a plain float32 product ``A @ W`` whose ``W`` is a
+constant [K, N] matrix that only this product reads is not tiled through operand tiles:
+``W`` is bound packed at compile time, ``[P, K, width]`` with P panels of ``width``
+columns each (zero columns past N, to whole column tiles), and each product tile is one
+``PanelGemm`` that reads its rows of A where they lie and streams its panels through the
+host's product core (``codegen/cpu/prelude.py``). Copying operand tiles cost the plain
+schedule a third of its time at bert-base sizes, and unpacked rows of W are read 3 KB
+apart; a panel's K step is two contiguous 64-byte rows.
+
+Sibling products (Q, K and V of one input) each read their own panels by the same rows
+of A. A weight chain (an MLP: ``act(x @ W1 + b1) @ W2``) walks the intermediate's
+columns a K chunk at a time: the chunk of ``x @ W1`` by W1's panels, the second
+product's A tile computed from it on chip, then by the chunk's rows of W2's panels.
+A product whose A is computed on the way (a cast, a transpose, a prologue inside the
+group) keeps its operand tiles: only a kernel input, read as it is, is read in place.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from tilefuse.ir.dtypes import DType
+from tilefuse.ir.graph import Value
+from tilefuse.ir.prims import MatMul
+from tilefuse.tile_ir.ir import Buffer, Const, Expr, Fill, IOp, Loop, LoopKind, PanelGemm, Region, Stmt, Var, const_index, iop
+from tilefuse.tile_ir.lower.common import parallel
+from tilefuse.tile_ir.lower.elements import Index, broadcast_index
+
+if TYPE_CHECKING:
+    from tilefuse.tile_ir.lower.gemm_epilogue import _Builder
+
+
+def column_tile(b: "_Builder", bn: int) -> int:
+    """``bn`` rounded up to whole panels where ``b``'s product takes them (columns past N
+    in the last tile are the packed weight's zeros, clamped in the epilogue as any
+    tail): a 1000-class head's divisor tile of 50 becomes 64, not operand tiles."""
+    width = panel_width(b, 0)
+    return -(-bn // width) * width if width else bn
+
+
+def panel_width(b: "_Builder", bn: int) -> int:
+    """The panels' width for ``b``'s products in column tiles of ``bn``, or 0 where they
+    keep their operand tiles: not a host target; not float32 MatMuls (convolutions); a
+    weight that is not a constant 2-D float32 matrix read by its product alone; an A read
+    in place (the products' shared one, or a chain's input) that the group computes;
+    column tiles, or a chain's K chunks, that are not whole panels."""
+    width = b.target.gemm.panel_width
+    if not width or b.target.device.max_block_threads or b.folded or b.sibling_of is not None or bn % width:
+        return 0
+    products = [*b.cs, *([b.first] if b.first is not None else [])]
+    if not all(isinstance(c.op, MatMul) for c in products) or {b.acc_dtype, b.op_dtype} != {DType.FLOAT32}:
+        return 0
+    for c in products:
+        w = c.inputs[1]
+        if not (w.is_constant and w.type.rank == 2 and w.type.dtype is DType.FLOAT32):
+            return 0
+        if sum(x is w for n in b.group.nodes for x in n.inputs) != 1:
+            return 0
+    a = (b.first or b.c).inputs[0]
+    if any(c.inputs[0] is not b.c.inputs[0] for c in b.cs) or a.type.dtype is not DType.FLOAT32:
+        return 0
+    if not any(x is a for x in b.group.inputs) or (b.first is not None and min(b.k, b.tile_k) % width):
+        return 0
+    return width
+
+
+def columns(b: "_Builder", w: Value) -> int:
+    """The columns ``w`` is packed to (whole column tiles: a chain's first weight, K
+    chunks), or 0 if it is no product's weight."""
+    if b.first is not None and w is b.first.inputs[1]:
+        return -(-b.k // b.panel_k) * b.panel_k
+    return b.panel_columns if any(w is c.inputs[1] for c in b.cs) else 0
+
+
+def pack(weight: np.ndarray, width: int, columns: int) -> np.ndarray:
+    """``weight`` [K, N] as panels [columns / width, K, width], zero past column N."""
+    k, n = weight.shape
+    padded = np.zeros((k, columns), weight.dtype)
+    padded[:, :n] = weight
+    return np.ascontiguousarray(padded.reshape(k, columns // width, width).transpose(1, 0, 2))
+
+
+def products(b: "_Builder", buffers: dict[int, Buffer], a_tile: Buffer, h_tile: Buffer, c_tiles: list[Buffer],
+             bvars: tuple[Expr, ...], m0: Expr, column_tile: Var, kt: Var,
+             fill_a: Callable[[Index], list[Stmt]]) -> list[Stmt]:
+    """The tile's products after its accumulators' fills. Siblings: each one's panels by
+    the shared rows of A, read in place. A chain, K chunk by chunk: the first product's
+    chunk by its panels into the h tile, the A tile computed from it (the fill the
+    operand-tile schedule has too), then the chunk's rows of the second weight's panels."""
+    bm, bn = c_tiles[0].shape
+    first_panel = iop(IOp.MUL, column_tile, bn // b.panel_width) if b.n > bn else const_index(0)
+    k_block = min(b.k, b.tile_k)
+    if b.first is None:
+        rows = _rows(b, buffers[id(b.c.inputs[0])], bvars, m0, bm)
+        return [PanelGemm(rows, b.panel_bufs[id(c.inputs[1])], first_panel, const_index(0), tc, k_block)
+                for c, tc in zip(b.cs, c_tiles)]
+    x, w1 = b.first.inputs
+    bk = h_tile.shape[1]
+    k1 = x.type.shape[-1]
+    chunk = PanelGemm(_rows(b, buffers[id(x)], bvars, m0, bm), b.panel_bufs[id(w1)], iop(IOp.MUL, kt, bk // b.panel_width),
+                      const_index(0), h_tile, min(k1, b.tile_k))
+    second = PanelGemm(Region(a_tile, (const_index(0), const_index(0)), a_tile.shape), b.panel_bufs[id(b.c.inputs[1])],
+                       first_panel, iop(IOp.MUL, kt, bk), c_tiles[0], k_block)
+    body = (Fill(h_tile, Const(0, h_tile.dtype)), chunk, *parallel(b.names, (bm, bk), fill_a), second)
+    return [Loop(kt, -(-b.k // bk), LoopKind.SERIAL, body)]
+
+
+def _rows(b: "_Builder", a_param: Buffer, bvars: tuple[Expr, ...], m0: Expr, bm: int) -> Region:
+    """The tile's rows of the kernel input ``a_param`` (batch indices broadcast as the
+    product's), all its columns."""
+    lead = a_param.shape[:-2]
+    batch = broadcast_index(bvars, lead, b.batch)
+    return Region(a_param, (*batch, m0, const_index(0)), (*(1 for _ in lead), bm, a_param.shape[-1]))
