@@ -68,14 +68,19 @@ def test_a_staged_match_says_why_each_pattern_refused():
     assert not any(isinstance(g.match, patterns.StagedMatch) for g in partition_graph(b.graph, CUDA_SM90A).groups)
 
 
-def test_thin_rows_are_staged_by_the_match_where_tiles_divide_them():
-    """197 rows (a prime: ViT's tokens) have no divisor tile on the CPU, whose tiles divide
-    the rows; the GPU's power-of-two tiles take them with a partial last tile."""
+def test_thin_rows_take_a_partial_last_tile_but_a_host_convolutions_are_staged():
+    """197 rows (a prime: ViT's tokens) have no divisor tile; a matrix product takes them
+    with a partial last row tile on the CPU (near-equal tiles) and on the GPU (powers of
+    two). A convolution's 197 positions on the CPU, whose position tiles divide them, are
+    still the staged schedule's."""
     graph = _matmul_graph(197, 64, 64)
-    (cpu,) = partition_graph(graph, CPU).groups
-    assert isinstance(cpu.match, patterns.StagedMatch) and "197 rows have no divisor tile" in cpu.match.reason
-    (gpu,) = partition_graph(graph, CUDA_SM90A).groups
-    assert isinstance(gpu.match, patterns.GemmMatch)
+    for target in (CPU, CUDA_SM90A):
+        (g,) = partition_graph(graph, target).groups
+        assert isinstance(g.match, patterns.GemmMatch), (target.name, g.match)
+    from tilefuse.ir.prims import Conv
+
+    (conv,) = partition_graph(_conv_graph(Conv((1,), (1,), (0, 0)), (1, 4, 197), (8, 4, 1)), CPU).groups
+    assert isinstance(conv.match, patterns.StagedMatch) and "197 rows have no divisor tile" in conv.match.reason
 
 
 def test_opaque_groups_and_empty_tensors():

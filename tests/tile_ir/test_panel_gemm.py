@@ -49,7 +49,7 @@ def product(lead: tuple[int, ...], m: int, k: int, n: int, *, prologue: bool = F
 
 
 SHAPES = [((1,), 128, 768, 768), ((), 1, 64, 32), ((), 7, 33, 100), ((2,), 37, 300, 64), ((1,), 130, 257, 1000),
-          ((3,), 5, 1, 96), ((), 64, 520, 40)]
+          ((3,), 5, 1, 96), ((), 64, 520, 40), ((1,), 197, 96, 64), ((2,), 131, 64, 96)]  # 197, 131: primes
 
 
 def _group(model: onnx.ModelProto, target):
@@ -164,12 +164,15 @@ def test_sibling_products_each_read_their_panels(m, k, n):
     _check_model(siblings(m, k, n), (1, m, k), f"siblings {m}x{k}x{n}")
 
 
-@pytest.mark.parametrize("m, d, hidden", [(128, 256, 1024), (70, 256, 544)])
+@pytest.mark.parametrize("m, d, hidden", [(128, 256, 1024), (70, 256, 544), (197, 256, 544)])
 def test_a_weight_chain_walks_both_weights_panels(m, d, hidden):
     """(70, 256, 544): rows past the last row tile, an intermediate of 544 = two K chunks
-    of 256 and a partial one."""
+    of 256 and a partial one; 197 (ViT's tokens, a prime): near-equal row tiles, the last
+    one partial."""
     model = mlp(m, d, hidden)
     _, group = _group(model, CPU)
     s = lower_group(group, CPU).program.schedule
     assert s.chain and s.panel_width == 32, s
+    if m == 197:
+        assert m % s.tile_m and s.tile_m >= 16, s
     _check_model(model, (1, m, d), f"mlp {m}x{d}x{hidden}")

@@ -165,12 +165,17 @@ def product_extents(c: Node) -> tuple[tuple[int, ...], int, int, int]:
     return (), m, out[1], w[0] * math.prod(w[2:])
 
 
-def _thin_rows(c: Node, whole_rows: bool, target: Target) -> Refusal | None:
+def _thin_rows(c: Node, whole_rows: bool, chain: bool, target: Target) -> Refusal | None:
     """Where the target's product tiles divide the rows (no matrix unit that takes a
     partial last tile, no forced edge), rows past 64 with no divisor of at least 8 within
-    the row tile make tiles too thin to pay: the staged schedule takes them (ViT's 197
-    tokens on the CPU). Tiles only shrink from that divisor, so no tile plan is lost."""
+    the row tile make tiles too thin to pay: the staged schedule takes them (a
+    convolution's positions on the CPU). A host's matrix products take a partial last
+    row tile (ViT's 197 tokens: ``lower/gemm_tiles.py``), a chain where its input is read
+    in place (packed panels; one that is not finds no tiles at lowering and falls through
+    to the staged schedule). Tiles only shrink from that divisor, so no tile plan is lost."""
     if target.device.mma_rows > 1 or target.gemm.force_tile_m:
+        return None
+    if isinstance(c.op, MatMul) and (not chain or target.gemm.panel_width):
         return None
     m = product_extents(c)[1]
     cap = target.gemm.row_tile if whole_rows else (target.gemm.rows or target.gemm.tile)
@@ -208,7 +213,7 @@ def match_gemm(nodes: Sequence[Node], outputs: Sequence[Value], target: Target) 
         return epilogue
     if epilogue.reductions and len(contractions) > 1:
         return Refusal("sibling products cannot share a row reduction epilogue")
-    thin = _thin_rows(c, bool(epilogue.reductions) or first is not None, target)
+    thin = _thin_rows(c, bool(epilogue.reductions) or first is not None, first is not None, target)
     if thin is not None:
         return thin
     return GemmMatch(tuple(contractions), first, epilogue)

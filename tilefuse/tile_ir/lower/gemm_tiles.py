@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from tilefuse.ir.dtypes import HALF_FLOATS
 from tilefuse.ir.prims import Conv, ConvTranspose, MatMul
+from tilefuse.tile_ir.lower import panels
 from tilefuse.tile_ir.lower.common import divisor_tile, fill_cores, halve_while_idle
 
 if TYPE_CHECKING:
@@ -48,6 +49,11 @@ def tiles(b: "_Builder") -> tuple[int, int]:
             # the staged schedule): power-of-two tiles, halved
             # while the grid leaves cores idle, the last one partial (its rows clamped)
             bm = halve_while_idle(b.m, b.row_tile, math.prod(b.batch), b.cores, max(b.min_tile, b.mma_rows))
+        elif _host_row_tail(b) and bm < 16:
+            # on a host the same (ViT's 197 tokens had 1-row tiles, refused: the staged
+            # schedule's one thread); a chain only where its input is read in place
+            # (panels.py clamps the rows it reads), not through an x tile
+            bm = _balanced(b.m, b.row_tile, math.prod(b.batch), b.cores)
         return bm, b.n
     accs = 1 if b.sibling_of is not None else len(b.cs)
 
@@ -85,6 +91,8 @@ def tiles(b: "_Builder") -> tuple[int, int]:
         # rows with no divisor worth a tile (ViT's 197 tokens, a prime): power-of-two
         # tiles, halved while the grid leaves cores idle, the last one partial
         bm = halve_while_idle(b.m, b.gemm_rows, lead * -(-cols // bn), b.cores, b.min_tile)
+    elif _host_row_tail(b) and bm < 16:  # on a host: near-equal tiles, the last one partial
+        bm = _balanced(b.m, b.gemm_rows, lead * -(-cols // bn), b.cores)
     if b.groups > 1 and b.mma_rows > 1 and bn == 8 and (b.op_dtype in HALF_FLOATS or b.tf32):
         # a group's narrow columns: TileLang takes a product of 64-row tiles to wgmma, which
         # refused an 8-column B tile (its operand layout); 32-row tiles keep the product
@@ -96,6 +104,25 @@ def tiles(b: "_Builder") -> tuple[int, int]:
     if force_n and cols % force_n == 0:
         bn = force_n
     return bm, bn
+
+
+def _host_row_tail(b: "_Builder") -> bool:
+    """Whether a host product may take a partial last row tile: a MatMul over more than
+    16 rows (convolutions tile their positions their own way), a chain only where
+    ``panels.py`` reads its input in place."""
+    return (b.mma_rows <= 1 and isinstance(b.c.op, MatMul) and b.m > 16
+            and (b.first is None or bool(panels.panel_width(b, 0))))
+
+
+def _balanced(extent: int, cap: int, lead: int, cores: int) -> int:
+    """Rows of a host's tile over ``extent`` rows: tiles of at most ``cap``, as few as
+    make ``lead`` x them a multiple of the cores (no core idle for the last wave), equal
+    but for the last (197 tokens, 64-row cap, 2 cores: 4 tiles of 50, not 64, 64, 64, 5;
+    the product core takes any row count)."""
+    tiles = -(-extent // cap)
+    while (lead * tiles) % cores and tiles < extent:
+        tiles += 1
+    return -(-extent // tiles)
 
 
 def pipeline(b: "_Builder", bm: int, bn: int, bk: int) -> tuple[int, int]:
