@@ -51,13 +51,22 @@ void nested(int32_t *outer, int32_t *inner_team, int64_t n) {
     for (int64_t i = 0; i < n; i++) { outer[i] = omp_get_num_threads(); inner(inner_team + i * n, n); }
 }
 /* a region of two shares: share 0 waits (at most wait_us) for share 1 to begin on another
- * thread, then share `slow` sleeps `us` microseconds; tid[i]: the thread that ran share i */
+ * thread, then share `slow` sleeps `us` microseconds; tid[i]: the thread that ran share i.
+ * The wait spins: polling with usleep(100) overslept by a millisecond on a busy VM, and
+ * the caller's share then looked stalled to the pool (the workers had waited for it) */
+static int64_t since_us(const struct timespec *t0) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)(t.tv_sec - t0->tv_sec) * 1000000 + (t.tv_nsec - t0->tv_nsec) / 1000;
+}
 void stall(int64_t slow, int64_t us, int64_t wait_us, int64_t *tid) {
     _Atomic int begun = 0;
     #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < 2; i++) {
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         if (i == 1) atomic_store(&begun, 1);
-        else for (int64_t t = 0; t < wait_us && !atomic_load(&begun); t += 100) usleep(100);
+        else while (!atomic_load(&begun) && since_us(&t0) < wait_us) {}
         if (i == slow) usleep((useconds_t)us);
         tid[i] = (int64_t)syscall(SYS_gettid);
     }
