@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 
 from tilefuse.ir.dtypes import DType
-from tilefuse.tile_ir.ir import (Buffer, Const, Copy, Expr, Gemm, If, PanelGemm, IndexOp, IOp, Load, Loop, LoopKind, ReduceTile, Stmt,
-                                 Store, Var, subexpressions)
+from tilefuse.tile_ir.ir import (Buffer, Const, Copy, Expr, Gemm, If, IndexOp, IOp, Load, Loop, LoopKind, PanelGemm,
+                                 ReduceTile, Stmt, Store, Var, subexpressions)
 
 
 def parallel_nest(s: Loop) -> list[Loop]:

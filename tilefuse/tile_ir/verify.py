@@ -22,12 +22,12 @@ from tilefuse.tile_ir.ir import (
     Expr,
     Fill,
     Gemm,
-    PanelGemm,
     If,
     IndexCheck,
     IndexOp,
     Load,
     Loop,
+    PanelGemm,
     ReduceTile,
     Region,
     Scope,
@@ -42,8 +42,8 @@ from tilefuse.tile_ir.ir import (
 def verify_program(p: TileProgram, target: Target | None = None) -> None:
     """Raise GraphError if a buffer is used that is not a param or alloc, a variable is
     unbound, an index count does not match a buffer's rank, a Gemm's tiles (or a panel
-    product's operands) do not fit together, a schedule record disagrees with the program it describes (threads,
-    occupancy, producer), a reduction's lanes or a row program's lanes a row are not ones
+    product's operands) do not fit together, a schedule record disagrees with the program
+    it describes (threads, occupancy, producer), a reduction's lanes or a row program's lanes a row are not ones
     the printers can honour (passes/lanes.py, passes/rows.py), or (with a target) per-tile buffers exceed its on-chip budget."""
     known = {b.name: b for b in (*p.params, *p.allocs)}
     if len(known) != len(p.params) + len(p.allocs):

@@ -352,14 +352,11 @@ class _Builder:
             k_body += parallel(self.names, (bm, bk), fill_a)
             for (_, b_elem), tb, tc in zip(operands, tbs, tcs):
                 k_body += [*parallel(self.names, (bk, bn), fill_b(b_elem, tb)), Gemm(ta, tb, tc, tf32=self.tf32)]
-        body: list[Stmt] = [
-            *(Fill(tc, Const(0, self.acc_dtype)) for tc in tcs),
-            Loop(kt, -(-self.k // (k_step or bk)), LoopKind.PIPELINED, tuple(k_body), stages=stages),
-        ]
+        body: list[Stmt] = [*(Fill(tc, Const(0, self.acc_dtype)) for tc in tcs)]
         if self.panel_width:  # the host's product core by packed weights: no weight tiles
-            chain_allocs = ()
-            body = [*(Fill(tc, Const(0, self.acc_dtype)) for tc in tcs),
-                    *panels.products(self, buffers, ta, th, tcs, tuple(bvars), m0, nt, kt, fill_a)]
+            body += panels.products(self, buffers, ta, th, tcs, tuple(bvars), m0, nt, kt, fill_a)
+        else:
+            body.append(Loop(kt, -(-self.k // (k_step or bk)), LoopKind.PIPELINED, tuple(k_body), stages=stages))
         for r in self.reductions:  # in group order: a variance reads the mean before it
             body += self._row_stage(r, rows[id(r.outputs[0])], el, tuple(bvars), row, bm)
         outs = params[len(params) - len(self.group.outputs):]

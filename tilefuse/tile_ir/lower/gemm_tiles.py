@@ -111,7 +111,7 @@ def _host_row_tail(b: "_Builder") -> bool:
     16 rows (convolutions tile their positions their own way), a chain only where
     ``panels.py`` reads its input in place."""
     return (b.mma_rows <= 1 and isinstance(b.c.op, MatMul) and b.m > 16
-            and (b.first is None or bool(panels.panel_width(b, 0))))
+            and (b.first is None or bool(panels.takes_panels(b))))
 
 
 def _balanced(extent: int, cap: int, lead: int, cores: int) -> int:

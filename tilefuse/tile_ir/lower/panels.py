@@ -37,18 +37,25 @@ def column_tile(b: "_Builder", bn: int) -> int:
     """``bn`` rounded up to whole panels where ``b``'s product takes them (columns past N
     in the last tile are the packed weight's zeros, clamped in the epilogue as any
     tail): a 1000-class head's divisor tile of 50 becomes 64, not operand tiles."""
-    width = panel_width(b, 0)
+    width = takes_panels(b)
     return -(-bn // width) * width if width else bn
 
 
 def panel_width(b: "_Builder", bn: int) -> int:
-    """The panels' width for ``b``'s products in column tiles of ``bn``, or 0 where they
-    keep their operand tiles: not a host target; not float32 MatMuls (convolutions); a
-    weight that is not a constant 2-D float32 matrix read by its product alone; an A read
-    in place (the products' shared one, or a chain's input) that the group computes;
-    column tiles, or a chain's K chunks, that are not whole panels."""
+    """The panels' width for ``b``'s products in column tiles of ``bn``: ``takes_panels``,
+    where the column tiles are whole panels; else 0."""
+    width = takes_panels(b)
+    return width if width and bn % width == 0 else 0
+
+
+def takes_panels(b: "_Builder") -> int:
+    """The policy's panel width where ``b``'s products can read packed panels, else 0:
+    not a host target; not float32 MatMuls (convolutions); a weight that is not a
+    constant 2-D float32 matrix read by its product alone; an A read in place (the
+    products' shared one, or a chain's input) that the group computes; a chain's K
+    chunks that are not whole panels."""
     width = b.target.gemm.panel_width
-    if not width or b.target.device.max_block_threads or b.folded or b.sibling_of is not None or bn % width:
+    if not width or b.target.device.max_block_threads or b.folded or b.sibling_of is not None:
         return 0
     products = [*b.cs, *([b.first] if b.first is not None else [])]
     if not all(isinstance(c.op, MatMul) for c in products) or {b.acc_dtype, b.op_dtype} != {DType.FLOAT32}:
@@ -92,18 +99,17 @@ def products(b: "_Builder", buffers: dict[int, Buffer], a_tile: Buffer, h_tile: 
     operand-tile schedule has too), then the chunk's rows of the second weight's panels."""
     bm, bn = c_tiles[0].shape
     first_panel = iop(IOp.MUL, column_tile, bn // b.panel_width) if b.n > bn else const_index(0)
-    k_block = min(b.k, b.tile_k)
+    bk = b.panel_k  # the K block of the products (and a chain's K chunk: the h tile's columns)
     if b.first is None:
         rows = _rows(b, buffers[id(b.c.inputs[0])], bvars, m0, bm)
-        return [PanelGemm(rows, b.panel_bufs[id(c.inputs[1])], first_panel, const_index(0), tc, k_block)
+        return [PanelGemm(rows, b.panel_bufs[id(c.inputs[1])], first_panel, const_index(0), tc, bk)
                 for c, tc in zip(b.cs, c_tiles)]
     x, w1 = b.first.inputs
-    bk = h_tile.shape[1]
     k1 = x.type.shape[-1]
     chunk = PanelGemm(_rows(b, buffers[id(x)], bvars, m0, bm), b.panel_bufs[id(w1)], iop(IOp.MUL, kt, bk // b.panel_width),
                       const_index(0), h_tile, min(k1, b.tile_k))
     second = PanelGemm(Region(a_tile, (const_index(0), const_index(0)), a_tile.shape), b.panel_bufs[id(b.c.inputs[1])],
-                       first_panel, iop(IOp.MUL, kt, bk), c_tiles[0], k_block)
+                       first_panel, iop(IOp.MUL, kt, bk), c_tiles[0], bk)
     body = (Fill(h_tile, Const(0, h_tile.dtype)), chunk, *parallel(b.names, (bm, bk), fill_a), second)
     return [Loop(kt, -(-b.k // bk), LoopKind.SERIAL, body)]
 
