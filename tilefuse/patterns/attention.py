@@ -6,8 +6,9 @@ activations, the second taking the first's row-wise result as its left operand, 
 reduction over the score rows, a head small enough to keep on chip. Once the partition
 is final, ``match_attention`` says whether a group *is* one: the primitives between the
 products are exactly a softmax over the last axis — max, subtract, exp, sum, divide,
-casts allowed — recognised from the primitives, not from names, and what follows the
-second product is an epilogue of it (no reduction).
+casts allowed, or the same without the max (``exp(x) / sum(exp(x))``, as some exporters
+write it) — recognised from the primitives, not from names, and what follows the second
+product is an epilogue of it (no reduction).
 """
 from __future__ import annotations
 
@@ -24,10 +25,13 @@ from tilefuse.target import Target
 
 @dataclass(frozen=True, slots=True)
 class Softmax:
-    """``probs = exp(x - max(x)) / sum(exp(x - max(x)))`` over the last axis."""
+    """``probs = exp(x - max(x)) / sum(exp(x - max(x)))`` over the last axis, or, not
+    ``shifted``, ``exp(x) / sum(exp(x))``: the same in exact arithmetic, but it overflows
+    where the graph's does, so the kernel computes what the graph says."""
 
     scores: Value  # x: what the row softmax is taken of
     probs: Value  # the value the second product reads as its left operand
+    shifted: bool = True  # x's row max is subtracted before the exp
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,19 +61,38 @@ def match_softmax(c2: Node, members: set[int]) -> Softmax | Refusal:
     if exp is None or not isinstance(exp.op, Map) or exp.op.fn is not ScalarFn.EXP:
         return Refusal("softmax's numerator is not an exp")
     sub = through_casts(exp.inputs[0], members).producer
-    if sub is None or not isinstance(sub.op, Map) or sub.op.fn is not ScalarFn.SUB:
-        return Refusal("softmax's exp is not of a difference")
-    x, m = sub.inputs
-    rmax = through_casts(m, members).producer
-    if rmax is None or not isinstance(rmax.op, Reduce) or rmax.op.fn is not ReduceFn.MAX:
-        return Refusal("softmax's difference does not subtract a row max")
-    if rmax.inputs[0] is not x:
-        return Refusal("softmax's max is not of the scores it is subtracted from")
+    rmax = None
+    if sub is not None and isinstance(sub.op, Map) and sub.op.fn is ScalarFn.SUB:
+        rmax = through_casts(sub.inputs[1], members).producer
+        if rmax is None or not isinstance(rmax.op, Reduce) or rmax.op.fn is not ReduceFn.MAX:
+            rmax = None  # exp(a - b) of anything else: an unshifted softmax of a - b
+        elif rmax.inputs[0] is not sub.inputs[0]:
+            return Refusal("softmax's max is not of the scores it is subtracted from")
+    reductions = [n for n in (rsum, rmax) if n is not None]
+    x = sub.inputs[0] if rmax is not None else exp.inputs[0]  # type: ignore[union-attr]
+    inside = [n for n in members_between(x, rsum, members) if isinstance(n.op, Reduce) and all(n is not r for r in reductions)]
+    if inside:
+        return Refusal(f"a {inside[0].op.name} inside softmax's argument (not a row max it subtracts)")
     last = x.type.rank - 1
-    for r in (rsum, rmax):
+    for r in reductions:
         if r.op.axes != (last,) or not r.op.keepdims:  # type: ignore[attr-defined]
             return Refusal("softmax's reductions are not over the last axis, dims kept")
-    return Softmax(x, c2.inputs[0])
+    return Softmax(x, c2.inputs[0], shifted=rmax is not None)
+
+
+def members_between(x: Value, end: Node, members: set[int]) -> list[Node]:
+    """The group's nodes that ``x`` is computed from: the producers above it inside the
+    group (what the kernel computes elementwise from the first product's scores)."""
+    seen: dict[int, Node] = {}
+    stack = [x]
+    while stack:
+        v = stack.pop()
+        n = v.producer
+        if n is None or id(n) not in members or id(n) in seen or n is end:
+            continue
+        seen[id(n)] = n
+        stack.extend(n.inputs)
+    return list(seen.values())
 
 
 def match_attention(nodes: Sequence[Node], outputs: Sequence[Value], target: Target) -> AttentionMatch | Refusal:

@@ -3,6 +3,8 @@
 For each tile of query rows, key/value tiles stream through: scores for the tile are
 computed (with the group's scale and mask inlined), the running row max and row sum are
 updated (online softmax), and the output accumulator is rescaled and advanced by P @ V.
+A softmax written without its max shift (``exp(x) / sum(exp(x))``) keeps only the running
+sum: the kernel computes what the graph says, overflow included.
 The score matrix never exists beyond one tile. The attention pattern
 (``patterns/attention.py``) recognised the softmax between the two products from its
 primitives; this module tiles the match it is given.
@@ -148,7 +150,7 @@ class _Flash:
 
         body: list[Stmt] = [
             *parallel(self.names, (bm, d), lambda ix: [Store(q, ix, tile(el.at(qa, qb + (iop(IOp.ADD, m0, ix[0]), ix[1])), qa))]),
-            Fill(o, Const(0.0, F32)), Fill(lrow, Const(0.0, F32)), Fill(mrow, neg_inf),
+            Fill(o, Const(0.0, F32)), Fill(lrow, Const(0.0, F32)), *([Fill(mrow, neg_inf)] if self.sm.shifted else []),
         ]
         x = self.sm.scores
         xb = broadcast_index(bvars, x.type.shape[:-2], batch)
@@ -162,33 +164,48 @@ class _Flash:
         def score(ix: Index) -> Expr:  # the softmax's input at tile element ix; -inf past the last key
             val = f32(el.at(x, xb + (iop(IOp.ADD, m0, ix[0]), iop(IOp.ADD, n0, ix[1]))), x)
             if not k_tail:
-                return val
+                return val  # (half-float scores are widened by the store into the fp32 tile)
+            if x.type.dtype is not F32:  # where's branches of one type (_cast leaves F32 alone)
+                val = Call(ScalarFn.CAST, (val,), F32)
             return Call(ScalarFn.WHERE, (iop(IOp.LT, iop(IOp.ADD, n0, ix[1]), n), val, neg_inf), F32)
 
+        def exp_of(e: Expr) -> Expr:
+            return Call(ScalarFn.EXP, (e,), F32)
+
+        shifted = self.sm.shifted
+        scores = parallel(self.names, (bm, bn), lambda ix: [Store(p, ix, score(ix))])  # (names in statement order)
+        if shifted:  # online softmax: the running row max, the old terms rescaled by exp(old - new)
+            normalise: list[Stmt] = [
+                ReduceTile(p, tmax, ReduceFn.MAX, 1),
+                *parallel(self.names, (bm,), lambda ix: [
+                    Store(tmax, ix, Call(ScalarFn.MAX, (Load(mrow, ix), Load(tmax, ix)), F32)),
+                    Store(alpha, ix, exp_of(Call(ScalarFn.SUB, (Load(mrow, ix), Load(tmax, ix)), F32))),
+                    Store(mrow, ix, Load(tmax, ix)),
+                ]),
+                *parallel(self.names, (bm, bn), lambda ix: [
+                    Store(p, ix, exp_of(Call(ScalarFn.SUB, (Load(p, ix), Load(mrow, (ix[0],))), F32))),
+                ]),
+            ]
+        else:  # exp(x) / sum(exp(x)) as written: no max, nothing to rescale (exp(-inf) = 0 past the last key)
+            normalise = [*parallel(self.names, (bm, bn), lambda ix: [Store(p, ix, exp_of(Load(p, ix)))])]
         step: list[Stmt] = [
             *k_fill,
             Fill(s, Const(0.0, F32)),
             Gemm(q, kt_, s, tf32=tf32),
-            *parallel(self.names, (bm, bn), lambda ix: [Store(p, ix, score(ix))]),
-            ReduceTile(p, tmax, ReduceFn.MAX, 1),
-            *parallel(self.names, (bm,), lambda ix: [
-                Store(tmax, ix, Call(ScalarFn.MAX, (Load(mrow, ix), Load(tmax, ix)), F32)),
-                Store(alpha, ix, Call(ScalarFn.EXP, (Call(ScalarFn.SUB, (Load(mrow, ix), Load(tmax, ix)), F32),), F32)),
-                Store(mrow, ix, Load(tmax, ix)),
-            ]),
-            *parallel(self.names, (bm, bn), lambda ix: [
-                Store(p, ix, Call(ScalarFn.EXP, (Call(ScalarFn.SUB, (Load(p, ix), Load(mrow, (ix[0],))), F32),), F32)),
-            ]),
+            *scores,
+            *normalise,
             # P rounded for P.V in a nest of its own: one nest writing both had TileLang
             # put a barrier in every iteration
             *(parallel(self.names, (bm, bn), lambda ix: [Store(ph, ix, _cast(Load(p, ix), op))]) if ph is not p else []),
             ReduceTile(p, tsum, ReduceFn.SUM, 1),
             *parallel(self.names, (bm,), lambda ix: [
-                Store(lrow, ix, Call(ScalarFn.ADD, (Call(ScalarFn.MUL, (Load(lrow, ix), Load(alpha, ix)), F32), Load(tsum, ix)), F32)),
+                Store(lrow, ix, Call(ScalarFn.ADD, (
+                    Call(ScalarFn.MUL, (Load(lrow, ix), Load(alpha, ix)), F32) if shifted else Load(lrow, ix),
+                    Load(tsum, ix)), F32)),
             ]),
-            *parallel(self.names, (bm, dv), lambda ix: [
+            *(parallel(self.names, (bm, dv), lambda ix: [
                 Store(o, ix, Call(ScalarFn.MUL, (Load(o, ix), Load(alpha, (ix[0],))), F32)),
-            ]),
+            ]) if shifted else []),
             *parallel(self.names, (bn, dv), lambda ix: [Store(v_, ix, tile(el.at(vb, vbb + (iop(IOp.ADD, n0, ix[0]), ix[1])), vb))]),
             Gemm(ph, v_, o, tf32=tf32),
         ]
@@ -214,8 +231,10 @@ class _Flash:
             body += parallel(self.names, (bm, dv), store)
         grid = tuple(batch) + (qtiles,)
         last = "".join(f", last {what} tile {t}" for what, t in (("query", q_tail), ("key", k_tail)) if t)
-        notes = (f"flash attention: query tiles {bm}, key tiles {bn}, head dims {d}/{dv}, grid {grid}{last}",)
-        allocs = (q, kt_, s, v_, o, mrow, lrow, tmax, tsum, alpha, *([ph] if ph is not p else []))
+        form = "" if self.sm.shifted else ", softmax without a max shift"
+        notes = (f"flash attention: query tiles {bm}, key tiles {bn}, head dims {d}/{dv}, grid {grid}{last}{form}",)
+        state = (mrow, lrow, tmax, tsum, alpha) if self.sm.shifted else (lrow, tsum)
+        allocs = (q, kt_, s, v_, o, *state, *([ph] if ph is not p else []))
         threads = 256 if bm >= 128 else 128  # two warpgroups for 128 query rows
         if one_wave:
             notes = (notes[0] + f", {waves} tiles resident per SM (one wave), K/V loads unpipelined",)
