@@ -96,7 +96,13 @@ class _Flash:
         # fp32 tile of registers fewer, what lets more query tiles share an SM
         p = s
         v_ = Buffer("v_tile", op, (bn, dv), Scope.SHARED)
-        ph = Buffer("p_half", op, (bm, bn), Scope.FRAGMENT) if op is not F32 else p  # P as P.V reads it
+        # P as P.V reads it: rounded to the operands' half type; and for exact float32
+        # products on a device with blocks (FMA loops, each thread reading whole rows of P)
+        # a tile of its own, placed where every thread can read it, so that the scores keep
+        # a tile's register layout instead of a replica of every row in every thread
+        fma_rows = op is F32 and not tf32 and self.target.device.mma_rows > 1
+        ph = Buffer("p_half", op, (bm, bn), Scope.FRAGMENT) if op is not F32 else \
+            Buffer("p_rows", F32, (bm, bn), Scope.SHARED) if fma_rows else p
         o = Buffer("o_tile", F32, (bm, dv), Scope.FRAGMENT)
         mrow, lrow = Buffer("row_max", F32, (bm,), Scope.FRAGMENT), Buffer("row_sum", F32, (bm,), Scope.FRAGMENT)
         tmax, tsum = Buffer("tile_max", F32, (bm,), Scope.FRAGMENT), Buffer("tile_sum", F32, (bm,), Scope.FRAGMENT)
