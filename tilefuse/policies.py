@@ -71,6 +71,11 @@ class RowsPolicy:
     max_row: int = 16384  # longer rows: one row a tile, walked in chunks of at most tile_elems
     max_resident: int = 4  # row tiles a GPU core is asked to hold at once: 256 threads x 64 registers each
     threads: int = 256  # threads of a row tile's block (GPU; bert-base b32 norms 15 -> 14 us against 128)
+    # a reduction to fewer outputs than cores is split in two (partition/split_reductions.py)
+    # where its length has a divisor leaving parts of at least this many terms; 0: never
+    split_part: int = 0
+    split_row: int = 1 << 18  # and, where it keeps a row axis, from this many terms
+    split_parts: int = 256  # parts of one output at most
 
 
 @dataclass(frozen=True, slots=True)

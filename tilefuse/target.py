@@ -97,6 +97,7 @@ CUDA_SM90A = Target(
     ),
     attention=AttentionPolicy(max_head_dim=256),
     conv=ConvPolicy(positions_inner=True),
+    rows=RowsPolicy(split_part=4096),  # a block's 256 threads, 16 terms each; rows from 256K terms (1 MB of fp32)
     window=WindowPolicy(tile=256, max_threads=256),
     codegen=CudaOptions(),
 )
@@ -109,6 +110,7 @@ CPU = Target(
     gemm=GemmPolicy(row_tile=64, panel_width=32),
     attention=AttentionPolicy(max_head_dim=512),
     conv=ConvPolicy(channel_rows=True),
+    rows=RowsPolicy(split_part=1 << 18, split_row=1 << 20),  # parts worth a thread's share of a region (regions from 1M elements)
     window=WindowPolicy(tile=4096),  # pooling tiles of whole output planes (56 x 56): few tiles, loops without division
     codegen=CpuOptions(),
 )

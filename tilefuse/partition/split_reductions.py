@@ -1,0 +1,155 @@
+"""Long reductions to a few outputs are split in two, so that every core takes part.
+
+A reduction whose outputs are fewer than the target's cores leaves most of them idle,
+however it is tiled: a row is one tile (one block on the GPU, one thread's share on the
+host), and a whole-tensor sum is one output. ``sum(x)`` over ``L`` terms for each of ``O``
+outputs becomes
+
+    partial = reduce(reshape(x, [O, P, L / P]), last axis)   # O x P rows: parallel
+    result  = reduce(partial, the parts' axis)               # O outputs of P terms: small
+
+The moves fuse into the partial kernel as index arithmetic. Where some reduced axes are
+the trailing ones and others are not (a per-channel sum over N, H, W), the trailing run is
+reduced first, dims kept, and the rest after; that first reduction is split again if its
+outputs are still too few. Where no reduced axis is last, they are transposed there. Sums, products, maxima and minima are
+associative, so the result is the same up to rounding order; partial sums and products of
+half floats are kept in float32, as one reduction accumulates them. ``P`` divides ``L``
+and leaves each part at least ``RowsPolicy.split_part`` terms; a length with no such
+divisor is left whole (its rows are walked in chunks, one tile each). A reduction that
+keeps a row axis is split only from ``RowsPolicy.split_row`` terms: below that one block
+reads its row faster than two more kernels launch, and the rows kernel fuses a norm's
+reductions and its normalisation, which the split would part.
+
+The rewrite runs on the primitive graph before grouping, in place: the final node writes
+the original output value, so its readers and the graph's outputs are unchanged; the new
+nodes keep the original node's ``origin`` (the report and ``--explain`` name the ONNX node).
+"""
+from __future__ import annotations
+
+import math
+
+from tilefuse.ir.dtypes import HALF_FLOATS, DType
+from tilefuse.ir.graph import Graph, Node, Value
+from tilefuse.ir.prims import Map, Primitive, Reduce, ReduceFn, Reshape, ScalarFn, Transpose
+from tilefuse.target import Target
+
+WIDENED = (ReduceFn.SUM, ReduceFn.PROD)  # half-float partials of these kept in float32
+
+
+def split_long_reductions(graph: Graph, target: Target) -> list[Node]:
+    """Split each reduction of ``graph`` whose outputs are fewer than ``target``'s cores and
+    whose length has a divisor into parts of at least the policy's ``split_part`` terms;
+    returns the reductions split (the nodes removed)."""
+    policy, cores = target.rows, target.device.cores
+    if not policy.split_part:
+        return []
+    split = []
+    names = _Names(graph)
+    work = [n for n in graph.nodes if isinstance(n.op, Reduce)]
+    while work:
+        node = work.pop(0)
+        if not _worth_splitting(node, cores, policy.split_part, policy.split_row):
+            continue
+        made = _split(graph, node, cores, policy.split_part, policy.split_parts, names)
+        if made:
+            split.append(node)
+            work += [n for n in made if isinstance(n.op, Reduce) and n is not made[-1]]
+    return split
+
+
+def _worth_splitting(node: Node, cores: int, part: int, row: int) -> bool:
+    """Fewer outputs than cores, and long enough that the cores' share beats the extra
+    kernels: ``row`` terms where the reduction keeps a row axis (the rows pattern, a block
+    or a thread's share a row, and the other row reductions and the normalisation fused
+    with it), two parts where it has none or keeps its last axis (a window: one thread an
+    output)."""
+    op = node.op
+    assert isinstance(op, Reduce)
+    shape = node.inputs[0].type.shape
+    outputs = math.prod(d for i, d in enumerate(shape) if i not in op.axes)
+    length = math.prod(shape[i] for i in op.axes)
+    rows = op.axes == (len(shape) - 1,) and len(shape) > 1
+    return 0 < outputs < cores and length >= (row if rows else 2 * part)
+
+
+def _parts(outputs: int, length: int, cores: int, part: int, most: int) -> int:
+    """How many parts to split ``outputs`` reductions of ``length`` terms into (a few a
+    core, each at least ``part`` terms, dividing the length); 0: none."""
+    want = min(most, -(-cores // outputs) * 4, length // part)
+    return max((p for p in range(2, want + 1) if length % p == 0), default=0)
+
+
+def _split(graph: Graph, node: Node, cores: int, part: int, most: int, names: "_Names") -> list[Node]:
+    """Replace ``node`` by its two-stage form; the nodes made (none: left whole)."""
+    op = node.op
+    assert isinstance(op, Reduce)
+    x, out = node.inputs[0], node.outputs[0]
+    shape, axes, rank = x.type.shape, op.axes, x.type.rank
+    made: list[Node] = []
+
+    def emit(prim: Primitive, v: Value, hint: str, result: Value | None = None) -> Value:
+        (t,) = prim.infer([v.type])
+        n = Node(prim, (v,), (), names.fresh(f"{node.name}/{hint}"), node.origin)
+        if result is None:
+            result = Value(names.fresh(f"{node.name}/{hint}"), t, producer=n)
+        else:
+            assert result.type == t, (result.type, t)
+            result.producer = n
+        n.outputs = (result,)
+        v.users.append(n)
+        made.append(n)
+        return result
+
+    half = x.type.dtype in HALF_FLOATS and op.fn in WIDENED
+    trailing = [a for a in range(rank - 1, -1, -1) if a in axes]
+    run = tuple(sorted(a for k, a in enumerate(trailing) if a == rank - 1 - k))  # the reduced axes at the end
+    v = x
+    if run and len(run) < len(axes):
+        # reduce the trailing run first (rows, whole blocks), then the rest of the axes:
+        # the first stage is a reduction of its own, split again if still too few outputs
+        # the run merged into one last axis first: a row reduction (the rows pattern)
+        head = shape[:run[0]]
+        v = emit(Reshape(head + (math.prod(shape[a] for a in run),)), v, "run")
+        if half:
+            v = emit(Map(ScalarFn.CAST, DType.FLOAT32), v, "widened")
+        v = emit(Reduce(op.fn, (len(head),), True), v, "inner")
+        v = emit(Reduce(op.fn, tuple(a for a in axes if a not in run), True), v, "outer")
+    else:
+        kept = [i for i in range(rank) if i not in axes]
+        lead = tuple(shape[i] for i in kept)
+        length = math.prod(shape[i] for i in axes)
+        parts = _parts(math.prod(lead), length, cores, part, most)
+        if not parts:
+            return []
+        if kept + list(axes) != list(range(rank)):  # no reduced axis last: move them there
+            v = emit(Transpose(tuple(kept + list(axes))), v, "reduced-last")
+        v = emit(Reshape(lead + (parts, length // parts)), v, "parts")
+        if half:
+            v = emit(Map(ScalarFn.CAST, DType.FLOAT32), v, "widened")
+        # over the last axis, dims kept: the rows pattern's reductions (a block a row); the
+        # total over the parts' axis of [.., P, 1] (a reshape between them would join the
+        # partial group, where no element may leave its row)
+        v = emit(Reduce(op.fn, (len(lead) + 1,), True), v, "partial")
+        v = emit(Reduce(op.fn, (len(lead),), True), v, "total")
+    if half:
+        v = emit(Map(ScalarFn.CAST, x.type.dtype), v, "narrowed")
+    emit(Reshape(out.type.shape), v, "shaped", result=out)
+
+    x.users[:] = [u for u in x.users if u is not node]
+    at = graph.nodes.index(node)
+    graph.nodes[at:at + 1] = made
+    return made
+
+
+class _Names:
+    """Names not yet taken by the graph's values and nodes."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.taken = {v.name for v in graph.values()} | {n.name for n in graph.nodes}
+
+    def fresh(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.taken:
+            name, i = f"{base}.{i}", i + 1
+        self.taken.add(name)
+        return name
