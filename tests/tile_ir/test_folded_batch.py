@@ -34,8 +34,10 @@ def mlp(shape: tuple[int, ...], hidden: int) -> bytes:
     return model.SerializeToString()
 
 
-@pytest.mark.parametrize("shape, hidden", [((1, 56, 56, 96), 384), ((3, 7, 7, 32), 128)])
+@pytest.mark.parametrize("shape, hidden", [((1, 56, 56, 96), 384), ((3, 7, 7, 32), 128), ((8, 197, 64), 128)])
 def test_gpu_products_fold_their_batch_into_rows(shape, hidden):
+    """(8, 197, 64): one batch dim whose rows, a prime, have no divisor tile (ViT at batch
+    32: tiles of one row, then no schedule at all for its MLP chain)."""
     graph = import_onnx(mlp(shape, hidden))
     seed = random.randrange(2**31)
     values = evaluate_all(graph, {"x": np.random.default_rng(seed).standard_normal(shape).astype(np.float32)})
@@ -44,9 +46,18 @@ def test_gpu_products_fold_their_batch_into_rows(shape, hidden):
         lowered = lower_group(g, CUDA_SM90A)
         s = lowered.program.schedule
         assert s.batch == () and s.m == np.prod(shape[:-1]), s
+        assert not any("fell through" in n for n in lowered.program.notes), lowered.program.notes
         for v, got in interpret(lowered, values):
             c = compare_output(v.name, got, values[id(v)])
             assert c.ok, f"{shape} seed={seed}: {c.problem}"
     # the CPU keeps its batch grid
     (g, *_) = [g for g in partition_graph(graph, CPU).groups if str(g.kind) != "opaque"]
     assert lower_group(g, CPU).program.schedule.batch == shape[:-2]
+
+
+def test_a_single_batch_dim_whose_rows_make_tiles_keeps_its_batch_grid():
+    """2 x 16 tokens: 16 rows a batch index make whole tiles; folding them lost the operand
+    tiles' bulk copies (the batch stays a grid axis)."""
+    graph = import_onnx(mlp((2, 16, 64), 256))
+    (g, *_) = [g for g in partition_graph(graph, CUDA_SM90A).groups if str(g.kind) != "opaque"]
+    assert lower_group(g, CUDA_SM90A).program.schedule.batch == (2,)

@@ -150,10 +150,14 @@ class _Builder:
         self.batch, self.m, self.n, self.k = product_extents(c)
         # a product by a 2-D weight whose batch rows do not make whole row tiles (ConvNeXt's
         # [1, 56, 56, 96] tokens: 56 rows a batch index, tiles of 14): its batch folded into
-        # its rows on a device with a matrix unit, one product of [prod(batch) * M, K]
+        # its rows on a device with a matrix unit, one product of [prod(batch) * M, K]. A
+        # single batch dim is folded only where its rows have no divisor tile of 8 or more
+        # (ViT's 197 tokens at batch 32: tiles of one row, no schedule); folding 2 x 16
+        # tokens lost their operand tiles' bulk copies
         self.folded: tuple[int, ...] = ()
         products = [*cs, *([first] if first else [])]
-        if (target.device.mma_rows > 1 and isinstance(c.op, MatMul) and len(self.batch) > 1 and math.prod(self.batch) > 1
+        awkward = len(self.batch) > 1 or (self.m > 64 and divisor_tile(self.m, self.gemm_rows) < 8)
+        if (target.device.mma_rows > 1 and isinstance(c.op, MatMul) and awkward and math.prod(self.batch) > 1
                 and self.m % self.gemm_rows and all(x.inputs[1].type.rank == 2 and x.inputs[0].type.shape[:-2] == self.batch
                                                     for x in products)):
             self.folded = (*self.batch, self.m)
@@ -229,6 +233,18 @@ class _Builder:
             # tiles in flight on chip (ViT's float32 16x16 patches: K tiles of 256 taps)
             while stages > 2 and stages * (bm + bn) * bk * self.op_dtype.itemsize > self.onchip * 3 // 4:
                 stages -= 1
+            # float32 operand tiles of such a K depth at batch 32 (ViT's patches: 64 x 256 and
+            # 256 x 128 fp32 tiles, 416 KB double-buffered): one stage, then narrower tiles
+            while self.mma_rows > 1 and stages * (bm + bn) * bk * self.op_dtype.itemsize + bm * bn * 4 > self.onchip:
+                if stages > 1:
+                    stages = 1
+                elif bn >= bm and bn > 16 and bn % 2 == 0 and not self.depthwise and self.groups == 1:
+                    bn //= 2
+                elif bm > 16 and bm % 2 == 0 and not (self.flip or self.depthwise):
+                    bm //= 2
+                else:
+                    break
+        tail, row_tail = self.n % bn, self.m % bm  # (the tiles may have narrowed for the K depth)
         self.k_steps = (k_step, bk) if k_step and bk > k_step else None
         # a constant weight whose rows are not whole 16-byte vectors (GPT-2's 50257-word LM
         # head): bound padded to whole column tiles, so its tiles load as aligned rectangles
