@@ -5,16 +5,19 @@ import numpy as np
 from tilefuse.ir import Builder, DType, TensorType
 from tilefuse.ir.prims import ReduceFn, ScalarFn
 from tilefuse.partition import partition_graph
-from tilefuse.target import CPU, CUDA_SM90A
+from tilefuse.target import CPU, CUDA_SM90A, adjust
+
+H = DType.FLOAT16
 
 
-def _mlp(k1: int, n1: int, n2: int, *, leak: bool = False, rows: int = 128):
+def _mlp(k1: int, n1: int, n2: int, *, leak: bool = False, rows: int = 128, dtype: DType = DType.FLOAT32):
     rng = np.random.default_rng(0)
     b = Builder("mlp")
-    x = b.input("x", TensorType(DType.FLOAT32, (rows // 16, 16, k1)))
-    h = b.matmul(x, b.const(rng.standard_normal((k1, n1)).astype(np.float32)))
-    h = b.map(ScalarFn.MAX, h, b.const(np.float32(0)))
-    y = b.matmul(h, b.const(rng.standard_normal((n1, n2)).astype(np.float32)))
+    np_t = dtype.numpy.type
+    x = b.input("x", TensorType(dtype, (rows // 16, 16, k1)))
+    h = b.matmul(x, b.const(rng.standard_normal((k1, n1)).astype(np_t)))
+    h = b.map(ScalarFn.MAX, h, b.const(np_t(0)))
+    y = b.matmul(h, b.const(rng.standard_normal((n1, n2)).astype(np_t)))
     s = b.reduce(ReduceFn.SUM, y, [2], keepdims=True)
     b.output("y", b.map(ScalarFn.DIV, y, s))
     if leak:
@@ -35,8 +38,8 @@ def test_chain_respects_on_chip_capacity_per_target():
     p = partition_graph(graph, CPU)  # 64 rows x 5120 fp32 = 1280 KB > 1 MB
     assert len(p.groups) == 2
     assert any("chain of products needs 1280 KB on chip" in r.reason for r in p.refusals), [r.reason for r in p.refusals]
-    p = partition_graph(_mlp(4096, 256, 1024, rows=4096), CUDA_SM90A)  # 16 rows x 5120 fp32 = 320 KB > 227 KB
-    assert len(p.groups) == 2
+    p = partition_graph(_mlp(4096, 256, 1024, rows=4096, dtype=H), CUDA_SM90A)  # 16 rows x 5120 fp32 = 320 KB > 227 KB
+    assert all(sum(n.op.name == "MatMul" for n in g.nodes) < 2 for g in p.groups)
     assert any("chain of products needs 320 KB on chip" in r.reason for r in p.refusals), [r.reason for r in p.refusals]
 
 
@@ -49,10 +52,21 @@ def test_intermediate_read_elsewhere_is_not_chained():
 def test_chain_needs_a_row_tile_per_core():
     """Chained, only rows make tiles: 128 rows are 8 tiles of 16 for 132 SMs, so the GPU
     keeps the products apart; 4096 rows (256 tiles) chain."""
-    p = partition_graph(_mlp(64, 256, 64), CUDA_SM90A)
+    p = partition_graph(_mlp(64, 256, 64, dtype=H), CUDA_SM90A)
     assert len(p.groups) == 2
     assert any("8 whole-row tiles, fewer than the target's 132 cores" in r.reason for r in p.refusals)
-    assert len(partition_graph(_mlp(64, 256, 64, rows=4096), CUDA_SM90A).groups) == 1
+    assert len(partition_graph(_mlp(64, 256, 64, rows=4096, dtype=H), CUDA_SM90A).groups) == 1
+
+
+def test_exact_float32_chains_stay_apart_on_the_gpu():
+    """Exact float32 products are FMA loops on the GPU, a chain's accumulator whole rows in
+    shared memory: ViT's MLP chain at batch 32 took 34.7 ms a layer and raced on the H200.
+    Apart, each product tiles its columns. TF32 products and the CPU still chain."""
+    p = partition_graph(_mlp(64, 256, 64, rows=4096), CUDA_SM90A)
+    assert len(p.groups) == 2
+    assert any("chain of exact float32 products" in r.reason for r in p.refusals), [r.reason for r in p.refusals]
+    assert len(partition_graph(_mlp(64, 256, 64, rows=4096), adjust(CUDA_SM90A, tf32_products=True)).groups) == 1
+    assert len(partition_graph(_mlp(64, 256, 64, rows=4096), CPU).groups) == 1
 
 
 def test_whole_row_epilogue_that_would_idle_the_gpu_stays_apart():

@@ -14,7 +14,9 @@ from tilefuse.partition import partition_graph
 from tilefuse.target import CPU, CUDA_SM90A, adjust
 
 LAYERS = 2  # every tiny transformer in the zoo has two layers
-ONE_CORE = adjust(CUDA_SM90A, device__cores=1)  # tiny models' few rows still make "enough" row tiles
+# tiny models' few rows still make "enough" row tiles; TF32 products, which may chain (exact
+# float32 ones stay apart on the GPU: test_chains.py)
+ONE_CORE = adjust(CUDA_SM90A, device__cores=1, tf32_products=True)
 
 
 def _partition(name, zoo_cache, target=CUDA_SM90A):
@@ -111,7 +113,7 @@ def test_bert_layer_is_five_kernels_when_only_rows_of_the_output_fit(name, zoo_c
     """Tiny BERT: hidden 64, FFN 128. 16 rows of 64 fp32 (4 KB) fit the norm epilogue;
     the chain also needs the rows it reads (4 KB more) and does not fit 6 KB."""
 
-    p = _partition(name, zoo_cache, adjust(CUDA_SM90A, device__onchip_bytes=6 * 1024))
+    p = _partition(name, zoo_cache, adjust(CUDA_SM90A, device__onchip_bytes=6 * 1024, tf32_products=True))
     assert _bert_kernels(p) == {"qkv": LAYERS, "attention": LAYERS, "proj+norm": 2 * LAYERS, "ffn-up+gelu": LAYERS}
     assert len(p.groups) == 5 * LAYERS + 3
     assert any("chain of products needs" in r.reason for r in p.refusals)

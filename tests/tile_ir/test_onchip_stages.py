@@ -1,9 +1,10 @@
-"""A pipelined loop keeps one copy of each tile it fills per stage: the verifier counts them
-against the block's on-chip memory, and a convolution whose K tiles hold whole channels of
-many taps (ViT's 16 x 16 patches: 256 taps) narrows to fit. At batch 32 in float32 its 64 x
+"""A pipelined loop keeps one copy of each tile it fills per stage: a convolution whose K
+tiles hold whole channels of many taps (ViT's 16 x 16 patches: 256 taps) narrows its tiles
+until its stages fit the block. (The verifier does not count stages yet: TileLang reuses an
+operand tile's shared memory for the epilogue's mirror after the K loop, which a sum of
+buffers times stages does not see, and refused bert-base's producer-loaded products.) At batch 32 in float32 its 64 x
 256 and 256 x 128 operand tiles, double-buffered, took 416 KB; TileLang refused the kernel
 after the verifier had passed it."""
-import dataclasses
 import math
 
 import numpy as np
@@ -11,13 +12,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tilefuse.errors import GraphError
 from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
 from tilefuse.target import CUDA_SM90A
 from tilefuse.tile_ir.ir import Loop, LoopKind, statements
 from tilefuse.tile_ir.lower import lower_group
-from tilefuse.tile_ir.verify import verify_program
 
 
 def patch_conv(batch: int, cout: int = 768, dtype=TensorProto.FLOAT) -> bytes:
@@ -50,16 +49,7 @@ def test_float32_patch_convolutions_fit_the_block_with_their_stages(batch):
     assert p.schedule.tile_k == 256, p.schedule  # whole channels of 256 taps a K step
 
 
-def test_the_verifier_counts_a_pipelined_loops_stages():
+def test_the_patch_convolution_at_batch_32_keeps_two_stages_of_narrower_tiles():
     (g,) = [g for g in partition_graph(import_onnx(patch_conv(32)), CUDA_SM90A).groups if str(g.kind) != "opaque"]
     p = lower_group(g, CUDA_SM90A).program
-    assert "1-stage K loop" in p.notes[0], p.notes  # 64 x 128 tiles fit once, not twice
-
-    def deeper(stmts):
-        return tuple(dataclasses.replace(s, kind=LoopKind.PIPELINED, stages=2, body=deeper(s.body))
-                     if isinstance(s, Loop) and s.kind is LoopKind.PIPELINED else
-                     dataclasses.replace(s, body=deeper(s.body)) if isinstance(s, Loop) else s for s in stmts)
-
-    doubled = dataclasses.replace(p, body=deeper(p.body))
-    with pytest.raises(GraphError, match="on-chip tile buffers"):
-        verify_program(doubled, CUDA_SM90A)
+    assert "2-stage K loop" in p.notes[0] and p.schedule.tile_m * p.schedule.tile_n <= 64 * 64, p.notes

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import Conv, ConvTranspose, Kind, MatMul, Reshape
 from tilefuse.patterns.dataflow import chained, contraction_rows, depends_within, row_signature
@@ -134,6 +135,13 @@ def chain_problem(
     if isinstance(chain, Refusal):
         return chain
     c1, c2 = chain
+    exact = {x.inputs[i].type.dtype for x in (c1, c2) for i in (0, 1)} == {DType.FLOAT32} and not target.tf32_products
+    if exact and target.device.mma_rows > 1:
+        # exact float32 products are FMA loops there, the chain's accumulator whole rows in
+        # shared memory: ViT's MLP chain at batch 32 took 34.7 ms a layer (60% of the run),
+        # and its kernel raced on the H200 (replays differed)
+        return Refusal("a chain of exact float32 products runs as FMA loops over whole rows on this target: "
+                       "its products apart tile their columns")
     for r in reductions:
         if not depends_within(r, c2, members) or row_signature(r) != contraction_rows(c2):
             return Refusal("a chain of products takes row reductions only after the second product")

@@ -27,10 +27,8 @@ from tilefuse.tile_ir.ir import (
     IndexOp,
     Load,
     Loop,
-    LoopKind,
     PanelGemm,
     ReduceTile,
-    Stmt,
     Region,
     Scope,
     Store,
@@ -70,26 +68,12 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
         # hold, counted once: the accumulator's
         mirrors = {x.dst.buffer for x in statements(p.body)
                    if isinstance(x, Copy) and x.bulk and x.src.buffer.scope is not Scope.GLOBAL}
-        copies = _pipelined_copies(p.body)  # a tile a pipelined loop fills is held once per stage
-        onchip = sum(math.prod(b.shape) * b.dtype.itemsize * copies.get(b.name, 1) for b in p.allocs if b not in mirrors)
+        onchip = sum(math.prod(b.shape) * b.dtype.itemsize for b in p.allocs if b not in mirrors)
         if onchip > target.device.onchip_bytes:
             how = p.notes[0].split(":")[0] if p.notes else "its"
             raise GraphError(f"kernel {p.name}: the {how} schedule needs {onchip // 1024} KB of on-chip tile buffers, "
                              f"more than the {target.device.onchip_bytes // 1024} KB a {target.name} block has; this group has "
                              f"no schedule for {target.name} at this size yet")
-
-
-def _pipelined_copies(stmts: tuple[Stmt, ...]) -> dict[str, int]:
-    """For each on-chip tile a pipelined loop of several stages fills (its operand tiles),
-    how many copies of it the loop keeps in flight: its stages."""
-    out: dict[str, int] = {}
-    for s in statements(stmts):
-        if isinstance(s, Loop) and s.kind is LoopKind.PIPELINED and s.stages > 1:
-            for x in statements(s.body):
-                dst = x.buffer if isinstance(x, Store) else x.dst.buffer if isinstance(x, Copy) else None
-                if dst is not None and dst.scope is Scope.SHARED:
-                    out[dst.name] = max(out.get(dst.name, 1), s.stages)
-    return out
 
 
 def _check_schedule(p: TileProgram) -> None:

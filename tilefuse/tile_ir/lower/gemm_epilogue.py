@@ -234,11 +234,10 @@ class _Builder:
             while stages > 2 and stages * (bm + bn) * bk * self.op_dtype.itemsize > self.onchip * 3 // 4:
                 stages -= 1
             # float32 operand tiles of such a K depth at batch 32 (ViT's patches: 64 x 256 and
-            # 256 x 128 fp32 tiles, 416 KB double-buffered): one stage, then narrower tiles
+            # 256 x 128 fp32 tiles, 416 KB double-buffered): narrower tiles, as at batch 1
+            # (a one-stage loop of them raced on the H200: replays differed)
             while self.mma_rows > 1 and stages * (bm + bn) * bk * self.op_dtype.itemsize + bm * bn * 4 > self.onchip:
-                if stages > 1:
-                    stages = 1
-                elif bn >= bm and bn > 16 and bn % 2 == 0 and not self.depthwise and self.groups == 1:
+                if bn >= bm and bn > 16 and bn % 2 == 0 and not self.depthwise and self.groups == 1:
                     bn //= 2
                 elif bm > 16 and bm % 2 == 0 and not (self.flip or self.depthwise):
                     bm //= 2
