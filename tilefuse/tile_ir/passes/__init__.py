@@ -47,6 +47,7 @@ class DeviceOptions:
 
     t_copy: bool = True  # plain tile loads are bulk copies
     register_rows: bool = True  # attention's P and row vectors beside register reductions in registers
+    fma_registers: bool = False  # exact (FMA-loop) products accumulate in registers where their tile splits evenly
     reduction_lanes: int = 32  # threads that share one reduction at most
     warp_rows: bool = True  # row programs one warp per row
     epilogue_in_registers: bool = True  # accumulators read element by element stay in registers
@@ -69,7 +70,7 @@ class DeviceOptions:
 def for_device(program: TileProgram, device: Device, options: DeviceOptions = DeviceOptions()) -> TileProgram:
     """``program`` through every device pass, in order."""
     program = raise_copies(fit_threads(program, device), device, options.t_copy)
-    program = place_registers(program, device, options.register_rows)
+    program = place_registers(program, device, options.register_rows, options.fma_registers)
     program = warp_rows(program, device, options.warp_rows)
     program = assign_lanes(program, device, options.reduction_lanes)
     program = stage_epilogues(program, device, options.epilogue_in_registers, options.staged_stores, options.staging_pad)

@@ -9,7 +9,11 @@ registers depends on the statements that use it and on the block's threads:
   when the rows split into 64 per warpgroup (wgmma reads A from registers in the
   accumulator's layout: attention's P);
 - both tiles of a tile reduction of power-of-two shape that splits over the threads (its
-  result's per-row vectors too: attention's running max and sum, with ``register_rows``).
+  result's per-row vectors too: attention's running max and sum, with ``register_rows``);
+- with ``fma_registers``, the accumulator of an exact product (an FMA loop: float32 tiles
+  not rounded to TF32, or shapes no MMA takes) whose tile splits evenly over the threads
+  and leaves each at most ``FMA_REGISTERS`` elements: each thread accumulates its own
+  elements, reading the operand tiles from shared memory.
 
 Every other fragment tile is held in shared memory, where any thread may read any element.
 The pass writes the answer into ``TileProgram.registers``, and on each product and tile
@@ -30,15 +34,19 @@ from tilefuse.tile_ir.ir import Buffer, Gemm, If, Loop, ReduceTile, Scope, Stmt,
 HALF = frozenset({DType.FLOAT16, DType.BFLOAT16})
 # tile reductions TileLang has register forms of (T.reduce_sum / _max / _min)
 REGISTER_REDUCTIONS = frozenset({ReduceFn.SUM, ReduceFn.MAX, ReduceFn.MIN})
+FMA_REGISTERS = 64  # accumulator elements a thread holds at most for an exact product
 
 
-def place_registers(program: TileProgram, device: Device, register_rows: bool = True) -> TileProgram:
+def place_registers(program: TileProgram, device: Device, register_rows: bool = True,
+                    fma_registers: bool = False) -> TileProgram:
     """``program`` with ``registers`` set for its block (devices with blocks only);
-    ``register_rows``: the code generator's option of that name (CudaOptions)."""
+    ``register_rows``, ``fma_registers``: the code generator's options of those names
+    (CudaOptions)."""
     if not device.max_block_threads:
         return program
     body = _forms(program.body, program.threads)
-    return replace(program, body=body, registers=register_buffers(body, program.threads, program.allocs, register_rows))
+    registers = register_buffers(body, program.threads, program.allocs, register_rows, fma_registers)
+    return replace(program, body=body, registers=registers)
 
 
 def _forms(stmts: tuple[Stmt, ...], threads: int) -> tuple[Stmt, ...]:
@@ -72,7 +80,7 @@ def check_placement(p: TileProgram) -> None:
 
 
 def register_buffers(stmts: tuple[Stmt, ...], threads: int, allocs: tuple[Buffer, ...] = (),
-                     register_rows: bool = True) -> frozenset[str]:
+                     register_rows: bool = True, fma_registers: bool = False) -> frozenset[str]:
     """Names of the fragment tiles held in registers on a block of ``threads``, for
     statements whose forms are set (``_forms``)."""
     out: set[str] = set()
@@ -82,6 +90,8 @@ def register_buffers(stmts: tuple[Stmt, ...], threads: int, allocs: tuple[Buffer
             out.add(s.c.name)
             if register_rows and s.a.scope is Scope.FRAGMENT and not s.trans_a and warpgroup_rows(s, threads):
                 out.add(s.a.name)
+        elif isinstance(s, Gemm) and fma_registers and fma_accumulator(s, threads):
+            out.add(s.c.name)
         elif isinstance(s, ReduceTile) and s.registers:
             out |= {s.src.name, s.dst.name}
             rows.add(s.dst.shape)
@@ -101,6 +111,14 @@ def tensor_core(g: Gemm, threads: int) -> bool:
     half = g.a.dtype in HALF and k % 16 == 0
     tf32 = g.tf32 and g.a.dtype is DType.FLOAT32 and k % 8 == 0
     return (half or tf32) and g.b.dtype is g.a.dtype and threads % 32 == 0 and split
+
+
+def fma_accumulator(g: Gemm, threads: int) -> bool:
+    """An exact product whose fragment accumulator splits evenly over ``threads``, at most
+    ``FMA_REGISTERS`` elements each: each thread's FMA loop accumulates its own."""
+    size = g.c.shape[0] * g.c.shape[1]
+    return (not g.tensor_cores and g.c.scope is Scope.FRAGMENT and size % threads == 0
+            and size // threads <= FMA_REGISTERS)
 
 
 def warpgroup_rows(g: Gemm, threads: int) -> bool:
