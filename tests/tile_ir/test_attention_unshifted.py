@@ -24,6 +24,7 @@ from tilefuse.target import CPU, CUDA_SM90A
 from tilefuse.tile_ir.lower import lower_group
 
 from tests.tile_ir.interpreted import interpret
+from tests.tile_ir.test_attention_tails import _feeds  # q, k, v and a key mask that keeps key 0
 
 
 def unshifted_attention(seq: int, heads: int = 2, d: int = 16, dtype: str = "float32", centre: str = "") -> bytes:
@@ -52,15 +53,6 @@ def unshifted_attention(seq: int, heads: int = 2, d: int = 16, dtype: str = "flo
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model.SerializeToString()
-
-
-def _feeds(seq, heads, d, dtype, seed):
-    rng = np.random.default_rng(seed)
-    feeds = {n: rng.standard_normal((1, heads, seq, d)).astype(dtype) for n in ("q", "k", "v")}
-    mask = np.where(rng.random((1, 1, 1, seq)) < 0.2, -10000.0, 0.0).astype(dtype)
-    mask[..., 0] = 0.0
-    feeds["mask"] = mask
-    return feeds
 
 
 def _groups(model, target):
@@ -95,13 +87,7 @@ def test_unshifted_attention_runs_on_the_cpu_like_onnxruntime(seq, tmp_path):
     compiled = compile_model(model, "cpu")
     kinds = [type(g.match).__name__ for g in compiled.partition.groups if str(g.kind) != "opaque"]
     assert kinds == ["AttentionMatch"], kinds
-    session = tilefuse.InferenceSession(compiled.plan.save(tmp_path / "attention.tfplan"))
-    seed = random.randrange(2**31)
-    feeds = _feeds(seq, heads, d, np.float32, seed)
-    (got,) = session.run(None, feeds)
-    (want,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
-    c = compare_output("y", got, want)
-    assert c.ok, f"seq {seq} seed={seed}: {c.problem}"
+    _runs_like_onnxruntime(model, compiled, (seq, heads, d), tmp_path)
 
 
 def test_a_softmax_of_a_centred_argument_is_refused_and_the_plan_still_matches(tmp_path):
@@ -115,10 +101,14 @@ def test_a_softmax_of_a_centred_argument_is_refused_and_the_plan_still_matches(t
     assert isinstance(found, Refusal) and "inside softmax's argument" in found.reason, found
     compiled = compile_model(model, "cpu")
     assert not any(isinstance(g.match, AttentionMatch) for g in compiled.partition.groups)
-    session = tilefuse.InferenceSession(compiled.plan.save(tmp_path / "centred.tfplan"))
+    _runs_like_onnxruntime(model, compiled, (seq, heads, d), tmp_path)
+
+
+def _runs_like_onnxruntime(model, compiled, dims, tmp_path):
+    session = tilefuse.InferenceSession(compiled.plan.save(tmp_path / "attention.tfplan"))
     seed = random.randrange(2**31)
-    feeds = _feeds(seq, heads, d, np.float32, seed)
+    feeds = _feeds(*dims, np.float32, seed)
     (got,) = session.run(None, feeds)
     (want,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
     c = compare_output("y", got, want)
-    assert c.ok, f"seed={seed}: {c.problem}"
+    assert c.ok, f"{dims} seed={seed}: {c.problem}"
