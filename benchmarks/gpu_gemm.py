@@ -85,7 +85,7 @@ FLAGS = {"tma": ("codegen__tma_pipelines", True), "mirror": ("codegen__epilogue_
          "nowarp": ("codegen__warp_rows", False), "nopad": ("codegen__staging_pad", False),
          "noregrows": ("codegen__register_rows", False), "nocache": ("codegen__cache_rows", False),
          "pdl": ("codegen__programmatic_launch", "release-first"), "pdlwait": ("codegen__programmatic_launch", "wait-first"),
-         "noerfsum": ("codegen__fast_erf_sum", False), "fmareg": ("codegen__fma_registers", True),
+         "noerfsum": ("codegen__fast_erf_sum", False), "fmareg": ("codegen__fma_registers", 64),
          "s3": ("gemm__inflight_bytes", 100 * 1024), "s3k128": ("gemm__inflight_bytes", 200 * 1024)}
 
 

@@ -10,9 +10,9 @@ registers depends on the statements that use it and on the block's threads:
   accumulator's layout: attention's P);
 - both tiles of a tile reduction of power-of-two shape that splits over the threads (its
   result's per-row vectors too: attention's running max and sum, with ``register_rows``);
-- with ``fma_registers``, the accumulator of an exact product (an FMA loop: float32 tiles
-  not rounded to TF32, or shapes no MMA takes) whose tile splits evenly over the threads
-  and leaves each at most ``FMA_REGISTERS`` elements: each thread accumulates its own
+- with ``fma_registers`` (a number of elements, 0: never), the accumulator of an exact
+  product (an FMA loop: float32 tiles not rounded to TF32, or shapes no MMA takes) whose
+  tile splits evenly over the threads and leaves each at most that many elements: each thread accumulates its own
   elements, reading the operand tiles from shared memory.
 
 Every other fragment tile is held in shared memory, where any thread may read any element.
@@ -34,11 +34,10 @@ from tilefuse.tile_ir.ir import Buffer, Gemm, If, Loop, ReduceTile, Scope, Stmt,
 HALF = frozenset({DType.FLOAT16, DType.BFLOAT16})
 # tile reductions TileLang has register forms of (T.reduce_sum / _max / _min)
 REGISTER_REDUCTIONS = frozenset({ReduceFn.SUM, ReduceFn.MAX, ReduceFn.MIN})
-FMA_REGISTERS = 64  # accumulator elements a thread holds at most for an exact product
 
 
 def place_registers(program: TileProgram, device: Device, register_rows: bool = True,
-                    fma_registers: bool = False) -> TileProgram:
+                    fma_registers: int = 0) -> TileProgram:
     """``program`` with ``registers`` set for its block (devices with blocks only);
     ``register_rows``, ``fma_registers``: the code generator's options of those names
     (CudaOptions)."""
@@ -80,7 +79,7 @@ def check_placement(p: TileProgram) -> None:
 
 
 def register_buffers(stmts: tuple[Stmt, ...], threads: int, allocs: tuple[Buffer, ...] = (),
-                     register_rows: bool = True, fma_registers: bool = False) -> frozenset[str]:
+                     register_rows: bool = True, fma_registers: int = 0) -> frozenset[str]:
     """Names of the fragment tiles held in registers on a block of ``threads``, for
     statements whose forms are set (``_forms``)."""
     out: set[str] = set()
@@ -90,7 +89,7 @@ def register_buffers(stmts: tuple[Stmt, ...], threads: int, allocs: tuple[Buffer
             out.add(s.c.name)
             if register_rows and s.a.scope is Scope.FRAGMENT and not s.trans_a and warpgroup_rows(s, threads):
                 out.add(s.a.name)
-        elif isinstance(s, Gemm) and fma_registers and fma_accumulator(s, threads):
+        elif isinstance(s, Gemm) and fma_registers and fma_accumulator(s, threads, fma_registers):
             out.add(s.c.name)
         elif isinstance(s, ReduceTile) and s.registers:
             out |= {s.src.name, s.dst.name}
@@ -113,12 +112,12 @@ def tensor_core(g: Gemm, threads: int) -> bool:
     return (half or tf32) and g.b.dtype is g.a.dtype and threads % 32 == 0 and split
 
 
-def fma_accumulator(g: Gemm, threads: int) -> bool:
+def fma_accumulator(g: Gemm, threads: int, most: int) -> bool:
     """An exact product whose fragment accumulator splits evenly over ``threads``, at most
-    ``FMA_REGISTERS`` elements each: each thread's FMA loop accumulates its own."""
+    ``most`` elements each: each thread's FMA loop accumulates its own."""
     size = g.c.shape[0] * g.c.shape[1]
     return (not g.tensor_cores and g.c.scope is Scope.FRAGMENT and size % threads == 0
-            and size // threads <= FMA_REGISTERS)
+            and size // threads <= most)
 
 
 def warpgroup_rows(g: Gemm, threads: int) -> bool:
