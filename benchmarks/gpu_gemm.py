@@ -80,12 +80,12 @@ def _model(shape: str) -> bytes:
 NUMBERS = {"rt": "rows__threads", "re": "rows__tile_elems", "mb": "codegen__min_blocks_per_sm",
            "kv": "attention__key_tile", "qt": "attention__query_tile", "ow": "attention__one_wave_occupancy",
            "wv": "codegen__vector_bytes", "bm": "gemm__force_tile_m", "bn": "gemm__force_tile_n",
-           "pb": "codegen__producer_blocks_per_sm", "ps": "gemm__producer_steps"}
+           "pb": "codegen__producer_blocks_per_sm", "ps": "gemm__producer_steps", "fr": "codegen__fma_registers"}
 FLAGS = {"tma": ("codegen__tma_pipelines", True), "mirror": ("codegen__epilogue_in_registers", False),
          "nowarp": ("codegen__warp_rows", False), "nopad": ("codegen__staging_pad", False),
          "noregrows": ("codegen__register_rows", False), "nocache": ("codegen__cache_rows", False),
          "pdl": ("codegen__programmatic_launch", "release-first"), "pdlwait": ("codegen__programmatic_launch", "wait-first"),
-         "noerfsum": ("codegen__fast_erf_sum", False), "fmareg": ("codegen__fma_registers", 64),
+         "noerfsum": ("codegen__fast_erf_sum", False), "fmashared": ("codegen__fma_registers", 0),
          "s3": ("gemm__inflight_bytes", 100 * 1024), "s3k128": ("gemm__inflight_bytes", 200 * 1024)}
 
 

@@ -79,9 +79,10 @@ class CudaOptions:
     register_rows: bool = True  # a fragment A operand and row vectors beside register reductions stay in registers (placement.py)
     # an exact float32 product (an FMA loop, not tensor cores) accumulates in registers where
     # its tile splits evenly over the block, at most this many elements a thread
-    # (placement.py); 0 (today): in shared memory, a load and a store around every FMA.
-    # Variant "fmareg" (64)
-    fma_registers: int = 0
+    # (placement.py), stepping over K outermost so one step's operand loads serve all of a
+    # thread's elements; 0: in shared memory, a load and a store around every FMA (variant
+    # "fmashared"). Measured on the H200 (NOTES.md, session 16)
+    fma_registers: int = 128
     # bytes those tiles' rows are padded by against bank conflicts (a thread's accumulator
     # elements sit 8 rows apart; Nsight: 7-way conflicts on the QKV kernel's stores
     # unpadded), keeping each row 16-byte aligned for the vector copies out; 0 (or

@@ -433,6 +433,15 @@ class _Emitter(ExprPrinter):
         av = f"{a}[{kk}, {i}]" if s.trans_a else f"{a}[{i}, {kk}]"
         bv = f"{b}[{j}, {kk}]" if s.trans_b else f"{b}[{kk}, {j}]"
         cast = (lambda x: x) if s.a.dtype is s.c.dtype else (lambda x: f'T.Cast("{s.c.dtype.value}", {x})')
+        if s.c.name in self.p.registers:
+            # each thread's accumulator elements (tile_ir.passes.place_registers): the step
+            # over K outermost, so one step's loads of A's rows and B's columns serve all of
+            # the thread's elements (a register block); each element's sum keeps K's order
+            return [
+                f"{ind}for {kk} in T.serial({k}):",
+                f"{ind}    for {i}, {j} in T.Parallel({m}, {n}):",
+                f"{ind}        {c}[{i}, {j}] = {c}[{i}, {j}] + {cast(av)} * {cast(bv)}",
+            ]
         return [
             f"{ind}for {i}, {j} in T.Parallel({m}, {n}):",
             f"{ind}    for {kk} in T.serial({k}):",

@@ -192,8 +192,12 @@ class _Builder:
             return None
         bk = min(self.k, self.tile_k)
         # A whole-row B tile is bk x N: keep it (double-buffered when pipelined) within a
-        # quarter of the on-chip budget, next to the accumulator rows.
-        while bn == self.n and bk > 16 and bk % 2 == 0 and bk * bn * self.op_dtype.itemsize > self.onchip // 4:
+        # quarter of the on-chip budget, next to the accumulator rows. The matrix unit
+        # takes K steps of 16; a GPU's exact float32 product (an FMA loop) any depth:
+        # LLaMA's 2048-wide rows at batch 32 needed 257 KB at K 16 in float32
+        exact = bool(self.target.device.max_block_threads) and self.op_dtype not in HALF_FLOATS and not self.tf32
+        least = 4 if exact else 16
+        while bn == self.n and bk > least and bk % 2 == 0 and bk * bn * self.op_dtype.itemsize > self.onchip // 4:
             bk //= 2
         stages = 2
         if producer:

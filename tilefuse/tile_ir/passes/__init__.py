@@ -47,7 +47,7 @@ class DeviceOptions:
 
     t_copy: bool = True  # plain tile loads are bulk copies
     register_rows: bool = True  # attention's P and row vectors beside register reductions in registers
-    fma_registers: int = 0  # exact (FMA-loop) products accumulate in registers, up to this many elements a thread; 0: never
+    fma_registers: int = 128  # exact (FMA-loop) products accumulate in registers, up to this many elements a thread; 0: never
     reduction_lanes: int = 32  # threads that share one reduction at most
     warp_rows: bool = True  # row programs one warp per row
     epilogue_in_registers: bool = True  # accumulators read element by element stay in registers
