@@ -13,7 +13,7 @@ from tilefuse.codegen.cuda.emit import emit_tilelang
 from tilefuse.ir.dtypes import DType
 from tilefuse.target import CUDA_SM90A, adjust
 from tilefuse.tile_ir import verify_program
-from tilefuse.tile_ir.ir import Buffer, Fill, Gemm, Load, Loop, LoopKind, Scope, Store, TileProgram, Var, const_index
+from tilefuse.tile_ir.ir import Buffer, Fill, Gemm, Load, Loop, LoopKind, Scope, Store, TileProgram, Var, const_index, statements
 from tilefuse.tile_ir.passes import DeviceOptions, for_device
 
 F32 = DType.FLOAT32
@@ -79,3 +79,37 @@ def test_threads_are_fitted_before_placement():
     placed, text = _printed(_exact_product(24, 20, threads=128), 128)
     assert 480 % placed.threads == 0 and 480 // placed.threads <= 128
     assert "acc" in placed.registers and _k_outermost(text)
+
+
+def test_an_exact_whole_row_product_takes_k_steps_below_the_mma_s_16():
+    """A float32 product fused with an RMSNorm over 2048-wide rows (LLaMA at batch 32; it
+    did not compile): its B tile is K x 2048, 128 KB at K 16, two stages past
+    the block's 227 KB. An exact product takes any K step: it halves to fit."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tilefuse.frontend import import_onnx
+    from tilefuse.partition import partition_graph
+    from tilefuse.tile_ir import lower_group
+
+    rng = np.random.default_rng(0)
+    rows, k, n = (32, 128), 2048, 2048
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["p", "r"], ["h"]),
+             helper.make_node("Mul", ["h", "h"], ["sq"]), helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1]),
+             helper.make_node("Add", ["ms", "eps"], ["mse"]), helper.make_node("Sqrt", ["mse"], ["rms"]),
+             helper.make_node("Div", ["h", "rms"], ["hn"]), helper.make_node("Mul", ["g", "hn"], ["y"])]
+    inits = [numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.ones(n, np.float32), "g"), numpy_helper.from_array(np.array(1e-6, np.float32), "eps")]
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(nodes, "whole_row", [helper.make_tensor_value_info("x", f32, [*rows, k]),
+                                                   helper.make_tensor_value_info("r", f32, [*rows, n])],
+                              [helper.make_tensor_value_info("y", f32, [*rows, n]), helper.make_tensor_value_info("h", f32, [*rows, n])],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    g = import_onnx(onnx.load_from_string(model.SerializeToString()), {})
+    groups = [x for x in partition_graph(g, CUDA_SM90A).groups if any(type(nd.op).__name__ == "MatMul" for nd in x.nodes)]
+    (group,) = groups
+    program = lower_group(group, CUDA_SM90A).program  # verified: its tiles fit the block
+    (gemm,) = [s for s in statements(program.body) if isinstance(s, Gemm)]
+    assert gemm.b.shape[1] == n and gemm.b.shape[0] < 16 and not gemm.tensor_cores
