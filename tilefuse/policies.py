@@ -92,6 +92,10 @@ class ConvPolicy:
     # coalesced; taps innermost read a warp's 32 values from 32 places, ResNet-50's 3 x 3
     # convolutions at 0.5-14 TFLOP/s)
     positions_inner: bool = False
+    # output channels of a convolution tile at most (0: the product tile's edge): each
+    # channel tile fills the im2col of its positions again, so fewer, wider ones fill it
+    # less often (CPU: ResNet-50's 3 x 3 convolutions of 512 channels refilled it 8 times)
+    channel_tile: int = 0
 
 
 @dataclass(frozen=True, slots=True)

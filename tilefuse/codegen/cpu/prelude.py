@@ -233,11 +233,105 @@ static inline __attribute__((always_inline)) void tf_strip_16(int64_t m, int64_t
     }
 }
 
+/* 16-float registers (AVX-512): blocks of MR rows x 32 columns, two vectors a row */
+#ifdef __AVX512F__
+#include <immintrin.h>
+typedef float tf_v16 __attribute__((vector_size(64), aligned(4)));
+#define TF_MICRO32(NAME, MR)                                                                      \
+static inline __attribute__((always_inline)) void NAME(int64_t k, const float *restrict a,     \
+        int64_t lda, const float *restrict b, int64_t ldb, float *restrict c, int64_t ldc) {    \
+    tf_v16 acc[MR][2];                                                                          \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                     \
+        acc[r][0] = *(const tf_v16 *)(c + r * ldc);                                             \
+        acc[r][1] = *(const tf_v16 *)(c + r * ldc + 16);                                        \
+    }                                                                                           \
+    for (int64_t p = 0; p < k; ++p) {                                                           \
+        const tf_v16 b0 = *(const tf_v16 *)(b + p * ldb), b1 = *(const tf_v16 *)(b + p * ldb + 16); \
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                 \
+            const float ar = a[r * lda + p];                                                    \
+            acc[r][0] += ar * b0;                                                               \
+            acc[r][1] += ar * b1;                                                               \
+        }                                                                                       \
+    }                                                                                           \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                     \
+        *(tf_v16 *)(c + r * ldc) = acc[r][0];                                                   \
+        *(tf_v16 *)(c + r * ldc + 16) = acc[r][1];                                              \
+    }                                                                                           \
+}
+TF_MICRO32(tf_micro32_12, 12) TF_MICRO32(tf_micro32_11, 11) TF_MICRO32(tf_micro32_10, 10) TF_MICRO32(tf_micro32_9, 9)
+TF_MICRO32(tf_micro32_8, 8) TF_MICRO32(tf_micro32_7, 7) TF_MICRO32(tf_micro32_6, 6) TF_MICRO32(tf_micro32_5, 5)
+TF_MICRO32(tf_micro32_4, 4) TF_MICRO32(tf_micro32_3, 3) TF_MICRO32(tf_micro32_2, 2) TF_MICRO32(tf_micro32_1, 1)
+
+/* rows [0, m) of a 32-column strip of b (rows ldb apart: a panel's 32, or a tile's row):
+ * blocks of 12 rows (24 accumulators of 16 floats), the last 13..23 rows as two near-equal
+ * blocks */
+static inline __attribute__((always_inline)) void tf_strip_32(int64_t m, int64_t k,
+        const float *restrict a, int64_t lda, const float *restrict b, int64_t ldb,
+        float *restrict c, int64_t ldc) {
+    int64_t i = 0;
+    while (m - i > 0) {
+        const int64_t left = m - i, r = left >= 24 ? 12 : (left > 12 ? (left + 1) / 2 : left);
+        const float *ai = a + i * lda;
+        float *ci = c + i * ldc;
+        switch (r) {
+        case 12: tf_micro32_12(k, ai, lda, b, ldb, ci, ldc); break;
+        case 11: tf_micro32_11(k, ai, lda, b, ldb, ci, ldc); break;
+        case 10: tf_micro32_10(k, ai, lda, b, ldb, ci, ldc); break;
+        case 9: tf_micro32_9(k, ai, lda, b, ldb, ci, ldc); break;
+        case 8: tf_micro32_8(k, ai, lda, b, ldb, ci, ldc); break;
+        case 7: tf_micro32_7(k, ai, lda, b, ldb, ci, ldc); break;
+        case 6: tf_micro32_6(k, ai, lda, b, ldb, ci, ldc); break;
+        case 5: tf_micro32_5(k, ai, lda, b, ldb, ci, ldc); break;
+        case 4: tf_micro32_4(k, ai, lda, b, ldb, ci, ldc); break;
+        case 3: tf_micro32_3(k, ai, lda, b, ldb, ci, ldc); break;
+        case 2: tf_micro32_2(k, ai, lda, b, ldb, ci, ldc); break;
+        default: tf_micro32_1(k, ai, lda, b, ldb, ci, ldc); break;
+        }
+        i += r;
+    }
+}
+
+/* rows [0, m) of one 16-column strip whose columns ``mask`` marks (the others are not
+ * read nor written): blocks of 12 rows, one 16-float accumulator each */
+#define TF_MASKED(NAME, MR)                                                                     \
+static inline __attribute__((always_inline)) void NAME(int64_t k, const float *restrict a,     \
+        int64_t lda, const float *restrict b, int64_t ldb, float *restrict c, int64_t ldc,      \
+        __mmask16 mask) {                                                                       \
+    __m512 acc[MR];                                                                             \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) acc[r] = _mm512_maskz_loadu_ps(mask, c + r * ldc); \
+    for (int64_t p = 0; p < k; ++p) {                                                           \
+        const __m512 bv = _mm512_maskz_loadu_ps(mask, b + p * ldb);                             \
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r)                                   \
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), bv, acc[r]);               \
+    }                                                                                           \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) _mm512_mask_storeu_ps(c + r * ldc, mask, acc[r]); \
+}
+TF_MASKED(tf_masked_12, 12) TF_MASKED(tf_masked_8, 8) TF_MASKED(tf_masked_4, 4) TF_MASKED(tf_masked_1, 1)
+
+static inline __attribute__((always_inline)) void tf_strip_masked(int64_t m, int64_t k,
+        const float *restrict a, int64_t lda, const float *restrict b, int64_t ldb,
+        float *restrict c, int64_t ldc, __mmask16 mask) {
+    int64_t i = 0;
+    for (; i + 12 <= m; i += 12) tf_masked_12(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, mask);
+    for (; i + 8 <= m; i += 8) tf_masked_8(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, mask);
+    for (; i + 4 <= m; i += 4) tf_masked_4(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, mask);
+    for (; i < m; ++i) tf_masked_1(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, mask);
+}
+#endif
+
 /* c[m x n] += a[m x k] @ b[k x n], row-major with leading dimensions lda, ldb, ldc */
 static inline __attribute__((always_inline)) void tf_gemm_f32(int64_t m, int64_t n, int64_t k,
         const float *restrict a, int64_t lda, const float *restrict b, int64_t ldb,
         float *restrict c, int64_t ldc) {
     int64_t j = 0;
+#ifdef __AVX512F__
+    for (; j + 32 <= n; j += 32) tf_strip_32(m, k, a, lda, b + j, ldb, c + j, ldc);
+    for (; j < n; j += 16) {  /* the last n - j < 32 columns: 16-wide strips, the last one masked */
+        const int64_t w = n - j < 16 ? n - j : 16;
+        tf_strip_masked(m, k, a, lda, b + j, ldb, c + j, ldc, (__mmask16)((1u << w) - 1u));
+    }
+    return;
+#endif
     for (; j + 16 <= n; j += 16) tf_strip_16(m, k, a, lda, b + j, ldb, c + j, ldc);
     for (; j + 8 <= n; j += 8) {
         int64_t i = 0;
@@ -279,66 +373,16 @@ PANEL_PRELUDE = r"""
  * K; a's rows are read in place (one broadcast per row and step). Sums run over k in
  * order, element by element, exactly as the plain loop adds them; the layout and the
  * order do not depend on the instruction set, only the width of the registers does. */
+/* rows [0, m) by one panel's block of K */
+static inline void tf_panel_rows(int64_t m, int64_t k, const float *restrict a, int64_t lda,
+        const float *restrict b, float *restrict c, int64_t ldc) {
 #ifdef __AVX512F__
-typedef float tf_v16 __attribute__((vector_size(64), aligned(4)));
-#define TF_PANEL(NAME, MR)                                                                      \
-static inline __attribute__((always_inline)) void NAME(int64_t k, const float *restrict a,     \
-        int64_t lda, const float *restrict b, float *restrict c, int64_t ldc) {                 \
-    tf_v16 acc[MR][2];                                                                          \
-    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                     \
-        acc[r][0] = *(const tf_v16 *)(c + r * ldc);                                             \
-        acc[r][1] = *(const tf_v16 *)(c + r * ldc + 16);                                        \
-    }                                                                                           \
-    for (int64_t p = 0; p < k; ++p) {                                                           \
-        const tf_v16 b0 = *(const tf_v16 *)(b + p * 32), b1 = *(const tf_v16 *)(b + p * 32 + 16); \
-        _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                 \
-            const float ar = a[r * lda + p];                                                    \
-            acc[r][0] += ar * b0;                                                               \
-            acc[r][1] += ar * b1;                                                               \
-        }                                                                                       \
-    }                                                                                           \
-    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                     \
-        *(tf_v16 *)(c + r * ldc) = acc[r][0];                                                   \
-        *(tf_v16 *)(c + r * ldc + 16) = acc[r][1];                                              \
-    }                                                                                           \
-}
-TF_PANEL(tf_panel_12, 12) TF_PANEL(tf_panel_11, 11) TF_PANEL(tf_panel_10, 10) TF_PANEL(tf_panel_9, 9)
-TF_PANEL(tf_panel_8, 8) TF_PANEL(tf_panel_7, 7) TF_PANEL(tf_panel_6, 6) TF_PANEL(tf_panel_5, 5)
-TF_PANEL(tf_panel_4, 4) TF_PANEL(tf_panel_3, 3) TF_PANEL(tf_panel_2, 2) TF_PANEL(tf_panel_1, 1)
-
-/* rows [0, m) by one panel's block of K: blocks of 12 rows (24 accumulators of 32), the
- * last 13..23 rows as two near-equal blocks */
-static inline void tf_panel_rows(int64_t m, int64_t k, const float *restrict a, int64_t lda,
-        const float *restrict b, float *restrict c, int64_t ldc) {
-    int64_t i = 0;
-    while (m - i > 0) {
-        const int64_t left = m - i, r = left >= 24 ? 12 : (left > 12 ? (left + 1) / 2 : left);
-        const float *ai = a + i * lda;
-        float *ci = c + i * ldc;
-        switch (r) {
-        case 12: tf_panel_12(k, ai, lda, b, ci, ldc); break;
-        case 11: tf_panel_11(k, ai, lda, b, ci, ldc); break;
-        case 10: tf_panel_10(k, ai, lda, b, ci, ldc); break;
-        case 9: tf_panel_9(k, ai, lda, b, ci, ldc); break;
-        case 8: tf_panel_8(k, ai, lda, b, ci, ldc); break;
-        case 7: tf_panel_7(k, ai, lda, b, ci, ldc); break;
-        case 6: tf_panel_6(k, ai, lda, b, ci, ldc); break;
-        case 5: tf_panel_5(k, ai, lda, b, ci, ldc); break;
-        case 4: tf_panel_4(k, ai, lda, b, ci, ldc); break;
-        case 3: tf_panel_3(k, ai, lda, b, ci, ldc); break;
-        case 2: tf_panel_2(k, ai, lda, b, ci, ldc); break;
-        default: tf_panel_1(k, ai, lda, b, ci, ldc); break;
-        }
-        i += r;
-    }
-}
+    tf_strip_32(m, k, a, lda, b, 32, c, ldc);
 #else  /* 8-float registers: a panel as two 16-column strips of the plain product core */
-static inline void tf_panel_rows(int64_t m, int64_t k, const float *restrict a, int64_t lda,
-        const float *restrict b, float *restrict c, int64_t ldc) {
     tf_strip_16(m, k, a, lda, b, 32, c, ldc);
     tf_strip_16(m, k, a, lda, b + 16, 32, c + 16, ldc);
-}
 #endif
+}
 
 /* c[m x n] += a[m x k] (rows lda apart) @ rows [k0, k0 + k) of the n / 32 panels at bp,
  * each of kp rows (those past kp are not read, nor a's columns there); K in blocks of kb */

@@ -69,6 +69,16 @@ def fills(b: "_Builder", el: ElementBuilder, ta: Buffer, tb: Buffer, mt: Var, n0
             val = Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)
         return [Store(ta, (j, linearize((cl, *t), (chans, *taps))), narrow(val, ta.dtype))]
 
+    per_k = chans * math.prod(taps)
+
+    def w_rows(idx: Index) -> list[Stmt]:  # the weight bound [Cout, K]: a run of K per channel
+        j, q = idx
+        col = iop(IOp.ADD, iop(IOp.MUL, kt, per_k), q)
+        val = widen(Load(b.packed, (iop(IOp.ADD, n0, j), col)), dt)  # type: ignore[arg-type]
+        if cin % chans:
+            val = Call(ScalarFn.WHERE, (iop(IOp.LT, col, cin * math.prod(taps)), val, Const(0, dt)), dt)
+        return [Store(ta, (j, q), narrow(val, ta.dtype))]
+
     def x_value(cl: Expr, t: Index, p: Index, guard: list[bool]) -> Expr:
         ch = iop(IOp.ADD, ch0, cl)
         o = (iop(IOp.ADD, row0, p[0]), *p[1:])
@@ -86,6 +96,8 @@ def fills(b: "_Builder", el: ElementBuilder, ta: Buffer, tb: Buffer, mt: Var, n0
         return [Store(tb, (linearize((cl, *t), (chans, *taps)), linearize(p, shape)), val)]
 
     x_fill = _split_last(b, mt, taps, shape, guards, x.type.shape[-1], op, x_value, put, chans)
+    if b.packed is not None and b.packs_conv_rows():
+        return [*parallel(b.names, (ta.shape[0], per_k), w_rows), *x_fill]
     return [*parallel(b.names, (ta.shape[0], chans, *taps), w_body), *x_fill]
 
 

@@ -505,6 +505,9 @@ class _Builder:
             return Value(f"{v.name}.{value_tag}", TensorType(v.type.dtype, data.shape), data=data), self.packed
 
         def pack(k: int, v: Value) -> tuple[Value, Buffer] | None:
+            if v is w and self.packs_conv_rows():  # [Cout, K]: a weight tile's rows are runs of K
+                rows = np.ascontiguousarray(v.data.reshape(v.type.shape[0], -1))  # type: ignore[union-attr]
+                return bind(k, v, rows, "rows", "rows")
             if v is not w or not self.packs_conv_weight():
                 return None
             kxm = np.ascontiguousarray(v.data.reshape(v.type.shape[0], -1).T)  # type: ignore[union-attr]
@@ -555,6 +558,15 @@ class _Builder:
         """A convolution whose constant weight only it reads: bound as a [K, M] copy."""
         w = self.c.inputs[1]
         return (isinstance(self.c.op, Conv) and not self.flip and w.is_constant
+                and sum(x is w for n in self.group.nodes for x in n.inputs) == 1)
+
+    def packs_conv_rows(self) -> bool:
+        """A host's channel-rows convolution (not depthwise) whose constant weight only it
+        reads: bound as its [Cout, K] view, so a weight tile fills by runs of whole K
+        steps (``conv_rows.fills``), not by runs of a kernel row (3 of a 3 x 3)."""
+        w = self.c.inputs[1]
+        return (isinstance(self.c.op, Conv) and self.flip and not self.depthwise and w.is_constant
+                and not self.target.device.max_block_threads
                 and sum(x is w for n in self.group.nodes for x in n.inputs) == 1)
 
     def pads_weight(self) -> bool:

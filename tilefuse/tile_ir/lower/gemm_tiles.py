@@ -40,7 +40,8 @@ def tiles(b: "_Builder") -> tuple[int, int]:
     convolution's column tiles divide a group's output channels (``b.cols``), each
     group a run of column tiles of the grid."""
     cols = b.cols
-    bm, bn = divisor_tile(b.m, b.gemm_rows), divisor_tile(cols, b.gemm_tile)
+    channels = b.target.conv.channel_tile if isinstance(b.c.op, Conv) and not b.depthwise else 0
+    bm, bn = divisor_tile(b.m, b.gemm_rows), divisor_tile(cols, channels or b.gemm_tile)
     if b.reductions or b.first is not None:  # whole rows on the tile: rows of all N columns
         bm = divisor_tile(b.m, b.row_tile)
         if b.mma_rows > 1 and b.first is None and b.m > 16 and (bm & (bm - 1) or bm < b.mma_rows):

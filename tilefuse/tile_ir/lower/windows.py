@@ -19,15 +19,17 @@ one reduction element stands behind each output element); this module tiles the 
 """
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Callable
 
+from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import Reduce, ScalarFn, WindowReduce
 from tilefuse.partition.model import FusedGroup
 from tilefuse.patterns import WindowsMatch
 from tilefuse.target import CPU, Target
-from tilefuse.tile_ir.ir import Buffer, Call, Expr, IOp, Load, Scope, Stmt, Store, TileProgram, Var, const_index, iop
+from tilefuse.tile_ir.ir import Buffer, Call, Const, Expr, IOp, Load, Scope, Stmt, Store, TileProgram, Var, const_index, iop
 from tilefuse.tile_ir.lower.common import COMBINE, Names, accumulator_dtype, divisor_tile, identity, parallel, serial, widen
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, window_needs_guard, window_source
 from tilefuse.tile_ir.lower.forward import Forward, forward_index
@@ -46,8 +48,10 @@ def lower_windows(group: FusedGroup, match: WindowsMatch, name: str,
     return _build(group, r, forward_index(match.epilogue, [r]), name, target)
 
 
-def _taps(r: Node) -> tuple[tuple[int, ...], Source]:
-    """The extents of a window (or of the reduced axes) and where each tap reads."""
+def _taps(r: Node, unchecked: frozenset[int] = frozenset()) -> tuple[tuple[int, ...], Source]:
+    """The extents of a window (or of the reduced axes) and where each tap reads; a
+    window's reads along its dims ``unchecked`` are not checked (the caller visits only
+    the positions inside the input there, ``_runs``)."""
     op, x, out = r.op, r.inputs[0], r.outputs[0].type.shape
     shape = x.type.shape
     if isinstance(op, WindowReduce):
@@ -55,6 +59,7 @@ def _taps(r: Node) -> tuple[tuple[int, ...], Source]:
         lead = len(shape) - k
         guards = [window_needs_guard(out[lead + d], op.kernel[d], op.strides[d], op.dilations[d], op.pads[d],
                                      shape[lead + d]) for d in range(k)]
+        guards = [g and d not in unchecked for d, g in enumerate(guards)]
 
         def window(o: Index, t: Index) -> tuple[Index, Expr | None]:
             pos, inside = window_source(o[lead:], t, op.strides, op.dilations, op.pads, shape[lead:], guards)
@@ -76,18 +81,35 @@ def _taps(r: Node) -> tuple[tuple[int, ...], Source]:
     return tuple(shape[a] for a in op.axes), reduced
 
 
-def tile_shape(shape: tuple[int, ...], cap: int, cores: int, least: int) -> list[int]:
+def _runs(r: Node, d: int) -> list[tuple[int, int]]:
+    """Per tap of a window's dim ``d``, the run [lo, hi) of output positions along it
+    whose input position ``o * stride + t * dilation - pad`` is inside the input."""
+    op: WindowReduce = r.op  # type: ignore[assignment]
+    lead = r.inputs[0].type.rank - len(op.kernel)
+    n, size = r.outputs[0].type.shape[lead + d], r.inputs[0].type.shape[lead + d]
+    stride, dil, pad = op.strides[d], op.dilations[d], op.pads[d]
+    runs = []
+    for t in range(op.kernel[d]):
+        lo = min(n, max(0, -(-(pad - t * dil) // stride)))
+        hi = min(n, max(0, (size - 1 + pad - t * dil) // stride + 1))
+        runs.append((lo, max(lo, hi)))
+    return runs
+
+
+def tile_shape(shape: tuple[int, ...], cap: int, cores: int, least: int, keep_last: bool = False) -> list[int]:
     """Tile edges over ``shape``: whole trailing dims up to ``cap`` elements (divisors, so
     no tile has a tail), then the largest edge halved (as a divisor) while the grid leaves
-    some of ``cores`` idle and a tile keeps at least ``least`` elements."""
+    some of ``cores`` idle and a tile keeps at least ``least`` elements; with
+    ``keep_last``, any edge but the last (a host's window loops run along it)."""
     tiles, room = [1] * len(shape), cap
     for d in reversed(range(len(shape))):
         tiles[d] = divisor_tile(shape[d], max(1, room))
         room //= tiles[d]
         if tiles[d] < shape[d]:
             break
+    halvable = range(len(tiles) - 1) if keep_last and len(tiles) > 1 else range(len(tiles))
     while math.prod(s // t for s, t in zip(shape, tiles)) < cores:
-        d = max(range(len(tiles)), key=lambda d: tiles[d])
+        d = max(halvable, key=lambda d: tiles[d])
         smaller = divisor_tile(shape[d], tiles[d] // 2) if tiles[d] > 1 else 1
         if smaller == tiles[d] or math.prod(tiles) // tiles[d] * smaller < least:
             break
@@ -102,7 +124,8 @@ def _build(group: FusedGroup, r: Node, fwd: dict[int, Forward], name: str,
     out_shape = y.type.shape
     fn = r.op.fn  # type: ignore[attr-defined]
     dt = accumulator_dtype(y.type.dtype)
-    tiles = tile_shape(out_shape, target.window.tile, target.device.cores, target.gemm.min_tile)
+    host_window = not target.device.max_block_threads and isinstance(r.op, WindowReduce)
+    tiles = tile_shape(out_shape, target.window.tile, target.device.cores, target.gemm.min_tile, keep_last=host_window)
     grid_dims = [d for d, (s, t) in enumerate(zip(out_shape, tiles)) if s > t]
     block_vars = tuple(Var(f"b{d}") for d in grid_dims) or (Var("b0"),)
     grid = tuple(out_shape[d] // tiles[d] for d in grid_dims) or (1,)
@@ -128,7 +151,9 @@ def _build(group: FusedGroup, r: Node, fwd: dict[int, Forward], name: str,
     x = r.inputs[0]
     start = identity(fn, dt)
 
-    def element(i: Index) -> list[Stmt]:
+    def element(i: Index, folds: bool = True) -> list[Stmt]:
+        """One output element: its running value, its window's taps folded in (unless
+        ``folds`` is off: a host's tile folds them tap by tap first), its stores."""
         at = i or (const_index(0),)
         here.append(at)
         where = list(origin)
@@ -146,18 +171,76 @@ def _build(group: FusedGroup, r: Node, fwd: dict[int, Forward], name: str,
                 val = Call(ScalarFn.WHERE, (inside, val, start), dt)
             return [Store(acc, at, Call(COMBINE[fn], (Load(acc, at), val), dt))]
 
-        stores = [Store(out, fwd[id(v)](o), el.at(v, fwd[id(v)](o))) for v, out in zip(group.outputs, kp.outputs)]
+        stores: list[Stmt] = [Store(out, fwd[id(v)](o), el.at(v, fwd[id(v)](o))) for v, out in zip(group.outputs, kp.outputs)]
+        if not folds:
+            return stores
         return [Store(acc, at, start), *serial(names, [taps[d] for d in wide], tap), *stores]
 
-    body = parallel(names, [tiles[d] for d in inner], element)
+    last = len(out_shape) - 1
+    outermost = host_window and tiles[last] == out_shape[last] > 1 and last in inner
+    if outermost:
+        body = _taps_outermost(names, r, tiles, inner, origin, acc, start, el, dt)
+        body += parallel(names, [tiles[d] for d in inner], lambda i: element(i, folds=False))
+    else:
+        body = parallel(names, [tiles[d] for d in inner], element)
     elems = math.prod(tiles)
     if isinstance(r.op, WindowReduce):
         what = f"{fn.value} of {'x'.join(map(str, taps))} windows, strides {r.op.strides}"
     else:
         what = f"{fn.value} over axes {r.op.axes} ({math.prod(taps)} terms)"  # type: ignore[attr-defined]
-    notes = (f"window: {what}, tiles of {elems} outputs {tuple(tiles)}, grid {grid}",)
+    notes = (f"window: {what}, tiles of {elems} outputs {tuple(tiles)}, grid {grid}"
+             + (", taps outermost" if outermost else ""),)
     threads = min(target.window.max_threads, elems)
     schedule = WindowsSchedule(shape=tuple(out_shape), tile=tuple(tiles), taps=tuple(taps), threads=threads)
     program = TileProgram(name, tuple(kp.params), kp.num_inputs, grid, block_vars, threads, (acc,), tuple(body), notes,
                           schedule=schedule)
     return program, tuple(kp.bindings)
+
+
+def _taps_outermost(names: Names, r: Node, tiles: list[int], inner: list[int], origin: list[Expr], acc: Buffer,
+                    start: Const, el: ElementBuilder, dt: DType) -> tuple[Stmt, ...]:
+    """A host's tile, one tap at a time: every running value starts at the identity, then
+    each tap (in the order the per-element fold takes them) folds into the tile's running
+    values in one nest. Along each window dim the tile holds whole, the nest visits only
+    the positions whose input is inside it (``_runs``: no test, and the innermost loop,
+    along the last dim, vectorises); other dims keep their check. The caller's nest of
+    the epilogue then stores each element. Each element's fold sees the same taps in the
+    same order, less the padded ones, which are the reduction's identity."""
+    op: WindowReduce = r.op  # type: ignore[assignment]
+    lead = r.inputs[0].type.rank - len(op.kernel)
+    out_shape = r.outputs[0].type.shape
+    whole = frozenset(d for d in range(len(op.kernel))
+                      if lead + d in inner and tiles[lead + d] == out_shape[lead + d])
+    taps, source = _taps(r, whole)
+    runs = {d: _runs(r, d) for d in whole}
+    fn = op.fn
+    x = r.inputs[0]
+    shape = [tiles[d] for d in inner]
+
+    def tile_at(i: Index) -> Index:
+        return i or (const_index(0),)
+
+    def where(i: Index) -> tuple[Expr, ...]:
+        o = list(origin)
+        for d, v in zip(inner, i):
+            o[d] = iop(IOp.ADD, origin[d], v)
+        return tuple(o)
+
+    out: list[Stmt] = list(parallel(names, shape, lambda i: [Store(acc, tile_at(i), start)]))
+    for tap in itertools.product(*(range(t) for t in taps)):
+        # per loop of the tile: the first position it visits and how many
+        spans = [runs[d - lead][tap[d - lead]] if d - lead in whole else (0, tiles[d]) for d in inner]
+        if any(hi <= lo for lo, hi in spans):
+            continue
+
+        def fold(i: Index, tap: tuple[int, ...] = tap, spans: list[tuple[int, int]] = spans) -> list[Stmt]:
+            i = tuple(iop(IOp.ADD, v, lo) if lo else v for v, (lo, _) in zip(i, spans))
+            src, inside = source(where(i), tuple(const_index(t) for t in tap))
+            val = widen(el.at(x, src), dt)
+            if inside is not None:
+                val = Call(ScalarFn.WHERE, (inside, val, start), dt)
+            at = tile_at(i)
+            return [Store(acc, at, Call(COMBINE[fn], (Load(acc, at), val), dt))]
+
+        out += parallel(names, [hi - lo for lo, hi in spans], fold)
+    return tuple(out)

@@ -1,0 +1,52 @@
+"""The prelude's register-blocked product core ``tf_gemm_f32`` (c += a @ b on float32 tiles
+with leading dimensions) against a float64 product, at every column tail a strip leaves
+(AVX-512: strips of 32, then 16-wide ones, the last masked; AVX2: strips of 16, 8 and a
+zero-padded copy), odd row counts and leading dimensions past the tile, for the host's
+instruction set and for x86-64-v3. Columns past n and rows past m are never written."""
+import ctypes
+import subprocess
+
+import numpy as np
+import pytest
+
+from tilefuse.codegen.cpu.build import find_compiler, flags
+from tilefuse.codegen.cpu.prelude import PRELUDE
+from tilefuse.cpu_isa import host_level
+
+SHAPES = [(m, n, k) for m in (1, 5, 12, 13, 25) for n in (1, 4, 15, 16, 17, 31, 32, 33, 49, 63, 64, 70, 196) for k in (1, 7, 64)]
+
+
+def _isas() -> list[str]:
+    out = ["native"]
+    if host_level() in ("x86-64-v3", "x86-64-v4"):
+        out.append("x86-64-v3")
+    return out
+
+
+@pytest.fixture(scope="module", params=_isas())
+def core(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(f"core-{request.param}")
+    entry = ("void gemm(long m, long n, long k, const float *a, long lda, const float *b, long ldb, float *c, long ldc) "
+             "{ tf_gemm_f32(m, n, k, a, lda, b, ldb, c, ldc); }\n")
+    (tmp / "g.c").write_text(PRELUDE + entry)
+    subprocess.run([*find_compiler().command, *flags(request.param), "-o", str(tmp / "g.so"), str(tmp / "g.c"), "-lm"],
+                   check=True)
+    return ctypes.CDLL(str(tmp / "g.so")).gemm
+
+
+@pytest.mark.parametrize("m, n, k", SHAPES)
+def test_the_product_core_matches_a_float64_product(core, m, n, k):
+    rng = np.random.default_rng(m * 10007 + n * 101 + k)
+    lda, ldb, ldc = k + 3, n + 5, n + 7  # rows of each operand lie apart, past the tile
+    a = rng.standard_normal((m, lda)).astype(np.float32)
+    b = rng.standard_normal((k, ldb)).astype(np.float32)
+    c = rng.standard_normal((m + 1, ldc)).astype(np.float32)  # one more row: never written
+    want = c.astype(np.float64)
+    want[:m, :n] += a[:, :k].astype(np.float64) @ b[:, :n].astype(np.float64)
+    ptr = ctypes.c_void_p
+    core(ctypes.c_long(m), ctypes.c_long(n), ctypes.c_long(k), a.ctypes.data_as(ptr), ctypes.c_long(lda),
+         b.ctypes.data_as(ptr), ctypes.c_long(ldb), c.ctypes.data_as(ptr), ctypes.c_long(ldc))
+    assert np.array_equal(c[:, n:], want[:, n:].astype(np.float32)), "columns past n were written"
+    assert np.array_equal(c[m], want[m].astype(np.float32)), "a row past m was written"
+    err = np.abs(c[:m, :n] - want[:m, :n]).max(initial=0.0)
+    assert err <= 1e-5 * max(1.0, np.abs(want[:m, :n]).max()) * np.sqrt(k), (m, n, k, err)
