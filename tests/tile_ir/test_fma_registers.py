@@ -84,7 +84,8 @@ def test_threads_are_fitted_before_placement():
 def test_an_exact_whole_row_product_takes_k_steps_below_the_mma_s_16():
     """A float32 product fused with an RMSNorm over 2048-wide rows (LLaMA at batch 32; it
     did not compile): its B tile is K x 2048, 128 KB at K 16, two stages past
-    the block's 227 KB. An exact product takes any K step: it halves to fit."""
+    the block's 227 KB. An exact product takes any K step: it halves to fit; and its row
+    tile is chosen so the accumulator fits the register bound."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -113,3 +114,8 @@ def test_an_exact_whole_row_product_takes_k_steps_below_the_mma_s_16():
     program = lower_group(group, CUDA_SM90A).program  # verified: its tiles fit the block
     (gemm,) = [s for s in statements(program.body) if isinstance(s, Gemm)]
     assert gemm.b.shape[1] == n and gemm.b.shape[0] < 16 and not gemm.tensor_cores
+    # and its rows are few enough that the accumulator stays in registers (8 of 2048 on
+    # 128 threads: 128 elements a thread; 16 rows stayed in shared memory, 330 ms at b32)
+    rows_of_tile = gemm.c.shape[0]
+    assert gemm.c.name in program.registers
+    assert rows_of_tile * n // program.threads <= CUDA_SM90A.codegen.fma_registers

@@ -55,6 +55,13 @@ def tiles(b: "_Builder") -> tuple[int, int]:
             # schedule's one thread); a chain only where its input is read in place
             # (panels.py clamps the rows it reads), not through an x tile
             bm = _balanced(b.m, b.row_tile, math.prod(b.batch), b.cores)
+        most = getattr(b.target.codegen, "fma_registers", 0)
+        if b.mma_rows > 1 and most and b.op_dtype not in HALF_FLOATS and not b.tf32:
+            # an exact product's accumulator in registers (tile_ir/passes/placement.py)
+            # holds at most ``most`` elements a thread: LLaMA's 2048-wide rows take 8-row
+            # tiles, not 16 (a 16 x 2048 one stayed in shared memory: 330 ms at batch 32)
+            while bm > 1 and bm * b.n > b.asked_threads(bm, b.n) * most and divisor_tile(b.m, bm // 2) < bm:
+                bm = divisor_tile(b.m, bm // 2)
         return bm, b.n
     accs = 1 if b.sibling_of is not None else len(b.cs)
 
