@@ -182,25 +182,27 @@ static void *tf_alloc(size_t bytes) {
  * each step loads NV vectors of b's row and broadcasts MR values of a. Sums run over k
  * in order, element by element, exactly as the plain i-k-j loop adds them. */
 typedef float tf_v8 __attribute__((vector_size(32), aligned(4)));
-#define TF_MICRO(NAME, MR, NV)                                                                  \
+/* MR rows x NV vectors of W floats (vector type VT) */
+#define TF_MICRO_V(NAME, VT, W, MR, NV)                                                         \
 static inline __attribute__((always_inline)) void NAME(int64_t k, const float *restrict a,     \
         int64_t lda, const float *restrict b, int64_t ldb, float *restrict c, int64_t ldc) {    \
-    tf_v8 acc[MR][NV];                                                                          \
-    _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r)                                        \
+    VT acc[MR][NV];                                                                             \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r)                                       \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                                    \
-            acc[r][v] = *(const tf_v8 *)(c + r * ldc + 8 * v);                                  \
+            acc[r][v] = *(const VT *)(c + r * ldc + W * v);                                     \
     for (int64_t p = 0; p < k; ++p) {                                                           \
-        tf_v8 bv[NV];                                                                           \
-        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) bv[v] = *(const tf_v8 *)(b + p * ldb + 8 * v); \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r) {                                  \
+        VT bv[NV];                                                                              \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) bv[v] = *(const VT *)(b + p * ldb + W * v); \
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                 \
             const float ar = a[r * lda + p];                                                    \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) acc[r][v] += ar * bv[v];       \
         }                                                                                       \
     }                                                                                           \
-    _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r)                                        \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r)                                       \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                                    \
-            *(tf_v8 *)(c + r * ldc + 8 * v) = acc[r][v];                                        \
+            *(VT *)(c + r * ldc + W * v) = acc[r][v];                                           \
 }
+#define TF_MICRO(NAME, MR, NV) TF_MICRO_V(NAME, tf_v8, 8, MR, NV)
 TF_MICRO(tf_micro_6x16, 6, 2)
 TF_MICRO(tf_micro_5x16, 5, 2)
 TF_MICRO(tf_micro_4x16, 4, 2)
@@ -237,27 +239,7 @@ static inline __attribute__((always_inline)) void tf_strip_16(int64_t m, int64_t
 #ifdef __AVX512F__
 #include <immintrin.h>
 typedef float tf_v16 __attribute__((vector_size(64), aligned(4)));
-#define TF_MICRO32(NAME, MR)                                                                      \
-static inline __attribute__((always_inline)) void NAME(int64_t k, const float *restrict a,     \
-        int64_t lda, const float *restrict b, int64_t ldb, float *restrict c, int64_t ldc) {    \
-    tf_v16 acc[MR][2];                                                                          \
-    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                     \
-        acc[r][0] = *(const tf_v16 *)(c + r * ldc);                                             \
-        acc[r][1] = *(const tf_v16 *)(c + r * ldc + 16);                                        \
-    }                                                                                           \
-    for (int64_t p = 0; p < k; ++p) {                                                           \
-        const tf_v16 b0 = *(const tf_v16 *)(b + p * ldb), b1 = *(const tf_v16 *)(b + p * ldb + 16); \
-        _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                 \
-            const float ar = a[r * lda + p];                                                    \
-            acc[r][0] += ar * b0;                                                               \
-            acc[r][1] += ar * b1;                                                               \
-        }                                                                                       \
-    }                                                                                           \
-    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                     \
-        *(tf_v16 *)(c + r * ldc) = acc[r][0];                                                   \
-        *(tf_v16 *)(c + r * ldc + 16) = acc[r][1];                                              \
-    }                                                                                           \
-}
+#define TF_MICRO32(NAME, MR) TF_MICRO_V(NAME, tf_v16, 16, MR, 2)
 TF_MICRO32(tf_micro32_12, 12) TF_MICRO32(tf_micro32_11, 11) TF_MICRO32(tf_micro32_10, 10) TF_MICRO32(tf_micro32_9, 9)
 TF_MICRO32(tf_micro32_8, 8) TF_MICRO32(tf_micro32_7, 7) TF_MICRO32(tf_micro32_6, 6) TF_MICRO32(tf_micro32_5, 5)
 TF_MICRO32(tf_micro32_4, 4) TF_MICRO32(tf_micro32_3, 3) TF_MICRO32(tf_micro32_2, 2) TF_MICRO32(tf_micro32_1, 1)

@@ -195,8 +195,7 @@ class _Builder:
         # quarter of the on-chip budget, next to the accumulator rows. The matrix unit
         # takes K steps of 16; a GPU's exact float32 product (an FMA loop) any depth:
         # LLaMA's 2048-wide rows at batch 32 needed 257 KB at K 16 in float32
-        exact = bool(self.target.device.max_block_threads) and self.op_dtype not in HALF_FLOATS and not self.tf32
-        least = 4 if exact else 16
+        least = 4 if self.fma_loop() else 16
         while bn == self.n and bk > least and bk % 2 == 0 and bk * bn * self.op_dtype.itemsize > self.onchip // 4:
             bk //= 2
         stages = 2
@@ -559,6 +558,12 @@ class _Builder:
         w = self.c.inputs[1]
         return (isinstance(self.c.op, Conv) and not self.flip and w.is_constant
                 and sum(x is w for n in self.group.nodes for x in n.inputs) == 1)
+
+    def fma_loop(self) -> bool:
+        """A GPU product that no matrix unit takes (float32 not rounded to TF32): an exact
+        FMA loop, of any K step, whose accumulator the device passes keep in registers up
+        to ``fma_registers`` elements a thread (tile_ir/passes/placement.py)."""
+        return self.mma_rows > 1 and self.op_dtype not in HALF_FLOATS and not self.tf32
 
     def packs_conv_rows(self) -> bool:
         """A host's channel-rows convolution (not depthwise) whose constant weight only it

@@ -16,6 +16,7 @@ from tilefuse.ir.dtypes import HALF_FLOATS
 from tilefuse.ir.prims import Conv, ConvTranspose, MatMul
 from tilefuse.tile_ir.lower import panels
 from tilefuse.tile_ir.lower.common import divisor_tile, fill_cores, halve_while_idle
+from tilefuse.tile_ir.passes import DeviceOptions
 
 if TYPE_CHECKING:
     from tilefuse.tile_ir.lower.gemm_epilogue import _Builder
@@ -55,8 +56,8 @@ def tiles(b: "_Builder") -> tuple[int, int]:
             # schedule's one thread); a chain only where its input is read in place
             # (panels.py clamps the rows it reads), not through an x tile
             bm = _balanced(b.m, b.row_tile, math.prod(b.batch), b.cores)
-        most = getattr(b.target.codegen, "fma_registers", 0)
-        if b.mma_rows > 1 and most and b.op_dtype not in HALF_FLOATS and not b.tf32:
+        most = DeviceOptions.of(b.target.codegen).fma_registers
+        if most and b.fma_loop():
             # an exact product's accumulator in registers (tile_ir/passes/placement.py)
             # holds at most ``most`` elements a thread: LLaMA's 2048-wide rows take 8-row
             # tiles, not 16 (a 16 x 2048 one stayed in shared memory: 330 ms at batch 32)

@@ -156,10 +156,7 @@ def _build(group: FusedGroup, r: Node, fwd: dict[int, Forward], name: str,
         ``folds`` is off: a host's tile folds them tap by tap first), its stores."""
         at = i or (const_index(0),)
         here.append(at)
-        where = list(origin)
-        for d, v in zip(inner, i):
-            where[d] = iop(IOp.ADD, origin[d], v)
-        o = tuple(where)
+        o = _position(origin, inner, i)
 
         def tap(t: Index) -> list[Stmt]:
             full: list[Expr] = [const_index(0)] * len(taps)
@@ -197,6 +194,15 @@ def _build(group: FusedGroup, r: Node, fwd: dict[int, Forward], name: str,
     return program, tuple(kp.bindings)
 
 
+def _position(origin: list[Expr], inner: list[int], i: Index) -> tuple[Expr, ...]:
+    """The output position of a tile element: the tile's origin plus the element's index
+    along the tile's own loops ``inner``."""
+    o = list(origin)
+    for d, v in zip(inner, i):
+        o[d] = iop(IOp.ADD, origin[d], v)
+    return tuple(o)
+
+
 def _taps_outermost(names: Names, r: Node, tiles: list[int], inner: list[int], origin: list[Expr], acc: Buffer,
                     start: Const, el: ElementBuilder, dt: DType) -> tuple[Stmt, ...]:
     """A host's tile, one tap at a time: every running value starts at the identity, then
@@ -220,12 +226,6 @@ def _taps_outermost(names: Names, r: Node, tiles: list[int], inner: list[int], o
     def tile_at(i: Index) -> Index:
         return i or (const_index(0),)
 
-    def where(i: Index) -> tuple[Expr, ...]:
-        o = list(origin)
-        for d, v in zip(inner, i):
-            o[d] = iop(IOp.ADD, origin[d], v)
-        return tuple(o)
-
     out: list[Stmt] = list(parallel(names, shape, lambda i: [Store(acc, tile_at(i), start)]))
     for tap in itertools.product(*(range(t) for t in taps)):
         # per loop of the tile: the first position it visits and how many
@@ -235,7 +235,7 @@ def _taps_outermost(names: Names, r: Node, tiles: list[int], inner: list[int], o
 
         def fold(i: Index, tap: tuple[int, ...] = tap, spans: list[tuple[int, int]] = spans) -> list[Stmt]:
             i = tuple(iop(IOp.ADD, v, lo) if lo else v for v, (lo, _) in zip(i, spans))
-            src, inside = source(where(i), tuple(const_index(t) for t in tap))
+            src, inside = source(_position(origin, inner, i), tuple(const_index(t) for t in tap))
             val = widen(el.at(x, src), dt)
             if inside is not None:
                 val = Call(ScalarFn.WHERE, (inside, val, start), dt)
