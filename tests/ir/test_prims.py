@@ -4,7 +4,7 @@ import pytest
 
 from tilefuse.ir import DType, TensorType
 from tilefuse.ir.prims import (
-    ArgReduce, Conv, ConvTranspose, Gather, Map, MatMul, Pad, PadMode, Reduce, ReduceFn,
+    Conv, ConvTranspose, Gather, Map, MatMul, Pad, PadMode, Reduce, ReduceFn,
     ScalarFn, Slice, WindowReduce,
 )
 
@@ -64,12 +64,6 @@ def test_reduce_over_empty_axis_gives_identity():
     (m,) = Reduce(ReduceFn.MAX, (1,), False).evaluate([x])
     np.testing.assert_array_equal(s, [0, 0])
     assert np.all(np.isneginf(m))
-
-
-def test_argmax_select_last():
-    x = np.array([[1, 3, 3, 0]], np.float32)
-    assert ArgReduce(ReduceFn.MAX, 1, False).evaluate([x])[0].tolist() == [1]
-    assert ArgReduce(ReduceFn.MAX, 1, False, select_last=True).evaluate([x])[0].tolist() == [2]
 
 
 def test_slice_negative_step_and_empty():

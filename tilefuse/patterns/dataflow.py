@@ -9,18 +9,15 @@ from __future__ import annotations
 import math
 
 from tilefuse.ir.graph import Node, Value
-from tilefuse.ir.prims import ArgReduce, Map, Reduce, ScalarFn
+from tilefuse.ir.prims import Map, Reduce, ScalarFn
 
 
 def row_signature(node: Node) -> tuple[int, int]:
     """(rows, extent) of a reduction: how many results, over how many elements each."""
     shape = node.inputs[0].type.shape
-    if isinstance(node.op, Reduce):
-        axes = node.op.axes
-    elif isinstance(node.op, ArgReduce):
-        axes = (node.op.axis,)
-    else:
+    if not isinstance(node.op, Reduce):
         raise TypeError(f"{node.op} has no row signature")
+    axes = node.op.axes
     extent = math.prod(shape[a] for a in axes)
     return math.prod(shape) // max(extent, 1), extent
 

@@ -3,7 +3,8 @@
 A group whose reductions all reduce the last axis of one shape ``[..., E]`` (dims kept)
 is tiled over whole rows: each output element depends only on its own row when
 everything downstream of a reduction is elementwise, of the row shape or the per-row
-shape, and every output has one of those shapes (or the same rows regrouped). A group
+shape, and every output has one of those shapes (or the same rows regrouped, or the
+per-row shape without its unit axis). A group
 with no reduction at all is the same with rows of its output shape. Gathers, reshapes and
 casts before the reductions are the prologue (an embedding lookup, an add, a LayerNorm).
 """
@@ -44,19 +45,28 @@ def same_rows(s: tuple[int, ...], shape: tuple[int, ...]) -> bool:
 
 def _rowwise(nodes: Sequence[Node], reductions: Sequence[Node], shape, row_shape) -> bool:
     """Everything that reads a reduction's result, directly or not, is elementwise (or the
-    next reduction) on row-aligned shapes: each element stays in its row."""
+    next reduction) on row-aligned shapes: each element stays in its row. Per-row results
+    may drop their unit axis (``[..., 1] -> [...]``, a reduction's keepdims=0), and be
+    computed on further in that shape, apart from the row shape."""
     downstream: set[int] = {id(r.outputs[0]) for r in reductions}
+    per_row = shape[:-1]
     for n in nodes:
         if not any(id(v) in downstream for v in n.inputs):
             continue
         if n in reductions:
             continue
-        if isinstance(n.op, Reshape) and n.inputs[0].type.shape == shape and same_rows(n.outputs[0].type.shape, shape):
+        out = n.outputs[0].type.shape
+        if isinstance(n.op, Reshape) and n.inputs[0].type.shape == shape and same_rows(out, shape):
             downstream.add(id(n.outputs[0]))  # rows kept, only their leading index regrouped ([1, S, E] -> [S, E])
             continue
-        if not isinstance(n.op, Map) or n.outputs[0].type.shape not in (shape, row_shape):
+        if isinstance(n.op, Reshape) and n.inputs[0].type.shape == row_shape and out == per_row:
+            downstream.add(id(n.outputs[0]))  # a per-row result without its unit axis
+            continue
+        if not isinstance(n.op, Map) or out not in (shape, row_shape, per_row):
             return False
-        if any(v.type.shape not in (shape, row_shape) and not v.is_constant and v.type.size != 1
+        # a per-row result read by an element of the row shape would be read across rows
+        allowed = (per_row,) if out == per_row else (shape, row_shape)
+        if any(v.type.shape not in allowed and not v.is_constant and v.type.size != 1
                and id(v) in downstream for v in n.inputs):
             return False
         downstream.add(id(n.outputs[0]))
@@ -84,6 +94,6 @@ def match_rows(nodes: Sequence[Node], outputs: Sequence[Value], target: Target) 
     row_shape = shape[:-1] + (1,)
     if not _rowwise(nodes, reductions, shape, row_shape):
         return Refusal("an element downstream of a reduction leaves its row")
-    if any(v.type.shape not in (shape, row_shape) and not same_rows(v.type.shape, shape) for v in outputs):
+    if any(v.type.shape not in (shape, row_shape, shape[:-1]) and not same_rows(v.type.shape, shape) for v in outputs):
         return Refusal("an output is not of the row shape")
     return RowsMatch(tuple(reductions), shape)

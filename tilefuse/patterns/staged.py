@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilefuse.ir.prims import (
-    ArgReduce,
     Conv,
     ConvTranspose,
     MatMul,
@@ -21,7 +20,7 @@ from tilefuse.ir.prims import (
 )
 
 # the primitives a staged kernel computes as stages of their own (the others inline)
-STAGED = (Reduce, ArgReduce, WindowReduce, MatMul, Conv, ConvTranspose, ScatterND, ScatterElements)
+STAGED = (Reduce, WindowReduce, MatMul, Conv, ConvTranspose, ScatterND, ScatterElements)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,12 +13,12 @@ from typing import Sequence
 import numpy as np
 
 from tilefuse.frontend.context import NodeContext
-from tilefuse.frontend.converters.reduce import mean_of, scalar, to_compute
+from tilefuse.frontend.converters.reduce import arg_reduce_of, mean_of, scalar, to_compute
 from tilefuse.frontend.converters.spatial import Window, ceil_extra, span, window, with_end_padding
 from tilefuse.frontend.registry import converter
 from tilefuse.ir.builder import Builder
 from tilefuse.ir.graph import Value
-from tilefuse.ir.prims import ArgReduce, Gather, Pad, ReduceFn, WindowReduce
+from tilefuse.ir.prims import Gather, Pad, ReduceFn, WindowReduce
 from tilefuse.ir.prims import ScalarFn as F
 
 
@@ -43,7 +43,7 @@ def _window_reduce(b: Builder, fn: ReduceFn, x: Value, kernel: Sequence[int], w:
 @converter("MaxPool")
 def max_pool(ctx: NodeContext) -> list[Value]:
     """Max over windows (padding never wins); the optional Indices output is computed by
-    gathering each window, an ArgReduce, and a constant table of flat input indices."""
+    gathering each window, the position of its maximum, and a constant table of flat input indices."""
     b, x = ctx.b, ctx.input(0)
     kernel, _, full = _geometry(ctx, x)
     y = _window_reduce(b, ReduceFn.MAX, x, kernel, full)
@@ -75,7 +75,7 @@ def _max_indices(b: Builder, x: Value, kernel: Sequence[int], w: Window, column_
     xp = b.emit1(Pad((0, 0) + w.pads[:k] + (0, 0) + w.pads[k:], value=fill), x) if any(w.pads) else x
     flat = b.reshape(xp, (n, c, math.prod(padded)))
     windows = b.emit1(Gather(2), flat, b.const(padded_flat.astype(np.int64)))  # [N, C, P, T]
-    best = b.emit1(ArgReduce(ReduceFn.MAX, 3, keepdims=False), windows)  # [N, C, P]
+    best = arg_reduce_of(b, ReduceFn.MAX, windows, 3, keepdims=False)  # [N, C, P]
     row = b.const((np.arange(padded_flat.shape[0], dtype=np.int64) * taps))
     spatial = b.emit1(Gather(0), b.const(source.reshape(-1).astype(np.int64)), b.map(F.ADD, best, row))
     channel = np.arange(n * c, dtype=np.int64).reshape(n, c, 1) * math.prod(sizes)

@@ -1,4 +1,4 @@
-"""Reductions -> Reduce / ArgReduce primitives plus Maps; CumSum and TopK -> Opaque.
+"""Reductions -> Reduce primitives plus Maps (ArgMax / ArgMin too); CumSum and TopK -> Opaque.
 
 Composite reductions are written with the few forms the partitioner sees everywhere
 else: a mean is ``ReduceSum * (1/n)``, an L2 norm ``sqrt(ReduceSum(x * x))``, a
@@ -14,12 +14,14 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
+import numpy as np
+
 from tilefuse.frontend.context import NodeContext
 from tilefuse.frontend.registry import converter
 from tilefuse.ir.builder import Builder
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Value
-from tilefuse.ir.prims import ArgReduce, CumSum, ReduceFn, TopK
+from tilefuse.ir.prims import CumSum, ReduceFn, TopK
 from tilefuse.ir.prims import ScalarFn as F
 
 
@@ -157,6 +159,24 @@ for _op, (_how, _widen, _floats) in _REDUCERS.items():
 
 
 # -- ArgMax / ArgMin --------------------------------------------------------------------
+def arg_reduce_of(b: Builder, fn: ReduceFn, x: Value, axis: int, keepdims: bool, last: bool = False) -> Value:
+    """The int64 position of the first (``last``: the last) maximum or minimum of ``x``
+    along ``axis``, as two reductions every row and window schedule runs: the extreme
+    itself, then the least (greatest) position holding it, each position an int32 iota
+    where it does and a sentinel past the ends where it does not. A row where nothing
+    equals its extreme (every element NaN) answers 0, as a first-element scan does."""
+    n = x.type.shape[axis]
+    extreme = b.reduce(fn, x, (axis,), True)
+    hit = b.map(F.EQ, x, extreme)
+    iota = b.const(np.arange(n, dtype=np.int32).reshape([n if i == axis else 1 for i in range(x.type.rank)]))
+    miss = -1 if last else n
+    where = b.map(F.WHERE, hit, iota, b.const(np.int32(miss)))
+    pos = b.reduce(ReduceFn.MAX if last else ReduceFn.MIN, where, (axis,), True)
+    pos = b.map(F.WHERE, b.map(F.EQ, pos, b.const(np.int32(miss))), b.const(np.int32(n - 1 if last else 0)), pos)
+    pos = b.cast(pos, DType.INT64)
+    return pos if keepdims else b.reshape(pos, [d for i, d in enumerate(x.type.shape) if i != axis])
+
+
 def _register_arg(op: str, fn: ReduceFn) -> None:
     @converter(op)
     def convert(ctx: NodeContext) -> Value:
@@ -164,7 +184,7 @@ def _register_arg(op: str, fn: ReduceFn) -> None:
         axis = normalize_axis(ctx, ctx.attr("axis", 0), x.type.rank)
         keepdims = bool(ctx.attr("keepdims", 1))
         last = bool(ctx.attr("select_last_index", 0))
-        return ctx.b.emit1(ArgReduce(fn, axis, keepdims, last), x)
+        return arg_reduce_of(ctx.b, fn, x, axis, keepdims, last)
 
 
 _register_arg("ArgMax", ReduceFn.MAX)

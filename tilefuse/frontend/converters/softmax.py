@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from tilefuse.frontend.context import NodeContext
-from tilefuse.frontend.converters.reduce import normalize_axis, scalar, to_compute
+from tilefuse.frontend.converters.reduce import arg_reduce_of, normalize_axis, scalar, to_compute
 from tilefuse.frontend.registry import converter
 from tilefuse.ir.builder import Builder
 from tilefuse.ir.graph import Value
-from tilefuse.ir.prims import ArgReduce, ReduceFn
+from tilefuse.ir.prims import ReduceFn
 from tilefuse.ir.prims import ScalarFn as F
 
 
@@ -75,8 +75,8 @@ def log_softmax_2d(ctx: NodeContext) -> Value:
 
 
 def hardmax_of(b: Builder, x: Value, axis: int) -> Value:
-    """One-hot of the first maximum along ``axis``: ArgReduce, then compare with an iota."""
-    idx = b.emit1(ArgReduce(ReduceFn.MAX, axis, keepdims=True), x)
+    """One-hot of the first maximum along ``axis``: its position, then compare with an iota."""
+    idx = arg_reduce_of(b, ReduceFn.MAX, x, axis, keepdims=True)
     n = x.type.shape[axis]
     iota = np.arange(n, dtype=np.int64).reshape([n if i == axis else 1 for i in range(x.type.rank)])
     hot = b.map(F.EQ, idx, b.const(iota))

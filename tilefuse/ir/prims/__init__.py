@@ -18,10 +18,10 @@ from tilefuse.ir.prims.index import (
 )
 from tilefuse.ir.prims.map import Map, ScalarFn, cast_array
 from tilefuse.ir.prims.opaque import CumProd, CumSum, TopK
-from tilefuse.ir.prims.reduce import ArgReduce, Reduce, ReduceFn, WindowReduce
+from tilefuse.ir.prims.reduce import Reduce, ReduceFn, WindowReduce
 
 __all__ = [
-    "ArgReduce", "Broadcast", "Concat", "Conv", "ConvTranspose", "CumProd", "CumSum", "Gather",
+    "Broadcast", "Concat", "Conv", "ConvTranspose", "CumProd", "CumSum", "Gather",
     "GatherElements", "GatherND", "Kind", "Map", "MatMul", "Pad", "PadMode", "Primitive",
     "Reduce", "ReduceFn", "Reshape", "ScalarFn", "ScatterElements", "ScatterND",
     "ScatterReduction", "Slice", "TopK", "Transpose", "WindowReduce", "cast_array",

@@ -81,45 +81,6 @@ def _reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool
 
 
 @dataclass(frozen=True, slots=True)
-class ArgReduce(Primitive):
-    """Index (int64) of the max or min along ``axis``; ties pick the first or last."""
-
-    fn: ReduceFn
-    axis: int
-    keepdims: bool
-    select_last: bool = False
-
-    kind = Kind.REDUCE
-    arity = 1
-
-    @property
-    def name(self) -> str:
-        return f"arg{self.fn.value}"
-
-    def infer(self, inputs: Sequence[TensorType]) -> tuple[TensorType, ...]:
-        check_arity(self, inputs)
-        (x,) = inputs
-        if self.fn not in (ReduceFn.MAX, ReduceFn.MIN) or not 0 <= self.axis < x.rank:
-            raise ValueError(f"{self.name}: bad fn or axis {self.axis} for rank {x.rank}")
-        return (TensorType(DType.INT64, _reduced_shape(x.shape, (self.axis,), self.keepdims)),)
-
-    def evaluate(self, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
-        (x,) = inputs
-        find = np.argmax if self.fn is ReduceFn.MAX else np.argmin
-        if self.select_last:
-            flipped = np.flip(x, self.axis)
-            y = x.shape[self.axis] - 1 - find(flipped, axis=self.axis)
-        else:
-            y = find(x, axis=self.axis)
-        if self.keepdims:
-            y = np.expand_dims(y, self.axis)
-        return (np.asarray(y, dtype=np.int64),)
-
-    def flops(self, inputs: Sequence[TensorType], outputs: Sequence[TensorType]) -> int:
-        return inputs[0].size
-
-
-@dataclass(frozen=True, slots=True)
 class WindowReduce(Primitive):
     """Reduce sliding windows over the trailing ``len(kernel)`` dims (pooling).
 

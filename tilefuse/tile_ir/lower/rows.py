@@ -168,16 +168,20 @@ class _Rows:
                 body += fold
             el.memo.clear()
         for v, out in zip(self.group.outputs, kp.outputs):
-            width = v.type.shape[-1]
+            per_row = v.type.shape == self.shape[:-1]  # a per-row output without its unit axis
+            width = 1 if per_row else v.type.shape[-1]
             split = chunk and width == e  # a row-wide output of a long row: stored chunk by chunk
             ct = self.names.var("ct") if split else None
             c0 = iop(IOp.MUL, ct, chunk) if ct is not None else const_index(0)
 
-            def store(ij: Index, v: Value = v, out: Buffer = out, c0: Expr = c0, split: int = split) -> list[Stmt]:
+            def store(ij: Index, v: Value = v, out: Buffer = out, c0: Expr = c0, split: int = split,
+                      per_row: bool = per_row) -> list[Stmt]:
                 # past the row's end the last chunk stores the last column again, the same value
                 j = iop(IOp.MIN, iop(IOp.ADD, c0, ij[1]), e - 1) if split and chunks * chunk > e else \
                     iop(IOp.ADD, c0, ij[1]) if split else ij[1]
-                if v.type.shape in (self.shape, self.shape[:-1] + (1,)):
+                if per_row:
+                    idx = index(ij[0], j)[:-1]
+                elif v.type.shape in (self.shape, self.shape[:-1] + (1,)):
                     idx = index(ij[0], j)  # a per-row output has width 1: j is 0
                 else:  # the rows regrouped by a reshape
                     idx = (*delinearize(iop(IOp.ADD, r0, ij[0]), v.type.shape[:-1]), j)

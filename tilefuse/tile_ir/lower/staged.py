@@ -16,7 +16,6 @@ from typing import Callable, Sequence
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import (
-    ArgReduce,
     Conv,
     ConvTranspose,
     MatMul,
@@ -102,7 +101,7 @@ def lower_staged(group: FusedGroup, match: StagedMatch, name: str,
             continue
         outs_n = []
         for j, v in enumerate(node.outputs):
-            dtype = accumulator_dtype(v.type.dtype) if not isinstance(node.op, (ArgReduce,)) else v.type.dtype
+            dtype = accumulator_dtype(v.type.dtype)
             shape = v.type.shape
             if isinstance(node.op, Conv):  # implicit GEMM: rows are output positions
                 shape, layouts[id(v)] = _conv_layout(v.type.shape)
@@ -170,34 +169,6 @@ def _merge(kidx: Index, ridx: Index, kept: Sequence[int], axes: Sequence[int], r
     for a, e in zip(axes, ridx):
         full[a] = e
     return tuple(full)
-
-
-def _arg_reduce(names: Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
-    op: ArgReduce = node.op  # type: ignore[assignment]
-    (x,), (res,) = node.inputs, outs
-    shape = x.type.shape
-    best = Buffer(f"s{len(allocs)}", x.type.dtype, res.shape, Scope.SHARED)
-    allocs.append(best)
-    kept = [a for a in range(len(shape)) if a != op.axis]
-
-    def body(kidx: Index) -> list[Stmt]:
-        o = _out_idx(kidx, Reduce(op.fn, (op.axis,), op.keepdims), shape)
-
-        def inner(ridx: Index) -> list[Stmt]:
-            full = _merge(kidx, ridx, kept, (op.axis,), len(shape))
-            val = el.at(x, full)
-            cmp = {(ReduceFn.MAX, False): ScalarFn.GT, (ReduceFn.MAX, True): ScalarFn.GE,
-                   (ReduceFn.MIN, False): ScalarFn.LT, (ReduceFn.MIN, True): ScalarFn.LE}[(op.fn, op.select_last)]
-            first = iop(IOp.EQ, ridx[0], 0)
-            better = Call(ScalarFn.OR, (first, Call(cmp, (val, Load(best, o)), DType.BOOL)), DType.BOOL)
-            return [
-                Store(res, o, Call(ScalarFn.WHERE, (better, ridx[0], Load(res, o)), DType.INT64)),
-                Store(best, o, Call(ScalarFn.WHERE, (better, val, Load(best, o)), x.type.dtype)),
-            ]
-
-        return list(serial(names, [shape[op.axis]], inner))
-
-    return list(parallel(names, [shape[a] for a in kept], body))
 
 
 def _window(names: Names, el: ElementBuilder, node: Node, outs: list[Buffer], allocs: list[Buffer]) -> list[Stmt]:
@@ -414,7 +385,6 @@ _SCATTER = {ScatterReduction.ADD: ScalarFn.ADD, ScatterReduction.MUL: ScalarFn.M
 
 _STAGE = {
     Reduce: _reduce,
-    ArgReduce: _arg_reduce,
     WindowReduce: _window,
     MatMul: _matmul,
     Conv: _conv,
