@@ -198,6 +198,27 @@ def graph_resize() -> onnx.ModelProto:
         13, "edge_resize")
 
 
+def graph_cache_argmax() -> onnx.ModelProto:
+    """A decoder step's bookkeeping: new rows written into a KV cache by ScatterND at
+    run-time positions (negatives count from the end; a repeated position keeps the later
+    row), the greedy pick (ArgMax over the last axis, keepdims 0) and the last minimum over
+    the positions (ArgMin, axis 0, select_last_index), and class hits written by
+    ScatterElements at run-time indices. The arg reductions read the cache itself, so
+    every implementation sees the same values and breaks ties the same way."""
+    nodes = [
+        helper.make_node("ScatterND", ["cache", "pos", "new"], ["cache_out"]),
+        helper.make_node("ArgMax", ["cache_out"], ["tokens"], axis=-1, keepdims=0),
+        helper.make_node("ArgMin", ["cache_out"], ["worst"], axis=0, keepdims=1, select_last_index=1),
+        helper.make_node("ScatterElements", ["counts", "cls", "marks"], ["hits"], axis=1),
+    ]
+    marks = _rng("cache_argmax").standard_normal((4, 6)).astype(np.float32)
+    inputs = [_vi("cache", [64, 32]), _vi("pos", [4, 1], TensorProto.INT64), _vi("new", [4, 32]),
+              _vi("counts", [4, 50]), _vi("cls", [4, 6], TensorProto.INT64)]
+    outputs = [_vi("cache_out", [64, 32]), _vi("tokens", [64], TensorProto.INT64),
+               _vi("worst", [1, 32], TensorProto.INT64), _vi("hits", [4, 50])]
+    return _model(nodes, inputs, outputs, {"marks": marks}, 18, "edge_cache_argmax")
+
+
 def graph_custom_op() -> onnx.ModelProto:
     """A node in a domain nobody implements (com.example::MyCustomOp) between ordinary
     ops. Meant to be reported as unsupported; onnxruntime cannot run it either."""
@@ -255,6 +276,10 @@ def specs() -> list[ModelSpec]:
               {"q": (N, 2, 5, 8), "k": (N, 2, 6, 8), "v": (N, 2, 6, 8)}, {"y": (N, 2, 5, 8)}),
         _spec("edge-resize", graph_resize, {"x": (N, 3, 4, 5)},
               {"up": (N, 3, 8, 10), "lin": (N, 3, 7, 11)}),
+        _spec("edge-cache-argmax", graph_cache_argmax,
+              {"cache": (64, 32), "pos": (4, 1), "new": (4, 32), "counts": (4, 50), "cls": (4, 6)},
+              {"cache_out": (64, 32), "tokens": (64,), "worst": (1, 32), "hits": (4, 50)},
+              ranges={"pos": (-64, 64), "cls": (0, 50)}),
         _spec("edge-custom-op", graph_custom_op, {"x": (N, 8)}, {"y": (N, 8)},
               runs_in_ort=False),
     ]

@@ -107,6 +107,20 @@ class WindowPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class ScatterPolicy:
+    """Scatters on devices with blocks (tile_ir/lower/scatter.py): each block owns a tile of
+    the output and applies, in order, the updates that land in it."""
+
+    tile_elems: int = 4096  # output elements of one tile (16 KB of fp32 in shared memory)
+    max_cols: int = 1024  # a ScatterND tile's columns (the elements one update writes) at most
+    min_tile_elems: int = 256  # tiles halve towards a grid of one per core down to this (each block scans the updates)
+    threads: int = 256  # threads of its block
+    # ScatterElements: steps x row width up to which each element's thread compares itself
+    # with every step's index (conflict-free, no branch); longer rows: one thread a row
+    max_row_compares: int = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
 class StagedPolicy:
     """The fallback schedule (tile_ir/lower/staged.py): one tile computing the group stage by
     stage."""

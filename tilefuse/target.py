@@ -19,8 +19,8 @@ from typing import Any
 from tilefuse.codegen.options import CpuOptions, CudaOptions
 from tilefuse.device import HOPPER, X86_SERVER, Device
 from tilefuse.errors import TilefuseError
-from tilefuse.policies import (AttentionPolicy, ConvPolicy, GemmPolicy, PartitionPolicy, RowsPolicy, StagedPolicy,
-                               WindowPolicy)
+from tilefuse.policies import (AttentionPolicy, ConvPolicy, GemmPolicy, PartitionPolicy, RowsPolicy, ScatterPolicy,
+                               StagedPolicy, WindowPolicy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,7 @@ class Target:
     window: WindowPolicy = field(default_factory=WindowPolicy)
     partition: PartitionPolicy = field(default_factory=PartitionPolicy)
     staged: StagedPolicy = field(default_factory=StagedPolicy)
+    scatter: ScatterPolicy = field(default_factory=ScatterPolicy)
     codegen: CpuOptions | CudaOptions = field(default_factory=CpuOptions)
     # float32 products may round operands to TF32 on tensor cores (--precision tf32; GPU
     # only): the plan's precision, set by frontend.precision.precision_target

@@ -75,7 +75,7 @@ def test_records_are_json_of_scalars_and_lists():
         assert data["family"] == "gemm" and data["accumulator"] == "float32"
         assert json.loads(json.dumps(data)) == data
         assert set(data) == {"family", *(f.name for f in dataclasses.fields(p.schedule))}
-    assert set(FAMILIES) == {"attention", "gemm", "rows", "windows", "staged"}
+    assert set(FAMILIES) == {"attention", "gemm", "rows", "windows", "scatter", "staged"}
 
 
 def test_a_symbol_has_a_range():

@@ -2,8 +2,8 @@
 
 The order is the specialised kernels' before the fallback, the more specific before the
 more general: attention (two products and a softmax) before a product with its epilogue,
-rows before windows (a global pool over the last axis is a row reduction), staged last —
-it applies to every group. A group with an empty tensor is staged (nothing to tile); an
+rows before windows (a global pool over the last axis is a row reduction), then a lone
+scatter, staged last — it applies to every group. A group with an empty tensor is staged (nothing to tile); an
 opaque group is no kernel at all (its match is a Refusal: it runs as a host step).
 """
 from __future__ import annotations
@@ -17,11 +17,12 @@ from tilefuse.patterns.dataflow import has_empty
 from tilefuse.patterns.gemm import GemmMatch, match_gemm
 from tilefuse.patterns.refusal import Refusal
 from tilefuse.patterns.rows import RowsMatch, match_rows
+from tilefuse.patterns.scatter import ScatterMatch, match_scatter
 from tilefuse.patterns.staged import StagedMatch
 from tilefuse.patterns.windows import WindowsMatch, match_windows
 from tilefuse.target import Target
 
-Match = Union[AttentionMatch, GemmMatch, RowsMatch, WindowsMatch, StagedMatch]
+Match = Union[AttentionMatch, GemmMatch, RowsMatch, WindowsMatch, ScatterMatch, StagedMatch]
 Matcher = Callable[[Sequence[Node], Sequence[Value], Target], "Match | Refusal"]
 
 # (name, match type, matcher), tried in this order
@@ -30,6 +31,7 @@ SPECIALISED: tuple[tuple[str, type, Matcher], ...] = (
     ("gemm", GemmMatch, match_gemm),
     ("rows", RowsMatch, match_rows),
     ("windows", WindowsMatch, match_windows),
+    ("scatter", ScatterMatch, match_scatter),
 )
 
 

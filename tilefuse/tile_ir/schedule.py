@@ -188,6 +188,25 @@ class WindowsSchedule(Schedule):
 
 
 @dataclass(frozen=True, slots=True)
+class ScatterSchedule(Schedule):
+    """A scatter whose blocks own output tiles (``lower/scatter.py``): the output seen as
+    ``rows x width`` (ScatterND: the indexed positions x the elements one update writes;
+    ScatterElements: every other position x the scattered axis), tiles of ``tile``, each
+    block scanning ``updates`` updates (ScatterND: all of them, in order; ScatterElements:
+    those of its own rows) and applying the ones that land in its tile."""
+
+    family: ClassVar[str] = "scatter"
+    form: str  # "nd" or "elements"
+    rows: Extent
+    width: Extent
+    updates: Extent
+    tile: tuple[int, int]
+    reduction: str
+    threads: int
+    per_element: bool = True  # ScatterElements: each element's thread takes its updates (else each row's thread)
+
+
+@dataclass(frozen=True, slots=True)
 class StagedSchedule(Schedule):
     """The fallback (``lower/staged.py``): one tile of one thread computing the group in
     stages over on-chip scratch; ``reason`` says why no specialised pattern applied."""
@@ -201,5 +220,6 @@ class StagedSchedule(Schedule):
 
 
 FAMILIES: dict[str, type[Schedule]] = {
-    cls.family: cls for cls in (GemmSchedule, AttentionSchedule, RowsSchedule, WindowsSchedule, StagedSchedule)
+    cls.family: cls for cls in (GemmSchedule, AttentionSchedule, RowsSchedule, WindowsSchedule, ScatterSchedule,
+                                 StagedSchedule)
 }

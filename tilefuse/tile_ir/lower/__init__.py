@@ -23,6 +23,7 @@ from tilefuse.tile_ir.lower.attention import lower_attention
 from tilefuse.tile_ir.lower.checks import IndexSite, IndexSites
 from tilefuse.tile_ir.lower.gemm_epilogue import lower_gemm_epilogue
 from tilefuse.tile_ir.lower.rows import lower_rows
+from tilefuse.tile_ir.lower.scatter import lower_scatter
 from tilefuse.tile_ir.lower.staged import lower_staged
 from tilefuse.tile_ir.lower.windows import lower_windows
 from tilefuse.tile_ir.passes import DeviceOptions, for_device
@@ -37,6 +38,7 @@ LOWERINGS: dict[type, Lowering] = {
     patterns.GemmMatch: lower_gemm_epilogue,
     patterns.RowsMatch: lower_rows,
     patterns.WindowsMatch: lower_windows,
+    patterns.ScatterMatch: lower_scatter,
     patterns.StagedMatch: lower_staged,
 }
 
