@@ -162,7 +162,9 @@ def chain_problem(
 def product_extents(c: Node) -> tuple[tuple[int, ...], int, int, int]:
     """(batch, M, N, K) of a product as a GEMM: a matrix product's own; a convolution's
     rows are its output positions (images folded in), its columns the output channels,
-    its K the input channels x taps (a transposed one's weight is [C, M, *taps])."""
+    its K the input channels x taps (a transposed one's weight is [C, M / groups, *taps]);
+    a grouped one's K is one group's input channels x taps (its column tiles lie inside
+    one group)."""
     out = c.outputs[0].type.shape
     if isinstance(c.op, MatMul):
         return out[:-2], out[-2], out[-1], c.inputs[0].type.shape[-1]
@@ -170,7 +172,7 @@ def product_extents(c: Node) -> tuple[tuple[int, ...], int, int, int]:
     m = out[0] * math.prod(out[2:])
     if isinstance(c.op, Conv):
         return (), m, out[1], math.prod(w[1:])
-    return (), m, out[1], w[0] * math.prod(w[2:])
+    return (), m, out[1], w[0] // c.op.groups * math.prod(w[2:])  # type: ignore[attr-defined]
 
 
 def _thin_rows(c: Node, whole_rows: bool, chain: bool, target: Target) -> Refusal | None:
@@ -214,8 +216,6 @@ def match_gemm(nodes: Sequence[Node], outputs: Sequence[Value], target: Target) 
             return Refusal("several products, neither siblings nor a weight chain")
     if not isinstance(c.op, (MatMul, Conv, ConvTranspose)):
         return Refusal(f"{c.op.name} is not a matrix product or convolution")
-    if isinstance(c.op, ConvTranspose) and c.op.groups != 1:
-        return Refusal("a grouped transposed convolution")
     epilogue = match_epilogue(nodes, outputs, contractions)
     if isinstance(epilogue, Refusal):
         return epilogue

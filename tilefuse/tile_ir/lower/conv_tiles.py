@@ -123,23 +123,27 @@ def fills(b: "_Builder", el: ElementBuilder, ta: Buffer, tb: Buffer, row: Callab
 def transposed_operands(b: "_Builder", el: ElementBuilder, c: Node) -> tuple[Operand, Operand]:
     """A transposed convolution's (a_elem, b_elem) in gather form: output position o takes
     input position (o + pad - tap * dilation) / stride where that divides exactly and is
-    in range."""
+    in range. Grouped, K runs over one group's input channels, from the tile's group's
+    first (``in_channel0``), and output channel ``col`` is channel ``col % (M / groups)``
+    of the group's weight."""
     dt = b.acc_dtype
     x, w = c.inputs
     op: ConvTranspose = c.op  # type: ignore[assignment]  # the builder calls this for a ConvTranspose only
     out = c.outputs[0].type.shape
-    spatial, taps, cin = out[2:], w.type.shape[2:], w.type.shape[0]
+    spatial, taps, cin, per_group = out[2:], w.type.shape[2:], w.type.shape[0] // op.groups, w.type.shape[1]
 
     def a_elem(r: Expr, k: Expr) -> Expr:
         n, *o = delinearize(r, (out[0], *spatial))
         ch, *t = delinearize(k, (cin, *taps))
         pos, cond = transposed_source(o, t, op.strides, op.dilations, op.pads, x.type.shape[2:])
-        val = widen(el.at(x, (n, ch, *pos)), dt)
+        val = widen(el.at(x, (n, iop(IOp.ADD, b.in_channel0, ch), *pos)), dt)
         return Call(ScalarFn.WHERE, (cond, val, Const(0, dt)), dt)
 
     def b_elem(k: Expr, col: Expr) -> Expr:
         ch, *t = delinearize(k, (cin, *taps))
-        return widen(el.at(w, (ch, col, *t)), dt)
+        grouped = op.groups > 1
+        channel = iop(IOp.MOD, col, per_group) if grouped else col
+        return widen(el.at(w, (iop(IOp.ADD, b.in_channel0, ch) if grouped else ch, channel, *t)), dt)
 
     return a_elem, b_elem
 

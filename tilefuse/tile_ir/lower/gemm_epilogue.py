@@ -131,9 +131,9 @@ class _Builder:
                      and math.prod(cs[0].outputs[0].type.shape[2:]) >= target.conv.min_positions)
         self.depthwise = depthwise
         self.flip = self.flip or self.depthwise
-        # a grouped convolution (not depthwise): an implicit GEMM whose column tiles each lie
-        # inside one group, so a tile's im2col reads its group's input channels only
-        self.groups = 1 if self.depthwise or not isinstance(cs[0].op, Conv) else cs[0].op.groups
+        # a grouped convolution (not depthwise), transposed or not: an implicit GEMM whose
+        # column tiles each lie inside one group, so a tile reads its group's input channels only
+        self.groups = 1 if self.depthwise or not isinstance(cs[0].op, (Conv, ConvTranspose)) else cs[0].op.groups
         # siblings as one product of their weights side by side (target.gemm.pack_siblings), where
         # each value downstream of a product comes from one sibling only
         self.sibling_of = _sibling_of(group, cs) if len(cs) > 1 and target.gemm.pack_siblings else None
@@ -267,7 +267,8 @@ class _Builder:
         # group of its first output channel (a column tile lies inside one group)
         per_group = self.cols // bn
         group = iop(IOp.FLOORDIV, nt, per_group) if self.groups > 1 else const_index(0)
-        self.in_channel0 = iop(IOp.MUL, group, self.c.inputs[1].type.shape[1]) if conv else const_index(0)
+        group_channels = self.c.inputs[1].type.shape[1] if conv else self.c.inputs[0].type.shape[1] // self.groups
+        self.in_channel0 = iop(IOp.MUL, group, group_channels) if self.groups > 1 or conv else const_index(0)
         per_sibling = self.n // bn
         sibling: Expr = const_index(0)
         if packed:  # column tile nt is tile nt % per_sibling of sibling nt // per_sibling
