@@ -76,6 +76,14 @@ class RowsPolicy:
     split_part: int = 0
     split_row: int = 1 << 18  # and, where it keeps a row axis, from this many terms
     split_parts: int = 256  # parts of one output at most
+    # a reduction over leading axes (its last axis kept: a window, one thread an output) to
+    # fewer outputs than this is split along its first reduced axis, in place, until it has
+    # about this many (0: never): 512 column sums over 4,096 rows ran on 512 GPU threads
+    split_window_outputs: int = 0
+    split_window_terms: int = 32  # terms one part of such a split folds at least
+    # and only from this many terms an output: a shorter fold (sbert's mean over 128 tokens)
+    # costs about what the second kernel's launch would
+    split_window_length: int = 1024
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,7 +98,9 @@ CUDA_SM90A = Target(
     ),
     attention=AttentionPolicy(max_head_dim=256),
     conv=ConvPolicy(positions_inner=True),
-    rows=RowsPolicy(split_part=4096),  # a block's 256 threads, 16 terms each; rows from 256K terms (1 MB of fp32)
+    # a block's 256 threads, 16 terms each; rows from 256K terms (1 MB of fp32); reductions
+    # over leading axes split to 32K outputs (132 SMs x 256 threads)
+    rows=RowsPolicy(split_part=4096, split_window_outputs=1 << 15),
     window=WindowPolicy(tile=256, max_threads=256),
     codegen=CudaOptions(),
 )

@@ -15,7 +15,11 @@ outputs are still too few. Where no reduced axis is last, they are transposed th
 associative, so the result is the same up to rounding order; partial sums and products of
 half floats are kept in float32, as one reduction accumulates them. ``P`` divides ``L``
 and leaves each part at least ``RowsPolicy.split_part`` terms; a length with no such
-divisor is left whole (its rows are walked in chunks, one tile each). A reduction that
+divisor is left whole (its rows are walked in chunks, one tile each). On a device with blocks
+a reduction over leading axes (its last axis kept: one thread an output) to fewer outputs
+than ``RowsPolicy.split_window_outputs`` is split in place along its first reduced axis, so
+both kernels still read along the last axis (512 column sums of 4,096 rows: 32,768 partial
+sums of 64 terms, then 512 of 64). A reduction that
 keeps a row axis is split only from ``RowsPolicy.split_row`` terms: below that one block
 reads its row faster than two more kernels launch, and the rows kernel fuses a norm's
 reductions and its normalisation, which the split would part.
@@ -48,12 +52,16 @@ def split_long_reductions(graph: Graph, target: Target) -> list[Node]:
     work = [n for n in graph.nodes if isinstance(n.op, Reduce)]
     while work:
         node = work.pop(0)
-        if not _worth_splitting(node, cores, policy.split_part, policy.split_row):
+        if _worth_splitting(node, cores, policy.split_part, policy.split_row):
+            made = _split(graph, node, cores, policy.split_part, policy.split_parts, names)
+            work += [n for n in made if isinstance(n.op, Reduce) and n is not made[-1]]
+        elif policy.split_window_outputs:  # (its two stages are final)
+            made = _split_window(graph, node, policy.split_window_outputs, policy.split_window_terms,
+                                 policy.split_window_length, names)
+        else:
             continue
-        made = _split(graph, node, cores, policy.split_part, policy.split_parts, names)
         if made:
             split.append(node)
-            work += [n for n in made if isinstance(n.op, Reduce) and n is not made[-1]]
     return split
 
 
@@ -79,26 +87,80 @@ def _parts(outputs: int, length: int, cores: int, part: int, most: int) -> int:
     return max((p for p in range(2, want + 1) if length % p == 0), default=0)
 
 
+class _Emitter:
+    """Nodes replacing ``node``, one primitive of one input each, in order (``made``)."""
+
+    def __init__(self, node: Node, names: "_Names") -> None:
+        self.node, self.names = node, names
+        self.made: list[Node] = []
+
+    def __call__(self, prim: Primitive, v: Value, hint: str, result: Value | None = None) -> Value:
+        (t,) = prim.infer([v.type])
+        n = Node(prim, (v,), (), self.names.fresh(f"{self.node.name}/{hint}"), self.node.origin)
+        if result is None:
+            result = Value(self.names.fresh(f"{self.node.name}/{hint}"), t, producer=n)
+        else:
+            assert result.type == t, (result.type, t)
+            result.producer = n
+        n.outputs = (result,)
+        v.users.append(n)
+        self.made.append(n)
+        return result
+
+
+def _replace(graph: Graph, node: Node, made: list[Node]) -> list[Node]:
+    """``made`` in ``node``'s place in ``graph`` (its input no longer read by it)."""
+    x = node.inputs[0]
+    x.users[:] = [u for u in x.users if u is not node]
+    at = graph.nodes.index(node)
+    graph.nodes[at:at + 1] = made
+    return made
+
+
+def _split_window(graph: Graph, node: Node, want: int, terms: int, least: int, names: "_Names") -> list[Node]:
+    """A reduction over leading axes (its last axis kept) to fewer than ``want`` outputs,
+    split in place along the first reduced axis that divides into parts of at least
+    ``terms`` terms: ``x[..., L, ...]`` as ``[..., P, L / P, ...]``, reduced over the same
+    axes (the partial: P times the outputs, each still a window), then over the parts.
+    Rows stay where they are in memory, so both kernels read along the kept last axis.
+    Only from ``least`` terms an output. The nodes made (none: left whole)."""
+    op = node.op
+    assert isinstance(op, Reduce)
+    x, out = node.inputs[0], node.outputs[0]
+    shape, axes, rank = x.type.shape, op.axes, x.type.rank
+    outputs = math.prod(d for i, d in enumerate(shape) if i not in axes)
+    if rank - 1 in axes or not 0 < outputs < want or math.prod(shape[b] for b in axes) < least:
+        return []
+    for a in axes:
+        length = shape[a]
+        divisors = [p for p in range(2, length // terms + 1) if length % p == 0]
+        if divisors:
+            break
+    else:
+        return []
+    enough = [p for p in divisors if p * outputs >= want]
+    parts = min(enough) if enough else max(divisors)
+    emit = _Emitter(node, names)
+    half = x.type.dtype in HALF_FLOATS and op.fn in WIDENED
+    v = emit(Reshape(shape[:a] + (parts, length // parts) + shape[a + 1:]), x, "parts")
+    if half:
+        v = emit(Map(ScalarFn.CAST, DType.FLOAT32), v, "widened")
+    v = emit(Reduce(op.fn, tuple(b + 1 if b >= a else b for b in axes), True), v, "partial")
+    v = emit(Reduce(op.fn, (a,), True), v, "total")
+    if half:
+        v = emit(Map(ScalarFn.CAST, x.type.dtype), v, "narrowed")
+    emit(Reshape(out.type.shape), v, "shaped", result=out)
+    return _replace(graph, node, emit.made)
+
+
 def _split(graph: Graph, node: Node, cores: int, part: int, most: int, names: "_Names") -> list[Node]:
     """Replace ``node`` by its two-stage form; the nodes made (none: left whole)."""
     op = node.op
     assert isinstance(op, Reduce)
     x, out = node.inputs[0], node.outputs[0]
     shape, axes, rank = x.type.shape, op.axes, x.type.rank
-    made: list[Node] = []
-
-    def emit(prim: Primitive, v: Value, hint: str, result: Value | None = None) -> Value:
-        (t,) = prim.infer([v.type])
-        n = Node(prim, (v,), (), names.fresh(f"{node.name}/{hint}"), node.origin)
-        if result is None:
-            result = Value(names.fresh(f"{node.name}/{hint}"), t, producer=n)
-        else:
-            assert result.type == t, (result.type, t)
-            result.producer = n
-        n.outputs = (result,)
-        v.users.append(n)
-        made.append(n)
-        return result
+    emit = _Emitter(node, names)
+    made = emit.made
 
     half = x.type.dtype in HALF_FLOATS and op.fn in WIDENED
     trailing = [a for a in range(rank - 1, -1, -1) if a in axes]
@@ -134,11 +196,7 @@ def _split(graph: Graph, node: Node, cores: int, part: int, most: int, names: "_
     if half:
         v = emit(Map(ScalarFn.CAST, x.type.dtype), v, "narrowed")
     emit(Reshape(out.type.shape), v, "shaped", result=out)
-
-    x.users[:] = [u for u in x.users if u is not node]
-    at = graph.nodes.index(node)
-    graph.nodes[at:at + 1] = made
-    return made
+    return _replace(graph, node, made)
 
 
 class _Names:
