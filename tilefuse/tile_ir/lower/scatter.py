@@ -12,7 +12,9 @@ repeated indices and reductions give ONNX Runtime's sequential answer with no at
   update's index tuple (a uniform branch: all threads read the same one) and, for those
   in its rows, writes the update's ``C`` columns, one a thread. The cost is every block
   reading every index tuple: small next to the data for the usual few updates (a KV-cache
-  write), and still spread over the whole grid for many.
+  write; tiles then shrink to fill the cores), while for many (single elements at a
+  million index tuples) the blocks' scans dominate: a schedule that writes in place after
+  a copy is the one for those, with in-place buffers in the plan.
 - ScatterElements: the output is every other position x the scattered axis, a tile ``R``
   whole rows of it, updated step by step over the indices' extent on the axis. Where the
   steps are few (``ScatterPolicy.max_row_compares``), each element's own thread compares
@@ -105,7 +107,8 @@ def _scatter_nd(node: Node, kp: KernelParams, el: ElementBuilder, name: str,
     policy, names = target.scatter, Names()
     cols = _even_divisor(width, min(policy.max_cols, policy.tile_elems), 1, policy.threads)
     tile_rows = _even_divisor(rows, max(1, policy.tile_elems // cols), cols, policy.threads)
-    tile_rows, cols = _fill_cores(rows, width, tile_rows, cols, target)
+    if updates <= policy.tile_elems:  # every block scans every update: more blocks only for a few
+        tile_rows, cols = _fill_cores(rows, width, tile_rows, cols, target)
     acc = accumulator_dtype(out.dtype)
     tile = Buffer("tile", acc, (tile_rows, cols), Scope.SHARED)
     bx, by = Var("bx"), Var("by")
