@@ -107,6 +107,24 @@ class _Emitter:
         self.made.append(n)
         return result
 
+    def stages(self, v: Value, shape: tuple[int, ...], first: tuple[int, ...], second: tuple[int, ...],
+               hints: tuple[str, str, str]) -> None:
+        """``v`` reshaped to ``shape`` and reduced over ``first``, then over ``second`` (dims
+        kept, the node's own function; half-float sums and products in float32 between),
+        shaped into the node's own output."""
+        op, out = self.node.op, self.node.outputs[0]
+        assert isinstance(op, Reduce)
+        half = v.type.dtype in HALF_FLOATS and op.fn in WIDENED
+        dtype = v.type.dtype
+        v = self(Reshape(shape), v, hints[0])
+        if half:
+            v = self(Map(ScalarFn.CAST, DType.FLOAT32), v, "widened")
+        v = self(Reduce(op.fn, first, True), v, hints[1])
+        v = self(Reduce(op.fn, second, True), v, hints[2])
+        if half:
+            v = self(Map(ScalarFn.CAST, dtype), v, "narrowed")
+        self(Reshape(out.type.shape), v, "shaped", result=out)
+
 
 def _replace(graph: Graph, node: Node, made: list[Node]) -> list[Node]:
     """``made`` in ``node``'s place in ``graph`` (its input no longer read by it)."""
@@ -126,7 +144,7 @@ def _split_window(graph: Graph, node: Node, want: int, terms: int, least: int, n
     Only from ``least`` terms an output. The nodes made (none: left whole)."""
     op = node.op
     assert isinstance(op, Reduce)
-    x, out = node.inputs[0], node.outputs[0]
+    x = node.inputs[0]
     shape, axes, rank = x.type.shape, op.axes, x.type.rank
     outputs = math.prod(d for i, d in enumerate(shape) if i not in axes)
     if rank - 1 in axes or not 0 < outputs < want or math.prod(shape[b] for b in axes) < least:
@@ -141,15 +159,8 @@ def _split_window(graph: Graph, node: Node, want: int, terms: int, least: int, n
     enough = [p for p in divisors if p * outputs >= want]
     parts = min(enough) if enough else max(divisors)
     emit = _Emitter(node, names)
-    half = x.type.dtype in HALF_FLOATS and op.fn in WIDENED
-    v = emit(Reshape(shape[:a] + (parts, length // parts) + shape[a + 1:]), x, "parts")
-    if half:
-        v = emit(Map(ScalarFn.CAST, DType.FLOAT32), v, "widened")
-    v = emit(Reduce(op.fn, tuple(b + 1 if b >= a else b for b in axes), True), v, "partial")
-    v = emit(Reduce(op.fn, (a,), True), v, "total")
-    if half:
-        v = emit(Map(ScalarFn.CAST, x.type.dtype), v, "narrowed")
-    emit(Reshape(out.type.shape), v, "shaped", result=out)
+    emit.stages(x, shape[:a] + (parts, length // parts) + shape[a + 1:], tuple(b + 1 if b >= a else b for b in axes), (a,),
+                ("parts", "partial", "total"))
     return _replace(graph, node, emit.made)
 
 
@@ -157,12 +168,9 @@ def _split(graph: Graph, node: Node, cores: int, part: int, most: int, names: "_
     """Replace ``node`` by its two-stage form; the nodes made (none: left whole)."""
     op = node.op
     assert isinstance(op, Reduce)
-    x, out = node.inputs[0], node.outputs[0]
+    x = node.inputs[0]
     shape, axes, rank = x.type.shape, op.axes, x.type.rank
     emit = _Emitter(node, names)
-    made = emit.made
-
-    half = x.type.dtype in HALF_FLOATS and op.fn in WIDENED
     trailing = [a for a in range(rank - 1, -1, -1) if a in axes]
     run = tuple(sorted(a for k, a in enumerate(trailing) if a == rank - 1 - k))  # the reduced axes at the end
     v = x
@@ -171,11 +179,8 @@ def _split(graph: Graph, node: Node, cores: int, part: int, most: int, names: "_
         # the first stage is a reduction of its own, split again if still too few outputs
         # the run merged into one last axis first: a row reduction (the rows pattern)
         head = shape[:run[0]]
-        v = emit(Reshape(head + (math.prod(shape[a] for a in run),)), v, "run")
-        if half:
-            v = emit(Map(ScalarFn.CAST, DType.FLOAT32), v, "widened")
-        v = emit(Reduce(op.fn, (len(head),), True), v, "inner")
-        v = emit(Reduce(op.fn, tuple(a for a in axes if a not in run), True), v, "outer")
+        emit.stages(v, head + (math.prod(shape[a] for a in run),), (len(head),), tuple(a for a in axes if a not in run),
+                    ("run", "inner", "outer"))
     else:
         kept = [i for i in range(rank) if i not in axes]
         lead = tuple(shape[i] for i in kept)
@@ -185,18 +190,11 @@ def _split(graph: Graph, node: Node, cores: int, part: int, most: int, names: "_
             return []
         if kept + list(axes) != list(range(rank)):  # no reduced axis last: move them there
             v = emit(Transpose(tuple(kept + list(axes))), v, "reduced-last")
-        v = emit(Reshape(lead + (parts, length // parts)), v, "parts")
-        if half:
-            v = emit(Map(ScalarFn.CAST, DType.FLOAT32), v, "widened")
         # over the last axis, dims kept: the rows pattern's reductions (a block a row); the
         # total over the parts' axis of [.., P, 1] (a reshape between them would join the
         # partial group, where no element may leave its row)
-        v = emit(Reduce(op.fn, (len(lead) + 1,), True), v, "partial")
-        v = emit(Reduce(op.fn, (len(lead),), True), v, "total")
-    if half:
-        v = emit(Map(ScalarFn.CAST, x.type.dtype), v, "narrowed")
-    emit(Reshape(out.type.shape), v, "shaped", result=out)
-    return _replace(graph, node, made)
+        emit.stages(v, lead + (parts, length // parts), (len(lead) + 1,), (len(lead),), ("parts", "partial", "total"))
+    return _replace(graph, node, emit.made)
 
 
 class _Names:

@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from tilefuse.ir.dtypes import HALF_FLOATS, DType
-from tilefuse.ir.prims import ReduceFn, ScalarFn
+from tilefuse.ir.prims import ReduceFn, ScalarFn, ScatterReduction
 from tilefuse.tile_ir.ir import Call, Const, Expr, IOp, Loop, LoopKind, Stmt, Var, dtype_of, iop, subexpressions
 
 
@@ -43,6 +43,14 @@ def serial(names: Names, shape: Sequence[int], body_of) -> tuple[Stmt, ...]:
 
 
 COMBINE = {ReduceFn.SUM: ScalarFn.ADD, ReduceFn.PROD: ScalarFn.MUL, ReduceFn.MAX: ScalarFn.MAX, ReduceFn.MIN: ScalarFn.MIN}
+_SCATTER_COMBINE = {ScatterReduction.ADD: ScalarFn.ADD, ScatterReduction.MUL: ScalarFn.MUL,
+                    ScatterReduction.MAX: ScalarFn.MAX, ScatterReduction.MIN: ScalarFn.MIN}
+
+
+def scatter_combine(reduction: ScatterReduction, old: Expr, new: Expr, dtype: DType) -> Expr:
+    """What a scatter writes where an update lands: the update, or it combined with what
+    is there (ScatterND / ScatterElements' ``reduction``)."""
+    return new if reduction is ScatterReduction.NONE else Call(_SCATTER_COMBINE[reduction], (old, new), dtype)
 
 
 def identity(fn: ReduceFn, dtype: DType) -> Const:
@@ -103,6 +111,14 @@ def halve_while_idle(extent: int, tile: int, lead: int, cores: int, floor: int) 
 def divisor_tile(n: int, cap: int) -> int:
     """The largest divisor of n not above cap (tiles without tails)."""
     return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
+
+
+def even_divisor(n: int, cap: int, times: int, threads: int) -> int:
+    """The divisor ``d`` of ``n`` up to ``cap`` whose tile of ``d * times`` elements the most
+    threads (a power of two, up to ``threads``) split evenly; then the largest (thread
+    fitting would otherwise narrow the block to divide the tile's nests)."""
+    return max((d for d in range(1, min(n, cap) + 1) if n % d == 0),
+               key=lambda d: (min((d * times) & -(d * times), threads), d))
 
 
 def var_ids(e: Expr) -> set[int]:

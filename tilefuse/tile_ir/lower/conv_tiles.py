@@ -141,9 +141,8 @@ def transposed_operands(b: "_Builder", el: ElementBuilder, c: Node) -> tuple[Ope
 
     def b_elem(k: Expr, col: Expr) -> Expr:
         ch, *t = delinearize(k, (cin, *taps))
-        grouped = op.groups > 1
-        channel = iop(IOp.MOD, col, per_group) if grouped else col
-        return widen(el.at(w, (iop(IOp.ADD, b.in_channel0, ch) if grouped else ch, channel, *t)), dt)
+        channel = iop(IOp.MOD, col, per_group) if op.groups > 1 else col
+        return widen(el.at(w, (iop(IOp.ADD, b.in_channel0, ch), channel, *t)), dt)
 
     return a_elem, b_elem
 

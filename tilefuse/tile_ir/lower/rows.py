@@ -49,7 +49,8 @@ from tilefuse.tile_ir.ir import (
     const_index,
     iop,
 )
-from tilefuse.tile_ir.lower.common import Names, accumulator_dtype, divisor_tile, fill_cores, identity, parallel
+from tilefuse.tile_ir.lower.common import (Names, accumulator_dtype, divisor_tile, even_divisor, fill_cores, identity,
+                                           parallel)
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, delinearize, linearize
 from tilefuse.tile_ir.lower.params import kernel_params
 from tilefuse.tile_ir.schedule import RowsSchedule
@@ -93,10 +94,7 @@ class _Rows:
             # block: YOLO's 10 rows of 160, 64 threads): of the row counts up to br that
             # divide the rows, the one whose tile has the largest power of two (up to the
             # block's threads), then the most rows
-            def even(d: int) -> tuple[int, int]:
-                return min((d * e) & -(d * e), t), d
-
-            br = max((d for d in range(1, br + 1) if rows % d == 0), key=even)
+            br = even_divisor(rows, br, e, t)
         return br, self.policy.threads // br if warp_rows else 0
 
     def chunk(self, e: int) -> int:

@@ -29,20 +29,16 @@ from __future__ import annotations
 import math
 
 from tilefuse.ir.graph import Node, Value
-from tilefuse.ir.prims import ScalarFn, ScatterElements, ScatterND, ScatterReduction
+from tilefuse.ir.prims import ScalarFn, ScatterElements, ScatterND
 from tilefuse.partition.model import FusedGroup
 from tilefuse.patterns import ScatterMatch
 from tilefuse.target import Target
 from tilefuse.tile_ir.ir import (Buffer, Call, Expr, If, IOp, Load, Loop, LoopKind, Scope, Stmt, Store, TileProgram,
                                  Var, const_index, iop)
-from tilefuse.tile_ir.lower.common import Names, accumulator_dtype, narrow, parallel, widen
+from tilefuse.tile_ir.lower.common import Names, accumulator_dtype, even_divisor, narrow, parallel, scatter_combine, widen
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, delinearize, index_position, linearize
 from tilefuse.tile_ir.lower.params import KernelParams, kernel_params
 from tilefuse.tile_ir.schedule import ScatterSchedule
-
-_COMBINE = {ScatterReduction.ADD: ScalarFn.ADD, ScatterReduction.MUL: ScalarFn.MUL,
-            ScatterReduction.MAX: ScalarFn.MAX, ScatterReduction.MIN: ScalarFn.MIN}
-
 
 def lower_scatter(group: FusedGroup, match: ScatterMatch, name: str,
                   target: Target) -> tuple[TileProgram, tuple[Value, ...]] | None:
@@ -54,13 +50,6 @@ def lower_scatter(group: FusedGroup, match: ScatterMatch, name: str,
     if isinstance(node.op, ScatterND):
         return _scatter_nd(node, kp, el, name, target)
     return _scatter_elements(node, kp, el, name, target)
-
-
-def _even_divisor(n: int, cap: int, times: int, threads: int) -> int:
-    """The divisor ``d`` of ``n`` up to ``cap`` whose tile of ``d * times`` elements the most
-    threads (a power of two, up to ``threads``) split evenly; then the largest."""
-    return max((d for d in range(1, min(n, cap) + 1) if n % d == 0),
-               key=lambda d: (min((d * times) & -(d * times), threads), d))
 
 
 def _threads(nests: tuple[int, ...], most: int) -> int:
@@ -75,16 +64,12 @@ def _fill_cores(rows: int, width: int, tile_rows: int, cols: int, target: Target
     policy, cores = target.scatter, target.device.cores
     while (rows // tile_rows) * (width // cols) < cores:
         if tile_rows > 1 and tile_rows // 2 * cols >= policy.min_tile_elems:
-            tile_rows = _even_divisor(rows, tile_rows // 2, cols, policy.threads)
+            tile_rows = even_divisor(rows, tile_rows // 2, cols, policy.threads)
         elif cols > 1 and cols // 2 * tile_rows >= policy.min_tile_elems:
-            cols = _even_divisor(width, cols // 2, tile_rows, policy.threads)
+            cols = even_divisor(width, cols // 2, tile_rows, policy.threads)
         else:
             break
     return tile_rows, cols
-
-
-def _combine(reduction: ScatterReduction, old: Expr, new: Expr, dtype) -> Expr:
-    return new if reduction is ScatterReduction.NONE else Call(_COMBINE[reduction], (old, new), dtype)
 
 
 def _program(name: str, kp: KernelParams, grid: tuple[int, ...], block_vars: tuple[Var, ...], tile: Buffer,
@@ -105,8 +90,8 @@ def _scatter_nd(node: Node, kp: KernelParams, el: ElementBuilder, name: str,
     rows, width = math.prod(lead), math.prod(tail)
     updates = math.prod(ind.type.shape[:-1])
     policy, names = target.scatter, Names()
-    cols = _even_divisor(width, min(policy.max_cols, policy.tile_elems), 1, policy.threads)
-    tile_rows = _even_divisor(rows, max(1, policy.tile_elems // cols), cols, policy.threads)
+    cols = even_divisor(width, min(policy.max_cols, policy.tile_elems), 1, policy.threads)
+    tile_rows = even_divisor(rows, max(1, policy.tile_elems // cols), cols, policy.threads)
     if updates <= policy.tile_elems:  # every block scans every update: more blocks only for a few
         tile_rows, cols = _fill_cores(rows, width, tile_rows, cols, target)
     acc = accumulator_dtype(out.dtype)
@@ -130,7 +115,7 @@ def _scatter_nd(node: Node, kp: KernelParams, el: ElementBuilder, name: str,
     def apply(c: Index) -> list[Stmt]:
         where = (local, c[0])
         new = widen(el.at(upd, (*jidx, *delinearize(iop(IOp.ADD, c0, c[0]), tail))), acc)
-        return [Store(tile, where, _combine(op.reduction, Load(tile, where), new, acc))]
+        return [Store(tile, where, scatter_combine(op.reduction, Load(tile, where), new, acc))]
 
     body.append(Loop(j, updates, LoopKind.SERIAL, (If(mine, parallel(names, (cols,), apply)),)))
     el.memo.clear()
@@ -155,7 +140,7 @@ def _scatter_elements(node: Node, kp: KernelParams, el: ElementBuilder, name: st
     acc = accumulator_dtype(out.dtype)
     if width * acc.itemsize > target.device.onchip_bytes // 2:
         return None  # one row of the tile would not fit on chip
-    tile_rows = _even_divisor(rows, max(1, policy.tile_elems // width), width, policy.threads)
+    tile_rows = even_divisor(rows, max(1, policy.tile_elems // width), width, policy.threads)
     tile_rows, _ = _fill_cores(rows, width, tile_rows, width, target)
     tile = Buffer("tile", acc, (tile_rows, width), Scope.SHARED)
     bx = Var("bx")
@@ -198,12 +183,12 @@ def _scatter_elements(node: Node, kp: KernelParams, el: ElementBuilder, name: st
         row_ok = inside(rx[0])
         hit = hit if row_ok is None else iop(IOp.AND, row_ok, hit)
         old = Load(tile, rx)
-        return [Store(tile, rx, Call(ScalarFn.WHERE, (hit, _combine(op.reduction, old, new, acc), old), acc))]
+        return [Store(tile, rx, Call(ScalarFn.WHERE, (hit, scatter_combine(op.reduction, old, new, acc), old), acc))]
 
     def each_row(r: Index) -> list[Stmt]:  # the row's thread writes its update where it lands
         pos, new = update(r[0])
         where = (r[0], pos)
-        value = _combine(op.reduction, Load(tile, where), new, acc)
+        value = scatter_combine(op.reduction, Load(tile, where), new, acc)
         row_ok = inside(r[0])
         if row_ok is not None:
             value = Call(ScalarFn.WHERE, (row_ok, value, Load(tile, where)), acc)

@@ -20,11 +20,9 @@ from tilefuse.ir.prims import (
     ConvTranspose,
     MatMul,
     Reduce,
-    ReduceFn,
     ScalarFn,
     ScatterElements,
     ScatterND,
-    ScatterReduction,
     WindowReduce,
 )
 from tilefuse.partition.model import FusedGroup
@@ -62,6 +60,7 @@ from tilefuse.tile_ir.lower.common import (
     guard_all,
     identity,
     parallel,
+    scatter_combine,
     serial,
     widen,
 )
@@ -351,9 +350,7 @@ def _scatter_nd(names: Names, el: ElementBuilder, node: Node, outs: list[Buffer]
             )
             where = coords + tail
             val = widen(el.at(upd, uidx + tail), res.dtype)
-            if op.reduction is not ScatterReduction.NONE:
-                val = Call(_SCATTER[op.reduction], (Load(res, where), val), res.dtype)
-            return [Store(res, where, val)]
+            return [Store(res, where, scatter_combine(op.reduction, Load(res, where), val, res.dtype))]
 
         return list(serial(names, data.type.shape[last:], inner))
 
@@ -370,17 +367,9 @@ def _scatter_elements(names: Names, el: ElementBuilder, node: Node, outs: list[B
         where = list(uidx)
         where[op.axis] = index_position(el.sites, node, 0, el.at(ind, uidx), ind.type.dtype, data.type.shape[op.axis])
         val = widen(el.at(upd, uidx), res.dtype)
-        if op.reduction is not ScatterReduction.NONE:
-            val = Call(_SCATTER[op.reduction], (Load(res, tuple(where)), val), res.dtype)
-        return [Store(res, tuple(where), val)]
+        return [Store(res, tuple(where), scatter_combine(op.reduction, Load(res, tuple(where)), val, res.dtype))]
 
     return stmts + list(serial(names, ind.type.shape, body))
-
-
-_SCATTER = {ScatterReduction.ADD: ScalarFn.ADD, ScatterReduction.MUL: ScalarFn.MUL,
-            ScatterReduction.MAX: ScalarFn.MAX, ScatterReduction.MIN: ScalarFn.MIN}
-
-
 
 
 _STAGE = {
