@@ -10,7 +10,12 @@ once its outputs are written, so no extra synchronise is needed) with each run's
 dropped before the next, as a server does; then the same with the buffers bound once
 (``sess.bind(feeds)``: one graph with the copies in and out, nothing per run but its
 launch and the wait). The overhead is the difference of the medians; the issue's goal is
-20 us or less. Results to $OUT/gpu_run_overhead.json.
+20 us or less. Runs not waited for (``run(None, feeds, wait=False)``: outputs ordered on
+torch's stream) are timed as a server queues them, back to back, each run's outputs
+dropped, against graph replays queued back to back (wall time over the runs, both). Each
+form's outputs are checked against a host run's, also at addresses that change (held
+outputs, feeds 8 bytes off alignment). ``--breakdown`` times run()'s parts alone.
+Results to $OUT/gpu_run_overhead.json.
 """
 from __future__ import annotations
 
@@ -24,12 +29,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import numpy as np  # noqa: E402
 from gpu_peers import prepare  # noqa: E402
 
 
-def _walls(fn, repeats: int) -> list[float]:
-    """Host wall time (ms) of each of ``repeats`` calls of ``fn`` after 20 untimed ones."""
-    for _ in range(20):
+def _walls(fn, repeats: int, warm: int = 20) -> list[float]:
+    """Host wall time (ms) of each of ``repeats`` calls of ``fn`` after ``warm`` untimed ones."""
+    for _ in range(warm):
         fn()
     out = []
     for _ in range(repeats):
@@ -39,11 +45,58 @@ def _walls(fn, repeats: int) -> list[float]:
     return out
 
 
+def _addresses(sess, feeds, torch) -> dict:
+    """run() with GPU feeds at addresses that change (runtime/cuda_direct.py re-points its
+    graph): two feed sets with each run's outputs held (new output memory each run), then
+    feeds at an offset of 8 bytes (copied in, not read in place); each run's outputs
+    against a host run of the same feeds."""
+    other = {k: np.roll(v, 1, axis=-1) for k, v in feeds.items()}
+    want = [sess.run(None, f) for f in (feeds, other)]
+    held = []
+    for f in (feeds, other, feeds):
+        held.append(sess.run(None, {k: torch.from_numpy(v).cuda() for k, v in f.items()}))
+    moved = all((torch.from_dlpack(o).cpu().numpy() == w).all()
+                for outs, w in zip(held, [want[0], want[1], want[0]]) for o, w in zip(outs, w))
+
+    def unaligned(v):
+        t = torch.empty(v.size + 1, dtype=torch.from_numpy(v).dtype, device="cuda")[1:]
+        return t.copy_(torch.from_numpy(v.reshape(-1)).cuda()).view(v.shape)
+
+    outs = sess.run(None, {k: unaligned(v) for k, v in other.items()})
+    shifted = all((torch.from_dlpack(o).cpu().numpy() == w).all() for o, w in zip(outs, want[1]))
+    return {"held_outputs_equal_host": bool(moved), "unaligned_feeds_equal_host": bool(shifted)}
+
+
+def _breakdown(sess, gpu, repeats: int) -> dict:
+    """Where run()'s host time goes, each part timed alone (median us of ``repeats``):
+    checking the feeds, the executor's run on checked feeds, reading one torch tensor,
+    asking torch for its current stream, and the direct graph's launch and wait alone."""
+    from tilefuse.torch_feeds import torch_view
+    import torch
+
+    ex = sess._executor
+    names = list(sess._outputs)
+    views = sess._check(gpu)
+    first = next(iter(gpu.values()))
+
+    def direct():
+        ex._direct.launch(ex._direct._where or {})
+        ex.cu.cuStreamSynchronize(ex.stream)
+
+    parts = {"check_feeds": lambda: sess._check(gpu), "executor_run": lambda: ex.run(views, names),
+             "torch_view": lambda: torch_view(first, 0, int(ex.stream)),
+             "current_stream": lambda: torch.cuda.current_stream(0), "graph_launch_and_wait": direct,
+             "session_run": lambda: sess.run(None, gpu)}
+    return {k: 1e3 * statistics.median(_walls(f, repeats)) for k, f in parts.items() if k != "graph_launch_and_wait"
+            or ex._direct is not None}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--plans", default="build/gpu_real")
     ap.add_argument("--match", default="*.tfplan")
     ap.add_argument("--repeats", type=int, default=300)
+    ap.add_argument("--breakdown", action="store_true", help="also time run()'s parts alone")
     ap.add_argument("--profile", action="store_true", help="also print where run()'s host time goes (cProfile)")
     args = ap.parse_args()
     import torch
@@ -57,6 +110,7 @@ def main() -> int:
         dev = [torch.from_dlpack(o).cpu().numpy() for o in sess.run(None, gpu)]
         same = all((a == b).all() for a, b in zip(host, dev))
         ex = sess._executor
+        checks = _addresses(sess, feeds, torch)
         ex.timed(20)
         replay = statistics.median(ex.timed(args.repeats))
         for _ in range(20):
@@ -68,6 +122,25 @@ def main() -> int:
             walls.append((time.perf_counter() - t0) * 1e3)
             del outs
         run_ms = statistics.median(walls)
+        # runs not waited for: queued back to back on torch's stream, each run's outputs dropped;
+        # against graph replays queued back to back the same way (wall time / runs, both)
+        n = args.repeats
+
+        def queued():
+            for _ in range(n):
+                sess.run(None, gpu, wait=False)
+            torch.cuda.synchronize()
+
+        def replays():
+            for _ in range(n):
+                ex.launch_all()
+            ex.synchronize()
+
+        queued()
+        unwaited = [torch.from_dlpack(o).cpu().numpy() for o in sess.run(None, gpu, wait=False)]
+        unwaited_same = all((a == b).all() for a, b in zip(host, unwaited))
+        back_to_back = statistics.median(_walls(replays, 5, 1)) / n
+        queued_ms = statistics.median(_walls(queued, 5, 1)) / n
         # buffers bound once: the plan session's bind (outputs in memory it keeps)
         binding = sess.bind(gpu)
         binding.run()
@@ -76,7 +149,13 @@ def main() -> int:
         row = {"plan": plan_dir.name, "replay_ms": replay, "run_ms": run_ms, "overhead_us": 1e3 * (run_ms - replay),
                "run_p90_ms": sorted(walls)[int(0.9 * len(walls))], "device_outputs_equal_host": bool(same),
                "bound_run_ms": statistics.median(bound), "bound_overhead_us": 1e3 * (statistics.median(bound) - replay),
-               "bound_p90_ms": sorted(bound)[int(0.9 * len(bound))], "bound_outputs_equal_host": bool(bound_same)}
+               "bound_p90_ms": sorted(bound)[int(0.9 * len(bound))], "bound_outputs_equal_host": bool(bound_same),
+               "direct_reason": ex.direct_reason, **checks,
+               "replays_back_to_back_ms": back_to_back, "unwaited_run_ms": queued_ms,
+               "unwaited_overhead_us": 1e3 * (queued_ms - back_to_back), "unwaited_outputs_equal_host": bool(unwaited_same)}
+        if args.breakdown:
+            row["breakdown_us"] = _breakdown(sess, gpu, args.repeats)
+            print(f"{'':28s} parts (us): " + ", ".join(f"{k} {v:.1f}" for k, v in row["breakdown_us"].items()), flush=True)
         rows.append(row)
         if args.profile:
             import cProfile
@@ -89,7 +168,10 @@ def main() -> int:
             prof.disable()
             pstats.Stats(prof).sort_stats("tottime").print_stats(14)
         print(f"{plan_dir.name:28s} replay {replay:.3f} ms  run() {run_ms:.3f} ms  over: {row['overhead_us']:.1f} us  "
-              f"(p90 {row['run_p90_ms']:.3f}); device outputs equal host: {same}", flush=True)
+              f"(p90 {row['run_p90_ms']:.3f}); device outputs equal host: {same}; {checks}"
+              + (f"; no direct graph: {ex.direct_reason}" if ex.direct_reason else ""), flush=True)
+        print(f"{'':28s} not waited for: {queued_ms:.3f} ms a run against {back_to_back:.3f} back-to-back replays, "
+              f"over: {row['unwaited_overhead_us']:.1f} us; outputs equal host: {unwaited_same}", flush=True)
         print(f"{'':28s} bound: run {row['bound_run_ms']:.3f} ms  over: {row['bound_overhead_us']:.1f} us  "
               f"(p90 {row['bound_p90_ms']:.3f}); outputs equal host: {bound_same}", flush=True)
         sess.close()

@@ -122,3 +122,27 @@ def test_plans_and_errors(cache, tmp_path):
         tilefuse.InferenceSession(str(tmp_path / "missing.tfplan"))
     with pytest.raises(InputError, match="unknown input"):
         tilefuse.InferenceSession(MODEL).run(None, {"nope": np.zeros((1, 4), np.int64)})
+
+
+def test_run_options_that_disable_synchronisation_reach_the_plan_session(cache, monkeypatch):
+    """onnxruntime's ``disable_synchronize_execution_providers`` run entry is a run not
+    waited for (runtime/cuda.py: GPU feeds' outputs ordered on their stream); a CPU run is
+    done when it returns either way, with the same outputs."""
+    from tilefuse.runtime import InferenceSession as PlanSession
+
+    waits = []
+    real = PlanSession.run
+    monkeypatch.setattr(PlanSession, "run", lambda self, names, feeds, wait=True: waits.append(wait)
+                        or real(self, names, feeds, wait=wait))
+    sess = tilefuse.InferenceSession(MODEL, providers=["CPUExecutionProvider"])
+    ids = np.random.default_rng().integers(0, 100, (1, 8))
+    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    unsynced = onnxruntime.RunOptions()
+    unsynced.add_run_config_entry("disable_synchronize_execution_providers", "1")
+    a = sess.run(None, feeds, unsynced)
+    b = sess.run(None, feeds, onnxruntime.RunOptions())
+    c = sess.run(None, feeds)
+    assert waits == [False, True, True]
+    for x, y, z in zip(a, b, c):
+        np.testing.assert_array_equal(x, y)
+        np.testing.assert_array_equal(x, z)

@@ -10,6 +10,7 @@ through their own attributes first (tilefuse/torch_feeds.py: no capsule, no even
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence, overload
 
@@ -149,7 +150,7 @@ class DeviceView:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize
 
 
 def on_device(obj: object) -> bool:

@@ -155,10 +155,13 @@ class InferenceSession:
 
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, object],
             run_options: object = None) -> list[np.ndarray]:
-        """As onnxruntime's ``run``: the outputs named (all when None), in that order."""
+        """As onnxruntime's ``run``: the outputs named (all when None), in that order.
+        ``run_options`` with onnxruntime's ``disable_synchronize_execution_providers`` entry
+        set to "1": GPU feeds give outputs ordered on the feeds' stream, and the run returns
+        once it is queued (the plan session's ``run(..., wait=False)``)."""
         session = self._fixed if self._fixed is not None else self._session_for(_feed_shapes(input_feed))
         start = time.perf_counter()
-        out = session.run(output_names, input_feed)
+        out = session.run(output_names, input_feed, wait=not _unsynchronised(run_options))
         if self._profiling:
             self._profile.append({"name": "model_run", "ph": "X", "cat": "Session",
                                   "ts": (time.time() - self._profile_start) * 1e6 - (time.perf_counter() - start) * 1e6,
@@ -500,3 +503,16 @@ def _model_args(proto: ModelProto) -> tuple[list[NodeArg], list[NodeArg]]:
         return [arg(i) for i in runtime_inputs(proto)], [arg(o) for o in proto.graph.output]
     except (AttributeError, ValueError) as e:
         raise TilefuseError(f"cannot read the model's inputs and outputs: {e}") from None
+
+
+def _unsynchronised(run_options: object) -> bool:
+    """Whether onnxruntime ``RunOptions`` (or anything with its ``get_run_config_entry``)
+    ask for a run not synchronised with the host (``disable_synchronize_execution_providers``
+    "1")."""
+    entry = getattr(run_options, "get_run_config_entry", None)
+    if entry is None:
+        return False
+    try:
+        return str(entry("disable_synchronize_execution_providers")).strip() == "1"
+    except Exception:  # noqa: BLE001 - onnxruntime raises when the entry is not set
+        return False

@@ -9,10 +9,13 @@ allocations of their own. The launch of every kernel step is fixed then, from it
 kernel's ``CudaLaunch`` record (``runtime/cuda_launch.py``: device pointers, TMA
 descriptors, programmatic launches).
 
-A run copies the feeds in, replays the plan's steps, and copies the requested outputs
-back; device feeds (DLPack or ``__cuda_array_interface__``: torch, CuPy, JAX; read in
-``tilefuse/feeds.py``) are copied device to device and then the outputs stay on the device
-too (``runtime/device_array.py``). DLPack producers are handed the session's stream, and a
+A run with host feeds copies them in, replays the plan's steps, and copies the requested
+outputs back. With device feeds (DLPack or ``__cuda_array_interface__``: torch, CuPy, JAX;
+read in ``tilefuse/feeds.py``) the outputs stay on the device (``runtime/device_array.py``),
+and a plan of kernels only runs as a second graph whose kernels read the feeds where they
+are and write the outputs into their arrays (``runtime/cuda_direct.py``: its nodes are
+re-pointed when an address changes); otherwise the feeds and outputs are copied device to
+device. DLPack producers are handed the session's stream, and a
 run returns only once its stream is done. A plan of kernels only is captured once as a CUDA graph (every address is fixed at
 load) and replayed as one launch; a plan with host steps (opaque primitives, run by their
 reference on copies) or branches (an If on a run-time condition: the condition is copied
@@ -45,8 +48,10 @@ from tilefuse.feeds import DeviceView, FeedDevice
 from tilefuse.plan.files import read_verified
 from tilefuse.plan.model import BranchStep, BufferKind, HostStep, Kernel, KernelStep, Plan, SelectStep, Step, step_order
 from tilefuse.plan.verify import check_kernel_identity
-from tilefuse.runtime.cuda_launch import Handle, KernelLaunch, kernel_launch, launch_kernel, set_up_function
+from tilefuse.runtime.cuda_direct import DirectGraph, Unavailable
+from tilefuse.runtime.cuda_launch import Handle, KernelLaunch, in_place, kernel_launch, launch_kernel, set_up_function
 from tilefuse.runtime.device_array import DeviceArray
+from tilefuse.torch_feeds import CU_STREAM_LEGACY
 
 if TYPE_CHECKING:
     from tilefuse.runtime.cuda_binding import CudaBinding
@@ -72,6 +77,9 @@ class CudaExecutor:
 
     _closed = False
     _outstanding = 0  # DeviceArrays not yet freed: each needs the context
+    _direct: DirectGraph | None = None  # (set up at load; close may follow a failed load)
+    direct_reason = ""
+    _unwaited = False  # a run not waited for may have left status words unread
 
     def __init__(self, plan: Plan, device: int = 0, launch: str = "as-built") -> None:
         if launch not in LAUNCH_MODES:
@@ -88,6 +96,7 @@ class CudaExecutor:
         self._spare: dict[int, list[int]] = {}  # output memory given back, by size, for the next runs
         self._sizes: dict[int, int] = {}  # each DeviceArray's bytes, by pointer
         self._feed_event: Handle | None = None
+        self._done_event: Handle | None = None  # the last run not waited for, on the plan's stream
         self._bindings: set[CudaBinding] = set()  # alive: their graphs go with the executor
         self._pinned = 0  # page-locked host memory of the status words
         self._modules: list[Handle] = []
@@ -106,9 +115,10 @@ class CudaExecutor:
     def _set_up(self) -> None:
         cu, plan = self.cu, self.plan
         self._check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
-        self.stream = self._check(cu.cuStreamCreate(0), "cuStreamCreate")
+        self.stream = self._check(cu.cuStreamCreate(0), "cuStreamCreate")  # blocking: after the legacy stream's work
         flags = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
         self._feed_event = self._check(cu.cuEventCreate(flags), "cuEventCreate")
+        self._done_event = self._check(cu.cuEventCreate(flags), "cuEventCreate")
         self._functions = {name: self._load(k) for name, k in plan.kernels.items()}
         arena = self._alloc(plan.arena_bytes)
         self.ptr: dict[int, int] = {}
@@ -137,6 +147,11 @@ class CudaExecutor:
         self._launches: list[KernelLaunch | None] = [self._launch_args(i, s) if isinstance(s, KernelStep) else None
                                                 for i, s in enumerate(plan.steps)]
         self._graph = self._capture() if all(isinstance(s, KernelStep) for s in plan.steps) else None
+        self._written = {b for st in plan.steps for b in getattr(st, "outputs", ())}
+        # run()'s graph over the caller's tensors (runtime/cuda_direct.py), made at the first
+        # run with GPU feeds; ``direct_reason`` says why there is none, where there is not
+        self._direct = None
+        self.direct_reason = "" if self._graph is not None else "the plan has host steps or branches"
 
     def close(self) -> None:
         """Release everything this executor holds on the device (idempotent; no run may
@@ -152,6 +167,9 @@ class CudaExecutor:
                 cu.cuStreamSynchronize(self.stream)
             if self._graph is not None:
                 cu.cuGraphExecDestroy(self._graph)
+            if self._direct is not None:
+                self._direct.destroy()
+                self._direct = None
             for binding in list(self._bindings):
                 binding._destroy()
             if self._pinned:
@@ -164,9 +182,10 @@ class CudaExecutor:
             for ptr in self._allocs + [p for spare in self._spare.values() for p in spare]:
                 cu.cuMemFree(ptr)
             self._spare = {}
-            if self._feed_event is not None:
-                cu.cuEventDestroy(self._feed_event)
-                self._feed_event = None
+            for event in (self._feed_event, self._done_event):
+                if event is not None:
+                    cu.cuEventDestroy(event)
+            self._feed_event = self._done_event = None
             self._modules, self._allocs, self.ptr = [], [], {}
             if self.stream is not None:
                 cu.cuStreamDestroy(self.stream)
@@ -256,13 +275,21 @@ class CudaExecutor:
         launch_kernel(self.cu, self._check, launch, self.stream, kernel)
 
     # -- running -------------------------------------------------------------------------
-    def run(self, feeds: Mapping[str, np.ndarray | DeviceView], outputs: Sequence[str]) -> list[np.ndarray | DeviceArray]:
+    def run(self, feeds: Mapping[str, np.ndarray | DeviceView], outputs: Sequence[str],
+            wait: bool = True) -> list[np.ndarray | DeviceArray]:
         """Host feeds give host outputs (numpy); if any feed is a device tensor, the
-        outputs are DeviceArrays (device memory of their own, no host copy)."""
+        outputs are DeviceArrays (device memory of their own, no host copy), written in
+        place by the plan's kernels where the plan is one graph (``_run_direct``).
+        ``wait=False`` (device feeds that each name their stream, on such a plan): return
+        once the run is queued, its outputs ordered on the feeds' streams (``_run_direct``)."""
         cu = self.cu
         with self._lock:
             self._open()
             self._check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+            if self._unwaited:
+                self._check_unwaited()
+            if any(isinstance(a, DeviceView) for a in feeds.values()) and self._direct_graph() is not None:
+                return self._run_direct(feeds, outputs, wait)
             on_device, held = self._copy_in(feeds)
             self.launch_all()
             results: list[np.ndarray | DeviceArray] = []
@@ -279,11 +306,94 @@ class CudaExecutor:
                     out = np.empty(buf.type.shape, buf.type.dtype.numpy)
                     self._d2h(out, self.ptr[buf.id])
                 results.append(out)
-            self._status_to_host()
-            self._check(cu.cuStreamSynchronize(self.stream), "running the plan")
-            if self._status.any():
-                raise self._index_error()
+            self._finish()
             return results
+
+    def _finish(self) -> None:
+        """Wait for the run; raise the first index error its kernels found."""
+        self._status_to_host()
+        self._waited()
+
+    def _waited(self) -> None:
+        """Wait for the plan's stream; raise the first index error found by the runs it
+        held (the status words stay set until read, so a run not waited for reports here)."""
+        self._check(self.cu.cuStreamSynchronize(self.stream), "running the plan")
+        unwaited, self._unwaited = self._unwaited, False
+        if self._status.any():
+            raise self._index_error(unwaited)
+
+    def _check_unwaited(self) -> None:
+        """Raise the index error of runs not waited for, once they are done (a look at
+        their event: nothing is waited for here)."""
+        if self.cu.cuEventQuery(self._done_event) != self.cu.CUresult.CUDA_SUCCESS:
+            return  # still running (or failed: the next wait says so)
+        self._unwaited = False
+        if self._status.any():
+            raise self._index_error(True)
+
+    def _direct_graph(self) -> DirectGraph | None:
+        """run()'s graph over the caller's tensors, made at the first call; None where the
+        plan is not one graph or the driver cannot re-point its nodes (then run() copies)."""
+        if self._direct is None and self._graph is not None and not self.direct_reason:
+            try:
+                self._direct = DirectGraph(self)
+            except Unavailable as e:
+                self.direct_reason = f"the driver does not name captured nodes ({e})"
+        return self._direct
+
+    def _run_direct(self, feeds: Mapping[str, np.ndarray | DeviceView], outputs: Sequence[str],
+                    wait: bool = True) -> list[np.ndarray | DeviceArray]:
+        """A run whose kernels read the GPU feeds where they are and write each output into
+        its DeviceArray's memory (the lock held, the context current); memory they may not
+        use so (unaligned, or an output over a feed), host feeds and outputs no kernel
+        writes are copied, as ``run`` copies everything otherwise.
+
+        Not waited for (``wait=False``, every feed a device tensor that names its stream:
+        torch's, a ``__cuda_array_interface__`` v3 one): each feed's stream is made to wait
+        for the run, so work the caller queues there after ``run`` returns (reading the
+        outputs, or writing memory a feed held once the caller lets it go) comes after the
+        run; an index error it finds is raised by the next run that looks (its event
+        done), waits, or by ``synchronize``."""
+        cu, direct = self.cu, self._direct
+        assert direct is not None
+        views = [a for a in feeds.values() if isinstance(a, DeviceView)]
+        self._order_after(views)
+        where: dict[int, int] = {}  # buffer id -> the memory the kernels use for it this run
+        held: list[np.ndarray] = []  # host feeds, alive until the stream is done
+        for name, a in feeds.items():
+            b = self._inputs[name]
+            if not isinstance(a, DeviceView):
+                held.append(np.ascontiguousarray(a))
+                self._h2d(self.ptr[b], held[-1])
+            elif a.nbytes and in_place(a.ptr):
+                where[b] = a.ptr
+            elif a.nbytes:
+                self._check(cu.cuMemcpyDtoDAsync(self.ptr[b], a.ptr, a.nbytes, self.stream), f"copying input {name}")
+        spans = [(v.ptr, v.ptr + v.nbytes) for v in views]
+        results: list[np.ndarray | DeviceArray] = []
+        copies: list[tuple[int, int, int, str]] = []  # (output memory, buffer id, bytes, name)
+        for name in outputs:
+            buf = self.plan.buffers[self._outputs[name]]
+            ptr = self._output_memory(buf.nbytes, direct.pointer(buf.id))
+            results.append(DeviceArray(ptr, buf.type.dtype.numpy, buf.type.shape, self, self.device))
+            apart = not any(ptr < end and start < ptr + buf.nbytes for start, end in spans)
+            if buf.id in self._written and buf.id not in where and buf.nbytes and apart and in_place(ptr):
+                where[buf.id] = ptr
+            elif buf.nbytes:
+                copies.append((ptr, buf.id, buf.nbytes, name))
+        direct.launch(where)
+        for ptr, b, nbytes, name in copies:  # from where the run left it
+            self._check(cu.cuMemcpyDtoDAsync(ptr, where.get(b, self.ptr[b]), nbytes, self.stream),
+                        f"copying output {name}")
+        streams = {v.stream for v in views if v.ready == "stream"}
+        if wait or held or any(v.ready != "stream" for v in views):
+            self._waited()  # (the graph copied the status words)
+            return results
+        self._check(cu.cuEventRecord(self._done_event, self.stream), "recording the run's end")
+        for stream in streams:
+            self._check(cu.cuStreamWaitEvent(cu.CUstream(stream), self._done_event, 0), "ordering the run's outputs")
+        self._unwaited = True
+        return results
 
     def bind(self, inputs: dict[str, DeviceView], outputs: dict[str, DeviceView | None]) -> CudaBinding:
         """A CudaBinding (runtime/cuda_binding.py) of checked device feeds and outputs
@@ -301,6 +411,8 @@ class CudaExecutor:
             self._open()
             self._check(self.cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
             self._check(self.cu.cuCtxSynchronize(), "cuCtxSynchronize")
+            if self._unwaited:
+                self._waited()
 
     def _status_to_host(self) -> None:
         """Queue the status words' copy to the host (asynchronous: page-locked memory)."""
@@ -330,31 +442,39 @@ class CudaExecutor:
     def _order_after(self, views: list[DeviceView]) -> None:
         """Make the plan's stream wait for the feeds' pending writes: nothing for DLPack
         feeds (their producers ordered them before this stream) and ready ones; an event on
-        each stream a __cuda_array_interface__ feed names; the whole device only for one
-        that names none (version 2)."""
+        each stream a __cuda_array_interface__ feed or torch names, but the legacy default
+        stream (torch's default: the plan's stream is a blocking one, which waits for it
+        anyway); the whole device only for a feed that names none (version 2)."""
         cu = self.cu
         if any(v.ready == "unknown" for v in views):
             self._check(cu.cuCtxSynchronize(), "waiting for the device feeds")
             return
-        for stream in sorted({v.stream for v in views if v.ready == "stream"}):
+        for stream in sorted({v.stream for v in views if v.ready == "stream" and v.stream != CU_STREAM_LEGACY}):
             self._check(cu.cuEventRecord(self._feed_event, cu.CUstream(stream)), "recording a feed's stream")
             self._check(cu.cuStreamWaitEvent(self.stream, self._feed_event, 0), "waiting for a feed's stream")
 
-    def _output_memory(self, nbytes: int) -> int:
+    def _output_memory(self, nbytes: int, prefer: int | None = None) -> int:
         """Device memory for one output of ``nbytes``: a block an earlier output left
-        (DeviceArrays give theirs back when collected), else a new one."""
+        (DeviceArrays give theirs back when collected; ``prefer``, the block this output
+        had last, where it is free: the direct graph then needs no re-pointing), else a
+        new one."""
         spare = self._spare.get(nbytes)
-        ptr = spare.pop() if spare else int(self._check(self.cu.cuMemAlloc(max(nbytes, 256)), "cuMemAlloc"))
+        if spare and prefer in spare:
+            spare.remove(prefer)
+            ptr = prefer
+        else:
+            ptr = spare.pop() if spare else int(self._check(self.cu.cuMemAlloc(max(nbytes, 256)), "cuMemAlloc"))
         self._sizes[ptr] = nbytes
         self._outstanding += 1
         return ptr
 
-    def _index_error(self) -> ExecutionError:
-        """The error of the first kernel that found an index out of range; the status
-        words are zeroed on the device for the next run."""
+    def _index_error(self, unwaited: bool = False) -> ExecutionError:
+        """The error of the first kernel that found an index out of range (``unwaited``: in
+        a run not waited for, or this one); the status words are zeroed on the device for
+        the next run."""
         message = self.plan.status_message(self._status)
         self._clear_status()
-        return ExecutionError(message)
+        return ExecutionError(f"a run not waited for (or this one): {message}" if unwaited else message)
 
     def _clear_status(self) -> None:
         """Zero the status words (after an error, and after tools' runs, which do not read
@@ -553,7 +673,8 @@ class CudaExecutor:
 
     def timed(self, repeats: int, graph: bool = True) -> list[float]:
         """Device time of ``repeats`` runs of the plan (ms each, CUDA events), as one graph
-        launch or step by step; the inputs are whatever was copied in last."""
+        launch or step by step; the inputs are whatever a run copied into the plan's input
+        buffers last (a host run's; GPU feeds are read where they are, not copied)."""
         cu = self.cu
         with self._lock, self._events() as (start, stop):
             times = []

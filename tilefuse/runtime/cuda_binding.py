@@ -27,17 +27,12 @@ from typing import TYPE_CHECKING
 from tilefuse.errors import ExecutionError, InputError
 from tilefuse.feeds import DeviceView
 from tilefuse.plan.model import KernelStep
+from tilefuse.runtime.cuda_launch import in_place
 from tilefuse.runtime.device_array import DeviceArray
 
 if TYPE_CHECKING:
     from tilefuse.runtime.cuda import CudaExecutor
     from tilefuse.runtime.cuda_launch import KernelLaunch
-
-
-def _aligned(ptr: int) -> bool:
-    """Bound memory a kernel may use in place (TMA descriptors need 16 bytes; allocators
-    give 256 or more)."""
-    return ptr % 256 == 0
 
 
 @dataclass(frozen=True)
@@ -62,7 +57,7 @@ class CudaBinding:
         spans = [(v.ptr, v.ptr + v.nbytes) for v in inputs.values()]
         for name, v in inputs.items():
             b = executor._inputs[name]
-            if graphed and _aligned(v.ptr):  # the kernels read the bound input where it is
+            if graphed and in_place(v.ptr):  # the kernels read the bound input where it is
                 self._moved[b] = v.ptr
             elif v.nbytes:
                 self._in.append(_Copy(executor.ptr[b], v.ptr, v.nbytes, f"input {name}"))
@@ -78,7 +73,7 @@ class CudaBinding:
                                    executor, executor.device)
             self.outputs.append(view)
             apart = not any(view.ptr < end and start < view.ptr + buf.nbytes for start, end in spans)
-            if buf.id in written and _aligned(view.ptr) and apart:  # its kernel writes the bound memory
+            if buf.id in written and in_place(view.ptr) and apart:  # its kernel writes the bound memory
                 self._moved[buf.id] = view.ptr
             elif buf.nbytes:  # from where the run leaves it: a bound input used in place holds it there
                 self._out.append(_Copy(view.ptr, self._moved.get(buf.id, executor.ptr[buf.id]), buf.nbytes, f"output {name}"))

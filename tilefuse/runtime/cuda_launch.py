@@ -32,6 +32,12 @@ Handle = Any
 Check = Callable[[Any, str], Any]
 
 
+def in_place(ptr: int) -> bool:
+    """Caller's device memory a kernel may use in place of its buffer (TMA descriptors
+    need 16-byte alignment; allocators give 256 or more, and so is this asked)."""
+    return ptr % 256 == 0
+
+
 @dataclass(frozen=True)
 class KernelLaunch:
     """One kernel step's launch, fixed at load: function, shape, arguments (and the

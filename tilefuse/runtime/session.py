@@ -163,15 +163,29 @@ class InferenceSession:
     def get_outputs(self) -> list[NodeArg]:
         return [_arg(n, t) for n, t in self.plan.output_types()]
 
-    def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, object]) -> list[np.ndarray]:
+    def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, object], *,
+            wait: bool = True) -> list[np.ndarray]:
         """The requested outputs (all when None), in that order, as fresh arrays. On a CUDA
         plan, feeds may be GPU tensors (DLPack or ``__cuda_array_interface__``: torch, CuPy,
         JAX); then the outputs are ``DeviceArray``s that stay on the GPU and export both
-        (``torch.from_dlpack(out)``)."""
+        (``torch.from_dlpack(out)``). ``wait=False`` with GPU feeds that name their stream
+        (torch tensors; runtime/cuda.py ``_run_direct``): return once the run is queued,
+        its outputs ordered on that stream, as a torch operation's are; an index error
+        is then raised by a later run or ``synchronize()``. Elsewhere runs always wait."""
         names = self._output_names(output_names)
         with self._lifetime.run():
             arrays = self._check(feeds)
-            return self._executor.run(arrays, names)
+            if wait or takes_threads(self.plan.target):  # (a CPU run is done when it returns)
+                return self._executor.run(arrays, names)
+            return self._executor.run(arrays, names, wait=False)
+
+    def synchronize(self) -> None:
+        """Wait for every run not waited for (``run(..., wait=False)``) and raise the index
+        error one of them found; nothing to do on a CPU plan."""
+        sync = getattr(self._executor, "synchronize", None)
+        if sync is not None:
+            with self._lifetime.run():
+                sync()
 
     def bind(self, inputs: Mapping[str, object], outputs: Mapping[str, object] | Sequence[str] | None = None):
         """Inputs and outputs bound to GPU memory once, for runs with no per-run feed
