@@ -20,7 +20,7 @@ from tilefuse import dlpack
 from tilefuse.errors import InputError
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.types import TensorType
-from tilefuse.torch_feeds import is_torch_cuda, torch_view
+from tilefuse.torch_feeds import current_stream, is_torch_cuda, torch_view
 
 
 class _Producer(Protocol):
@@ -268,4 +268,32 @@ class FeedChecker:
                     break
             else:
                 return feeds
+            if self._device is not None:
+                views = self._torch_views(feeds)
+                if views is not None:
+                    return views
         return check_feeds(self._expected, feeds, self._device)
+
+    def _torch_views(self, feeds: dict[str, object]) -> dict[str, DeviceView] | None:
+        """Every feed a torch CUDA tensor of the expected dtype and shape, read as
+        ``device_view`` reads it (torch's current stream asked once); None for anything
+        else, which ``check_feeds`` reads or refuses with its message."""
+        device = self._device
+        assert device is not None
+        out: dict[str, DeviceView] = {}
+        current: int | None = None
+        for name, dtype, shape in self._want:
+            a = feeds.get(name)
+            if not is_torch_cuda(a):
+                return None
+            if current is None:
+                current = current_stream(a, device.index)
+            try:
+                fast = torch_view(a, device.index, device.stream, current)
+            except ValueError:
+                return None
+            if fast is None or fast[1] != dtype or fast[2] != shape:
+                return None
+            ptr, dt, dims, keep, ready, stream = fast
+            out[name] = DeviceView(ptr, dt, dims, keep=keep, ready=ready, stream=stream if ready == "stream" else 0)
+        return out

@@ -30,10 +30,13 @@ def is_torch_cuda(obj: object) -> bool:
     return type(obj).__module__.partition(".")[0] == "torch" and getattr(obj, "is_cuda", False) is True
 
 
-def torch_view(obj: object, index: int, stream: int | None) -> tuple[int, np.dtype, tuple[int, ...], object, str, int] | None:
+def torch_view(obj: object, index: int, stream: int | None,
+               current: int | None = None) -> tuple[int, np.dtype, tuple[int, ...], object, str, int] | None:
     """``(ptr, dtype, shape, keep, ready, stream)`` of a torch CUDA tensor for a runtime on
     device ``index`` reading on ``stream`` (None: the legacy default stream), or None where
-    DLPack is to read it. Raises ValueError for a tensor the runtime cannot read as it is."""
+    DLPack is to read it; ``current``: torch's current stream on that device where the
+    caller asked already (one run's feeds share it). Raises ValueError for a tensor the
+    runtime cannot read as it is."""
     if not is_torch_cuda(obj):
         return None
     t = obj  # a torch.Tensor: its methods are torch's public API
@@ -45,8 +48,15 @@ def torch_view(obj: object, index: int, stream: int | None) -> tuple[int, np.dty
         raise ValueError(f"a tensor on cuda:{device}; this session runs on cuda:{index}")
     if not t.is_contiguous():  # type: ignore[attr-defined]
         raise ValueError(f"a strided device tensor (strides {tuple(t.stride())} elements); pass a contiguous one")  # type: ignore[attr-defined]
-    torch = sys.modules[type(obj).__module__.partition(".")[0]]
-    current = int(torch.cuda.current_stream(device).cuda_stream) or CU_STREAM_LEGACY
+    if current is None:
+        current = current_stream(obj, device)
     ours = stream or CU_STREAM_LEGACY
     ready = "ordered" if current == ours else "stream"  # on our own stream, work is in order
     return int(t.data_ptr()), dtype, tuple(int(d) for d in t.shape), obj, ready, current  # type: ignore[attr-defined]
+
+
+def current_stream(tensor: object, device: int) -> int:
+    """torch's current stream on CUDA ``device``, as the driver's handle, asked of the
+    module ``tensor`` (a torch tensor) comes from."""
+    torch = sys.modules[type(tensor).__module__.partition(".")[0]]
+    return int(torch.cuda.current_stream(device).cuda_stream) or CU_STREAM_LEGACY

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tilefuse.errors import InputError
-from tilefuse.feeds import DeviceView, FeedDevice, check_feeds
+from tilefuse.feeds import DeviceView, FeedChecker, FeedDevice, check_feeds
 from tilefuse.ir import DType, TensorType
 
 EXPECTED = [("x", TensorType(DType.FLOAT16, (2, 3)))]
@@ -81,6 +81,27 @@ def test_a_torch_tensor_the_runtime_cannot_read_is_refused(current_stream, tenso
 def test_a_cpu_plan_refuses_a_torch_cuda_tensor(current_stream):
     with pytest.raises(InputError, match="GPU tensor; this plan runs on the CPU"):
         check_feeds(EXPECTED, {"x": StandIn()})
+
+
+def test_the_feed_checker_reads_torch_tensors_as_check_feeds_does_asking_the_stream_once(current_stream, monkeypatch):
+    expected = EXPECTED + [("y", TensorType(DType.FLOAT16, (4,)))]
+    feeds = {"x": StandIn(), "y": StandIn(shape=(4,))}
+    checker = FeedChecker(expected, FeedDevice(0, 7))
+    asked = []
+    torch = sys.modules["torch"]
+    ask = torch.cuda.current_stream
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: asked.append(device) or ask(device))
+    fast = checker(feeds)
+    assert asked == [0]  # one run's feeds share torch's current stream: asked once
+    slow = check_feeds(expected, feeds, device=FeedDevice(0, 7))
+    for name in ("x", "y"):
+        a, b = fast[name], slow[name]
+        assert (a.ptr, a.dtype, a.shape, a.keep, a.ready, a.stream) == (b.ptr, b.dtype, b.shape, b.keep, b.ready, b.stream)
+    # Anything the fast path does not take gets check_feeds' own message.
+    with pytest.raises(InputError, match=r"input 'y'.*expected shape \[4\], got \[5\]"):
+        checker({"x": StandIn(), "y": StandIn(shape=(5,))})
+    with pytest.raises(InputError, match="on cuda:1; this session runs on cuda:0"):
+        checker({"x": StandIn(), "y": StandIn(shape=(4,), device=1)})
 
 
 def _torch_cuda():
