@@ -9,8 +9,8 @@ with the feeds as torch CUDA tensors, measured on the host around each call (a r
 once its outputs are written, so no extra synchronise is needed) with each run's outputs
 dropped before the next, as a server does; then the same with the buffers bound once
 (``sess.bind(feeds)``: one graph with the copies in and out, nothing per run but its
-launch and the wait). The overhead is the difference of the medians; the issue's goal is
-20 us or less. Runs not waited for (``run(None, feeds, wait=False)``: outputs ordered on
+launch and the wait), and bound runs not waited for (``run(wait=False)``) back to back.
+The overhead is the difference of the medians; the issue's goal is 20 us or less. Runs not waited for (``run(None, feeds, wait=False)``: outputs ordered on
 torch's stream) are timed as a server queues them, back to back, each run's outputs
 dropped, against graph replays queued back to back (wall time over the runs, both). Each
 form's outputs are checked against a host run's, also at addresses that change (held
@@ -67,6 +67,34 @@ def _addresses(sess, feeds, torch) -> dict:
     return {"held_outputs_equal_host": bool(moved), "unaligned_feeds_equal_host": bool(shifted)}
 
 
+def _late_errors(sess, gpu, torch) -> dict:
+    """A bad index in a run not waited for (the first input's element set past any table)
+    is raised by the next run once the first is done, for run() and for a binding; None
+    where the plan checks no index."""
+    from tilefuse.errors import ExecutionError
+
+    name, first = next(iter(gpu.items()))
+    if first.dtype not in (torch.int64, torch.int32):
+        return {}
+    bad = first.clone()
+    bad.view(-1)[0] = 10**7
+    out = {}
+    for form in ("run", "bound"):
+        binding = sess.bind({**gpu, name: bad}) if form == "bound" else None
+        go = (lambda: binding.run(wait=False)) if binding else (lambda: sess.run(None, {**gpu, name: bad}, wait=False))
+        go()
+        torch.cuda.synchronize()
+        try:
+            go()
+            out[f"{form}_late_error"] = "not raised"
+        except ExecutionError as e:
+            out[f"{form}_late_error"] = "raised" if "not waited for" in str(e) and "10000000" in str(e) else str(e)
+        sess.synchronize()
+        if binding:
+            binding.release()
+    return out
+
+
 def _breakdown(sess, gpu, repeats: int) -> dict:
     """Where run()'s host time goes, each part timed alone (median us of ``repeats``):
     checking the feeds, the executor's run on checked feeds, reading one torch tensor,
@@ -110,7 +138,7 @@ def main() -> int:
         dev = [torch.from_dlpack(o).cpu().numpy() for o in sess.run(None, gpu)]
         same = all((a == b).all() for a, b in zip(host, dev))
         ex = sess._executor
-        checks = _addresses(sess, feeds, torch)
+        checks = {**_addresses(sess, feeds, torch), **_late_errors(sess, gpu, torch)}
         ex.timed(20)
         replay = statistics.median(ex.timed(args.repeats))
         for _ in range(20):
@@ -146,13 +174,26 @@ def main() -> int:
         binding.run()
         bound_same = all((torch.from_dlpack(o).cpu().numpy() == h).all() for o, h in zip(binding.outputs, host))
         bound = _walls(binding.run, args.repeats)
+
+        def bound_queued():  # bound runs not waited for, back to back, as queued() above
+            for _ in range(n):
+                binding.run(wait=False)
+            torch.cuda.synchronize()
+
+        bound_queued_ms = statistics.median(_walls(bound_queued, 5, 1)) / n
+        for o in binding.outputs:
+            torch.from_dlpack(o).zero_()
+        binding.run(wait=False)
+        bound_unwaited_same = all((torch.from_dlpack(o).cpu().numpy() == h).all() for o, h in zip(binding.outputs, host))
         row = {"plan": plan_dir.name, "replay_ms": replay, "run_ms": run_ms, "overhead_us": 1e3 * (run_ms - replay),
                "run_p90_ms": sorted(walls)[int(0.9 * len(walls))], "device_outputs_equal_host": bool(same),
                "bound_run_ms": statistics.median(bound), "bound_overhead_us": 1e3 * (statistics.median(bound) - replay),
                "bound_p90_ms": sorted(bound)[int(0.9 * len(bound))], "bound_outputs_equal_host": bool(bound_same),
                "direct_reason": ex.direct_reason, **checks,
                "replays_back_to_back_ms": back_to_back, "unwaited_run_ms": queued_ms,
-               "unwaited_overhead_us": 1e3 * (queued_ms - back_to_back), "unwaited_outputs_equal_host": bool(unwaited_same)}
+               "unwaited_overhead_us": 1e3 * (queued_ms - back_to_back), "unwaited_outputs_equal_host": bool(unwaited_same),
+               "bound_unwaited_run_ms": bound_queued_ms, "bound_unwaited_overhead_us": 1e3 * (bound_queued_ms - back_to_back),
+               "bound_unwaited_outputs_equal_host": bool(bound_unwaited_same)}
         if args.breakdown:
             row["breakdown_us"] = _breakdown(sess, gpu, args.repeats)
             print(f"{'':28s} parts (us): " + ", ".join(f"{k} {v:.1f}" for k, v in row["breakdown_us"].items()), flush=True)
@@ -174,6 +215,8 @@ def main() -> int:
               f"over: {row['unwaited_overhead_us']:.1f} us; outputs equal host: {unwaited_same}", flush=True)
         print(f"{'':28s} bound: run {row['bound_run_ms']:.3f} ms  over: {row['bound_overhead_us']:.1f} us  "
               f"(p90 {row['bound_p90_ms']:.3f}); outputs equal host: {bound_same}", flush=True)
+        print(f"{'':28s} bound, not waited for: {bound_queued_ms:.3f} ms a run, over: "
+              f"{row['bound_unwaited_overhead_us']:.1f} us; outputs equal host: {bound_unwaited_same}", flush=True)
         sess.close()
     out = Path(os.environ.get("OUT") or ".") / "gpu_run_overhead.json"
     out.write_text(json.dumps(rows, indent=1))

@@ -173,7 +173,7 @@ class InferenceSession:
 
     def run_with_iobinding(self, binding: "IOBinding", run_options: object = None) -> None:
         if binding._on_device():
-            binding._run_on_device(self)
+            binding._run_on_device(self, wait=not _unsynchronised(run_options))
             return
         names = [n for n, _ in binding._outputs] or None
         values = self.run(names, binding._inputs, run_options)
@@ -296,7 +296,10 @@ class IOBinding:
     ``bind``). ``session.run_with_iobinding(binding)``, then ``copy_outputs_to_cpu()`` or
     ``get_outputs()[i].numpy()``. As with onnxruntime, bound GPU inputs must be ready when the
     run starts: work on the legacy default stream (torch's default) is; another stream's is
-    not (``synchronize_inputs`` waits for the whole device)."""
+    not (``synchronize_inputs`` waits for the whole device). With ``run_options`` asking for
+    no synchronisation (``disable_synchronize_execution_providers``), a GPU run returns once
+    queued: ``synchronize_outputs()`` waits for it (work on the legacy default stream is
+    ordered after it without)."""
 
     def __init__(self, session: InferenceSession) -> None:
         self._session = session
@@ -344,7 +347,11 @@ class IOBinding:
                 synchronize()
 
     def synchronize_outputs(self) -> None:
-        """Outputs are written when ``run_with_iobinding`` returns: nothing to wait for."""
+        """Wait for a run not waited for (``run_options`` with onnxruntime's
+        ``disable_synchronize_execution_providers``) and raise the index error it found;
+        after any other run the outputs are written when ``run_with_iobinding`` returns."""
+        if self._on_device():
+            self._plan_session().synchronize()
 
     def get_outputs(self) -> list["OutputValue"]:
         return list(self._results)
@@ -356,7 +363,7 @@ class IOBinding:
         return any(isinstance(v, _DeviceBuffer) for v in self._inputs.values()) or \
             any(v is _GPU_KEPT or isinstance(v, _DeviceBuffer) for _, v in self._outputs)
 
-    def _run_on_device(self, session: InferenceSession) -> None:
+    def _run_on_device(self, session: InferenceSession, wait: bool = True) -> None:
         if self._device is None:
             plan_session = self._plan_session()
             bound = {n: v for n, v in self._outputs if v is not _GPU_KEPT}
@@ -371,7 +378,7 @@ class IOBinding:
                 raise InputError("bind_output: bind every output to a buffer, or none (the session's memory)")
             self._device = plan_session.bind(self._inputs, outputs)
             self._results = [OutputValue(v, plan_session._executor) for v in self._device.outputs]
-        self._device.run()
+        self._device.run(wait=wait)
 
     def _plan_session(self) -> PlanSession:
         """The plan session for the bound inputs' shapes."""
@@ -387,7 +394,7 @@ class _DeviceRun(Protocol):
 
     outputs: Sequence[Any]  # DeviceArrays, or the caller's _DeviceBuffers
 
-    def run(self) -> None: ...
+    def run(self, stream: int | None = None, wait: bool = True) -> None: ...
 
 
 class _OnDevice(Protocol):

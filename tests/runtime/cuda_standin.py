@@ -95,7 +95,9 @@ class Driver:
         self.calls.append(("wait", stream, event))
         return (0,)
 
-    def cuEventQuery(self, event): return 0  # done: the stand-in runs everything at once
+    busy = False  # set by a test: events read as not yet reached (the driver's CUDA_ERROR_NOT_READY)
+
+    def cuEventQuery(self, event): return (600,) if self.busy else (0,)  # the stand-in runs everything at once
     def cuStreamBeginCapture(self, stream, mode):
         self.capturing = []
         return (0,)

@@ -192,6 +192,12 @@ def test_a_bad_index_in_a_run_not_waited_for_fails_the_next_run_or_synchronize(s
     with pytest.raises(ExecutionError, match="index 99 is outside"):
         sess.synchronize()
     sess.synchronize()  # nothing left to report
+    sess.run(None, {"ids": bad}, wait=False)
+    driver.busy = True  # that run not yet done: the next is queued behind it, nothing raised
+    sess.run(None, {"ids": good}, wait=False)
+    driver.busy = False
+    with pytest.raises(ExecutionError, match="a run not waited for .*index 99 is outside"):
+        sess.run(None, {"ids": good})  # a run waited for reports it
 
 
 @pytest.mark.parametrize("ready", ["ready", "ordered"])
@@ -204,4 +210,31 @@ def test_feeds_that_name_no_stream_are_waited_for_anyway(session, ready):
     assert driver.calls[-1] == ("sync", 7)
     driver.calls.clear()
     sess.run(None, {"ids": np.array([1, 2, 3, 4], np.int64)}, wait=False)
+    assert driver.calls[-1] == ("sync", 7)
+
+
+def test_a_bound_run_not_waited_for_orders_its_outputs_and_reports_a_bad_index_later(session):
+    """binding.run(wait=False): queued, the stream passed waits for its end, no host wait;
+    a bad index in the bound input is raised by the next run that looks, or synchronize."""
+    sess, driver = session
+    keep, ids = caller_memory(ctypes.c_int64, N, True)
+    ids[:] = [2, 0, 1, 3]
+    bound = sess._executor.bind({"ids": DeviceView(ctypes.addressof(ids), np.dtype(np.int64), (N,), ready="ready")},
+                                {"y": None, "y2": None})
+    driver.calls.clear()
+    bound.run(stream=0x5555_0000, wait=False)
+    assert not [c for c in driver.calls if c[0] == "sync"]
+    done = sess._executor._done_event
+    assert driver.calls[-2:] == [("record", done, 7), ("wait", 0x5555_0000, done)]
+    np.testing.assert_array_equal(_host(bound.outputs[0]), TABLE[[2, 0, 1, 3]])
+    ids[1] = ROWS + 5
+    bound.run(wait=False)  # queued: nothing raised yet
+    with pytest.raises(ExecutionError, match=f"a run not waited for .*index {ROWS + 5} is outside"):
+        bound.run(wait=False)
+    ids[1] = 1
+    bound.run(wait=False)
+    sess.synchronize()  # the words were cleared: nothing to report
+    np.testing.assert_array_equal(_host(bound.outputs[1]), TABLE[[2, 1, 1, 3]])
+    driver.calls.clear()
+    bound.run()  # waited for, as by default
     assert driver.calls[-1] == ("sync", 7)

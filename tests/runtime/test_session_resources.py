@@ -604,4 +604,21 @@ def test_the_drop_in_io_binding_binds_gpu_buffers_once(fake_cuda, cuda_plan):
     sess.run_with_iobinding(b)
     assert b._device is not first
     np.testing.assert_array_equal(b.get_outputs()[0].numpy(), feeds["x"])
+    # run options asking for no synchronisation: the bound run is queued, and
+    # synchronize_outputs waits for it (the plan session's synchronize)
+    import onnxruntime
+
+    waits, syncs = [], []
+    run = b._device.run
+    b._device.run = lambda stream=None, wait=True: waits.append(wait) or run(stream, wait)
+    plan_session = b._plan_session()
+    sync = plan_session.synchronize
+    plan_session.synchronize = lambda: syncs.append(1) or sync()
+    unsynced = onnxruntime.RunOptions()
+    unsynced.add_run_config_entry("disable_synchronize_execution_providers", "1")
+    sess.run_with_iobinding(b, unsynced)
+    b.synchronize_outputs()
+    sess.run_with_iobinding(b)
+    assert waits == [False, True] and syncs == [1]
+    np.testing.assert_array_equal(b.copy_outputs_to_cpu()[0], feeds["x"])
     sess.close()

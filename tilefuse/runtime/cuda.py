@@ -134,6 +134,9 @@ class CudaExecutor:
         self._check(cu.cuStreamSynchronize(self.stream), "uploading the weights")
         self._inputs = {b.name: b.buffer for b in plan.inputs}
         self._outputs = {b.name: b.buffer for b in plan.outputs}
+        # name -> (buffer id, bytes, dtype, shape): what a direct run asks of each output, once
+        self._output_specs = {b.name: (b.buffer, plan.buffers[b.buffer].nbytes, plan.buffers[b.buffer].type.dtype.numpy,
+                                       tuple(plan.buffers[b.buffer].type.shape)) for b in plan.outputs}
         self._checked = plan.checked_steps()  # step index of each status word
         # the status words' host copy, page-locked so a graph can copy them as its last node
         self._status: np.ndarray = np.zeros((len(self._checked), 2), np.int64)
@@ -325,7 +328,7 @@ class CudaExecutor:
     def _check_unwaited(self) -> None:
         """Raise the index error of runs not waited for, once they are done (a look at
         their event: nothing is waited for here)."""
-        if self.cu.cuEventQuery(self._done_event) != self.cu.CUresult.CUDA_SUCCESS:
+        if self.cu.cuEventQuery(self._done_event)[0] != self.cu.CUresult.CUDA_SUCCESS:  # (err,), as every call
             return  # still running (or failed: the next wait says so)
         self._unwaited = False
         if self._status.any():
@@ -373,14 +376,14 @@ class CudaExecutor:
         results: list[np.ndarray | DeviceArray] = []
         copies: list[tuple[int, int, int, str]] = []  # (output memory, buffer id, bytes, name)
         for name in outputs:
-            buf = self.plan.buffers[self._outputs[name]]
-            ptr = self._output_memory(buf.nbytes, direct.pointer(buf.id))
-            results.append(DeviceArray(ptr, buf.type.dtype.numpy, buf.type.shape, self, self.device))
-            apart = not any(ptr < end and start < ptr + buf.nbytes for start, end in spans)
-            if buf.id in self._written and buf.id not in where and buf.nbytes and apart and in_place(ptr):
-                where[buf.id] = ptr
-            elif buf.nbytes:
-                copies.append((ptr, buf.id, buf.nbytes, name))
+            b, nbytes, dtype, shape = self._output_specs[name]
+            ptr = self._output_memory(nbytes, direct.pointer(b))
+            results.append(DeviceArray(ptr, dtype, shape, self, self.device))
+            apart = not any(ptr < end and start < ptr + nbytes for start, end in spans)
+            if b in self._written and b not in where and nbytes and apart and in_place(ptr):
+                where[b] = ptr
+            elif nbytes:
+                copies.append((ptr, b, nbytes, name))
         direct.launch(where)
         for ptr, b, nbytes, name in copies:  # from where the run left it
             self._check(cu.cuMemcpyDtoDAsync(ptr, where.get(b, self.ptr[b]), nbytes, self.stream),

@@ -17,7 +17,10 @@ without the graph.
 The bound memory is read and written at each run, as it is then. Work the caller queued on
 the legacy default stream (torch's default) is ordered before the run (the plan's stream
 waits for it, as every blocking stream does); work on another stream is ordered by passing
-that stream to ``run``. Outputs are written when ``run`` returns.
+that stream to ``run``. Outputs are written when ``run`` returns; ``run(wait=False)``
+returns once the run is queued, its outputs ordered before later work on the legacy
+default stream (the plan's stream is a blocking one) and on the stream passed, and an
+index error it finds raised by a later run or the session's ``synchronize()``.
 """
 from __future__ import annotations
 
@@ -99,10 +102,11 @@ class CudaBinding:
             ex._check(cu.cuMemcpyDtoDAsync(c.dst, c.src, c.nbytes, ex.stream), f"copying {c.what}")
         ex._status_to_host()
 
-    def run(self, stream: int | None = None) -> None:
+    def run(self, stream: int | None = None, wait: bool = True) -> None:
         """One run of the plan on the bound memory. ``stream``: a CUstream handle (an int,
         e.g. ``torch.cuda.current_stream().cuda_stream``) whose queued work the run waits
-        for; None: only the legacy default stream's."""
+        for; None: only the legacy default stream's. ``wait=False``: return once queued;
+        that stream (and the legacy default stream) then waits for the run."""
         ex, cu = self._ex, self._ex.cu
         if stream is not None and (isinstance(stream, bool) or not isinstance(stream, int) or stream < 0):
             raise InputError(f"stream must be a CUstream handle (an int) or None, got {stream!r}")
@@ -111,6 +115,8 @@ class CudaBinding:
             if self not in ex._bindings:
                 raise ExecutionError("this binding was released (its session closed or the binding replaced)")
             ex._check(cu.cuCtxSetCurrent(ex.ctx), "cuCtxSetCurrent")
+            if ex._unwaited:
+                ex._check_unwaited()
             if stream:
                 ex._check(cu.cuEventRecord(ex._feed_event, cu.CUstream(stream)), "recording the caller's stream")
                 ex._check(cu.cuStreamWaitEvent(ex.stream, ex._feed_event, 0), "waiting for the caller's stream")
@@ -118,9 +124,13 @@ class CudaBinding:
                 ex._check(cu.cuGraphLaunch(self._graph, ex.stream), "cuGraphLaunch")
             else:
                 self._sequence()
-            ex._check(cu.cuStreamSynchronize(ex.stream), "running the plan")
-            if ex._status.any():
-                raise ex._index_error()
+            if wait:
+                ex._waited()
+                return
+            ex._check(cu.cuEventRecord(ex._done_event, ex.stream), "recording the run's end")
+            if stream:
+                ex._check(cu.cuStreamWaitEvent(cu.CUstream(stream), ex._done_event, 0), "ordering the run's outputs")
+            ex._unwaited = True
 
     def release(self) -> None:
         """Destroy the binding's graph (the executor's close does it too); later runs are
