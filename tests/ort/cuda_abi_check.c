@@ -17,6 +17,8 @@ _Static_assert(sizeof(tf_CUresult) == sizeof(CUresult), "CUresult size");
 _Static_assert(sizeof(tf_CUtensorMapDataType) == sizeof(CUtensorMapDataType), "enum size");
 _Static_assert(TF_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                "attribute number");
+_Static_assert(TF_CU_STREAM_NON_BLOCKING == CU_STREAM_NON_BLOCKING, "stream flag");
+_Static_assert(TF_CU_EVENT_DISABLE_TIMING == CU_EVENT_DISABLE_TIMING, "event flag");
 
 int main(void) {
   int bad = 0;

@@ -1,8 +1,11 @@
 /* A stand-in for libcuda.so.1, for testing the CUDA execution provider on a machine without
  * a GPU: "device" memory is host memory, copies are memcpy, and a "cubin" is a tilefuse CPU
  * kernel library (void SYMBOL(void** argv)) that cuLaunchKernel calls with the launch's
- * pointer arguments, grid x being their count. Each call is counted in the file named by
- * $TF_FAKE_CUDA_LOG ("alloc", "free", "htod", "dtoh", "dtod", "launch"), one word a line.
+ * pointer arguments, grid x being their count. Work runs at once, so streams and events
+ * only mark what was asked. Each call is counted in the file named by $TF_FAKE_CUDA_LOG
+ * ("alloc", "free", "htod", "dtoh", "dtod", "launch"; "async" for each copy on a stream,
+ * "legacy-launch" for a launch on the legacy default stream, "stream" and "event" for each
+ * created, "stream-freed" and "event-freed" for each destroyed), one word a line.
  * Built by tests/ort/test_cuda_ep.py; only the symbols tilefuse loads. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -38,6 +41,26 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void* s, size_t n) { note("htod");
 CUresult cuMemcpyDtoH_v2(void* d, CUdeviceptr s, size_t n) { note("dtoh"); memcpy(d, (void*)(size_t)s, n); return 0; }
 CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { note("dtod"); memcpy((void*)(size_t)d, (void*)(size_t)s, n); return 0; }
 
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* s, size_t n, void* stream) {
+  note("async");
+  return stream ? cuMemcpyHtoD_v2(d, s, n) : 400;
+}
+CUresult cuMemcpyDtoHAsync_v2(void* d, CUdeviceptr s, size_t n, void* stream) {
+  note("async");
+  return stream ? cuMemcpyDtoH_v2(d, s, n) : 400;
+}
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, void* stream) {
+  note("async");
+  return stream ? cuMemcpyDtoD_v2(d, s, n) : 400;
+}
+CUresult cuStreamCreate(void** stream, unsigned flags) { (void)flags; note("stream"); *stream = malloc(1); return 0; }
+CUresult cuStreamDestroy_v2(void* stream) { note("stream-freed"); free(stream); return 0; }
+CUresult cuStreamWaitEvent(void* stream, void* event, unsigned flags) { (void)flags; return stream && event ? 0 : 400; }
+CUresult cuEventCreate(void** event, unsigned flags) { (void)flags; note("event"); *event = malloc(1); return 0; }
+CUresult cuEventRecord(void* event, void* stream) { (void)stream; return event ? 0 : 400; }
+CUresult cuEventSynchronize(void* event) { return event ? 0 : 400; }
+CUresult cuEventDestroy_v2(void* event) { note("event-freed"); free(event); return 0; }
+
 /* A module is the CPU library, written to a memory file and opened from there. */
 CUresult cuModuleLoadData(void** module, const void* image) {
   const unsigned char* elf = image;
@@ -59,10 +82,11 @@ CUresult cuFuncSetAttribute(void* fn, int attr, int value) { (void)fn, (void)att
 
 CUresult cuLaunchKernel(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned smem, void* stream, void** params, void** extra) {
-  (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)smem, (void)stream, (void)extra;
+  (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)smem, (void)extra;
   void* argv[256];
   for (unsigned i = 0; i < gx && i < 256; i++) argv[i] = *(void**)params[i];
   note("launch");
+  if (!stream) note("legacy-launch");
   ((void (*)(void**))fn)(argv);
   return 0;
 }

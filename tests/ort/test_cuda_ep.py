@@ -208,6 +208,10 @@ def test_check_script_with_the_fake_driver(devices, fake_exports, fake_driver, r
                 for n in onnx.load(str(f), load_external_data=False).graph.node if n.op_type == "EPContext")
     assert calls["launch"] == 2 * nodes
     assert calls["htod"] > 0 and calls["dtoh"] > 0 and calls["alloc"] == calls["free"] > 0
+    # on onnxruntime's compute streams (the provider's own, non-blocking), never the legacy
+    # default stream: every launch, and the copies of inputs and outputs around them
+    assert calls["stream"] >= 1 and calls.get("legacy-launch", 0) == 0 and calls["async"] > 0
+    assert calls["stream"] == calls["stream-freed"] and calls.get("event", 0) == calls.get("event-freed", 0)
 
 
 ORT_130 = os.environ.get("TILEFUSE_ORT130_PYTHON", "/tmp/ort130g/bin/python")

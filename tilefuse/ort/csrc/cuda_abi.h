@@ -21,6 +21,7 @@ typedef CUcontext tf_CUcontext;
 typedef CUmodule tf_CUmodule;
 typedef CUfunction tf_CUfunction;
 typedef CUstream tf_CUstream;
+typedef CUevent tf_CUevent;
 typedef CUtensorMap tf_CUtensorMap;
 typedef CUfunction_attribute tf_CUfunction_attribute;
 typedef CUtensorMapDataType tf_CUtensorMapDataType;
@@ -37,6 +38,7 @@ typedef struct CUctx_st* tf_CUcontext;
 typedef struct CUmod_st* tf_CUmodule;
 typedef struct CUfunc_st* tf_CUfunction;
 typedef struct CUstream_st* tf_CUstream;
+typedef struct CUevent_st* tf_CUevent;
 typedef struct {
   _Alignas(128) uint64_t opaque[16];
 } tf_CUtensorMap; /* 128 bytes, 128-byte aligned (as cuda.h declares it) */
@@ -49,6 +51,8 @@ typedef unsigned int tf_CUtensorMapFloatOOBfill;
 #endif
 
 #define TF_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
+#define TF_CU_STREAM_NON_BLOCKING 1 /* not ordered with the legacy default stream */
+#define TF_CU_EVENT_DISABLE_TIMING 2
 
 typedef tf_CUresult (*tf_cuInit_fn)(unsigned int flags);
 typedef tf_CUresult (*tf_cuGetErrorName_fn)(tf_CUresult error, const char** name);
@@ -61,6 +65,17 @@ typedef tf_CUresult (*tf_cuMemFree_fn)(tf_CUdeviceptr ptr);
 typedef tf_CUresult (*tf_cuMemcpyHtoD_fn)(tf_CUdeviceptr dst, const void* src, size_t bytes);
 typedef tf_CUresult (*tf_cuMemcpyDtoH_fn)(void* dst, tf_CUdeviceptr src, size_t bytes);
 typedef tf_CUresult (*tf_cuMemcpyDtoD_fn)(tf_CUdeviceptr dst, tf_CUdeviceptr src, size_t bytes);
+typedef tf_CUresult (*tf_cuMemcpyHtoDAsync_fn)(tf_CUdeviceptr dst, const void* src, size_t bytes, tf_CUstream stream);
+typedef tf_CUresult (*tf_cuMemcpyDtoHAsync_fn)(void* dst, tf_CUdeviceptr src, size_t bytes, tf_CUstream stream);
+typedef tf_CUresult (*tf_cuMemcpyDtoDAsync_fn)(tf_CUdeviceptr dst, tf_CUdeviceptr src, size_t bytes,
+                                               tf_CUstream stream);
+typedef tf_CUresult (*tf_cuStreamCreate_fn)(tf_CUstream* stream, unsigned int flags);
+typedef tf_CUresult (*tf_cuStreamDestroy_fn)(tf_CUstream stream);
+typedef tf_CUresult (*tf_cuStreamWaitEvent_fn)(tf_CUstream stream, tf_CUevent event, unsigned int flags);
+typedef tf_CUresult (*tf_cuEventCreate_fn)(tf_CUevent* event, unsigned int flags);
+typedef tf_CUresult (*tf_cuEventRecord_fn)(tf_CUevent event, tf_CUstream stream);
+typedef tf_CUresult (*tf_cuEventSynchronize_fn)(tf_CUevent event);
+typedef tf_CUresult (*tf_cuEventDestroy_fn)(tf_CUevent event);
 typedef tf_CUresult (*tf_cuStreamGetCtx_fn)(tf_CUstream stream, tf_CUcontext* ctx);
 typedef tf_CUresult (*tf_cuStreamSynchronize_fn)(tf_CUstream stream);
 typedef tf_CUresult (*tf_cuCtxPushCurrent_fn)(tf_CUcontext ctx);
@@ -92,6 +107,16 @@ typedef tf_CUresult (*tf_cuTensorMapEncodeTiled_fn)(tf_CUtensorMap* map, tf_CUte
   X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                \
   X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                \
   X(cuMemcpyDtoD, "cuMemcpyDtoD_v2")                \
+  X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")      \
+  X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")      \
+  X(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2")      \
+  X(cuStreamCreate, "cuStreamCreate")               \
+  X(cuStreamDestroy, "cuStreamDestroy_v2")          \
+  X(cuStreamWaitEvent, "cuStreamWaitEvent")         \
+  X(cuEventCreate, "cuEventCreate")                 \
+  X(cuEventRecord, "cuEventRecord")                 \
+  X(cuEventSynchronize, "cuEventSynchronize")       \
+  X(cuEventDestroy, "cuEventDestroy_v2")            \
   X(cuStreamGetCtx, "cuStreamGetCtx")               \
   X(cuStreamSynchronize, "cuStreamSynchronize")     \
   X(cuCtxPushCurrent, "cuCtxPushCurrent_v2")        \

@@ -117,6 +117,7 @@ enum {
   EPSLOT_MemoryDevice_GetMemoryType = 10,
   EPSLOT_MemoryDevice_GetVendorId = 11,
   EPSLOT_MemoryDevice_GetDeviceId = 12,
+  EPSLOT_SyncStream_GetImpl = 13,
 };
 
 #define ORT_FN(api, slot, type) ((type)(((void* const*)(api))[slot]))
@@ -228,6 +229,28 @@ struct OrtDataTransferImpl {
                             size_t n);
 };
 
+/* OrtSyncNotificationImpl and OrtSyncStreamImpl (1.23): a stream-aware provider's
+ * onnxruntime::Stream and its notifications, implemented by the provider. */
+typedef struct OrtSyncNotificationImpl OrtSyncNotificationImpl;
+struct OrtSyncNotificationImpl {
+  uint32_t ort_version_supported;
+  void (*Release)(OrtSyncNotificationImpl*);
+  OrtStatus* (*Activate)(OrtSyncNotificationImpl*);
+  OrtStatus* (*WaitOnDevice)(OrtSyncNotificationImpl*, OrtSyncStream* consumer);
+  OrtStatus* (*WaitOnHost)(OrtSyncNotificationImpl*);
+};
+
+typedef struct OrtSyncStreamImpl OrtSyncStreamImpl;
+struct OrtSyncStreamImpl {
+  uint32_t ort_version_supported;
+  void (*Release)(OrtSyncStreamImpl*);
+  void* (*GetHandle)(OrtSyncStreamImpl*);
+  OrtStatus* (*CreateNotification)(OrtSyncStreamImpl*, OrtSyncNotificationImpl** out);
+  OrtStatus* (*Flush)(OrtSyncStreamImpl*);
+  OrtStatus* (*OnSessionRunEnd)(OrtSyncStreamImpl*);
+};
+typedef const OrtSyncStreamImpl* (*SyncStream_GetImpl_fn)(const OrtSyncStream*);
+
 /* OrtNodeComputeInfo (1.23). */
 typedef struct OrtNodeComputeInfo OrtNodeComputeInfo;
 struct OrtNodeComputeInfo {
@@ -275,7 +298,8 @@ struct OrtEpFactory {
   void (*ReleaseAllocator)(OrtEpFactory*, OrtAllocator*);
   OrtStatus* (*CreateDataTransfer)(OrtEpFactory*, OrtDataTransferImpl** data_transfer);
   bool (*IsStreamAware)(const OrtEpFactory*);
-  OrtStatus* (*CreateSyncStreamForDevice)(OrtEpFactory*, const OrtMemoryDevice*, const OrtKeyValuePairs*, void**);
+  OrtStatus* (*CreateSyncStreamForDevice)(OrtEpFactory*, const OrtMemoryDevice*, const OrtKeyValuePairs*,
+                                          OrtSyncStreamImpl**);
 };
 
 #define TF_EXPORT __attribute__((visibility("default")))

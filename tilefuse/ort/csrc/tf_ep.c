@@ -352,7 +352,7 @@ static bool factory_stream_aware(const OrtEpFactory* f) {
 }
 
 static OrtStatus* factory_create_stream(OrtEpFactory* f, const OrtMemoryDevice* m, const OrtKeyValuePairs* o,
-                                        void** out) {
+                                        OrtSyncStreamImpl** out) {
   (void)f, (void)m, (void)o;
   *out = NULL;
   return NULL;

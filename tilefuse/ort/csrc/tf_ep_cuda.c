@@ -14,10 +14,15 @@
  * and cuMemFree in the device's primary context. The data transfer copies host<->device
  * and device<->device with the synchronous cuMemcpy functions.
  *
- * Streams. The provider is not stream aware: kernels go on the legacy default stream of
- * the primary context, which orders them after every earlier copy and before every later
- * one (the synchronous cuMemcpy calls run on that stream too), so a run needs no
- * synchronisation of its own; cuMemcpyDtoH returns when the outputs are on the host.
+ * Streams. The provider is stream aware: onnxruntime asks CreateSyncStreamForDevice for
+ * its compute streams, each a non-blocking CUstream of the device's primary context (so
+ * nothing else on the legacy default stream, torch's say, is ordered with a run), and
+ * hands them back to the kernels (KernelContext_GetGPUComputeStream) and to the copies
+ * (CopyTensors' streams). Ordering between streams and with the host is onnxruntime's, by
+ * notifications (an event recorded on the producer, waited for by the consumer's stream or
+ * by the host) and Flush (the stream waited for, as onnxruntime does at the end of a run
+ * unless `disable_synchronize_execution_providers` is set). A copy onnxruntime gives no
+ * stream (an initializer placed at session creation) waits for the whole context first.
  *
  * Without a driver (no libcuda.so.1) the library still loads and registers; creating a
  * session for this provider fails with an error status that names the problem.
@@ -42,6 +47,20 @@ struct tf_gpu {
   OrtMemoryInfo* memory[TF_MAX_GPUS];        /* its device memory info */
   tf_CUcontext ctx[TF_MAX_GPUS];             /* its primary context, once retained */
 };
+
+/* A compute stream handed to onnxruntime, and the notifications made on it. */
+typedef struct {
+  OrtSyncStreamImpl base;
+  tf_factory* factory;
+  tf_CUcontext ctx;
+  tf_CUstream stream;
+} tf_gpu_stream;
+
+typedef struct {
+  OrtSyncNotificationImpl base;
+  tf_gpu_stream* on;
+  tf_CUevent event;
+} tf_gpu_notification;
 
 typedef struct {
   OrtAllocator base;
@@ -223,7 +242,11 @@ static bool transfer_can_copy(const OrtDataTransferImpl* t, const OrtMemoryDevic
   return (from_gpu && (to_gpu || is_host_memory(f, dst))) || (to_gpu && is_host_memory(f, src));
 }
 
-static OrtStatus* copy_one(tf_factory* f, const OrtValue* src, OrtValue* dst) {
+static tf_gpu_stream* our_stream(tf_factory* f, const OrtSyncStream* stream);
+
+/* Copy src to dst: on `stream` (ours, else NULL) when onnxruntime gives one, else
+ * synchronously, once the device's earlier work on every stream is done. */
+static OrtStatus* copy_one(tf_factory* f, const OrtValue* src, OrtValue* dst, tf_gpu_stream* stream) {
   const OrtApi* api = f->api;
   Value_GetMemoryDevice_fn device_of = EP_FN(f, EPSLOT_Value_GetMemoryDevice, Value_GetMemoryDevice_fn);
   const OrtMemoryDevice *ms = device_of(src), *md = device_of(dst);
@@ -249,9 +272,19 @@ static OrtStatus* copy_one(tf_factory* f, const OrtValue* src, OrtValue* dst) {
   const char* what = "cuCtxPushCurrent";
   if (!r) {
     tf_CUdeviceptr d_from = (tf_CUdeviceptr)(uintptr_t)from, d_to = (tf_CUdeviceptr)(uintptr_t)to;
-    if (from_gpu && to_gpu) r = tf_cu.cuMemcpyDtoD(d_to, d_from, bytes), what = "cuMemcpyDtoD";
-    else if (from_gpu) r = tf_cu.cuMemcpyDtoH(to, d_from, bytes), what = "cuMemcpyDtoH";
-    else r = tf_cu.cuMemcpyHtoD(d_to, from, bytes), what = "cuMemcpyHtoD";
+    tf_CUstream s = stream ? stream->stream : NULL;
+    if (!s && (r = tf_cu.cuCtxSynchronize())) {
+      what = "cuCtxSynchronize (work queued before the copy)";
+    } else if (from_gpu && to_gpu) {
+      r = s ? tf_cu.cuMemcpyDtoDAsync(d_to, d_from, bytes, s) : tf_cu.cuMemcpyDtoD(d_to, d_from, bytes);
+      what = "cuMemcpyDtoD";
+    } else if (from_gpu) { /* into pageable memory: returns once the copy is done */
+      r = s ? tf_cu.cuMemcpyDtoHAsync(to, d_from, bytes, s) : tf_cu.cuMemcpyDtoH(to, d_from, bytes);
+      what = "cuMemcpyDtoH";
+    } else { /* from pageable memory: staged before it returns, so `from` may change after */
+      r = s ? tf_cu.cuMemcpyHtoDAsync(d_to, from, bytes, s) : tf_cu.cuMemcpyHtoD(d_to, from, bytes);
+      what = "cuMemcpyHtoD";
+    }
     tf_cu.cuCtxPopCurrent(&popped);
   }
   /* A kernel that failed earlier on the stream reports here, at the next copy. */
@@ -262,10 +295,9 @@ static OrtStatus* copy_one(tf_factory* f, const OrtValue* src, OrtValue* dst) {
 
 static OrtStatus* transfer_copy(OrtDataTransferImpl* t, const OrtValue** src, OrtValue** dst, OrtSyncStream** streams,
                                 size_t n) {
-  (void)streams; /* not stream aware: onnxruntime passes none */
   tf_factory* f = ((tf_gpu*)t)->factory;
   for (size_t i = 0; i < n; i++) {
-    OrtStatus* st = copy_one(f, src[i], dst[i]);
+    OrtStatus* st = copy_one(f, src[i], dst[i], streams ? our_stream(f, streams[i]) : NULL);
     if (st) return st;
   }
   return NULL;
@@ -278,8 +310,147 @@ static OrtStatus* gpu_create_data_transfer(OrtEpFactory* this_ptr, OrtDataTransf
 
 /* ---------------------------------------------------------------- running */
 
+/* On the compute stream onnxruntime hands the node (one of ours), in the session's context. */
 OrtStatus* tf_gpu_run(const OrtApi* api, tf_kernel* k, OrtKernelContext* kctx, void* ctx) {
-  return tf_cuda_launch_in(api, k, kctx, (tf_CUcontext)ctx, NULL);
+  void* stream = NULL;
+  OrtStatus* st = ORT_FN(api, SLOT_KernelContext_GetGPUComputeStream, KernelContext_GetGPUComputeStream_fn)(kctx, &stream);
+  if (st) return st;
+  return tf_cuda_launch_in(api, k, kctx, (tf_CUcontext)ctx, (tf_CUstream)stream);
+}
+
+/* ---------------------------------------------------------------- streams */
+
+static OrtStatus* cu_fail(tf_factory* f, tf_CUresult r, const char* what) {
+  return tf_status(f->api, ORT_FAIL, "%s: %s failed: %s (%u)", f->name, what, tf_cuda_error_name(r), (unsigned)r);
+}
+
+static void stream_release(OrtSyncStreamImpl* this_ptr) {
+  tf_gpu_stream* s = (tf_gpu_stream*)this_ptr;
+  tf_CUcontext popped;
+  if (!tf_cu.cuCtxPushCurrent(s->ctx)) {
+    tf_cu.cuStreamDestroy(s->stream); /* queued work still completes */
+    tf_cu.cuCtxPopCurrent(&popped);
+  }
+  free(s);
+}
+
+static void* stream_handle(OrtSyncStreamImpl* this_ptr) { return ((tf_gpu_stream*)this_ptr)->stream; }
+
+/* The stream waited for: onnxruntime's way to end a run that synchronises its providers. */
+static OrtStatus* stream_flush(OrtSyncStreamImpl* this_ptr) {
+  tf_gpu_stream* s = (tf_gpu_stream*)this_ptr;
+  tf_CUresult r = tf_cu.cuStreamSynchronize(s->stream);
+  return r ? cu_fail(s->factory, r, "cuStreamSynchronize (a kernel or copy of the run)") : NULL;
+}
+
+static OrtStatus* stream_run_end(OrtSyncStreamImpl* this_ptr) {
+  (void)this_ptr; /* nothing is held per run */
+  return NULL;
+}
+
+/* The stream behind an OrtSyncStream, when it is one of this provider's. */
+static tf_gpu_stream* our_stream(tf_factory* f, const OrtSyncStream* stream) {
+  const OrtSyncStreamImpl* impl = stream ? EP_FN(f, EPSLOT_SyncStream_GetImpl, SyncStream_GetImpl_fn)(stream) : NULL;
+  return impl && impl->Release == stream_release ? (tf_gpu_stream*)impl : NULL;
+}
+
+static void notification_release(OrtSyncNotificationImpl* this_ptr) {
+  tf_gpu_notification* n = (tf_gpu_notification*)this_ptr;
+  tf_CUcontext popped;
+  if (!tf_cu.cuCtxPushCurrent(n->on->ctx)) {
+    tf_cu.cuEventDestroy(n->event);
+    tf_cu.cuCtxPopCurrent(&popped);
+  }
+  free(n);
+}
+
+/* Enter the stream's context; pop_status leaves it with the result of the call between. */
+static tf_CUresult push(const tf_gpu_stream* s) { return tf_cu.cuCtxPushCurrent(s->ctx); }
+
+static OrtStatus* pop_status(const tf_gpu_stream* s, tf_CUresult r, const char* what) {
+  tf_CUcontext popped;
+  tf_cu.cuCtxPopCurrent(&popped);
+  return r ? cu_fail(s->factory, r, what) : NULL;
+}
+
+static OrtStatus* notification_activate(OrtSyncNotificationImpl* this_ptr) {
+  tf_gpu_notification* n = (tf_gpu_notification*)this_ptr;
+  tf_CUresult r = push(n->on);
+  if (r) return cu_fail(n->on->factory, r, "cuCtxPushCurrent");
+  return pop_status(n->on, tf_cu.cuEventRecord(n->event, n->on->stream), "cuEventRecord");
+}
+
+static OrtStatus* notification_wait_on_host(OrtSyncNotificationImpl* this_ptr) {
+  tf_gpu_notification* n = (tf_gpu_notification*)this_ptr;
+  tf_CUresult r = push(n->on);
+  if (r) return cu_fail(n->on->factory, r, "cuCtxPushCurrent");
+  return pop_status(n->on, tf_cu.cuEventSynchronize(n->event), "cuEventSynchronize (a kernel or copy of the run)");
+}
+
+/* A consumer stream of this provider waits on the device; any other, on the host. */
+static OrtStatus* notification_wait_on_device(OrtSyncNotificationImpl* this_ptr, OrtSyncStream* consumer) {
+  tf_gpu_notification* n = (tf_gpu_notification*)this_ptr;
+  tf_gpu_stream* c = our_stream(n->on->factory, consumer);
+  if (!c) return notification_wait_on_host(this_ptr);
+  tf_CUresult r = push(n->on);
+  if (r) return cu_fail(n->on->factory, r, "cuCtxPushCurrent");
+  return pop_status(n->on, tf_cu.cuStreamWaitEvent(c->stream, n->event, 0), "cuStreamWaitEvent");
+}
+
+static OrtStatus* stream_notification(OrtSyncStreamImpl* this_ptr, OrtSyncNotificationImpl** out) {
+  tf_gpu_stream* s = (tf_gpu_stream*)this_ptr;
+  *out = NULL;
+  tf_gpu_notification* n = calloc(1, sizeof *n);
+  if (!n) return tf_status(s->factory->api, ORT_FAIL, "out of memory");
+  tf_CUresult r = push(s);
+  OrtStatus* st = r ? cu_fail(s->factory, r, "cuCtxPushCurrent")
+                    : pop_status(s, tf_cu.cuEventCreate(&n->event, TF_CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  if (st) {
+    free(n);
+    return st;
+  }
+  n->base.ort_version_supported = TF_EP_API;
+  n->base.Release = notification_release;
+  n->base.Activate = notification_activate;
+  n->base.WaitOnDevice = notification_wait_on_device;
+  n->base.WaitOnHost = notification_wait_on_host;
+  n->on = s;
+  *out = &n->base;
+  return NULL;
+}
+
+static bool gpu_stream_aware(const OrtEpFactory* this_ptr) {
+  (void)this_ptr;
+  return true;
+}
+
+static OrtStatus* gpu_create_stream(OrtEpFactory* this_ptr, const OrtMemoryDevice* m, const OrtKeyValuePairs* o,
+                                    OrtSyncStreamImpl** out) {
+  (void)o;
+  tf_factory* f = (tf_factory*)this_ptr;
+  *out = NULL;
+  if (!is_our_memory(f, m)) return NULL; /* not this provider's device: no stream of ours */
+  tf_gpu_stream* s = calloc(1, sizeof *s);
+  if (!s) return tf_status(f->api, ORT_FAIL, "out of memory");
+  OrtStatus* st = device_context(f, memory_ordinal(f, m), &s->ctx);
+  tf_CUcontext popped;
+  tf_CUresult r = 0;
+  if (!st && !(r = tf_cu.cuCtxPushCurrent(s->ctx)))
+    r = tf_cu.cuStreamCreate(&s->stream, TF_CU_STREAM_NON_BLOCKING), tf_cu.cuCtxPopCurrent(&popped);
+  if (!st && r) st = cu_fail(f, r, "cuStreamCreate");
+  if (st) {
+    free(s);
+    return st;
+  }
+  s->factory = f;
+  s->base.ort_version_supported = TF_EP_API;
+  s->base.Release = stream_release;
+  s->base.GetHandle = stream_handle;
+  s->base.CreateNotification = stream_notification;
+  s->base.Flush = stream_flush;
+  s->base.OnSessionRunEnd = stream_run_end;
+  *out = &s->base;
+  return NULL;
 }
 
 /* ---------------------------------------------------------------- the factory */
@@ -298,6 +469,8 @@ int tf_gpu_init(tf_factory* f) {
   f->base.CreateAllocator = gpu_create_allocator;
   f->base.ReleaseAllocator = gpu_release_allocator;
   f->base.CreateDataTransfer = gpu_create_data_transfer;
+  f->base.IsStreamAware = gpu_stream_aware;
+  f->base.CreateSyncStreamForDevice = gpu_create_stream;
   return 1;
 }
 
