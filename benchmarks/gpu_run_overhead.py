@@ -3,18 +3,24 @@
     python benchmarks/gpu_peers.py pack --models bert --batches 1 32      # here: plans without weights
     PYTHONPATH=. python benchmarks/gpu_run_overhead.py [--plans build/gpu_real] [--repeats 300]   # on the GPU machine
 
-For each packed plan (weights synthesised as gpu_peers does): the device time of a graph
-replay (CUDA events, the runtime's ``timed``), and the wall time of ``sess.run(None, feeds)``
-with the feeds as torch CUDA tensors, measured on the host around each call (a run returns
-once its outputs are written, so no extra synchronise is needed) with each run's outputs
-dropped before the next, as a server does; then the same with the buffers bound once
-(``sess.bind(feeds)``: one graph with the copies in and out, nothing per run but its
-launch and the wait), and bound runs not waited for (``run(wait=False)``) back to back.
-The overhead is the difference of the medians; the issue's goal is 20 us or less. Runs not waited for (``run(None, feeds, wait=False)``: outputs ordered on
-torch's stream) are timed as a server queues them, back to back, each run's outputs
-dropped, against graph replays queued back to back (wall time over the runs, both). Each
-form's outputs are checked against a host run's, also at addresses that change (held
-outputs, feeds 8 bytes off alignment). ``--breakdown`` times run()'s parts alone.
+For each packed plan (weights synthesised as gpu_peers does), three forms that wait for
+the run, timed on the host around each call and called in turn round after round (an
+H200's clock drifts by a few percent over a minute of load; alternating moves every form
+alike): a graph replay launched and waited for as a hand-written server would
+(``cuGraphLaunch`` and ``cuStreamSynchronize``: the floor of any call that returns with
+its outputs written), ``sess.run(None, feeds)`` with the feeds as torch CUDA tensors (each
+run's outputs dropped before the next, as a server does), and a run of buffers bound once
+(``sess.bind(feeds)``: no per-run feed handling). The headline: each call's host time
+beyond the device time of the graph it launched (events around the launch), run() and
+bound against the replay: what they add, whatever clock the GPU ran each graph at. Also
+the medians of the host times against the replay's device time (CUDA events, the
+runtime's ``timed``, before and after the rounds) and against the replay's host time. Runs not waited for (``run(None, feeds,
+wait=False)``, ``binding.run(wait=False)``: outputs ordered on torch's stream, as a torch
+operation's are) are timed as a server queues them, back to back, each run's outputs
+dropped, against graph replays queued back to back (wall time over the runs, both). The
+issue's goal is 20 us or less over the replay. Each form's outputs are checked against a
+host run's, also at addresses that change (held outputs, feeds 8 bytes off alignment).
+``--breakdown`` times run()'s parts alone.
 Results to $OUT/gpu_run_overhead.json.
 """
 from __future__ import annotations
@@ -26,6 +32,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -43,6 +50,84 @@ def _walls(fn, repeats: int, warm: int = 20) -> list[float]:
         fn()
         out.append((time.perf_counter() - t0) * 1e3)
     return out
+
+
+class _GraphClock:
+    """While entered, the executor's driver is a copy whose ``cuGraphLaunch`` records an
+    event before and after the launch, so the device time of the graph a call launched
+    can be taken from its host time: what the call costs beyond its graph, whatever clock
+    the GPU ran that graph at (an H200 under load moves by a few percent within seconds)."""
+
+    def __init__(self, ex) -> None:
+        self.ex, cu = ex, ex.cu
+        self.real = cu
+        self.start = cu.cuEventCreate(0)[1]
+        self.end = cu.cuEventCreate(0)[1]
+        self.proxy = SimpleNamespace(**{k: getattr(cu, k) for k in dir(cu) if not k.startswith("__")})
+
+        def launch(graph, stream):
+            cu.cuEventRecord(self.start, stream)
+            result = cu.cuGraphLaunch(graph, stream)
+            cu.cuEventRecord(self.end, stream)
+            return result
+
+        self.proxy.cuGraphLaunch = launch
+
+    def __enter__(self) -> "_GraphClock":
+        self.ex.cu = self.proxy
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.ex.cu = self.real
+        self.real.cuEventDestroy(self.start)
+        self.real.cuEventDestroy(self.end)
+
+    def last_ms(self) -> float:
+        """The device time (ms) of the graph launched last."""
+        self.real.cuEventSynchronize(self.end)
+        return float(self.real.cuEventElapsedTime(self.start, self.end)[1])
+
+
+def _rounds(forms: dict, repeats: int, clock: _GraphClock, warm: int = 20) -> dict[str, tuple[list, list]]:
+    """Each form's calls, the forms called in turn in each of ``repeats`` rounds after
+    ``warm`` untimed ones: (host wall time, host time beyond the graph the call launched)
+    in ms, per call; what a call returns is dropped after its time is taken."""
+    times: dict[str, tuple[list, list]] = {k: ([], []) for k in forms}
+    for i in range(warm + repeats):
+        for k, fn in forms.items():
+            t0 = time.perf_counter()
+            kept = fn()
+            dt = (time.perf_counter() - t0) * 1e3
+            del kept
+            if i >= warm:
+                times[k][0].append(dt)
+                times[k][1].append(dt - clock.last_ms())
+    return times
+
+
+def _reuse(sess, ex, gpu, runs: int) -> dict:
+    """Over ``runs`` runs of the same feeds, each run's outputs dropped: the kernel nodes
+    re-pointed and the outputs given memory other than their last block (both should be
+    none: the pool hands each output its block back)."""
+    direct, counts = ex._direct, {"nodes_repointed": 0, "outputs_moved": 0}
+    point, memory = direct._point, ex._output_memory
+
+    def counting_point(*a):
+        counts["nodes_repointed"] += 1
+        return point(*a)
+
+    def counting_memory(nbytes, prefer=None):
+        ptr = memory(nbytes, prefer)
+        counts["outputs_moved"] += ptr != prefer
+        return ptr
+
+    direct._point, ex._output_memory = counting_point, counting_memory
+    try:
+        for _ in range(runs):
+            sess.run(None, gpu)
+    finally:
+        del direct._point, ex._output_memory
+    return {f"{k}_in_{runs}_runs": v for k, v in counts.items()}
 
 
 def _addresses(sess, feeds, torch) -> dict:
@@ -141,15 +226,25 @@ def main() -> int:
         checks = {**_addresses(sess, feeds, torch), **_late_errors(sess, gpu, torch)}
         ex.timed(20)
         replay = statistics.median(ex.timed(args.repeats))
-        for _ in range(20):
-            sess.run(None, gpu)
-        walls = []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            outs = sess.run(None, gpu)
-            walls.append((time.perf_counter() - t0) * 1e3)
-            del outs
-        run_ms = statistics.median(walls)
+        # waited forms in turn, round after round (a clock that drifts moves them alike): a
+        # graph replay launched and waited for as a hand-written server would (the direct
+        # graph, no re-pointing), run() with torch tensors, and a bound run
+        binding = sess.bind(gpu)
+        sess.run(None, gpu)  # the direct graph pointed at these feeds (the checks above moved it)
+        direct = ex._direct
+
+        def replay_and_wait():
+            ex.cu.cuGraphLaunch(direct.exec, ex.stream)
+            ex.cu.cuStreamSynchronize(ex.stream)
+
+        with _GraphClock(ex) as clock:
+            waited = _rounds({"replay": replay_and_wait, "run": lambda: sess.run(None, gpu), "bound": binding.run},
+                             args.repeats, clock)
+        replay_after = statistics.median(ex.timed(args.repeats))
+        reuse = _reuse(sess, ex, gpu, 100)
+        walls, bound = waited["run"][0], waited["bound"][0]
+        run_ms, host_replay = statistics.median(walls), statistics.median(waited["replay"][0])
+        beyond = {k: 1e3 * statistics.median(v[1]) for k, v in waited.items()}  # us beyond each call's graph
         # runs not waited for: queued back to back on torch's stream, each run's outputs dropped;
         # against graph replays queued back to back the same way (wall time / runs, both)
         n = args.repeats
@@ -170,10 +265,8 @@ def main() -> int:
         back_to_back = statistics.median(_walls(replays, 5, 1)) / n
         queued_ms = statistics.median(_walls(queued, 5, 1)) / n
         # buffers bound once: the plan session's bind (outputs in memory it keeps)
-        binding = sess.bind(gpu)
         binding.run()
         bound_same = all((torch.from_dlpack(o).cpu().numpy() == h).all() for o, h in zip(binding.outputs, host))
-        bound = _walls(binding.run, args.repeats)
 
         def bound_queued():  # bound runs not waited for, back to back, as queued() above
             for _ in range(n):
@@ -185,11 +278,16 @@ def main() -> int:
             torch.from_dlpack(o).zero_()
         binding.run(wait=False)
         bound_unwaited_same = all((torch.from_dlpack(o).cpu().numpy() == h).all() for o, h in zip(binding.outputs, host))
-        row = {"plan": plan_dir.name, "replay_ms": replay, "run_ms": run_ms, "overhead_us": 1e3 * (run_ms - replay),
+        row = {"plan": plan_dir.name, "replay_ms": replay, "replay_after_ms": replay_after,
+               "beyond_graph_us": beyond, "run_over_replay_us": beyond["run"] - beyond["replay"],
+               "bound_over_replay_us": beyond["bound"] - beyond["replay"],
+               "replay_and_wait_ms": host_replay, "run_over_replay_and_wait_us": 1e3 * (run_ms - host_replay),
+               "bound_over_replay_and_wait_us": 1e3 * (statistics.median(bound) - host_replay),
+               "run_ms": run_ms, "overhead_us": 1e3 * (run_ms - replay),
                "run_p90_ms": sorted(walls)[int(0.9 * len(walls))], "device_outputs_equal_host": bool(same),
                "bound_run_ms": statistics.median(bound), "bound_overhead_us": 1e3 * (statistics.median(bound) - replay),
                "bound_p90_ms": sorted(bound)[int(0.9 * len(bound))], "bound_outputs_equal_host": bool(bound_same),
-               "direct_reason": ex.direct_reason, **checks,
+               "direct_reason": ex.direct_reason, **checks, **reuse,
                "replays_back_to_back_ms": back_to_back, "unwaited_run_ms": queued_ms,
                "unwaited_overhead_us": 1e3 * (queued_ms - back_to_back), "unwaited_outputs_equal_host": bool(unwaited_same),
                "bound_unwaited_run_ms": bound_queued_ms, "bound_unwaited_overhead_us": 1e3 * (bound_queued_ms - back_to_back),
@@ -208,12 +306,18 @@ def main() -> int:
                 sess.run(None, gpu)  # each run's outputs dropped at once
             prof.disable()
             pstats.Stats(prof).sort_stats("tottime").print_stats(14)
-        print(f"{plan_dir.name:28s} replay {replay:.3f} ms  run() {run_ms:.3f} ms  over: {row['overhead_us']:.1f} us  "
-              f"(p90 {row['run_p90_ms']:.3f}); device outputs equal host: {same}; {checks}"
+        print(f"{plan_dir.name:28s} replay {replay:.3f} ms (device; {replay_after:.3f} after), launched and waited for "
+              f"{host_replay:.3f} ms; run() {run_ms:.3f} ms  over: {row['overhead_us']:.1f} us device, "
+              f"{row['run_over_replay_and_wait_us']:.1f} us waited replay "
+              f"(p90 {row['run_p90_ms']:.3f}); device outputs equal host: {same}; {checks}; {reuse}"
               + (f"; no direct graph: {ex.direct_reason}" if ex.direct_reason else ""), flush=True)
+        print(f"{'':28s} beyond its graph's device time: replay launched and waited for {beyond['replay']:.1f} us, "
+              f"run() {beyond['run']:.1f} us, bound {beyond['bound']:.1f} us: run() adds "
+              f"{row['run_over_replay_us']:.1f} us to the replay, bound {row['bound_over_replay_us']:.1f} us", flush=True)
         print(f"{'':28s} not waited for: {queued_ms:.3f} ms a run against {back_to_back:.3f} back-to-back replays, "
               f"over: {row['unwaited_overhead_us']:.1f} us; outputs equal host: {unwaited_same}", flush=True)
-        print(f"{'':28s} bound: run {row['bound_run_ms']:.3f} ms  over: {row['bound_overhead_us']:.1f} us  "
+        print(f"{'':28s} bound: run {row['bound_run_ms']:.3f} ms  over: {row['bound_overhead_us']:.1f} us device, "
+              f"{row['bound_over_replay_and_wait_us']:.1f} us waited replay "
               f"(p90 {row['bound_p90_ms']:.3f}); outputs equal host: {bound_same}", flush=True)
         print(f"{'':28s} bound, not waited for: {bound_queued_ms:.3f} ms a run, over: "
               f"{row['bound_unwaited_overhead_us']:.1f} us; outputs equal host: {bound_unwaited_same}", flush=True)

@@ -40,8 +40,9 @@ def torch_view(obj: object, index: int, stream: int | None,
     if not is_torch_cuda(obj):
         return None
     t = obj  # a torch.Tensor: its methods are torch's public API
-    dtype = _DTYPES.get(str(t.dtype))  # type: ignore[attr-defined]
-    if dtype is None or t.is_conj() or t.is_neg():  # type: ignore[attr-defined]
+    dtype = numpy_dtype(t.dtype)  # type: ignore[attr-defined]
+    # (a conjugate view is complex, which has no entry; a negative view can be real)
+    if dtype is None or t.is_neg():  # type: ignore[attr-defined]
         return None
     device = t.get_device()  # type: ignore[attr-defined]
     if device != index:
@@ -52,11 +53,29 @@ def torch_view(obj: object, index: int, stream: int | None,
         current = current_stream(obj, device)
     ours = stream or CU_STREAM_LEGACY
     ready = "ordered" if current == ours else "stream"  # on our own stream, work is in order
-    return int(t.data_ptr()), dtype, tuple(int(d) for d in t.shape), obj, ready, current  # type: ignore[attr-defined]
+    return t.data_ptr(), dtype, tuple(t.shape), obj, ready, current  # type: ignore[attr-defined]
+
+
+def numpy_dtype(dtype: object) -> np.dtype | None:
+    """The numpy dtype of a torch dtype (remembered by the dtype object: its name is a
+    string made per call)."""
+    try:
+        return _SEEN[dtype]
+    except KeyError:
+        _SEEN[dtype] = found = _DTYPES.get(str(dtype))
+        return found
+
+
+_SEEN: dict[object, np.dtype | None] = {}
 
 
 def current_stream(tensor: object, device: int) -> int:
     """torch's current stream on CUDA ``device``, as the driver's handle, asked of the
-    module ``tensor`` (a torch tensor) comes from."""
+    module ``tensor`` (a torch tensor) comes from: the raw handle torch's own generated
+    code asks for (a tenth of ``torch.cuda.current_stream``'s time, which builds a Stream
+    object), else through the public call."""
     torch = sys.modules[type(tensor).__module__.partition(".")[0]]
+    raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(device)) or CU_STREAM_LEGACY
     return int(torch.cuda.current_stream(device).cuda_stream) or CU_STREAM_LEGACY

@@ -13,7 +13,8 @@ plain onnxruntime's outputs on the original model (CPU), all under build/ort_gpu
 200 MiB of weights are not carried: the model's large weights are replaced, before the
 export, by values a fixed function of their name computes (``regenerate``, integer hashing
 in numpy, the same on every machine), and ``run`` writes the export's weight file again
-from that function, the offsets recorded in regen.json and the few small or folded
+from that function (the compiler's joined sibling weights as concatenations of such
+values), the offsets recorded in regen.json and the few small or folded
 constants kept in carried.npz, each piece checked against its recorded SHA-256.
 
 ``run`` registers the carried library with the onnxruntime installed there (a CPU-only
@@ -150,6 +151,8 @@ def build_real_bert(root: Path) -> None:
         piece = {"offset": offset, "length": length, "sha256": digest}
         if digest in regenerated:
             piece["regenerate"], piece["dtype"], piece["shape"] = regenerated[digest]
+        elif (parts := sibling_parts(data, list(init.dims), regenerated.values())) is not None:
+            piece["concat"] = parts  # sibling weights joined on their last axis by the compiler
         else:
             piece["carried"] = key = f"c{len(carried)}"
             carried[key] = np.frombuffer(data, np.uint8)
@@ -157,6 +160,36 @@ def build_real_bert(root: Path) -> None:
     np.savez(folder / "carried.npz", **carried)
     (folder / "regen.json").write_text(json.dumps({"file": "model.weights", "size": len(weights), "pieces": pieces}))
     (folder / "model.weights").unlink()
+
+
+def sibling_parts(data: bytes, dims: list, regenerated) -> list | None:
+    """The regenerated weights whose concatenation on the last axis is ``data`` (a 2-D
+    initializer of ``dims``), in order, or None. The compiler joins sibling MatMuls'
+    weights (query, key and value) that way; carrying those would carry most of the model."""
+    if len(dims) != 2:
+        return None
+    rows, width = dims
+    candidates = [(name, np.dtype(dt), shape) for name, dt, shape in regenerated
+                  if len(shape) == 2 and shape[0] == rows]
+    if not candidates:
+        return None
+    itemsize = candidates[0][1].itemsize
+    if len(data) != rows * width * itemsize:
+        return None
+    first_row = data[:width * itemsize]
+    parts, pos = [], 0
+    while pos < len(first_row):
+        for name, dt, shape in candidates:
+            n = shape[1] * dt.itemsize
+            if dt.itemsize == itemsize and pos + n <= len(first_row) \
+                    and regenerate(name, (1, shape[1]), dt).tobytes() == first_row[pos:pos + n]:
+                parts.append([name, dt.str, shape])
+                pos += n
+                break
+        else:
+            return None
+    whole = np.concatenate([regenerate(n, tuple(s), np.dtype(d)) for n, d, s in parts], axis=1)
+    return parts if whole.tobytes() == data else None
 
 
 def write_weights(folder: Path) -> None:
@@ -170,6 +203,9 @@ def write_weights(folder: Path) -> None:
     for piece in recipe["pieces"]:
         if "carried" in piece:
             data = carried[piece["carried"]].tobytes()
+        elif "concat" in piece:
+            data = np.concatenate([regenerate(n, tuple(s), np.dtype(d)) for n, d, s in piece["concat"]],
+                                  axis=1).tobytes()
         else:
             data = regenerate(piece["regenerate"], tuple(piece["shape"]), np.dtype(piece["dtype"])).tobytes()
         if hashlib.sha256(data).hexdigest() != piece["sha256"]:

@@ -332,7 +332,7 @@ def test_the_cuda_runtime_copies_a_dlpack_feed_in_and_lends_its_outputs(live):
                                                  SimpleNamespace(id=1, type=t, nbytes=12)])
     ex._launches, ex._inputs, ex._outputs, ex.ptr = [], {"x": 0}, {"y": 1}, {0: 0xA000_0000, 1: 0xA000_1000}
     ex._checked, ex._status, ex._status_ptr = [], np.zeros((0, 2), np.int64), 0  # no kernel checks indices
-    ex._spare, ex._sizes, ex._feed_event = {}, {}, "event"
+    ex._spare, ex._sizes, ex._feed_event, ex._status_zero = {}, {}, "event", b""
     assert ex.feed_device == FeedDevice(1, 7)
     gpu = Producer(lambda: dlpack.export_capsule(0x7000_0000, DType.FLOAT16, (2, 3), (CUDA, 1), None), (CUDA, 1))
 
@@ -391,7 +391,7 @@ def test_a_cuda_array_interface_feed_is_waited_for_on_the_stream_it_names(stream
     ex.plan = SimpleNamespace(steps=[], buffers=[SimpleNamespace(id=0, type=t, nbytes=12), SimpleNamespace(id=1, type=t, nbytes=12)])
     ex._launches, ex._inputs, ex._outputs, ex.ptr = [], {"x": 0}, {"y": 1}, {0: 0xA000_0000, 1: 0xA000_1000}
     ex._checked, ex._status, ex._status_ptr = [], np.zeros((0, 2), np.int64), 0
-    ex._spare, ex._sizes, ex._feed_event = {}, {}, "event"
+    ex._spare, ex._sizes, ex._feed_event, ex._status_zero = {}, {}, "event", b""
     ex.run(check_feeds([("x", t)], {"x": Tensor()}, ex.feed_device), ["y"])
     names = [c[0] for c in calls]
     copy_in = names.index("cuMemcpyDtoDAsync")

@@ -67,23 +67,31 @@ class _Lifetime:
     """Counts the runs in flight; ``close`` refuses new ones and waits for those."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())  # (a plain lock: taken twice a run)
         self._runs = 0
         self.closed = False
 
     @contextmanager
     def run(self) -> Iterator[None]:
+        self.enter()
+        try:
+            yield
+        finally:
+            self.leave()
+
+    def enter(self) -> None:
+        """A run starts (``run()``'s own path: a generator-based context costs a run some
+        microseconds); ``leave`` must follow, whatever happens."""
         with self._cond:
             if self.closed:
                 raise ExecutionError("this InferenceSession is closed; create a new one to run the plan again")
             self._runs += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._runs -= 1
-                if not self._runs:
-                    self._cond.notify_all()
+
+    def leave(self) -> None:
+        with self._cond:
+            self._runs -= 1
+            if not self._runs:
+                self._cond.notify_all()
 
     def close(self) -> bool:
         """True for the call that closed it (after the runs in flight have finished)."""
@@ -123,7 +131,8 @@ class InferenceSession:
         executor = _executor(self.plan.target)
         if executor is None:
             raise PlanError(f"no runtime for target {self.plan.target!r} in this tilefuse; runtimes: {backends.families()}")
-        if takes_threads(self.plan.target):
+        self._threaded = takes_threads(self.plan.target)
+        if self._threaded:
             if launch is not None:
                 raise InputError(f"launch={launch!r}: a {self.plan.target} plan has no GPU launches")
             self._executor = executor(self.plan, threads)
@@ -173,11 +182,14 @@ class InferenceSession:
         its outputs ordered on that stream, as a torch operation's are; an index error
         is then raised by a later run or ``synchronize()``. Elsewhere runs always wait."""
         names = self._output_names(output_names)
-        with self._lifetime.run():
+        self._lifetime.enter()
+        try:
             arrays = self._check(feeds)
-            if wait or takes_threads(self.plan.target):  # (a CPU run is done when it returns)
+            if wait or self._threaded:  # (a CPU run is done when it returns)
                 return self._executor.run(arrays, names)
             return self._executor.run(arrays, names, wait=False)
+        finally:
+            self._lifetime.leave()
 
     def synchronize(self) -> None:
         """Wait for every run not waited for (``run(..., wait=False)``) and raise the index
