@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from tilefuse.ir.graph import Value
 from tilefuse.ir.prims import Conv, ScalarFn
-from tilefuse.tile_ir.ir import Buffer, Call, Const, Expr, If, IOp, Load, Stmt, Store, Var, const_index, iop
+from tilefuse.tile_ir.ir import Buffer, Call, Const, Expr, Fill, If, IOp, Load, Scope, Stmt, Store, Var, const_index, iop
 from tilefuse.tile_ir.lower.common import narrow, parallel, widen
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, linearize, window_needs_guard, window_source
 
@@ -239,3 +239,75 @@ def depthwise(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr) 
         if nests:
             out_stmts += nests if cond is None else [If(cond, tuple(nests))]
     return out_stmts
+
+
+def padded_width(b: "_Builder") -> int:
+    """The width of the zero-padded input rows ``depthwise_padded`` computes from, or 0
+    where the target does not ask for it or the convolution is not a 2-D one of stride 1
+    (a strided one would read its padded rows at a stride: not one vector run)."""
+    op: Conv = b.c.op  # type: ignore[assignment]
+    if not b.target.conv.depthwise_run or b.target.device.max_block_threads or len(op.strides) != 2:
+        return 0
+    if any(s != 1 for s in op.strides):
+        return 0
+    return op.pads[1] + b.c.inputs[0].type.shape[3] + op.pads[3]
+
+
+def depthwise_padded(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr) -> tuple[tuple[Buffer, ...], list[Stmt]]:
+    """A stride-1 depthwise convolution from the tile's input rows copied into a zero-padded
+    tile ``x_pad[channel, row * wp + column]`` (``wp`` = the padded row width): output
+    (r, c) of a channel is ``sum_tap w[tap] * x_pad[(r + ty*dy) * wp + c + tx*dx]``, so over
+    the flat index ``q = r * wp + c`` every tap reads at a constant offset from ``q``. One
+    loop along ``q`` then sums every tap per position with no bounds check, over a length
+    rounded up to whole vectors (``ConvPolicy.depthwise_run``); the ``wp - width`` columns
+    past each output row are computed and dropped. The sums are then packed into ``tc``
+    (positions as ``_tile_shape``), which the epilogue reads as for every other schedule.
+    Returns the on-chip buffers it allocates and its statements."""
+    c = b.c
+    op: Conv = c.op  # type: ignore[assignment]
+    x, w = c.inputs
+    (kh, kw), (dy, dx) = w.type.shape[2:], op.dilations
+    in_h, in_w = x.type.shape[2:]
+    dt = b.acc_dtype
+    bn = tc.shape[0]
+    rows, width = _tile_shape(b, tc.shape[1])
+    img, row0 = _origin(b, mt, rows)
+    wp = padded_width(b)
+    run = b.target.conv.depthwise_run
+    length = -(-((rows - 1) * wp + width) // run) * run  # whole vectors along q
+    offsets = [ty * dy * wp + tx * dx for ty in range(kh) for tx in range(kw)]
+    rows_in = rows + (kh - 1) * dy
+    # the last vector reads past the tile's last padded row: zeros, into dropped columns
+    x_pad = Buffer("x_pad", dt, (bn, max(rows_in * wp, length + offsets[-1])), Scope.FRAGMENT)
+    sums = Buffer("dw_sums", dt, (bn, length), Scope.FRAGMENT)
+    top = op.pads[0]
+    row_guard = top > 0 or op.pads[2] > 0  # padding rows: a tile's first or last rows_in are above or below the map
+
+    def copy(i: Index) -> list[Stmt]:
+        j, ri, col = i
+        src_row = iop(IOp.ADD, iop(IOp.SUB, row0, const_index(top)) if top else row0, ri)
+        val = widen(el.at(x, (img, iop(IOp.ADD, n0, j), src_row, col)), dt)
+        if row_guard:
+            inside = iop(IOp.AND, iop(IOp.GE, src_row, const_index(0)), iop(IOp.LT, src_row, const_index(in_h)))
+            val = Call(ScalarFn.WHERE, (inside, val, Const(0, dt)), dt)
+        at = iop(IOp.ADD, iop(IOp.MUL, ri, const_index(wp)), iop(IOp.ADD, col, const_index(op.pads[1])))
+        return [Store(x_pad, (j, at), val)]
+
+    def tap_sum(i: Index) -> list[Stmt]:
+        j, q = i
+        ch = iop(IOp.ADD, n0, j)
+        total: Expr | None = None
+        for (ty, tx), off in zip(itertools.product(range(kh), range(kw)), offsets):
+            wv = widen(el.at(w, (ch, const_index(0), const_index(ty), const_index(tx))), dt)
+            term = Call(ScalarFn.MUL, (Load(x_pad, (j, iop(IOp.ADD, q, const_index(off)) if off else q)), wv), dt)
+            total = term if total is None else Call(ScalarFn.ADD, (total, term), dt)
+        return [Store(sums, (j, q), total)]  # type: ignore[arg-type]
+
+    def pack(i: Index) -> list[Stmt]:
+        j, r, col = i
+        return [Store(tc, (j, linearize((r, col), (rows, width))),
+                      Load(sums, (j, iop(IOp.ADD, iop(IOp.MUL, r, const_index(wp)), col))))]
+
+    body: list[Stmt] = [Fill(x_pad, Const(0, dt)), *parallel(b.names, (bn, rows_in, in_w), copy),
+                        *parallel(b.names, (bn, length), tap_sum), *parallel(b.names, (bn, rows, width), pack)]
+    return (x_pad, sums), body
