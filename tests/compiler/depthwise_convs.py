@@ -1,7 +1,6 @@
 """Depthwise convolutions (MobileNetV2, EfficientNet) for the tests of their CPU schedules
-(tile_ir/lower/conv_rows.py): stride 1 from zero-padded input rows on chip, every tap summed
-per position along them (``depthwise_padded``); strided ones tap by tap over runs of output
-rows (``depthwise``).
+(tile_ir/lower/conv_rows.py): from zero-padded input rows on chip, split by stride phase,
+every tap summed per position along them (``depthwise_padded``).
 
 Each case is one depthwise Conv with a bias (a folded BatchNorm) and the epilogue the
 models put after it, at shapes none of the models has as well as theirs: 3 x 3 and 5 x 5,
@@ -29,7 +28,7 @@ CASES: dict[str, tuple[tuple[int, ...], dict, str]] = {
     "k5_s2_odd29": ((3, 24, 29, 29), dict(kernel_shape=[5, 5], strides=[2, 2], pads=[2, 2, 2, 2]), "silu"),
     "k3_s2_14": ((1, 576, 14, 14), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1]), "clip"),
 }
-STRIDE_1 = [n for n, (_, a, _e) in CASES.items() if a.get("strides", [1, 1]) == [1, 1]]
+STRIDE_1 = list(CASES)  # every case runs from padded rows (strided ones by phase)
 
 
 def _epilogue(name: str, kind: str) -> list[onnx.NodeProto]:

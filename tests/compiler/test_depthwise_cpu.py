@@ -1,6 +1,6 @@
 """Depthwise convolutions through the CPU pipeline (compile, plan, run) against onnxruntime
 and the reference executor, on fresh random inputs: every case of ``depthwise_convs`` in one
-model, each one kernel with its epilogue; stride 1 from zero-padded rows on chip."""
+model, each one kernel with its epilogue, computed from zero-padded rows on chip."""
 import random
 
 import onnxruntime as ort
