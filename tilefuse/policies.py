@@ -95,6 +95,12 @@ class ConvPolicy:
     channel_rows: bool = False
     min_positions: int = 64  # output positions per image below which channels stay columns
     depthwise_channels: int = 8  # channels per depthwise tile
+    # a depthwise convolution over 2-D maps computed from a zero-padded copy of its input
+    # rows on chip (split by stride phase), every tap summed per position in one loop along
+    # the padded rows (conv_rows.depthwise_padded) whose length is a multiple of this many positions,
+    # so it runs in whole vectors; 0: tap by tap over runs of each output row (EfficientNet's
+    # 5 x 5 taps over 7-wide maps were runs of 5-7: 7-10x the bandwidth floor)
+    depthwise_run: int = 0
     # im2col tiles [positions x (channel, taps)] filled with positions as the innermost loop:
     # neighbouring threads read neighbouring input positions of one channel and tap (GPU:
     # coalesced; taps innermost read a warp's 32 values from 32 places, ResNet-50's 3 x 3

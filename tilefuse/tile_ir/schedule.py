@@ -134,6 +134,10 @@ class GemmSchedule(Schedule):
     # on a host: the constant weight bound packed in panels of this many columns, A's rows
     # read in place, K walked tile_k rows at a time (lower/panels.py); 0: operand tiles
     panel_width: int = 0
+    # a depthwise convolution computed from its input rows copied zero-padded on chip, each
+    # this many wide (per column phase of a strided one), every tap summed per position along them (conv_rows.depthwise_padded);
+    # 0: tap by tap over runs of output rows
+    depthwise_padded_width: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from tilefuse.ir.graph import Value
 from tilefuse.ir.prims import Conv, ScalarFn
-from tilefuse.tile_ir.ir import Buffer, Call, Const, Expr, If, IOp, Load, Stmt, Store, Var, const_index, iop
+from tilefuse.tile_ir.ir import Buffer, Call, Const, Expr, Fill, If, IOp, Load, Scope, Stmt, Store, Var, const_index, iop
 from tilefuse.tile_ir.lower.common import narrow, parallel, widen
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, linearize, window_needs_guard, window_source
 
@@ -239,3 +239,89 @@ def depthwise(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr) 
         if nests:
             out_stmts += nests if cond is None else [If(cond, tuple(nests))]
     return out_stmts
+
+
+def padded_width(b: "_Builder") -> int:
+    """The width of the zero-padded input rows ``depthwise_padded`` computes from (of each
+    column phase of a strided one), or 0 where the target does not ask for it or the
+    convolution is not a 2-D one."""
+    op: Conv = b.c.op  # type: ignore[assignment]
+    if not b.target.conv.depthwise_run or b.target.device.max_block_threads or len(op.strides) != 2:
+        return 0
+    return -(-(op.pads[1] + b.c.inputs[0].type.shape[3] + op.pads[3]) // op.strides[1])
+
+
+def depthwise_padded(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr) -> tuple[tuple[Buffer, ...], list[Stmt]]:
+    """A depthwise convolution from the tile's input rows copied into a zero-padded tile,
+    split by stride phase: padded input (row, col) of a channel goes to plane
+    ``(row % sy, col % sx)`` at ``(row // sy) * wc + col // sx`` (``wc`` = the padded
+    width over ``sx``; one plane at stride 1). Output (r, c) at tap (ty, tx) then reads
+    plane ``(ty*dy % sy, tx*dx % sx)`` at ``(r + ty*dy // sy) * wc + c + tx*dx // sx``: over
+    the flat index ``q = r * wc + c`` every tap reads at a constant offset from ``q``. One
+    loop along ``q`` sums every tap per position with no bounds check, over a length
+    rounded up to whole vectors (``ConvPolicy.depthwise_run``); the ``wc - width`` columns
+    past each output row are computed and dropped. The sums are then packed into ``tc``
+    (positions as ``_tile_shape``), which the epilogue reads as for every other schedule.
+    Returns the on-chip buffers it allocates and its statements."""
+    c = b.c
+    op: Conv = c.op  # type: ignore[assignment]
+    x, w = c.inputs
+    (kh, kw), (dy, dx), (sy, sx) = w.type.shape[2:], op.dilations, op.strides
+    in_h, in_w = x.type.shape[2:]
+    top, left = op.pads[0], op.pads[1]
+    dt = b.acc_dtype
+    bn = tc.shape[0]
+    rows, width = _tile_shape(b, tc.shape[1])
+    img, row0 = _origin(b, mt, rows)
+    wc = padded_width(b)
+    run = b.target.conv.depthwise_run
+    length = -(-((rows - 1) * wc + width) // run) * run  # whole vectors along q
+    taps = list(itertools.product(range(kh), range(kw)))
+    # per tap: its plane and its offset inside the plane
+    at_tap = [(((ty * dy) % sy) * sx + (tx * dx) % sx, ((ty * dy) // sy) * wc + (tx * dx) // sx) for ty, tx in taps]
+    rows_ph = -(-((rows - 1) * sy + (kh - 1) * dy + 1) // sy)  # padded input rows a tile reads, per row phase
+    # a plane holds its rows and what the last vectors read past them (zeros, into dropped columns)
+    plane = max(rows_ph * wc, length + max(off for _, off in at_tap))
+    x_pad = Buffer("x_pad", dt, (bn, sy * sx * plane), Scope.FRAGMENT)
+    sums = Buffer("dw_sums", dt, (bn, length), Scope.FRAGMENT)
+    last_src = (c.outputs[0].type.shape[2] - rows) * sy - top + rows_ph * sy - 1  # the last tile's last row read
+    row_guard = top > 0 or last_src >= in_h
+
+    def copy(py: int, px: int, c_lo: int):
+        def body(i: Index) -> list[Stmt]:
+            j, rp, cp = i
+            src_row = iop(IOp.ADD, iop(IOp.MUL, row0, const_index(sy)) if sy > 1 else row0,
+                          iop(IOp.ADD, iop(IOp.MUL, rp, const_index(sy)) if sy > 1 else rp, const_index(py - top)))
+            src_col = iop(IOp.ADD, iop(IOp.MUL, cp, const_index(sx)) if sx > 1 else cp, const_index(c_lo * sx + px - left))
+            val = widen(el.at(x, (img, iop(IOp.ADD, n0, j), src_row, src_col)), dt)
+            if row_guard:
+                inside = iop(IOp.AND, iop(IOp.GE, src_row, const_index(0)), iop(IOp.LT, src_row, const_index(in_h)))
+                val = Call(ScalarFn.WHERE, (inside, val, Const(0, dt)), dt)
+            at = iop(IOp.ADD, iop(IOp.MUL, rp, const_index(wc)), iop(IOp.ADD, cp, const_index((py * sx + px) * plane + c_lo)))
+            return [Store(x_pad, (j, at), val)]
+        return body
+
+    def tap_sum(i: Index) -> list[Stmt]:
+        j, q = i
+        ch = iop(IOp.ADD, n0, j)
+        total: Expr | None = None
+        for (ty, tx), (ph, off) in zip(taps, at_tap):
+            wv = widen(el.at(w, (ch, const_index(0), const_index(ty), const_index(tx))), dt)
+            start = ph * plane + off
+            term = Call(ScalarFn.MUL, (Load(x_pad, (j, iop(IOp.ADD, q, const_index(start)) if start else q)), wv), dt)
+            total = term if total is None else Call(ScalarFn.ADD, (total, term), dt)
+        return [Store(sums, (j, q), total)]  # type: ignore[arg-type]
+
+    def pack(i: Index) -> list[Stmt]:
+        j, r, col = i
+        return [Store(tc, (j, linearize((r, col), (rows, width))),
+                      Load(sums, (j, iop(IOp.ADD, iop(IOp.MUL, r, const_index(wc)), col))))]
+
+    body: list[Stmt] = [Fill(x_pad, Const(0, dt))]
+    for py, px in itertools.product(range(sy), range(sx)):
+        # the plane's columns that hold input columns (the rest are padding: zeros)
+        c_lo, c_hi = -((px - left) // sx), (in_w - 1 + left - px) // sx + 1
+        if c_hi > c_lo:
+            body += parallel(b.names, (bn, rows_ph, c_hi - c_lo), copy(py, px, c_lo))
+    body += [*parallel(b.names, (bn, length), tap_sum), *parallel(b.names, (bn, rows, width), pack)]
+    return (x_pad, sums), body

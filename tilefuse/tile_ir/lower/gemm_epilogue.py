@@ -353,7 +353,11 @@ class _Builder:
 
             return fill
 
-        if self.depthwise:
+        dw_allocs: tuple[Buffer, ...] = ()
+        dw_width = conv_rows.padded_width(self) if self.depthwise else 0
+        if dw_width:
+            dw_allocs, k_body = conv_rows.depthwise_padded(self, el, tcs[0], mt, n0)
+        elif self.depthwise:
             k_body = conv_rows.depthwise(self, el, tcs[0], mt, n0)
         elif self.flip:
             k_body = conv_rows.fills(self, el, ta, tbs[0], mt, n0, kt, ch_per_tile)
@@ -402,6 +406,8 @@ class _Builder:
                     f" (each column tile runs its sibling's epilogue)")
         if self.first is not None:
             wide = f", the first product of a chain computed {bk} columns at a time on chip"
+        if dw_width:
+            wide += f", input rows zero-padded to {dw_width} on chip, every tap summed per position"
         if self.groups > 1:
             wide += f", {self.groups} groups of {self.cols} output channels"
         if tail:
@@ -414,7 +420,7 @@ class _Builder:
                      f"A read in place, K in blocks of {bk}",)
         n_in = len(params) - len(self.group.outputs)
         operand_tiles = () if self.depthwise or (self.panel_width and self.first is None) else (ta,) if self.panel_width else (ta, *tbs)
-        allocs = (*operand_tiles, *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()))
+        allocs = (*operand_tiles, *dw_allocs, *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()))
         # two warpgroups for 128 rows of at least 128 accumulator columns (siblings together)
         threads = self.asked_threads(bm, accs * bn)
         if producer:
@@ -425,7 +431,8 @@ class _Builder:
             whole_rows=bool(self.reductions) or self.first is not None, producer=producer is not None,
             channel_rows=self.flip, depthwise=self.depthwise, channels_per_k_tile=ch_per_tile if conv else 0,
             padded_columns=self.pad_to, accumulator=self.acc_dtype, operands=self.op_dtype, tf32=self.tf32, occupancy=0,
-            positions_inner=self.positions_inner, groups=self.groups, panel_width=self.panel_width)
+            positions_inner=self.positions_inner, groups=self.groups, panel_width=self.panel_width,
+            depthwise_padded_width=dw_width)
         return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), threads, allocs, tuple(body), notes,
                            producer=producer is not None, schedule=schedule)
 

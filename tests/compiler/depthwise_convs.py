@@ -1,0 +1,67 @@
+"""Depthwise convolutions (MobileNetV2, EfficientNet) for the tests of their CPU schedules
+(tile_ir/lower/conv_rows.py): from zero-padded input rows on chip, split by stride phase,
+every tap summed per position along them (``depthwise_padded``).
+
+Each case is one depthwise Conv with a bias (a folded BatchNorm) and the epilogue the
+models put after it, at shapes none of the models has as well as theirs: 3 x 3 and 5 x 5,
+stride 1 and 2, dilation, one-sided and no padding, 8 to 1152 channels, maps of 7 x 7 to
+112 x 112 and odd widths (13, 29), batch 1 and 3.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+CASES: dict[str, tuple[tuple[int, ...], dict, str]] = {
+    # name: (x shape, Conv attributes, epilogue: relu6 | silu | clip | residual)
+    "k3_s1_112": ((1, 32, 112, 112), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), "relu6"),
+    "k3_s1_56_b3": ((3, 16, 56, 56), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), "relu6"),
+    "k5_s1_7_1152": ((1, 1152, 7, 7), dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2]), "silu"),
+    "k5_s1_14_b3": ((3, 40, 14, 14), dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2]), "silu"),
+    "k3_s1_odd13": ((1, 24, 13, 13), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), "residual"),
+    "k5_s1_odd29_asym": ((3, 8, 29, 29), dict(kernel_shape=[5, 5], pads=[1, 2, 3, 0]), "clip"),
+    "k3_s1_dilated": ((1, 48, 29, 13), dict(kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 2, 2, 2]), "relu6"),
+    "k3_s1_nopad": ((3, 16, 15, 17), dict(kernel_shape=[3, 3]), "silu"),
+    "k3_s1_28_rows": ((1, 192, 28, 28), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), "residual"),
+    "k3_s2_112": ((1, 96, 112, 112), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), "relu6"),
+    "k5_s2_odd29": ((3, 24, 29, 29), dict(kernel_shape=[5, 5], strides=[2, 2], pads=[2, 2, 2, 2]), "silu"),
+    "k3_s2_14": ((1, 576, 14, 14), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1]), "clip"),
+}
+STRIDE_1 = list(CASES)  # every case runs from padded rows (strided ones by phase)
+
+
+def _epilogue(name: str, kind: str) -> list[onnx.NodeProto]:
+    c, y = f"c_{name}", f"y_{name}"
+    if kind == "relu6":
+        return [helper.make_node("Clip", [c, "zero", "six"], [y])]
+    if kind == "clip":
+        return [helper.make_node("Clip", [c, "lo", "six"], [y])]
+    if kind == "silu":
+        return [helper.make_node("Sigmoid", [c], [f"s_{name}"]), helper.make_node("Mul", [c, f"s_{name}"], [y])]
+    return [helper.make_node("Add", [c, f"x_{name}"], [y])]  # residual: same shape at stride 1
+
+
+def model(names: list[str], seed: int) -> onnx.ModelProto:
+    """One model of the named cases side by side: input ``x_<name>`` -> depthwise Conv (+ bias)
+    -> epilogue -> output ``y_<name>``."""
+    rng = np.random.default_rng(seed)
+    nodes, inputs, outputs = [], [], []
+    inits = [onnx.numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("zero", 0), ("six", 6), ("lo", -1.5))]
+    for name in names:
+        x_shape, attrs, kind = CASES[name]
+        ch = x_shape[1]
+        w = (rng.standard_normal((ch, 1, *attrs["kernel_shape"])) * 0.4).astype(np.float32)
+        b = (rng.standard_normal(ch) * 0.2).astype(np.float32)
+        inits += [onnx.numpy_helper.from_array(w, f"w_{name}"), onnx.numpy_helper.from_array(b, f"b_{name}")]
+        nodes += [helper.make_node("Conv", [f"x_{name}", f"w_{name}", f"b_{name}"], [f"c_{name}"], group=ch, **attrs),
+                  *_epilogue(name, kind)]
+        inputs.append(helper.make_tensor_value_info(f"x_{name}", TensorProto.FLOAT, list(x_shape)))
+        outputs.append(helper.make_tensor_value_info(f"y_{name}", TensorProto.FLOAT, [None] * len(x_shape)))
+    graph = helper.make_graph(nodes, "depthwise_convs", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def feeds(names: list[str], seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {f"x_{n}": rng.standard_normal(CASES[n][0]).astype(np.float32) for n in names}

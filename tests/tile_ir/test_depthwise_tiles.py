@@ -1,0 +1,47 @@
+"""Depthwise convolutions' CPU programs (tile_ir/lower/conv_rows.py) run by the tile
+interpreter on fresh random inputs, against the reference executor and onnxruntime: stride
+from zero-padded input rows on chip, split by stride phase (every tap summed along them in
+whole vectors)."""
+import random
+
+import onnxruntime as ort
+
+from tests.compiler import depthwise_convs
+from tests.tile_ir.interpreted import interpret
+from tilefuse.compare import compare_output
+from tilefuse.frontend import import_onnx
+from tilefuse.ir.prims import Conv
+from tilefuse.partition import partition_graph
+from tilefuse.reference import evaluate_all
+from tilefuse.target import CPU
+from tilefuse.tile_ir import lower_group
+
+# the big maps cost the interpreter most; the compiled test runs every case
+NAMES = ["k5_s1_7_1152", "k5_s1_14_b3", "k3_s1_odd13", "k5_s1_odd29_asym", "k3_s1_dilated", "k3_s1_nopad",
+         "k3_s1_28_rows", "k5_s2_odd29", "k3_s2_14"]
+
+
+def test_depthwise_programs_interpret_like_the_reference_and_onnxruntime():
+    seed = random.randrange(2**31)
+    model = depthwise_convs.model(NAMES, seed)
+    x = depthwise_convs.feeds(NAMES, seed + 1)
+    graph = import_onnx(model)
+    values = evaluate_all(graph, x)
+    want = dict(zip([f"y_{n}" for n in NAMES],
+                    ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)))
+    bad, seen = [], 0
+    for group in partition_graph(graph, CPU).groups:
+        (conv,) = [n for n in group.nodes if isinstance(n.op, Conv)]
+        low = lower_group(group, CPU)
+        s = low.program.schedule
+        # the padded rows hold the input row and both pads, split in stride phases
+        padded = conv.inputs[0].type.shape[3] + conv.op.pads[1] + conv.op.pads[3]
+        assert s.depthwise and s.depthwise_padded_width == -(-padded // conv.op.strides[1]), (conv.name, s)
+        seen += 1
+        for v, got in interpret(low, values):
+            for what, expected in (("reference", values[id(v)]), ("onnxruntime", want.get(v.name))):
+                c = compare_output(v.name, got, expected) if expected is not None else None
+                if c is not None and not c.ok:
+                    bad.append(f"{v.name} against {what} ({low.program.notes[0]}): {c.problem}")
+    assert seen == len(NAMES)
+    assert not bad, f"seed={seed}:\n" + "\n".join(bad)
