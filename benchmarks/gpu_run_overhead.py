@@ -10,7 +10,8 @@ alike): a graph replay launched and waited for as a hand-written server would
 (``cuGraphLaunch`` and ``cuStreamSynchronize``: the floor of any call that returns with
 its outputs written), ``sess.run(None, feeds)`` with the feeds as torch CUDA tensors (each
 run's outputs dropped before the next, as a server does), and a run of buffers bound once
-(``sess.bind(feeds)``: no per-run feed handling). The headline: each call's host time
+(``sess.bind(feeds)``: no per-run feed handling), and the drop-in session's
+``run_with_iobinding`` of the same memory (onnxruntime's IOBinding). The headline: each call's host time
 beyond the device time of the graph it launched (events around the launch), run() and
 bound against the replay: what they add, whatever clock the GPU ran each graph at. Also
 the medians of the host times against the replay's device time (CUDA events, the
@@ -58,8 +59,8 @@ class _GraphClock:
     can be taken from its host time: what the call costs beyond its graph, whatever clock
     the GPU ran that graph at (an H200 under load moves by a few percent within seconds)."""
 
-    def __init__(self, ex) -> None:
-        self.ex, cu = ex, ex.cu
+    def __init__(self, *executors) -> None:
+        self.executors, cu = executors, executors[0].cu
         self.real = cu
         self.start = cu.cuEventCreate(0)[1]
         self.end = cu.cuEventCreate(0)[1]
@@ -74,11 +75,13 @@ class _GraphClock:
         self.proxy.cuGraphLaunch = launch
 
     def __enter__(self) -> "_GraphClock":
-        self.ex.cu = self.proxy
+        for ex in self.executors:
+            ex.cu = self.proxy
         return self
 
     def __exit__(self, *exc) -> None:
-        self.ex.cu = self.real
+        for ex in self.executors:
+            ex.cu = self.real
         self.real.cuEventDestroy(self.start)
         self.real.cuEventDestroy(self.end)
 
@@ -103,6 +106,21 @@ def _rounds(forms: dict, repeats: int, clock: _GraphClock, warm: int = 20) -> di
                 times[k][0].append(dt)
                 times[k][1].append(dt - clock.last_ms())
     return times
+
+
+def _io_binding(plan_dir: Path, gpu: dict):
+    """The drop-in session (``tilefuse.InferenceSession``) on the plan and an onnxruntime
+    IOBinding of the torch tensors' memory, outputs in memory the session keeps."""
+    import tilefuse
+
+    dropin = tilefuse.InferenceSession(str(plan_dir))
+    io = dropin.io_binding()
+    for name, t in gpu.items():
+        io.bind_input(name, "cuda", 0, np.dtype(str(t.dtype).removeprefix("torch.")), tuple(t.shape), t.data_ptr())
+    for o in dropin.get_outputs():
+        io.bind_output(o.name, "cuda")
+    dropin.run_with_iobinding(io)
+    return dropin, io
 
 
 def _reuse(sess, ex, gpu, runs: int) -> dict:
@@ -237,9 +255,12 @@ def main() -> int:
             ex.cu.cuGraphLaunch(direct.exec, ex.stream)
             ex.cu.cuStreamSynchronize(ex.stream)
 
-        with _GraphClock(ex) as clock:
-            waited = _rounds({"replay": replay_and_wait, "run": lambda: sess.run(None, gpu), "bound": binding.run},
-                             args.repeats, clock)
+        dropin, io = _io_binding(plan_dir, gpu)
+        with _GraphClock(ex, dropin._fixed._executor) as clock:
+            waited = _rounds({"replay": replay_and_wait, "run": lambda: sess.run(None, gpu), "bound": binding.run,
+                              "io_binding": lambda: dropin.run_with_iobinding(io)}, args.repeats, clock)
+        io_same = all((o.numpy() == h).all() for o, h in zip(io.get_outputs(), host))
+        dropin = io = None
         replay_after = statistics.median(ex.timed(args.repeats))
         reuse = _reuse(sess, ex, gpu, 100)
         walls, bound = waited["run"][0], waited["bound"][0]
@@ -281,6 +302,7 @@ def main() -> int:
         row = {"plan": plan_dir.name, "replay_ms": replay, "replay_after_ms": replay_after,
                "beyond_graph_us": beyond, "run_over_replay_us": beyond["run"] - beyond["replay"],
                "bound_over_replay_us": beyond["bound"] - beyond["replay"],
+               "io_binding_over_replay_us": beyond["io_binding"] - beyond["replay"], "io_binding_outputs_equal_host": io_same,
                "replay_and_wait_ms": host_replay, "run_over_replay_and_wait_us": 1e3 * (run_ms - host_replay),
                "bound_over_replay_and_wait_us": 1e3 * (statistics.median(bound) - host_replay),
                "run_ms": run_ms, "overhead_us": 1e3 * (run_ms - replay),
@@ -312,8 +334,10 @@ def main() -> int:
               f"(p90 {row['run_p90_ms']:.3f}); device outputs equal host: {same}; {checks}; {reuse}"
               + (f"; no direct graph: {ex.direct_reason}" if ex.direct_reason else ""), flush=True)
         print(f"{'':28s} beyond its graph's device time: replay launched and waited for {beyond['replay']:.1f} us, "
-              f"run() {beyond['run']:.1f} us, bound {beyond['bound']:.1f} us: run() adds "
-              f"{row['run_over_replay_us']:.1f} us to the replay, bound {row['bound_over_replay_us']:.1f} us", flush=True)
+              f"run() {beyond['run']:.1f} us, bound {beyond['bound']:.1f} us, io_binding {beyond['io_binding']:.1f} us: "
+              f"run() adds {row['run_over_replay_us']:.1f} us to the replay, bound {row['bound_over_replay_us']:.1f} us, "
+              f"the drop-in's io_binding {row['io_binding_over_replay_us']:.1f} us (outputs equal host: {io_same})",
+              flush=True)
         print(f"{'':28s} not waited for: {queued_ms:.3f} ms a run against {back_to_back:.3f} back-to-back replays, "
               f"over: {row['unwaited_overhead_us']:.1f} us; outputs equal host: {unwaited_same}", flush=True)
         print(f"{'':28s} bound: run {row['bound_run_ms']:.3f} ms  over: {row['bound_overhead_us']:.1f} us device, "
