@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, NamedTuple, Protocol, Sequence, overload
+from typing import Any, Mapping, NamedTuple, Protocol, Sequence, overload
 
 import numpy as np
 
@@ -286,16 +286,16 @@ class FeedChecker:
         out: dict[str, DeviceView] = {}
         ready, stream = "", 0
         for name, dtype, shape in self._want:
-            t = feeds.get(name)
+            t: Any = feeds.get(name)  # a torch.Tensor once the type test passes: its methods are torch's API
             if type(t) is not self._tensor_type:
                 if not is_torch_cuda(t):
                     return None
                 self._tensor_type = type(t)  # torch.Tensor, as torch_feeds tells it without importing torch
             if not t.is_cuda or numpy_dtype(t.dtype) != dtype or t.shape != shape or t.is_neg() \
-                    or t.get_device() != index or not t.is_contiguous():  # type: ignore[attr-defined]
+                    or t.get_device() != index or not t.is_contiguous():
                 return None
             if not ready:
                 current = current_stream(t, index)
                 ready, stream = ("ordered", 0) if current == ours else ("stream", current)
-            out[name] = DeviceView(t.data_ptr(), dtype, shape, t, ready, stream)  # type: ignore[attr-defined]
+            out[name] = DeviceView(t.data_ptr(), dtype, shape, t, ready, stream)
         return out
