@@ -44,6 +44,10 @@ CASES = {
     "global_average": ("GlobalAveragePool", (2, 16, 7, 7), {}, "float32"),
     "global_average_float16": ("GlobalAveragePool", (2, 64, 7, 7), {}, "float16"),
     "global_max": ("GlobalMaxPool", (2, 8, 5, 6), {}, "float32"),
+    # rows of 16 or more: a host folds them in vector lanes (whole runs of 16, then the rest)
+    "global_average_lanes": ("GlobalAveragePool", (1, 32, 9, 37), {}, "float32"),
+    "global_max_lanes": ("GlobalMaxPool", (2, 6, 3, 40), {}, "float32"),
+    "global_average_lanes_float16": ("GlobalAveragePool", (1, 8, 4, 64), {}, "float16"),
 }
 
 
@@ -104,10 +108,14 @@ def test_pooling_runs_on_window_tiles(name, tmp_path):
         low = lower_group(groups[0], target)
         notes = low.program.notes
         assert notes[0].startswith("window:"), (target.name, notes)
-        (acc,) = low.program.allocs  # the tile's running values, no staged tensor
-        assert math.prod(acc.shape) <= target.window.tile
-        # a host folds a window tap by tap over the tile (the last dim's loop without tests)
+        # the tile's running values (and a host's lanes), no staged tensor
+        lanes = target is CPU and op.startswith("Global") and x_shape[-1] >= 16
+        acc, *part = low.program.allocs
+        assert math.prod(acc.shape) <= target.window.tile and [b.shape for b in part] == ([(*acc.shape, 16)] if lanes else [])
+        # a host folds a window tap by tap over the tile (the last dim's loop without tests),
+        # a global pool's rows in vector lanes
         assert ("taps outermost" in notes[0]) == (target is CPU and not op.startswith("Global")), (target.name, notes)
+        assert ("lanes" in notes[0]) == lanes, (target.name, notes)
         if True:  # each target's tiles and grid (the host's tap order too), through the oracle
             arrays = [feeds[v.name] if not v.is_constant else np.ascontiguousarray(v.data) for v in low.bindings[:-1]]
             out = np.zeros(y_shape, dtype)

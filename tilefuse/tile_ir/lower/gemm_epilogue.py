@@ -205,8 +205,15 @@ class _Builder:
             bk, stages = gemm_tiles.pipeline(self, bm, accs * bn, bk)
         conv = isinstance(self.c.op, Conv)
         if self.flip:  # position tiles of whole output rows of one image: no division inside
+            out_rows = self.c.outputs[0].type.shape[2]
             inner = math.prod(self.c.outputs[0].type.shape[3:])
-            bm = divisor_tile(self.c.outputs[0].type.shape[2], max(1, 256 // inner)) * inner
+            rows = divisor_tile(out_rows, max(1, 256 // inner))
+            # fewer rows a tile while the grid leaves a core idle (a 14 x 14 projection of
+            # 112 channels was one tile: one of two threads worked)
+            col_tiles = math.prod(self.batch) * self.groups * -(-self.cols // bn)
+            while rows > 1 and col_tiles * (self.m // (rows * inner)) < self.cores:
+                rows = divisor_tile(out_rows, rows // 2)
+            bm = rows * inner
         if self.depthwise:  # a few channels per tile: the grid has tiles for every core
             bn = divisor_tile(self.n, self.target.conv.depthwise_channels)
             if self.target.device.max_block_threads and len(self.c.outputs[0].type.shape) in (3, 4):
