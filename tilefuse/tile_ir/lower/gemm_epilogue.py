@@ -207,13 +207,13 @@ class _Builder:
         if self.flip:  # position tiles of whole output rows of one image: no division inside
             out_rows = self.c.outputs[0].type.shape[2]
             inner = math.prod(self.c.outputs[0].type.shape[3:])
-            rows = divisor_tile(out_rows, max(1, 256 // inner))
+            tile_rows = divisor_tile(out_rows, max(1, 256 // inner))
             # fewer rows a tile while the grid leaves a core idle (a 14 x 14 projection of
             # 112 channels was one tile: one of two threads worked)
             col_tiles = math.prod(self.batch) * self.groups * -(-self.cols // bn)
-            while rows > 1 and col_tiles * (self.m // (rows * inner)) < self.cores:
-                rows = divisor_tile(out_rows, rows // 2)
-            bm = rows * inner
+            while tile_rows > 1 and col_tiles * (self.m // (tile_rows * inner)) < self.cores:
+                tile_rows = divisor_tile(out_rows, tile_rows // 2)
+            bm = tile_rows * inner
         if self.depthwise:  # a few channels per tile: the grid has tiles for every core
             bn = divisor_tile(self.n, self.target.conv.depthwise_channels)
             if self.target.device.max_block_threads and len(self.c.outputs[0].type.shape) in (3, 4):
