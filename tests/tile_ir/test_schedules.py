@@ -77,14 +77,15 @@ def test_norms_and_elementwise_chains_run_as_row_tiles(zoo_cache):
 
 def test_convolutions_run_as_parallel_tiles(zoo_cache):
     # Channels as tile rows (cpu): weights read as stored; a few positions per image
-    # (deep layers) keep positions as rows, with the weights packed [K, M].
+    # (deep layers) keep positions as rows, with the weights packed as the [K, M] matrix's
+    # panels (the host's panel core reads them; tile_ir/lower/panels.py).
     convs = [(g, low) for g, low in _lowered("resnet", zoo_cache) if any(n.op.name == "Conv" for n in g.nodes)]
     assert convs
     for g, low in convs:
         assert low.program.notes[0].startswith("gemm+epilogue")
         (conv,) = [n for n in g.nodes if n.op.name == "Conv"]
         rows = math.prod(conv.outputs[0].type.shape[2:]) >= CPU.conv.min_positions
-        assert any(p.name.endswith("_kxm") for p in low.program.params) != rows
+        assert any(p.name.endswith("_panels32") for p in low.program.params) != rows
     kinds = {math.prod(n.outputs[0].type.shape[2:]) >= CPU.conv.min_positions for g, _ in convs for n in g.nodes if n.op.name == "Conv"}
     assert kinds == {True, False}  # resnet tiny has both
 
@@ -94,7 +95,7 @@ def test_convolutions_with_packed_weights_when_the_target_says_so(zoo_cache):
     for g, low in _lowered("resnet", zoo_cache, target):
         if any(n.op.name == "Conv" for n in g.nodes):
             assert low.program.notes[0].startswith("gemm+epilogue")
-            assert any(p.name.endswith("_kxm") for p in low.program.params)
+            assert any(p.name.endswith("_panels32") for p in low.program.params)
 
 
 def test_gpu_convolutions_take_tensor_core_tiles(zoo_cache):

@@ -35,13 +35,14 @@ Operand = Callable[[Expr, Expr], Expr]
 
 
 def fills(b: "_Builder", el: ElementBuilder, ta: Buffer, tb: Buffer, row: Callable[[Expr], Expr],
-          column: Callable[[Expr], Expr], kt: Var, chans: int) -> list[Stmt]:
+          column: Callable[[Expr], Expr], kt: Var, chans: int, weights: bool = True) -> list[Stmt]:
     """im2col and weight tiles as loop nests over (channel, *taps): the K index is
     linearised from loop variables instead of divided back into them. ``row`` and
     ``column`` give the product's row and output channel of a tile row and column
     (clamped past a partial last tile, whose lanes recompute the last one). Channels
     count within a group: the weight's as they are, the input's from the tile's group's
-    first (``in_channel0``)."""
+    first (``in_channel0``). Without ``weights`` only the im2col tile (a host's weight
+    is read from its panels, ``panels.conv_product``)."""
     c = b.c
     op: Conv = c.op  # type: ignore[assignment]  # the builder calls this for a Conv only
     x, w = c.inputs
@@ -92,7 +93,7 @@ def fills(b: "_Builder", el: ElementBuilder, ta: Buffer, tb: Buffer, row: Callab
             return [Store(tb, (linearize((cl, *t), (chans, *taps)), j), b_value(cl, t, j))]
 
         a_nest = (chans, *taps, bm) if inner else (bm, chans, *taps)
-        return [*parallel(b.names, a_nest, a_body), *parallel(b.names, (chans, *taps, bn), b_body)]
+        return [*parallel(b.names, a_nest, a_body), *(parallel(b.names, (chans, *taps, bn), b_body) if weights else ())]
     # Nests over the tile's K columns, each column's channel and taps divided back out of
     # it: TileLang finds no layout for the nest over (channels, taps) of Whisper's kernel-3
     # Conv1d ("Mapped indices are not independent"), and takes this one. A K tile deeper
@@ -117,7 +118,7 @@ def fills(b: "_Builder", el: ElementBuilder, ta: Buffer, tb: Buffer, row: Callab
         return [Store(tb, kj, b_value(cl, tuple(t), j))]
 
     return [*parallel(b.names, (depth, bm) if inner else (bm, depth), a_columns),
-            *parallel(b.names, (depth, bn), b_columns)]
+            *(parallel(b.names, (depth, bn), b_columns) if weights else ())]
 
 
 def transposed_operands(b: "_Builder", el: ElementBuilder, c: Node) -> tuple[Operand, Operand]:

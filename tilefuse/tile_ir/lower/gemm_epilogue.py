@@ -259,8 +259,11 @@ class _Builder:
         # head): bound padded to whole column tiles, so its tiles load as aligned rectangles
         self.pad_to = -(-self.n // bn) * bn if self.pads_weight() else 0
         # on a host: the constant weight packed as panels, A's rows read in place (panels.py)
-        self.panel_width = 0 if producer or conv else panels.panel_width(self, bn)
-        if self.panel_width:
+        self.panel_width = 0 if producer else panels.panel_width(self, bn)
+        if self.panel_width and conv:  # K steps of whole channels, as the im2col tile fills them
+            stages = 1
+            self.panel_columns, self.panel_k = -(-self.n // bn) * bn, bk
+        elif self.panel_width:
             bk, stages = min(self.k, self.tile_k), 1
             self.panel_columns, self.panel_k = -(-self.n // bn) * bn, bk
         params, buffers = self._params()
@@ -369,6 +372,9 @@ class _Builder:
         elif self.flip:
             k_body = conv_rows.fills(self, el, ta, tbs[0], mt, n0, kt, ch_per_tile)
             k_body.append(Gemm(ta, tbs[0], tcs[0], tf32=self.tf32))
+        elif conv and self.panel_width:  # the im2col tile by the weight's panels
+            k_body = conv_tiles.fills(self, el, ta, tbs[0], row, column, kt, ch_per_tile, weights=False)
+            k_body.append(panels.conv_product(self, ta, tcs[0], nt, kt))
         elif conv:
             k_body = conv_tiles.fills(self, el, ta, tbs[0], row, column, kt, ch_per_tile)
             k_body.append(Gemm(ta, tbs[0], tcs[0], tf32=self.tf32))
@@ -383,7 +389,7 @@ class _Builder:
             for (_, b_elem), tb, tc in zip(operands, tbs, tcs):
                 k_body += [*parallel(self.names, (bk, bn), fill_b(b_elem, tb)), Gemm(ta, tb, tc, tf32=self.tf32)]
         body: list[Stmt] = [*(Fill(tc, Const(0, self.acc_dtype)) for tc in tcs)]
-        if self.panel_width:  # the host's product core by packed weights: no weight tiles
+        if self.panel_width and not conv:  # the host's product core by packed weights: no weight tiles
             body += panels.products(self, buffers, ta, th, tcs, tuple(bvars), m0, nt, kt, fill_a)
         else:
             body.append(Loop(kt, -(-self.k // (k_step or bk)), LoopKind.PIPELINED, tuple(k_body), stages=stages))
@@ -426,7 +432,8 @@ class _Builder:
             notes = (f"gemm+epilogue: tiles {bm}x{bn}, grid {grid}{wide}, the weight packed in {self.panel_width}-column panels, "
                      f"A read in place, K in blocks of {bk}",)
         n_in = len(params) - len(self.group.outputs)
-        operand_tiles = () if self.depthwise or (self.panel_width and self.first is None) else (ta,) if self.panel_width else (ta, *tbs)
+        operand_tiles = (() if self.depthwise or (self.panel_width and self.first is None and not conv)
+                         else (ta,) if self.panel_width else (ta, *tbs))
         allocs = (*operand_tiles, *dw_allocs, *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()))
         # two warpgroups for 128 rows of at least 128 accumulator columns (siblings together)
         threads = self.asked_threads(bm, accs * bn)
@@ -556,7 +563,7 @@ class _Builder:
             columns = panels.columns(self, v)
             if not columns:
                 return None
-            data = panels.pack(v.data, self.panel_width, columns)  # type: ignore[arg-type]
+            data = panels.pack(panels.matrix(self, v), self.panel_width, columns)
             bound = bind(k, v, data, f"panels{self.panel_width}", f"panels{self.panel_width}x{columns}")
             self.panel_bufs[id(v)] = bound[1]
             return bound

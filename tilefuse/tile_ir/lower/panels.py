@@ -24,7 +24,7 @@ import numpy as np
 
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Value
-from tilefuse.ir.prims import MatMul
+from tilefuse.ir.prims import Conv, MatMul
 from tilefuse.tile_ir.ir import Buffer, Const, Expr, Fill, IOp, Loop, LoopKind, PanelGemm, Region, Stmt, Var, const_index, iop
 from tilefuse.tile_ir.lower.common import parallel
 from tilefuse.tile_ir.lower.elements import Index, broadcast_index
@@ -57,6 +57,8 @@ def takes_panels(b: "_Builder") -> int:
     width = b.target.gemm.panel_width
     if not width or b.target.device.max_block_threads or b.folded or b.sibling_of is not None:
         return 0
+    if isinstance(b.c.op, Conv):
+        return width if _conv_takes_panels(b) else 0
     products = [*b.cs, *([b.first] if b.first is not None else [])]
     if not all(isinstance(c.op, MatMul) for c in products) or {b.acc_dtype, b.op_dtype} != {DType.FLOAT32}:
         return 0
@@ -72,6 +74,38 @@ def takes_panels(b: "_Builder") -> int:
     if not any(x is a for x in b.group.inputs) or (b.first is not None and min(b.k, b.tile_k) % width):
         return 0
     return width
+
+
+def _conv_takes_panels(b: "_Builder") -> bool:
+    """A float32 convolution with positions as rows (not channels, not depthwise, one
+    group, alone in its group's product): its weight, as the [K, Cout] matrix of the
+    implicit GEMM, packed as panels; A stays its im2col tile, filled per K step as
+    before, and is read by the panel core where it lies on chip."""
+    w = b.c.inputs[1]
+    return (len(b.cs) == 1 and b.first is None and not b.flip and not b.depthwise and b.groups == 1
+            and {b.acc_dtype, b.op_dtype} == {DType.FLOAT32} and w.is_constant and w.type.dtype is DType.FLOAT32
+            and b.packs_conv_weight())
+
+
+def matrix(b: "_Builder", w: Value) -> np.ndarray:
+    """The [K, N] matrix the panels of weight ``w`` pack: a MatMul's weight as it is, a
+    convolution's [Cout, Cin, *taps] as K = (Cin, *taps) rows of its Cout columns (the
+    order of the im2col tile's columns)."""
+    data = w.data
+    assert data is not None
+    if isinstance(b.c.op, Conv):
+        return np.ascontiguousarray(data.reshape(w.type.shape[0], -1).T)
+    return data
+
+
+def conv_product(b: "_Builder", a_tile: Buffer, c_tile: Buffer, column_tile: Var, kt: Var) -> PanelGemm:
+    """A convolution's K step: its im2col tile (filled before) by the step's rows of the
+    weight's panels."""
+    bm, bn = c_tile.shape
+    first_panel = iop(IOp.MUL, column_tile, bn // b.panel_width) if b.n > bn else const_index(0)
+    bk = a_tile.shape[1]
+    return PanelGemm(Region(a_tile, (const_index(0), const_index(0)), a_tile.shape), b.panel_bufs[id(b.c.inputs[1])],
+                     first_panel, iop(IOp.MUL, kt, bk), c_tile, bk)
 
 
 def columns(b: "_Builder", w: Value) -> int:
