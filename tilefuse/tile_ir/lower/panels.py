@@ -15,6 +15,9 @@ columns a K chunk at a time: the chunk of ``x @ W1`` by W1's panels, the second
 product's A tile computed from it on chip, then by the chunk's rows of W2's panels.
 A product whose A is computed on the way (a cast, a transpose, a prologue inside the
 group) keeps its operand tiles: only a kernel input, read as it is, is read in place.
+A convolution with positions as rows (small maps) is the exception: its weight, as the
+implicit GEMM's [K, Cout] matrix, is packed the same way, and its im2col tile, filled
+per K step, is the A the panel core reads on chip (``conv_product``).
 """
 from __future__ import annotations
 
