@@ -118,6 +118,9 @@ class WindowPolicy:
 
     tile: int = 256  # output elements of a pooling tile (GPU: one per thread of the block)
     max_threads: int = 128  # threads of its block (GPU)
+    # on a host: running values an output element of a reduction along the input's last
+    # axis (a global pool) folds it in, one a vector lane (16: one 16-float vector); 0: one
+    lanes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

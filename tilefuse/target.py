@@ -115,7 +115,9 @@ CPU = Target(
     # depthwise_run: a 16-float vector (AVX-512; two 8-float ones elsewhere)
     conv=ConvPolicy(channel_rows=True, channel_tile=128, depthwise_run=16),
     rows=RowsPolicy(split_part=1 << 18, split_row=1 << 20),  # parts worth a thread's share of a region (regions from 1M elements)
-    window=WindowPolicy(tile=4096),  # pooling tiles of whole output planes (56 x 56): few tiles, loops without division
+    # pooling tiles of whole output planes (56 x 56): few tiles, loops without division;
+    # global pools folded in a 16-float vector's lanes
+    window=WindowPolicy(tile=4096, lanes=16),
     codegen=CpuOptions(),
 )
 

@@ -140,15 +140,16 @@ def _build(group: FusedGroup, r: Node, fwd: dict[int, Forward], name: str,
         origin[d] = iop(IOp.MUL, bv, tiles[d])
     inner = [d for d, t in enumerate(tiles) if t > 1]  # the tile's own loops; unit edges are the origin
     acc = Buffer("acc", dt, tuple(tiles[d] for d in inner) or (1,), Scope.FRAGMENT)
-    part = Buffer("part", dt, (*acc.shape, LANES), Scope.FRAGMENT)  # each element's lanes
     wide = [d for d, t in enumerate(taps) if t > 1]
     x_rank = r.inputs[0].type.rank
 
-    # on a host, a reduction along the input's last axis folds it into LANES running
-    # values, one a vector lane, then those into the output: one running value took a
-    # global pool over 112 x 112 one add's latency a term (370 us for 32 channels)
-    lanes = (LANES if not target.device.max_block_threads and isinstance(r.op, Reduce) and wide
-             and r.op.axes[-1] == x_rank - 1 and wide[-1] == len(taps) - 1 and taps[-1] >= LANES else 0)
+    # on a host, a reduction along the input's last axis folds it into the policy's lanes
+    # (running values, one a vector lane), then those into the output: one running value
+    # took a global pool over 112 x 112 one add's latency a term (370 us for 32 channels)
+    want = 0 if target.device.max_block_threads else target.window.lanes
+    lanes = (want if want and isinstance(r.op, Reduce) and wide and r.op.axes[-1] == x_rank - 1
+             and wide[-1] == len(taps) - 1 and taps[-1] >= want else 0)
+    part = Buffer("part", dt, (*acc.shape, max(lanes, 1)), Scope.FRAGMENT)  # each element's lanes
 
     kp = kernel_params(group)
     here: list[Index] = []  # the tile element being computed: where reads of y find it
@@ -214,9 +215,6 @@ def _build(group: FusedGroup, r: Node, fwd: dict[int, Forward], name: str,
     program = TileProgram(name, tuple(kp.params), kp.num_inputs, grid, block_vars, threads,
                           (acc, part) if lanes else (acc,), tuple(body), notes, schedule=schedule)
     return program, tuple(kp.bindings)
-
-
-LANES = 16  # running values of a host's fold along the last axis: one 16-float vector
 
 
 def _fold_in_lanes(names: Names, taps: tuple[int, ...], wide: list[int], lanes: int, part: Buffer, at: Index,
