@@ -66,3 +66,34 @@ def test_every_core_gets_a_tile(name):
     for what, want in (("onnxruntime", want_ort), ("reference", want_ref)):
         c = compare_output("y", got, want)
         assert c.ok, f"{name} against {what}: {c.problem}"
+
+
+REDUCTIONS = {
+    # name: (op, x shape, axes, keepdims): reductions along the last axis, of 16 terms or more
+    "sum_spatial_dropped": ("ReduceSum", (3, 5, 17, 33), [2, 3], 0),
+    "max_last_axis_3d": ("ReduceMax", (2, 3, 70), [2], 1),
+    "min_channels_and_rows": ("ReduceMin", (2, 4, 6, 48), [1, 3], 1),
+    "mean_exactly_16": ("ReduceMean", (4, 7, 16), [2], 0),
+    "l2_long_rows": ("ReduceL2", (2, 3, 1000), [2], 1),
+}
+
+
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+def test_host_reductions_along_the_last_axis_match(name):
+    """Whatever schedule takes them (rows, windows with lanes, a split), reductions along
+    the last axis of odd lengths match onnxruntime and the reference."""
+    op, x_shape, axes, keep = REDUCTIONS[name]
+    rng = np.random.default_rng()
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, list(x_shape))
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
+    axes_init = onnx.numpy_helper.from_array(np.array(axes, np.int64), "axes")
+    node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=keep)
+    model = helper.make_model(helper.make_graph([node], "r", [x], [y], [axes_init]), opset_imports=[helper.make_opsetid("", 18)])
+    model = onnx.shape_inference.infer_shapes(model)
+    feeds = {"x": (rng.standard_normal(x_shape) + (1.5 if op == "ReduceL2" else 0)).astype(np.float32)}
+    (got,) = tilefuse.InferenceSession(tilefuse.compile(model.SerializeToString(), target="cpu")).run(None, feeds)
+    (want_ort,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    (want_ref,) = run_graph(import_onnx(model, {"x": x_shape}), feeds).values()
+    for what, want in (("onnxruntime", want_ort), ("reference", want_ref)):
+        c = compare_output("y", got, want)
+        assert c.ok, f"{name} against {what}: {c.problem}"
