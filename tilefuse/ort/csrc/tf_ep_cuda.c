@@ -432,17 +432,15 @@ static OrtStatus* gpu_create_stream(OrtEpFactory* this_ptr, const OrtMemoryDevic
   if (!is_our_memory(f, m)) return NULL; /* not this provider's device: no stream of ours */
   tf_gpu_stream* s = calloc(1, sizeof *s);
   if (!s) return tf_status(f->api, ORT_FAIL, "out of memory");
+  s->factory = f;
   OrtStatus* st = device_context(f, memory_ordinal(f, m), &s->ctx);
-  tf_CUcontext popped;
-  tf_CUresult r = 0;
-  if (!st && !(r = tf_cu.cuCtxPushCurrent(s->ctx)))
-    r = tf_cu.cuStreamCreate(&s->stream, TF_CU_STREAM_NON_BLOCKING), tf_cu.cuCtxPopCurrent(&popped);
-  if (!st && r) st = cu_fail(f, r, "cuStreamCreate");
+  tf_CUresult r = st ? 0 : push(s);
+  if (!st) st = r ? cu_fail(f, r, "cuCtxPushCurrent")
+                  : pop_status(s, tf_cu.cuStreamCreate(&s->stream, TF_CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   if (st) {
     free(s);
     return st;
   }
-  s->factory = f;
   s->base.ort_version_supported = TF_EP_API;
   s->base.Release = stream_release;
   s->base.GetHandle = stream_handle;

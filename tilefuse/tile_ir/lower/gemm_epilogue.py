@@ -59,6 +59,7 @@ from tilefuse.tile_ir.lower.common import (
     Names,
     accumulator_dtype,
     divisor_tile,
+    fill_cores,
     guard_all,
     identity,
     narrow,
@@ -207,12 +208,10 @@ class _Builder:
         if self.flip:  # position tiles of whole output rows of one image: no division inside
             out_rows = self.c.outputs[0].type.shape[2]
             inner = math.prod(self.c.outputs[0].type.shape[3:])
-            tile_rows = divisor_tile(out_rows, max(1, 256 // inner))
             # fewer rows a tile while the grid leaves a core idle (a 14 x 14 projection of
             # 112 channels was one tile: one of two threads worked)
-            col_tiles = math.prod(self.batch) * self.groups * -(-self.cols // bn)
-            while tile_rows > 1 and col_tiles * (self.m // (tile_rows * inner)) < self.cores:
-                tile_rows = divisor_tile(out_rows, tile_rows // 2)
+            lead = math.prod(self.batch) * self.groups * -(-self.cols // bn) * (self.m // (out_rows * inner))
+            (tile_rows,) = fill_cores((out_rows,), [divisor_tile(out_rows, max(1, 256 // inner))], lead, self.cores, 1)
             bm = tile_rows * inner
         if self.depthwise:  # a few channels per tile: the grid has tiles for every core
             bn = divisor_tile(self.n, self.target.conv.depthwise_channels)

@@ -146,7 +146,7 @@ def _build(group: FusedGroup, r: Node, fwd: dict[int, Forward], name: str,
     # on a host, a reduction along the input's last axis folds it into the policy's lanes
     # (running values, one a vector lane), then those into the output: one running value
     # took a global pool over 112 x 112 one add's latency a term (370 us for 32 channels)
-    want = 0 if target.device.max_block_threads else target.window.lanes
+    want = target.window.lanes  # (0 on devices with blocks)
     lanes = (want if want and isinstance(r.op, Reduce) and wide and r.op.axes[-1] == x_rank - 1
              and wide[-1] == len(taps) - 1 and taps[-1] >= want else 0)
     part = Buffer("part", dt, (*acc.shape, max(lanes, 1)), Scope.FRAGMENT)  # each element's lanes
