@@ -170,6 +170,30 @@ def _addresses(sess, feeds, torch) -> dict:
     return {"held_outputs_equal_host": bool(moved), "unaligned_feeds_equal_host": bool(shifted)}
 
 
+def _steady(sess, feeds, gpu, torch) -> dict:
+    """New values written into the same tensors (a server's case: the same addresses run
+    after run, runtime/cuda_steady.py launches and waits with no feed reading), each run's
+    outputs against a host run of the values; and whether those runs read no feed."""
+    check, read = sess._check, []
+    sess._check = lambda f: read.append(1) or check(f)
+    equal, reads = True, 0
+    try:
+        sess.run(None, gpu)  # a full run on these tensors: the record the next ones repeat
+        for shift in (1, 2, 0):
+            other = {k: np.roll(v, shift, axis=-1) for k, v in feeds.items()}
+            want = sess.run(None, other)
+            read.clear()
+            for k, t in gpu.items():
+                t.copy_(torch.from_numpy(other[k]))
+            got = sess.run(None, gpu)
+            reads += len(read)
+            equal &= all((torch.from_dlpack(o).cpu().numpy() == w).all() for o, w in zip(got, want))
+            del got
+    finally:
+        sess._check = check
+    return {"steady_runs_equal_host": bool(equal), "steady_runs_read_no_feed": reads == 0}
+
+
 def _late_errors(sess, gpu, torch) -> dict:
     """A bad index in a run not waited for (the first input's element set past any table)
     is raised by the next run once the first is done, for run() and for a binding; None
@@ -241,7 +265,7 @@ def main() -> int:
         dev = [torch.from_dlpack(o).cpu().numpy() for o in sess.run(None, gpu)]
         same = all((a == b).all() for a, b in zip(host, dev))
         ex = sess._executor
-        checks = {**_addresses(sess, feeds, torch), **_late_errors(sess, gpu, torch)}
+        checks = {**_addresses(sess, feeds, torch), **_steady(sess, feeds, gpu, torch), **_late_errors(sess, gpu, torch)}
         ex.timed(20)
         replay = statistics.median(ex.timed(args.repeats))
         # waited forms in turn, round after round (a clock that drifts moves them alike): a

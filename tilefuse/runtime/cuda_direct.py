@@ -88,6 +88,12 @@ class DirectGraph:
         """The memory buffer ``b``'s kernels use now, where it is not the arena's."""
         return self._where.get(b) if self._where is not None else None
 
+    def pointers(self) -> dict[int, int] | None:
+        """The pointers the kernels use now (buffer id -> memory, where not the arena's),
+        a new object after every re-pointing: a ``SteadyRun`` holds it to know its graph
+        is as it left it."""
+        return self._where
+
     def launch(self, where: Mapping[int, int]) -> None:
         """Point the kernels at ``where`` (buffer id -> device memory; every other buffer
         where the arena has it) and launch the graph on the executor's stream."""

@@ -25,6 +25,14 @@ class DeviceArray:
         self.ptr, self.dtype, self.shape, self.device = ptr, np.dtype(dtype), tuple(shape), device
         self._executor = executor
 
+    @classmethod
+    def made(cls, ptr: int, dtype: np.dtype, shape: tuple[int, ...], executor, device: int) -> DeviceArray:
+        """An array of a dtype and shape already normalised (a steady run makes one per
+        output: ``__init__``'s conversions are a microsecond there)."""
+        a = cls.__new__(cls)
+        a.ptr, a.dtype, a.shape, a.device, a._executor = ptr, dtype, shape, device, executor
+        return a
+
     @property
     def __cuda_array_interface__(self) -> dict:
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "strides": None,
