@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import ctypes
 import threading
-import time
-from contextlib import contextmanager
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
@@ -48,14 +46,15 @@ from tilefuse.feeds import DeviceView, FeedDevice
 from tilefuse.plan.files import read_verified
 from tilefuse.plan.model import BranchStep, BufferKind, HostStep, Kernel, KernelStep, Plan, SelectStep, Step, step_order
 from tilefuse.plan.verify import check_kernel_identity
-from tilefuse.runtime.cuda_direct import DirectGraph, Unavailable
-from tilefuse.runtime.cuda_launch import Handle, KernelLaunch, in_place, kernel_launch, launch_kernel, set_up_function
-from tilefuse.runtime.cuda_steady import SteadyRun
+from tilefuse.runtime import cuda_timing
+from tilefuse.runtime.cuda_direct import DirectGraph, Unavailable, run_direct
+from tilefuse.runtime.cuda_launch import Handle, KernelLaunch, kernel_launch, launch_kernel, set_up_function
 from tilefuse.runtime.device_array import DeviceArray
 from tilefuse.torch_feeds import CU_STREAM_LEGACY
 
 if TYPE_CHECKING:
     from tilefuse.runtime.cuda_binding import CudaBinding
+    from tilefuse.runtime.cuda_steady import SteadyRun
 
 LAUNCH_MODES = ("as-built", "plain")
 # output blocks of one size kept for reuse once their DeviceArrays are collected (a run
@@ -292,9 +291,9 @@ class CudaExecutor:
             wait: bool = True) -> list[np.ndarray | DeviceArray]:
         """Host feeds give host outputs (numpy); if any feed is a device tensor, the
         outputs are DeviceArrays (device memory of their own, no host copy), written in
-        place by the plan's kernels where the plan is one graph (``_run_direct``).
+        place by the plan's kernels where the plan is one graph (``cuda_direct.run_direct``).
         ``wait=False`` (device feeds that each name their stream, on such a plan): return
-        once the run is queued, its outputs ordered on the feeds' streams (``_run_direct``)."""
+        once the run is queued, its outputs ordered on the feeds' streams (``cuda_direct.run_direct``)."""
         cu = self.cu
         with self._lock:
             self._open()
@@ -302,7 +301,7 @@ class CudaExecutor:
             if self._unwaited:
                 self._check_unwaited()
             if any(isinstance(a, DeviceView) for a in feeds.values()) and self._direct_graph() is not None:
-                return self._run_direct(feeds, outputs, wait)
+                return run_direct(self, feeds, outputs, wait)
             on_device, held = self._copy_in(feeds)
             self.launch_all()
             results: list[np.ndarray | DeviceArray] = []
@@ -358,70 +357,6 @@ class CudaExecutor:
             except Unavailable as e:
                 self.direct_reason = f"the driver does not name captured nodes ({e})"
         return self._direct
-
-    def _run_direct(self, feeds: Mapping[str, np.ndarray | DeviceView], outputs: Sequence[str],
-                    wait: bool = True) -> list[np.ndarray | DeviceArray]:
-        """A run whose kernels read the GPU feeds where they are and write each output into
-        its DeviceArray's memory (the lock held, the context current); memory they may not
-        use so (unaligned, or an output over a feed), host feeds and outputs no kernel
-        writes are copied, as ``run`` copies everything otherwise.
-
-        Not waited for (``wait=False``, every feed a device tensor that names its stream:
-        torch's, a ``__cuda_array_interface__`` v3 one): each feed's stream is made to wait
-        for the run, so work the caller queues there after ``run`` returns (reading the
-        outputs, or writing memory a feed held once the caller lets it go) comes after the
-        run; an index error it finds is raised by the next run that looks (its event
-        done), waits, or by ``synchronize``."""
-        cu, direct = self.cu, self._direct
-        assert direct is not None
-        views = [a for a in feeds.values() if isinstance(a, DeviceView)]
-        self._order_after(views)
-        where: dict[int, int] = {}  # buffer id -> the memory the kernels use for it this run
-        held: list[np.ndarray] = []  # host feeds, alive until the stream is done
-        spans: list[tuple[int, int]] = []  # the device feeds' memory
-        for name, a in feeds.items():
-            b = self._inputs[name]
-            if not isinstance(a, DeviceView):
-                held.append(np.ascontiguousarray(a))
-                self._h2d(self.ptr[b], held[-1])
-                continue
-            nbytes = a.nbytes
-            if not nbytes:
-                continue
-            spans.append((a.ptr, a.ptr + nbytes))
-            if in_place(a.ptr):
-                where[b] = a.ptr
-            else:
-                self._check(cu.cuMemcpyDtoDAsync(self.ptr[b], a.ptr, nbytes, self.stream), f"copying input {name}")
-        results: list[np.ndarray | DeviceArray] = []
-        copies: list[tuple[int, int, int, str]] = []  # (output memory, buffer id, bytes, name)
-        for name in outputs:
-            b, nbytes, dtype, shape = self._output_specs[name]
-            ptr = self._output_memory(nbytes, direct.pointer(b))
-            results.append(DeviceArray(ptr, dtype, shape, self, self.device))
-            if nbytes and b in self._written and b not in where and in_place(ptr) \
-                    and not any(ptr < end and start < ptr + nbytes for start, end in spans):
-                where[b] = ptr
-            elif nbytes:
-                copies.append((ptr, b, nbytes, name))
-        self._steady = None
-        direct.launch(where)
-        for ptr, b, nbytes, name in copies:  # from where the run left it
-            self._check(cu.cuMemcpyDtoDAsync(ptr, where.get(b, self.ptr[b]), nbytes, self.stream),
-                        f"copying output {name}")
-        if wait or held or any(v.ready != "stream" for v in views):
-            self._waited()  # (the graph copied the status words)
-            if not copies and not held:  # a run the next one with these tensors can repeat
-                read = {n for n, a in feeds.items() if isinstance(a, DeviceView) and where.get(self._inputs[n]) == a.ptr}
-                self._steady = SteadyRun.of(feeds, read, list(outputs), int(self.feed_device.stream or 0), results,
-                                             direct.pointers())
-            return results
-        streams = {v.stream for v in views}
-        self._check(cu.cuEventRecord(self._done_event, self.stream), "recording the run's end")
-        for stream in streams:
-            self._check(cu.cuStreamWaitEvent(cu.CUstream(stream), self._done_event, 0), "ordering the run's outputs")
-        self._unwaited = True
-        return results
 
     def bind(self, inputs: dict[str, DeviceView], outputs: dict[str, DeviceView | None]) -> CudaBinding:
         """A CudaBinding (runtime/cuda_binding.py) of checked device feeds and outputs
@@ -621,101 +556,15 @@ class CudaExecutor:
             self._h2d(self.ptr[b], results[-1])
         self._check(self.cu.cuStreamSynchronize(self.stream), f"after host step {step.label}")
 
+    # -- timing, for profiles and benchmarks (runtime/cuda_timing.py) ------------------
     def timed_steps(self, repeats: int) -> list[tuple[str, float]]:
-        """(kernel, ms) of every kernel step: CUDA events around ``repeats`` launches of it
-        back to back, divided (launch latency overlaps the previous launch, as in a graph,
-        where events around one launch would count it whole)."""
-        cu = self.cu
-        out = []
-        with self._lock, self._events() as (start, stop):
-            for step, launch in zip(self.plan.steps, self._launches):
-                if launch is None:
-                    continue
-                assert isinstance(step, KernelStep)  # only kernel steps have launches
-                self._start(launch, step.kernel)
-                self._check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
-                for _ in range(repeats):
-                    self._start(launch, step.kernel)
-                self._check(cu.cuEventRecord(stop, self.stream), "cuEventRecord")
-                self._check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
-                out.append((step.kernel, float(self._check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")) / repeats))
-            self._clear_status()
-        return out
-
-    @contextmanager
-    def _events(self, n: int = 2) -> Iterator[tuple[Handle, ...]]:
-        """``n`` CUDA events for timing, destroyed after (the lock held: the executor is open)."""
-        self._open()
-        cu = self.cu
-        self._check(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
-        events = []
-        try:
-            for _ in range(n):
-                events.append(self._check(cu.cuEventCreate(0), "cuEventCreate"))
-            yield tuple(events)
-        finally:
-            for event in events:
-                cu.cuEventDestroy(event)
+        """(kernel, ms) of every kernel step, each launched ``repeats`` times back to back."""
+        return cuda_timing.timed_steps(self, repeats)
 
     def step_times(self, feeds: Mapping[str, np.ndarray | DeviceView]) -> list[tuple[int, float]]:
-        """One run for a profile: (step index, seconds) of each step it takes, in order,
-        launched one by one on the session's stream, never as the graph. A kernel or select
-        step runs between two CUDA events of its own, its time their interval; a host step
-        (it waits for its inputs itself) gets a CPU timer once the stream is idle, so that
-        it is not charged the kernels before it. The outputs are not read; a bad index is
-        the run's error, as in ``run``. Runs do not use it: the graph has no events."""
-        cu = self.cu
-        clock = time.perf_counter
-        with self._lock, self._events(2 * len(self.plan.steps)) as events:
-            _, held = self._copy_in(feeds)
-            order: list[int] = []
-            host: dict[int, float] = {}  # host step -> seconds
-            for i in step_order(self.plan.steps, self._truth):
-                step = self.plan.steps[i]
-                if isinstance(step, BranchStep):
-                    continue  # it does nothing itself: step_order read its condition
-                order.append(i)
-                if isinstance(step, HostStep):
-                    self._check(cu.cuStreamSynchronize(self.stream), f"before host step {step.label}")
-                    t0 = clock()
-                    self._host(step)
-                    host[i] = clock() - t0
-                    continue
-                # a select reads its condition first (a wait): its copies alone are its time
-                cond = self._truth(step) if isinstance(step, SelectStep) else False
-                start, stop = events[2 * i], events[2 * i + 1]
-                self._check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
-                if isinstance(step, SelectStep):
-                    self._select(step, cond)
-                else:
-                    self._step(i)
-                self._check(cu.cuEventRecord(stop, self.stream), "cuEventRecord")
-            self._d2h(self._status, self._status_ptr)
-            self._check(cu.cuStreamSynchronize(self.stream), "running the plan step by step")
-            del held  # the input copies are done
-            if self._status.any():
-                raise self._index_error()
-            times = []
-            for i in order:
-                if i in host:
-                    times.append((i, host[i]))
-                    continue
-                ms = self._check(cu.cuEventElapsedTime(events[2 * i], events[2 * i + 1]), "cuEventElapsedTime")
-                times.append((i, float(ms) / 1e3))
-            return times
+        """One run for a profile: (step index, seconds) of each step it takes, in order."""
+        return cuda_timing.step_times(self, feeds)
 
     def timed(self, repeats: int, graph: bool = True) -> list[float]:
-        """Device time of ``repeats`` runs of the plan (ms each, CUDA events), as one graph
-        launch or step by step; the inputs are whatever a run copied into the plan's input
-        buffers last (a host run's; GPU feeds are read where they are, not copied)."""
-        cu = self.cu
-        with self._lock, self._events() as (start, stop):
-            times = []
-            for _ in range(repeats):
-                self._check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
-                self.launch_all() if graph else self.launch_steps()
-                self._check(cu.cuEventRecord(stop, self.stream), "cuEventRecord")
-                self._check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
-                times.append(float(self._check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")))
-            self._clear_status()
-            return times
+        """Device time of ``repeats`` runs of the plan (ms each), as one graph launch or step by step."""
+        return cuda_timing.timed(self, repeats, graph)

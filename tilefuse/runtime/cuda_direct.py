@@ -11,16 +11,26 @@ outputs gives the same addresses run after run, so nothing is re-pointed), then 
 the graph. Memory a kernel may not use in place (not aligned to 256 bytes, or an output
 that overlaps a feed) is copied as before; so is an output no kernel writes.
 
+``run_direct`` is that run (the executor's lock held): it decides per feed and output
+whether the kernels use its memory, points the graph, launches it, copies what could not
+be used in place, and waits or orders the outputs on the feeds' streams; a waited run that
+copied nothing leaves a ``SteadyRun`` (``runtime/cuda_steady.py``) for the next.
+
 The driver's capture info names the node each launch added (the stream's one dependency
 after it). A driver or cuda-bindings that does not say it makes the graph unavailable,
 and ``run()`` copies as before (``CudaExecutor.direct_reason`` says why).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from tilefuse.errors import ExecutionError
+import numpy as np
+
+from tilefuse.feeds import DeviceView
 from tilefuse.plan.model import KernelStep
+from tilefuse.runtime.cuda_launch import in_place
+from tilefuse.runtime.cuda_steady import SteadyRun
+from tilefuse.runtime.device_array import DeviceArray
 
 if TYPE_CHECKING:
     from tilefuse.runtime.cuda import CudaExecutor
@@ -137,3 +147,66 @@ class DirectGraph:
         if self._nodes:
             self._nodes = []
 
+
+def run_direct(ex: CudaExecutor, feeds: Mapping[str, np.ndarray | DeviceView], outputs: Sequence[str],
+               wait: bool = True) -> list[np.ndarray | DeviceArray]:
+    """A run whose kernels read the GPU feeds where they are and write each output into
+    its DeviceArray's memory (the lock held, the context current); memory they may not
+    use so (unaligned, or an output over a feed), host feeds and outputs no kernel
+    writes are copied, as ``run`` copies everything otherwise.
+
+    Not waited for (``wait=False``, every feed a device tensor that names its stream:
+    torch's, a ``__cuda_array_interface__`` v3 one): each feed's stream is made to wait
+    for the run, so work the caller queues there after ``run`` returns (reading the
+    outputs, or writing memory a feed held once the caller lets it go) comes after the
+    run; an index error it finds is raised by the next run that looks (its event
+    done), waits, or by ``synchronize``."""
+    cu, direct = ex.cu, ex._direct
+    assert direct is not None
+    views = [a for a in feeds.values() if isinstance(a, DeviceView)]
+    ex._order_after(views)
+    where: dict[int, int] = {}  # buffer id -> the memory the kernels use for it this run
+    held: list[np.ndarray] = []  # host feeds, alive until the stream is done
+    spans: list[tuple[int, int]] = []  # the device feeds' memory
+    for name, a in feeds.items():
+        b = ex._inputs[name]
+        if not isinstance(a, DeviceView):
+            held.append(np.ascontiguousarray(a))
+            ex._h2d(ex.ptr[b], held[-1])
+            continue
+        nbytes = a.nbytes
+        if not nbytes:
+            continue
+        spans.append((a.ptr, a.ptr + nbytes))
+        if in_place(a.ptr):
+            where[b] = a.ptr
+        else:
+            ex._check(cu.cuMemcpyDtoDAsync(ex.ptr[b], a.ptr, nbytes, ex.stream), f"copying input {name}")
+    results: list[np.ndarray | DeviceArray] = []
+    copies: list[tuple[int, int, int, str]] = []  # (output memory, buffer id, bytes, name)
+    for name in outputs:
+        b, nbytes, dtype, shape = ex._output_specs[name]
+        ptr = ex._output_memory(nbytes, direct.pointer(b))
+        results.append(DeviceArray(ptr, dtype, shape, ex, ex.device))
+        if nbytes and b in ex._written and b not in where and in_place(ptr) \
+                and not any(ptr < end and start < ptr + nbytes for start, end in spans):
+            where[b] = ptr
+        elif nbytes:
+            copies.append((ptr, b, nbytes, name))
+    ex._steady = None
+    direct.launch(where)
+    for ptr, b, nbytes, name in copies:  # from where the run left it
+        ex._check(cu.cuMemcpyDtoDAsync(ptr, where.get(b, ex.ptr[b]), nbytes, ex.stream), f"copying output {name}")
+    if wait or held or any(v.ready != "stream" for v in views):
+        ex._waited()  # (the graph copied the status words)
+        if not copies and not held:  # a run the next one with these tensors can repeat
+            read = {n for n, a in feeds.items() if isinstance(a, DeviceView) and where.get(ex._inputs[n]) == a.ptr}
+            ex._steady = SteadyRun.of(feeds, read, list(outputs), int(ex.feed_device.stream or 0), results,
+                                      direct.pointers())
+        return results
+    streams = {v.stream for v in views}
+    ex._check(cu.cuEventRecord(ex._done_event, ex.stream), "recording the run's end")
+    for stream in streams:
+        ex._check(cu.cuStreamWaitEvent(cu.CUstream(stream), ex._done_event, 0), "ordering the run's outputs")
+    ex._unwaited = True
+    return results

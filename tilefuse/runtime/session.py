@@ -181,7 +181,7 @@ class InferenceSession:
         plan, feeds may be GPU tensors (DLPack or ``__cuda_array_interface__``: torch, CuPy,
         JAX); then the outputs are ``DeviceArray``s that stay on the GPU and export both
         (``torch.from_dlpack(out)``). ``wait=False`` with GPU feeds that name their stream
-        (torch tensors; runtime/cuda.py ``_run_direct``): return once the run is queued,
+        (torch tensors; ``run_direct`` in runtime/cuda_direct.py): return once the run is queued,
         its outputs ordered on that stream, as a torch operation's are; an index error
         is then raised by a later run or ``synchronize()``. Elsewhere runs always wait."""
         if wait and self._steady is not None:  # the last run's GPU tensors again: launch and wait
