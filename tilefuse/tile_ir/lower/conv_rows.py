@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from tilefuse.ir.graph import Value
 from tilefuse.ir.prims import Conv, ScalarFn
 from tilefuse.tile_ir.ir import Buffer, Call, Const, Expr, Fill, If, IOp, Load, Scope, Stmt, Store, Var, const_index, iop
+from tilefuse.tile_ir.lower import gemm_weights
 from tilefuse.tile_ir.lower.common import narrow, parallel, widen
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, linearize, window_needs_guard, window_source
 
@@ -96,7 +97,7 @@ def fills(b: "_Builder", el: ElementBuilder, ta: Buffer, tb: Buffer, mt: Var, n0
         return [Store(tb, (linearize((cl, *t), (chans, *taps)), linearize(p, shape)), val)]
 
     x_fill = _split_last(b, mt, taps, shape, guards, x.type.shape[-1], op, x_value, put, chans)
-    if b.packed is not None and b.packs_conv_rows():
+    if b.packed is not None and gemm_weights.packs_conv_rows(b):
         return [*parallel(b.names, (ta.shape[0], per_k), w_rows), *x_fill]
     return [*parallel(b.names, (ta.shape[0], chans, *taps), w_body), *x_fill]
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable
 from tilefuse.ir.graph import Node
 from tilefuse.ir.prims import Conv, ConvTranspose, ScalarFn
 from tilefuse.tile_ir.ir import Buffer, Call, Const, Expr, IOp, Load, Stmt, Store, Var, iop
+from tilefuse.tile_ir.lower import gemm_weights
 from tilefuse.tile_ir.lower.common import narrow, parallel, widen
 from tilefuse.tile_ir.lower.elements import (
     ElementBuilder,
@@ -160,7 +161,7 @@ def group_k_step(b: "_Builder", cin: int, taps: int, bm: int, bn: int, chans: in
     (half operands, or TF32), the fewest K columns in all (steps x depth), the most
     channels."""
     asked = b.asked_threads(bm, bn)
-    can_pad = b.mma_rows > 1 and b.packs_conv_weight()
+    can_pad = b.mma_rows > 1 and gemm_weights.packs_conv_weight(b)
     mma_k = 16 if b.op_dtype.itemsize == 2 else 8 if b.tf32 else 0
 
     def score(step: tuple[int, bool]) -> tuple[int, bool, int, int]:

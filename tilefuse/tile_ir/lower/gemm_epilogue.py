@@ -16,8 +16,6 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-import numpy as np
-
 from tilefuse.ir.dtypes import HALF_FLOATS, DType
 from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import (
@@ -27,7 +25,6 @@ from tilefuse.ir.prims import (
     Reduce,
     ScalarFn,
 )
-from tilefuse.ir.types import TensorType
 from tilefuse.partition.model import FusedGroup
 from tilefuse.patterns import GemmMatch
 from tilefuse.patterns.gemm import product_extents
@@ -53,7 +50,7 @@ from tilefuse.tile_ir.ir import (
     iop,
     statements,
 )
-from tilefuse.tile_ir.lower import conv_rows, conv_tiles, gemm_tiles, panels
+from tilefuse.tile_ir.lower import conv_rows, conv_tiles, gemm_tiles, gemm_weights, panels
 from tilefuse.tile_ir.lower.common import (
     COMBINE,
     Names,
@@ -75,7 +72,7 @@ from tilefuse.tile_ir.lower.elements import (
     linearize,
 )
 from tilefuse.tile_ir.lower.forward import Forward, forward_index
-from tilefuse.tile_ir.lower.params import DROP, kernel_params
+from tilefuse.tile_ir.lower.checks import IndexSites
 from tilefuse.tile_ir.schedule import GemmSchedule
 
 
@@ -115,6 +112,13 @@ def _sibling_of(group: FusedGroup, cs: list[Node]) -> dict[int, int] | None:
 
 
 class _Builder:
+    # bound by gemm_weights.bind_params: the one packed operand, host panels by value,
+    # and the kernel's bindings and index sites
+    packed: Buffer | None
+    panel_bufs: dict[int, Buffer]
+    bindings: list[Value]
+    sites: IndexSites
+
     def __init__(self, group: FusedGroup, cs: list[Node], fwd: dict[int, Forward], reductions: list[Node],
                  name: str, first: Node | None, target: Target, *, depthwise: bool = False) -> None:
         self.group, self.cs, self.fwd, self.reductions, self.name = group, cs, fwd, reductions, name
@@ -233,7 +237,7 @@ class _Builder:
             bk = ch_per_tile * taps
             k_step = bk
             if pad_group or (self.mma_rows > 1 and self.op_dtype.itemsize == 2 and bk % 16 and not (self.flip or self.depthwise)
-                             and self.packs_conv_weight() and bm % self.mma_rows == 0 and bn % 16 == 0):
+                             and gemm_weights.packs_conv_weight(self) and bm % self.mma_rows == 0 and bn % 16 == 0):
                 # few input channels (a stem's 3 x 7 x 7): the K tile padded with zero columns to
                 # the MMA's k16, so the product runs on tensor cores, not as an FMA loop; the
                 # packed weight carries the zero rows, so its tiles stay plain copies
@@ -256,7 +260,7 @@ class _Builder:
         self.k_steps = (k_step, bk) if k_step and bk > k_step else None
         # a constant weight whose rows are not whole 16-byte vectors (GPT-2's 50257-word LM
         # head): bound padded to whole column tiles, so its tiles load as aligned rectangles
-        self.pad_to = -(-self.n // bn) * bn if self.pads_weight() else 0
+        self.pad_to = -(-self.n // bn) * bn if gemm_weights.pads_weight(self) else 0
         # on a host: the constant weight packed as panels, A's rows read in place (panels.py)
         self.panel_width = 0 if producer else panels.panel_width(self, bn)
         if self.panel_width and conv:  # K steps of whole channels, as the im2col tile fills them
@@ -265,7 +269,7 @@ class _Builder:
         elif self.panel_width:
             bk, stages = min(self.k, self.tile_k), 1
             self.panel_columns, self.panel_k = -(-self.n // bn) * bn, bk
-        params, buffers = self._params()
+        params, buffers = gemm_weights.bind_params(self)
         bvars = [Var(f"b{i}") for i in range(len(self.batch))]
         mt, nt = Var("bm"), Var("bn")
         # a grid axis of one tile starts at 0: index arithmetic then simplifies (the
@@ -509,102 +513,11 @@ class _Builder:
             Loop(j, self.n, LoopKind.SERIAL, (step,)),
         ))]
 
-    def _params(self) -> tuple[list[Buffer], dict[int, Buffer]]:
-        """Kernel params and the values bound to them. A weight may be bound as a derived
-        constant (``self.packed``): a convolution's as a [K, M] copy (weight tiles are
-        contiguous rows), sibling products' side by side, a product's padded to whole
-        column tiles (rows of whole 16-byte vectors), or a host product's as panels
-        (``panels.py``)."""
-        self.packed: Buffer | None = None
-        w = self.c.inputs[1] if isinstance(self.c.op, Conv) else None
-        weights = [c.inputs[1] for c in self.cs]
-
-        def bind(k: int, v: Value, data: np.ndarray, tag: str, value_tag: str) -> tuple[Value, Buffer]:
-            data.setflags(write=False)
-            self.packed = Buffer(f"in{k}_{tag}", v.type.dtype, data.shape, Scope.GLOBAL)
-            return Value(f"{v.name}.{value_tag}", TensorType(v.type.dtype, data.shape), data=data), self.packed
-
-        def pack(k: int, v: Value) -> tuple[Value, Buffer] | None:
-            if v is w and self.packs_conv_rows():  # [Cout, K]: a weight tile's rows are runs of K
-                rows = np.ascontiguousarray(v.data.reshape(v.type.shape[0], -1))  # type: ignore[union-attr]
-                return bind(k, v, rows, "rows", "rows")
-            if v is not w or not self.packs_conv_weight():
-                return None
-            kxm = np.ascontiguousarray(v.data.reshape(v.type.shape[0], -1).T)  # type: ignore[union-attr]
-            if self.k_steps is None:
-                return bind(k, v, kxm, "kxm", "kxm")
-            real, depth = self.k_steps  # each K step's rows, then zero rows to the tile's depth
-            steps = -(-kxm.shape[0] // real)
-            padded = np.zeros((steps, depth, kxm.shape[1]), kxm.dtype)
-            for s in range(steps):
-                rows = kxm[s * real:(s + 1) * real]
-                padded[s, :rows.shape[0]] = rows
-            return bind(k, v, padded.reshape(steps * depth, -1), f"kxm{depth}", f"kxm{real}of{depth}")
-
-        def pack_siblings(k: int, v: Value) -> tuple[Value, Buffer] | str | None:
-            if not any(v is w for w in weights):
-                return None
-            if v is not weights[0]:
-                return DROP  # read through the packed weight
-            packed = np.concatenate([w.data for w in weights], axis=1)
-            return bind(k, v, packed, "siblings", f"siblings{len(weights)}")
-
-        def pad(k: int, v: Value) -> tuple[Value, Buffer] | None:
-            if v is not self.c.inputs[1]:
-                return None
-            padded = np.zeros((v.type.shape[0], self.pad_to), v.data.dtype)  # type: ignore[union-attr]
-            padded[:, :self.n] = v.data
-            return bind(k, v, padded, "padded", f"padded{self.pad_to}")
-
-        self.panel_bufs: dict[int, Buffer] = {}
-
-        def panel(k: int, v: Value) -> tuple[Value, Buffer] | None:
-            columns = panels.columns(self, v)
-            if not columns:
-                return None
-            data = panels.pack(panels.matrix(self, v), self.panel_width, columns)
-            bound = bind(k, v, data, f"panels{self.panel_width}", f"panels{self.panel_width}x{columns}")
-            self.panel_bufs[id(v)] = bound[1]
-            return bound
-
-        substitute = (panel if self.panel_width else pack_siblings if self.sibling_of is not None
-                      else pad if self.pad_to else pack)
-        kp = kernel_params(self.group, substitute)
-        self.bindings = kp.bindings
-        self.sites = kp.sites
-        return kp.params, kp.buffers
-
-    def packs_conv_weight(self) -> bool:
-        """A convolution whose constant weight only it reads: bound as a [K, M] copy."""
-        w = self.c.inputs[1]
-        return (isinstance(self.c.op, Conv) and not self.flip and w.is_constant
-                and sum(x is w for n in self.group.nodes for x in n.inputs) == 1)
-
     def fma_loop(self) -> bool:
         """A GPU product that no matrix unit takes (float32 not rounded to TF32): an exact
         FMA loop, of any K step, whose accumulator the device passes keep in registers up
         to ``fma_registers`` elements a thread (tile_ir/passes/placement.py)."""
         return self.mma_rows > 1 and self.op_dtype not in HALF_FLOATS and not self.tf32
-
-    def packs_conv_rows(self) -> bool:
-        """A host's channel-rows convolution (not depthwise) whose constant weight only it
-        reads: bound as its [Cout, K] view, so a weight tile fills by runs of whole K
-        steps (``conv_rows.fills``), not by runs of a kernel row (3 of a 3 x 3)."""
-        w = self.c.inputs[1]
-        return (isinstance(self.c.op, Conv) and self.flip and not self.depthwise and w.is_constant
-                and not self.target.device.max_block_threads
-                and sum(x is w for n in self.group.nodes for x in n.inputs) == 1)
-
-    def pads_weight(self) -> bool:
-        """A single product by a constant [K, N] weight read only by it, on a target whose
-        tiles load with 16-byte copies, where N elements are not whole 16-byte vectors."""
-        c = self.c
-        if self.mma_rows <= 1 or len(self.cs) > 1 or self.first is not None or not isinstance(c.op, MatMul):
-            return False
-        w = c.inputs[1]
-        uses = sum(x is w for n in self.group.nodes for x in n.inputs)
-        return (w.is_constant and w.type.rank == 2 and uses == 1
-                and (self.n * w.type.dtype.itemsize) % 16 != 0)
 
     def _product_index(self, bidx: Index, row: Expr, col: Expr) -> Index:
         """The product's own index for GEMM row/column (a conv's rows are positions)."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from tilefuse.ir.dtypes import HALF_FLOATS
 from tilefuse.ir.prims import Conv, ConvTranspose, MatMul
-from tilefuse.tile_ir.lower import panels
+from tilefuse.tile_ir.lower import gemm_weights, panels
 from tilefuse.tile_ir.lower.common import divisor_tile, fill_cores, halve_while_idle
 from tilefuse.tile_ir.passes import DeviceOptions
 
@@ -30,7 +30,7 @@ def producer_tile(b: "_Builder") -> tuple[int, int] | None:
     bm, bn = b.target.gemm.producer_tile
     if not steps or not isinstance(b.c.op, MatMul) or len(b.cs) > 1 or b.reductions or b.first is not None:
         return None
-    if b.op_dtype not in HALF_FLOATS or b.m % bm or b.n % bn or b.pads_weight():
+    if b.op_dtype not in HALF_FLOATS or b.m % bm or b.n % bn or gemm_weights.pads_weight(b):
         return None
     tiles = math.prod(b.batch) * (b.m // bm) * (b.n // bn)
     return (bm, bn) if tiles * (b.k // b.tile_k) >= steps * b.cores else None

@@ -29,6 +29,7 @@ from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Value
 from tilefuse.ir.prims import Conv, MatMul
 from tilefuse.tile_ir.ir import Buffer, Const, Expr, Fill, IOp, Loop, LoopKind, PanelGemm, Region, Stmt, Var, const_index, iop
+from tilefuse.tile_ir.lower import gemm_weights
 from tilefuse.tile_ir.lower.common import parallel
 from tilefuse.tile_ir.lower.elements import Index, broadcast_index
 
@@ -87,7 +88,7 @@ def _conv_takes_panels(b: "_Builder") -> bool:
     w = b.c.inputs[1]
     return (len(b.cs) == 1 and b.first is None and not b.flip and not b.depthwise and b.groups == 1
             and {b.acc_dtype, b.op_dtype} == {DType.FLOAT32} and w.is_constant and w.type.dtype is DType.FLOAT32
-            and b.packs_conv_weight())
+            and gemm_weights.packs_conv_weight(b))
 
 
 def matrix(b: "_Builder", w: Value) -> np.ndarray:
