@@ -21,7 +21,7 @@ operation's are) are timed as a server queues them, back to back, each run's out
 dropped, against graph replays queued back to back (wall time over the runs, both). The
 issue's goal is 20 us or less over the replay. Each form's outputs are checked against a
 host run's, also at addresses that change (held outputs, feeds 8 bytes off alignment).
-``--breakdown`` times run()'s parts alone.
+``--breakdown`` times run()'s parts alone; ``--pin CPU`` keeps the timing thread on one core.
 Results to $OUT/gpu_run_overhead.json.
 """
 from __future__ import annotations
@@ -253,9 +253,14 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=300)
     ap.add_argument("--breakdown", action="store_true", help="also time run()'s parts alone")
     ap.add_argument("--profile", action="store_true", help="also print where run()'s host time goes (cProfile)")
+    ap.add_argument("--pin", type=int, metavar="CPU", help="keep the timing thread on this CPU core "
+                    "(os.sched_setaffinity; the driver's and torch's threads keep every core)")
     args = ap.parse_args()
     import torch
 
+    torch.cuda.init()
+    if args.pin is not None:  # this thread only: threads started before keep their cores
+        os.sched_setaffinity(0, {args.pin})
     rows = []
     for plan_dir in sorted(Path(args.plans).glob(args.match)):
         sess, feeds = prepare(plan_dir)
