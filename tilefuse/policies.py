@@ -56,6 +56,9 @@ class AttentionPolicy:
     max_head_dim: int  # largest head dim a flash-style tile keeps on chip
     query_tile: int = 64  # query rows of a tile before fill_cores shrinks it
     key_tile: int = 64  # keys per step of the online softmax
+    # a host's key tiles that do not divide the keys: edges rounded up to a multiple of this
+    # (whole vectors of scores a row, tile_ir/lower/attention.py ``_edge``)
+    key_align: int = 1
     # Where the grid is a few waves of tiles (bert-base b32: 768 tiles, 4 resident per SM by
     # registers and shared memory: 1.45 waves), ask for as many resident per SM as one wave
     # needs, up to this many, with K/V loads unpipelined to make room (short key loops).

@@ -111,7 +111,8 @@ CPU = Target(
     # row_tile: a chain tile rereads both weight matrices: more rows, fewer rereads;
     # panel_width: two 16-float registers (or four 8-float ones) a K step
     gemm=GemmPolicy(row_tile=64, panel_width=32),
-    attention=AttentionPolicy(max_head_dim=512),
+    # keys of a sequence up to 256 in one step (no rescaling pass), rows of whole 16-float vectors
+    attention=AttentionPolicy(max_head_dim=512, key_tile=256, key_align=16),
     # depthwise_run: a 16-float vector (AVX-512; two 8-float ones elsewhere)
     conv=ConvPolicy(channel_rows=True, channel_tile=128, depthwise_run=16),
     rows=RowsPolicy(split_part=1 << 18, split_row=1 << 20),  # parts worth a thread's share of a region (regions from 1M elements)

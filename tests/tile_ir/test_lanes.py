@@ -88,7 +88,8 @@ def test_a_fold_of_few_rows_shares_its_loop_and_is_printed_cooperatively():
 def test_options_bound_the_lanes():
     p = for_device(_row_sums(16, 768, 128), GPU, DeviceOptions(reduction_lanes=2))
     assert _lanes(p) == [2]
-    assert DeviceOptions.of(CudaOptions()) == DeviceOptions() == DeviceOptions.of(CpuOptions())
+    assert DeviceOptions.of(CudaOptions()) == DeviceOptions()
+    assert DeviceOptions.of(CpuOptions()) == DeviceOptions(reduction_lanes=16)  # a host's: one 16-float vector
     assert DeviceOptions.of(CudaOptions(reduction_lanes=4)).reduction_lanes == 4
 
 
@@ -154,3 +155,51 @@ def test_the_verifier_refuses_lanes_the_printer_cannot_honour():
                                                  if isinstance(s, ReduceTile) else s for s in odd.body))
     with pytest.raises(GraphError, match="has no register form on 32 threads"):
         verify_program(marked, CUDA_SM90A)
+
+
+# -- a host's tile reductions in vector lanes --------------------------------------------------
+
+@pytest.mark.parametrize("width, lanes", [(208, 16), (100, 4), (8, 4), (197, 1), (6, 1)])
+def test_a_hosts_row_reductions_of_a_tile_fold_in_vector_lanes(width, lanes):
+    """On the CPU a float row reduction of a tile folds each row into ``lanes`` running
+    values (the largest power of two up to CpuOptions.reduction_lanes dividing the row
+    with two values a lane at least, and 4 at least); the verifier accepts them and the C
+    printer prints them."""
+    from tilefuse.codegen.cpu import emit_program
+
+    p = for_device(_tile_reduce(8, width, 1), CPU.device, DeviceOptions.of(CpuOptions()))
+    assert _lanes(p) == [lanes]
+    verify_program(p, CPU)
+    assert (f"_l[{lanes}]" in emit_program(p).text) == (lanes > 1)
+
+
+def test_the_verifier_refuses_host_lanes_that_do_not_divide_the_row():
+    p = _tile_reduce(8, 100, 1)
+    bad = dataclasses.replace(p, body=tuple(_with_lanes(s, 16) for s in p.body))
+    with pytest.raises(GraphError, match="vector lanes dividing the row"):
+        verify_program(bad, CPU)
+
+
+@pytest.mark.parametrize("fn", [ReduceFn.SUM, ReduceFn.MAX, ReduceFn.MIN])
+def test_host_lanes_give_the_rows_reduction(fn, tmp_path):
+    """The compiled kernel against numpy on fresh random rows (a sum in 16 lanes rounds as
+    float32 does, within the dtype's tolerance; max and min exactly)."""
+    import numpy as np
+
+    from tilefuse.codegen.cpu import build_kernel
+    from tilefuse.codegen.cpu.call import call_kernel
+
+    p = _tile_reduce(8, 208, 1)
+    p = dataclasses.replace(p, body=tuple(dataclasses.replace(s, fn=fn) if isinstance(s, ReduceTile) else s
+                                          for s in p.body))
+    p = for_device(p, CPU.device, DeviceOptions.of(CpuOptions()))
+    assert _lanes(p) == [16]
+    x = np.random.default_rng().standard_normal((8, 208)).astype(np.float32)
+    y = np.zeros(8, np.float32)
+    call_kernel(build_kernel(p, cache_dir=tmp_path), [x, y])
+    want = {ReduceFn.SUM: x.sum(axis=1), ReduceFn.MAX: x.max(axis=1), ReduceFn.MIN: x.min(axis=1)}[fn]
+    if fn is ReduceFn.SUM:
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(y, want)
+

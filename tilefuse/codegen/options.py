@@ -25,6 +25,10 @@ class CpuOptions:
     # A tile grid with less work runs its tiles in turn on the calling thread.
     parallel_min_work: int = 1 << 20
     collapse_min_iters: int = 8  # outer iterations that justify keeping the innermost loop for simd
+    # a tile's row reductions (attention's row max and sum) fold each row in this many
+    # running values, one a vector lane (16: one 16-float vector), combined at its end
+    # (tile_ir/passes/lanes.py); 1: one running value, a chain of dependent operations
+    reduction_lanes: int = 16
     # the instruction-set level the kernels are compiled for (tilefuse/cpu_isa.py): "native"
     # (this machine's every extension) or an x86-64 level, "x86-64-v2" / "-v3" / "-v4",
     # for plans that run on other machines (``--cpu-isa``)

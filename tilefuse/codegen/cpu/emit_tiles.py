@@ -204,6 +204,18 @@ def reduce(s: ReduceTile) -> list[str]:
         return f"{dst}[{idx}] = {store(s.dst.dtype, v)};"
 
     ident = _identity(s.fn, acc_d)
+    if s.dim == 1 and s.lanes > 1:  # vector lanes (tile_ir/passes/lanes.py): element q into value q % lanes
+        lanes = s.lanes
+        lx = convert(load(s.src.dtype, f"{src}[_r * {cols} + _q0 + _v]"), s.src.dtype, acc_d)
+        body = [f"{t} _l[{lanes}];", f"for (int _v = 0; _v < {lanes}; ++_v) _l[_v] = {ident};",
+                f"for (int64_t _q0 = 0; _q0 < {cols}; _q0 += {lanes}) {{",
+                "    #pragma omp simd",
+                f"    for (int _v = 0; _v < {lanes}; ++_v) _l[_v] = {_combine(s.fn, acc_d, '_l[_v]', lx)};",
+                "}",
+                f"{t} {acc} = _l[0];",
+                f"for (int _v = 1; _v < {lanes}; ++_v) {acc} = {_combine(s.fn, acc_d, acc, '_l[_v]')};",
+                finish("_r", acc)]
+        return ["{"] + ["    " + y for y in _loops([("_r", rows)], body)] + ["}"]
     if s.dim == 1:
         body = [f"{t} {acc} = {ident};",
                 f"for (int64_t _q = 0; _q < {cols}; ++_q) {acc} = {_combine(s.fn, acc_d, acc, x)};", finish("_r", acc)]

@@ -73,7 +73,8 @@ class _Flash:
         d = c1.inputs[0].type.shape[-1]
         dv = c2.outputs[0].type.shape[-1]
         even = bool(self.target.device.max_block_threads)  # tiles split evenly over a block's threads
-        bm, bn = _edge(m, self.target.attention.query_tile, even), _edge(n, self.target.attention.key_tile, even)
+        policy = self.target.attention
+        bm, bn = _edge(m, policy.query_tile, even), _edge(n, policy.key_tile, even, policy.key_align)
         if m % bm:  # power-of-two query tiles, the last one partial: halved while cores idle
             bm = halve_while_idle(m, bm, math.prod(batch), self.target.device.cores, self.target.gemm.min_tile // 2)
         else:  # query tiles down to half the target's smallest tile where heads x tiles leave cores idle
@@ -253,17 +254,24 @@ class _Flash:
         return program, tuple(bindings)
 
 
-def _edge(n: int, cap: int, even: bool) -> int:
+def _edge(n: int, cap: int, even: bool, align: int = 1) -> int:
     """A tile edge for a sequence of ``n``: its largest divisor up to ``cap``, unless that is
     under a quarter of what a tile could hold (ViT's 197 tokens, a prime, gave 1) or, where
     a block's threads split every tile evenly (``even``: the GPU), not a power of two (a
     17 x 17 score tile splits over one thread only; CLIP's 50 or T5's 150 tokens gave
-    tiles of 25 and 50): then the power of two that covers ``n``, up to ``cap``, with a
-    partial last tile."""
+    tiles of 25 and 50): then on the GPU the power of two that covers ``n``, up to
+    ``cap``, with a partial last tile; on a host the fewest tiles of at most ``cap`` cut
+    evenly, the edge rounded up to a multiple of ``align`` (a vector of keys), so the
+    last tile computes few rows or keys past ``n`` (197 tokens in tiles of 64 computed
+    256: 1.7x the scores)."""
     d = divisor_tile(n, cap)
-    if 4 * d >= min(n, cap) and (not even or d & (d - 1) == 0):
+    if 4 * d >= min(n, cap) and (not even or d & (d - 1) == 0) and d % align == 0:
         return d
-    return min(cap, 1 << (n - 1).bit_length())
+    if even:
+        return min(cap, 1 << (n - 1).bit_length())
+    tiles = -(-n // cap)  # every tile starts before n: (tiles - 1) x edge < n, edge <= cap
+    edge = -(-(-(-n // tiles)) // align) * align
+    return edge if edge <= cap else -(-n // tiles)
 
 
 def _cast(e: Expr, dtype: DType) -> Expr:

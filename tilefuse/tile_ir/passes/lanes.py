@@ -19,7 +19,15 @@ divides the reduced extent and, times the kept extent, fits in the block.
 The answer is written on the statement (``ReduceTile.lanes``; ``Loop.lanes`` of the
 fold's serial loop), 1 where one thread per index stays; the CUDA printer prints the
 cooperative form where it is above 1, and the verifier (``check_lanes``) refuses lanes
-where that form does not apply. Devices without blocks take programs as they are.
+where that form does not apply.
+
+On a device without blocks the lanes of a tile reduction along its rows (``dim`` 1, a
+float sum, max or min) are vector lanes of one thread: each row folds into ``lanes``
+running values, element ``q`` into value ``q % lanes``, combined in order at the row's
+end (the C printer); one running value would be a chain of dependent operations, a
+four-cycle add each (ViT's 208 scores a row, twice a key step). Lanes are the largest
+power of two up to ``most`` (CpuOptions.reduction_lanes) dividing the row with two
+values a lane at least, and 4 at least (fewer: one running value). Sums change order so (within float32's rounding, as onnxruntime's do).
 """
 from __future__ import annotations
 
@@ -29,21 +37,46 @@ from dataclasses import replace
 from tilefuse.device import Device
 from tilefuse.errors import GraphError
 from tilefuse.ir.dtypes import DType
-from tilefuse.ir.prims import ScalarFn
+from tilefuse.ir.prims import ReduceFn, ScalarFn
 from tilefuse.tile_ir.ir import Call, Expr, If, Load, Loop, LoopKind, ReduceTile, Stmt, Store, TileProgram, statements
 from tilefuse.tile_ir.nests import accumulation, parallel_nest, reads
 
 # the updates a fold may split over lanes: associative and commutative
 FOLDS = frozenset({ScalarFn.ADD, ScalarFn.MUL, ScalarFn.MAX, ScalarFn.MIN})
+# a host's tile reductions in vector lanes
+_HOST_FOLDS = frozenset({ReduceFn.SUM, ReduceFn.MAX, ReduceFn.MIN})
 
 
 def assign_lanes(program: TileProgram, device: Device, most: int = 32) -> TileProgram:
     """``program`` with the lanes of each reduction set for its block (devices with blocks
     only); ``most``: the code generator's ``reduction_lanes``."""
-    if not device.max_block_threads or program.row_lanes:  # whole warps fold a row program's rows
+    if program.row_lanes:  # whole warps fold a row program's rows
         return program
-    body = _assign(program.body, program.threads, most)
+    body = _assign(program.body, program.threads, most) if device.max_block_threads else _host(program.body, most)
     return program if body == program.body else replace(program, body=body)
+
+
+def host_lanes(s: ReduceTile, most: int) -> int:
+    """The vector lanes of a host's tile reduction (1: one running value)."""
+    if s.dim != 1 or not s.src.dtype.is_float or s.fn not in _HOST_FOLDS:
+        return 1
+    lanes, reduced = 1, s.src.shape[1]
+    while lanes < most and reduced % (lanes * 2) == 0 and reduced >= lanes * 4:
+        lanes *= 2
+    return lanes if lanes >= 4 else 1
+
+
+def _host(stmts: tuple[Stmt, ...], most: int) -> tuple[Stmt, ...]:
+    out: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, (Loop, If)):
+            out.append(replace(s, body=_host(s.body, most)))
+        elif isinstance(s, ReduceTile):
+            lanes = host_lanes(s, most)
+            out.append(s if s.lanes == lanes else replace(s, lanes=lanes))
+        else:
+            out.append(s)
+    return tuple(out)
 
 
 def lanes_for(kept: int, reduced: int, threads: int, most: int) -> int:
@@ -143,7 +176,10 @@ def check_lanes(p: TileProgram, blocks: bool) -> None:
         else:
             continue
         if not blocks:
-            raise GraphError(f"kernel {p.name}: {where} has {lanes} lanes on a device without blocks")
+            if not isinstance(s, ReduceTile) or host_lanes(s, lanes) != lanes:
+                raise GraphError(f"kernel {p.name}: {where} has {lanes} lanes on a device without blocks, "
+                                 f"which folds only float row reductions of a tile in vector lanes dividing the row")
+            continue
         if lanes < 1 or lanes & (lanes - 1) or reduced % lanes or kept * lanes > p.threads:
             raise GraphError(f"kernel {p.name}: {where} has {lanes} lanes: not a power of two dividing {reduced} "
                              f"whose {kept} x {lanes} threads fit in {p.threads}")
