@@ -43,6 +43,15 @@ class GemmPolicy:
     # weight packed in panels of this many columns and reads A in place (lower/panels.py);
     # 0: operand tiles
     panel_width: int = 0
+    # on a host: an output stored across the tile (its contiguous axis along the tile's
+    # rows: a convolution with positions as rows, written per channel) whose epilogue
+    # calls a function of at least this many flops an element (ScalarFn flops: exp 8, a
+    # SiLU's sigmoid 10, a GELU's erf 16) is computed in the tile's own order into a
+    # staging tile, vectorised along its columns, then copied out; 0: computed in the
+    # store's order (a strided read per element, no vector math: EfficientNet's 7 x 7
+    # expansions spent 60% of their time so). Cheap epilogues (a norm, ReLU, a residual)
+    # keep the store's order: the copy would cost what the vectors save
+    staged_epilogue_flops: int = 0
 
     def row_epilogue_bytes(self, row_elems: int) -> int:
         """On-chip bytes for a tile of whole fp32 accumulator rows of ``row_elems``."""

@@ -49,6 +49,7 @@ from tilefuse.tile_ir.ir import (
     const_index,
     iop,
     statements,
+    subexpressions,
 )
 from tilefuse.tile_ir.lower import conv_rows, conv_tiles, gemm_tiles, gemm_weights, panels
 from tilefuse.tile_ir.lower.common import (
@@ -400,6 +401,7 @@ class _Builder:
             body += self._row_stage(r, rows[id(r.outputs[0])], el, tuple(bvars), row, bm)
         outs = params[len(params) - len(self.group.outputs):]
         epilogues: list[list[Stmt]] = [[] for _ in self.cs] if packed else [body]
+        staging: list[Buffer] = []  # outputs' staging tiles (``_staged_epilogue``)
         for v, ob in zip(self.group.outputs, outs):
             def store(ij: Index, v: Value = v, ob: Buffer = ob) -> list[Stmt]:
                 g = self._product_index(tuple(bvars), row(ij[0]), column(ij[1]))
@@ -410,7 +412,12 @@ class _Builder:
             if self.flip:
                 out += conv_rows.stores(self, el, v, ob, mt, n0, bn, bm)
             elif self._rows_innermost(v, bvars, row, column):  # e.g. K written transposed for attention
-                out += parallel(self.names, (bn, bm), lambda ji, store=store: store((ji[1], ji[0])))
+                staged = self._staged_epilogue(ob, store, bm, bn, len(staging))
+                if staged is not None:
+                    staging.append(staged[0])
+                    out += staged[1]
+                else:
+                    out += parallel(self.names, (bn, bm), lambda ji, store=store: store((ji[1], ji[0])))
             else:
                 out += parallel(self.names, (bm, bn), store)
         if packed:  # each column tile runs its own sibling's epilogue
@@ -437,7 +444,8 @@ class _Builder:
         n_in = len(params) - len(self.group.outputs)
         operand_tiles = (() if self.depthwise or (self.panel_width and self.first is None and not conv)
                          else (ta,) if self.panel_width else (ta, *tbs))
-        allocs = (*operand_tiles, *dw_allocs, *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()))
+        allocs = (*operand_tiles, *dw_allocs, *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()),
+                  *staging)
         # two warpgroups for 128 rows of at least 128 accumulator columns (siblings together)
         threads = self.asked_threads(bm, accs * bn)
         if producer:
@@ -457,6 +465,31 @@ class _Builder:
         """Threads a tile of ``bm`` rows and ``columns`` accumulator columns asks for: two
         warpgroups for 128 rows of at least 128 columns (siblings together), else one."""
         return self.max_threads if bm >= 128 and columns >= 128 else 128
+
+    def _staged_epilogue(self, ob: Buffer, store: Callable[[Index], list[Stmt]], bm: int, bn: int,
+                         k: int) -> tuple[Buffer, list[Stmt]] | None:
+        """On a host, an output stored across the tile whose epilogue calls a costly
+        function (``GemmPolicy.staged_epilogue_flops``): its staging tile, and the two nests that
+        compute the epilogue in the tile's order (columns innermost: the accumulator read
+        in place, the math in whole vectors) and copy it out in the store's order; None
+        to store it as it is computed."""
+        least = self.target.gemm.staged_epilogue_flops
+        if not least or self.target.device.max_block_threads:
+            return None
+        def stores(ij: Index) -> list[Store]:
+            return [s for s in store(ij) if isinstance(s, Store)]
+
+        costliest = 0  # the flops of the costliest function the epilogue calls, an element
+        for s in stores((Var("_i"), Var("_j"))):
+            for x in subexpressions(s.value):
+                costliest = max(costliest, x.fn.value.flops if isinstance(x, Call) else 0)
+        if costliest < least:
+            return None
+        et = Buffer(f"e_tile{k}", ob.dtype, (bm, bn), Scope.FRAGMENT)
+        compute = parallel(self.names, (bm, bn), lambda ij: [Store(et, ij, s.value) for s in stores(ij)])
+        copy = parallel(self.names, (bn, bm), lambda ji: [Store(s.buffer, s.indices, Load(et, (ji[1], ji[0])))
+                                                           for s in stores((ji[1], ji[0]))])
+        return et, [*compute, *copy]
 
     def _rows_innermost(self, v: Value, bvars, row, column) -> bool:
         """Whether output ``v``'s last (contiguous) axis runs along the tile's rows, not
