@@ -8,17 +8,15 @@ import math
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper
 
-import tilefuse
-from tilefuse.compare import compare_output
 from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
-from tilefuse.reference import run_graph
 from tilefuse.target import CPU
 from tilefuse.tile_ir import lower_group
+
+from tests.tile_ir.compiled import cpu_plan_matches
 
 
 def _projection(cin: int, cout: int, hw: int, rng) -> onnx.ModelProto:
@@ -60,17 +58,7 @@ def test_every_core_gets_a_tile(name):
     program = lower_group(group, CPU).program
     assert math.prod(program.grid) >= CPU.device.cores, (program.grid, program.notes)
 
-    _matches(name, model, graph, feeds)
-
-
-def _matches(name: str, model: onnx.ModelProto, graph, feeds: dict) -> None:
-    """The compiled CPU plan's output against onnxruntime's and the reference executor's."""
-    (got,) = tilefuse.InferenceSession(tilefuse.compile(model.SerializeToString(), target="cpu")).run(None, feeds)
-    (want_ort,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    (want_ref,) = run_graph(graph, feeds).values()
-    for what, want in (("onnxruntime", want_ort), ("reference", want_ref)):
-        c = compare_output("y", got, want)
-        assert c.ok, f"{name} against {what}: {c.problem}"
+    cpu_plan_matches(name, model, graph, feeds)
 
 
 REDUCTIONS = {
@@ -96,4 +84,4 @@ def test_host_reductions_along_the_last_axis_match(name):
     model = helper.make_model(helper.make_graph([node], "r", [x], [y], [axes_init]), opset_imports=[helper.make_opsetid("", 18)])
     model = onnx.shape_inference.infer_shapes(model)
     feeds = {"x": (rng.standard_normal(x_shape) + (1.5 if op == "ReduceL2" else 0)).astype(np.float32)}
-    _matches(name, model, import_onnx(model, {"x": x_shape}), feeds)
+    cpu_plan_matches(name, model, import_onnx(model, {"x": x_shape}), feeds)

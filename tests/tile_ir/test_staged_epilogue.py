@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import tilefuse
 from tilefuse.compare import compare_output
 from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
-from tilefuse.reference import evaluate_all, run_graph
+from tilefuse.reference import evaluate_all
 from tilefuse.target import CPU, CUDA_SM90A
 from tilefuse.tile_ir.lower import lower_group
 
+from tests.tile_ir.compiled import cpu_plan_matches
 from tests.tile_ir.interpreted import interpret
 
 CASES = {
@@ -78,9 +77,4 @@ def test_a_costly_epilogue_across_the_tile_is_computed_in_the_tiles_order(name):
                 c = compare_output(v.name, got, values[id(v)])
                 assert c.ok, f"{name} interpreted: {c.problem}"
 
-    (got,) = tilefuse.InferenceSession(tilefuse.compile(model.SerializeToString(), target="cpu")).run(None, feeds)
-    (want_ort,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    (want_ref,) = run_graph(graph, feeds).values()
-    for what, want in (("onnxruntime", want_ort), ("reference", want_ref)):
-        c = compare_output("y", got, want)
-        assert c.ok, f"{name} against {what}: {c.problem}"
+    cpu_plan_matches(name, model, graph, feeds)
