@@ -68,7 +68,7 @@ def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeS
     progress.begin("import")
     proto = load_model(model, external_data_dir)
     source_sha = _sha256(model, proto)
-    graph = with_precision(import_onnx(proto, shapes, constants=consts), precision)  # ONNX -> ir.Graph (verified)
+    graph = with_precision(import_onnx(proto, shapes, constants=consts, integer_products=target.gemm.integer_products), precision)  # ONNX -> ir.Graph (verified)
     progress.end("import")
     ops = op_types(proto.graph)
     compiled = compile_graph(graph, target, source_sha, len(proto.graph.node), progress, ops)

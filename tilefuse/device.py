@@ -37,6 +37,9 @@ class Device:
     # bytes a plan's weights, inputs and arena may take together (GPU: device memory);
     # 0: the physical memory of the host that compiles (a CPU plan runs in host memory)
     memory_bytes: int = 0
+    # FLOP/s of integer products of uint8 by int8 values summed in int32 (a CPU's VNNI dot
+    # products); 0: at ``vector_flops``
+    int8_matrix_flops: float = 0.0
 
 
 # NVIDIA H100/H200 (sm_90a). SMs, shared memory and registers: CUDA programming guide,
@@ -82,4 +85,6 @@ X86_SERVER = Device(
     matrix_flops=200e9,
     vector_flops=200e9,
     launch_seconds=5e-6,
+    # AVX-512 VNNI: one vpdpbusd does 64 u8 x s8 multiply-adds where an fp32 FMA does 16
+    int8_matrix_flops=800e9,
 )

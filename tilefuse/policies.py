@@ -52,6 +52,10 @@ class GemmPolicy:
     # expansions spent 60% of their time so). Cheap epilogues (a norm, ReLU, a residual)
     # keep the store's order: the copy would cost what the vectors save
     staged_epilogue_flops: int = 0
+    # quantized (QDQ) products by constant 8-bit weights run as integer products, summed
+    # exactly in int32 and rescaled in float (frontend/qdq.py), instead of on dequantized
+    # floats; a host's u8 x s8 ones read packed int8 panels (lower/panels.py)
+    integer_products: bool = False
 
     def row_epilogue_bytes(self, row_elems: int) -> int:
         """On-chip bytes for a tile of whole fp32 accumulator rows of ``row_elems``."""

@@ -11,6 +11,7 @@ import onnx
 from tilefuse.errors import ConversionError, ModelLoadError, ShapeError
 from tilefuse.frontend.context import onnx_dtype, tensor_to_array
 from tilefuse.frontend.coverage import check_supported, opsets_of
+from tilefuse.frontend import qdq
 from tilefuse.frontend.loader import check_model, load_model, onnx_opset, upgrade_opset, without_weights
 from tilefuse.frontend.scope import Scope, convert_nodes
 from tilefuse.frontend.shapes import (CONSTS_FORM, ConstSpec, ShapeSpec, as_mapping, bind_constants, bind_input_types,
@@ -34,6 +35,7 @@ def import_onnx(
     constants: ConstSpec | None = None,
     check_shapes: bool = True,
     external_data_dir: str | os.PathLike[str] | None = None,
+    integer_products: bool = False,
 ) -> Graph:
     """Load an ONNX model as a verified tilefuse Graph with static shapes.
 
@@ -42,7 +44,9 @@ def import_onnx(
     are no inputs of the graph, and what depends only on them folds away (an If on them
     keeps the branch taken). ``external_data_dir`` is the folder external weights are read
     from (default: the model file's; a model given as bytes or a ModelProto with external
-    data needs it). Raises ModelLoadError, UnsupportedOpError (listing every unsupported
+    data needs it). ``integer_products`` runs quantized (QDQ) products by constant 8-bit
+    weights as integer products (``frontend/qdq.py``; a target's
+    ``GemmPolicy.integer_products``). Raises ModelLoadError, UnsupportedOpError (listing every unsupported
     op), ShapeError, InputError or ConversionError.
     """
     proto = load_model(model, external_data_dir)
@@ -50,6 +54,8 @@ def import_onnx(
     check_supported(proto, any_opset=True)  # first: the version converter trips on unknown ops
     proto = upgrade_opset(proto)
     check_supported(proto)
+    if integer_products:
+        proto = qdq.integer_products(proto)
     constants = as_mapping(constants, "consts", CONSTS_FORM)
     input_types = bind_input_types(proto, constant_shapes(proto, shapes, constants))
     graph = convert_graph(proto, input_types, bind_constants(input_types, constants))

@@ -4,9 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from tilefuse.ir.dtypes import HALF_FLOATS
+from tilefuse.ir.dtypes import HALF_FLOATS, DType
 from tilefuse.ir.graph import Node, Value
-from tilefuse.ir.prims import Gather, GatherElements, GatherND, Kind
+from tilefuse.ir.prims import Gather, GatherElements, GatherND, Kind, Map, ScalarFn
 from tilefuse.target import Target
 
 _GATHERS = (Gather, GatherElements, GatherND)
@@ -22,6 +22,7 @@ class Cost:
     # seconds of one thread's loads in turn, none hidden behind another's (a kernel that
     # runs on a handful of threads waits for every load): added to the roofline time
     serial_seconds: float = 0.0
+    int8_flops: int = 0  # the part of ``flops`` done by uint8 x int8 products (``integer_product``)
 
     def __add__(self, other: "Cost") -> "Cost":
         return Cost(
@@ -31,6 +32,7 @@ class Cost:
             self.bytes_out + other.bytes_out,
             self.launches + other.launches,
             self.serial_seconds + other.serial_seconds,
+            self.int8_flops + other.int8_flops,
         )
 
     @property
@@ -38,7 +40,9 @@ class Cost:
         return self.bytes_in + self.bytes_out
 
     def compute_seconds(self, target: Target) -> float:
-        return self.matrix_flops / target.device.matrix_flops + (self.flops - self.matrix_flops) / target.device.vector_flops
+        d = target.device
+        int8 = self.int8_flops / d.int8_matrix_flops if d.int8_matrix_flops else self.int8_flops / d.vector_flops
+        return self.matrix_flops / d.matrix_flops + int8 + (self.flops - self.matrix_flops - self.int8_flops) / d.vector_flops
 
     def memory_seconds(self, target: Target) -> float:
         return self.bytes / target.device.dram_bandwidth
@@ -73,17 +77,34 @@ def kernel_cost(nodes: list[Node], outputs: Iterable[Value]) -> Cost:
     members = set(map(id, nodes))
     readers: dict[int, list[Node]] = {}
     values: dict[int, Value] = {}
-    flops = matrix = 0
+    flops = matrix = int8 = 0
     for node in nodes:
         f, m = node_flops(node)
         flops, matrix = flops + f, matrix + m
+        if integer_product(node, members):
+            int8 += f
         for v in node.inputs:
             if v.producer is None or id(v.producer) not in members:
                 readers.setdefault(id(v), []).append(node)
                 values[id(v)] = v
     bytes_in = sum(read_bytes(values[k], rs) for k, rs in readers.items())
     bytes_out = sum(v.type.nbytes for v in outputs)
-    return Cost(flops, matrix, bytes_in, bytes_out, 1)
+    return Cost(flops, matrix, bytes_in, bytes_out, 1, int8_flops=int8)
+
+
+def integer_product(node: Node, members: set[int]) -> bool:
+    """An int32 product of a uint8 operand by an int8 one, each widened inside the kernel
+    (the kernel reads the 8-bit values: a host's integer product core,
+    ``tile_ir/lower/panels.py``)."""
+    if node.op.kind is not Kind.CONTRACT or node.outputs[0].type.dtype is not DType.INT32:
+        return False
+    sources = []
+    for x in node.inputs[:2]:
+        cast = x.producer
+        if cast is None or id(cast) not in members or not (isinstance(cast.op, Map) and cast.op.fn is ScalarFn.CAST):
+            return False
+        sources.append(cast.inputs[0].type.dtype)
+    return sources == [DType.UINT8, DType.INT8]
 
 
 def unfused_cost(nodes: Iterable[Node]) -> Cost:

@@ -140,7 +140,7 @@ class Grower:
         elements = sum(v.type.size for n in nodes for v in (*n.inputs, *n.outputs))
         serial = elements / self.target.staged.threads * d.load_latency
         return Cost(int(base.flops * f), int(base.matrix_flops * f), int(base.bytes_in * f), int(base.bytes_out * f),
-                    serial_seconds=serial)
+                    serial_seconds=serial, int8_flops=int(base.int8_flops * f))
 
     def _narrow_tile_cost(self, nodes: list[Node], base: Cost) -> Cost:
         """A kernel that needs whole rows on its tile gets ``row_tile`` rows per tile;
@@ -167,7 +167,7 @@ class Grower:
         if whole >= apart:
             return Cost()
         f = apart / whole - 1
-        return Cost(flops=int(base.flops * f), matrix_flops=int(base.matrix_flops * f))
+        return Cost(flops=int(base.flops * f), matrix_flops=int(base.matrix_flops * f), int8_flops=int(base.int8_flops * f))
 
     def _recompute_flops(self, nodes: list[Node]) -> int:
         """Elementwise work feeding a contraction operand is redone once per tile of the

@@ -165,12 +165,16 @@ class _State:
         at = [int(self.expr(e)) for e in s.a.offsets]
         p0, k0, width = int(self.expr(s.panel0)), int(self.expr(s.k0)), s.width
         rows = max(0, min(s.a.extents[-2], a.shape[-2] - at[-2]))
-        kc = max(0, min(s.a.extents[-1], b.shape[1] - k0))
+        kc = max(0, min(s.a.extents[-1], s.k_rows - k0))
         where: tuple[int | slice, ...] = (*at[:-2], slice(at[-2], at[-2] + rows), slice(at[-1], at[-1] + kc))
         a_rows = a[where]
-        panels = b[p0:p0 + c.shape[1] // width, k0:k0 + kc]  # [panels, kc, width] -> kc x columns
-        w = panels.transpose(1, 0, 2).reshape(kc, -1)
-        c[:rows] = (c[:rows] + np.matmul(a_rows.astype(np.float32), w.astype(np.float32))).astype(c.dtype)
+        chosen = b[p0:p0 + c.shape[1] // width]
+        if s.k_group > 1:  # int8 panels [P, K / 4, width * 4] -> [P, K, width]
+            p, groups = chosen.shape[:2]
+            chosen = chosen.reshape(p, groups, width, s.k_group).transpose(0, 1, 3, 2).reshape(p, groups * s.k_group, width)
+        w = chosen[:, k0:k0 + kc].transpose(1, 0, 2).reshape(kc, -1)  # [panels, kc, width] -> kc x columns
+        wide = np.int64 if c.dtype.kind == "i" else np.float32
+        c[:rows] = (c[:rows] + np.matmul(a_rows.astype(wide), w.astype(wide))).astype(c.dtype)
 
     def reduce(self, s: ReduceTile) -> None:
         src, dst = self.buffers[s.src.name], self.buffers[s.dst.name]

@@ -196,8 +196,20 @@ class PanelGemm(Stmt):
     k_block: int
 
     @property
+    def k_group(self) -> int:
+        """K values one column keeps together in ``b``: 4 in int8 panels (an integer
+        product, ``uint8 A x int8 B -> int32 c``: element (p, j) at ``b[j // width,
+        p // 4, (j % width) * 4 + p % 4]``, ``k0`` a multiple of 4), else 1."""
+        return 4 if self.b.dtype is DType.INT8 else 1
+
+    @property
     def width(self) -> int:
-        return self.b.shape[2]
+        return self.b.shape[2] // self.k_group
+
+    @property
+    def k_rows(self) -> int:
+        """B's rows as packed (K rounded up to whole groups)."""
+        return self.b.shape[1] * self.k_group
 
 
 @dataclass(frozen=True, slots=True)

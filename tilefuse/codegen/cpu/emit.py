@@ -25,7 +25,7 @@ from tilefuse.codegen.artifact import ParamSpec
 from tilefuse.codegen.cpu import accumulate, emit_tiles
 from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
-from tilefuse.codegen.cpu.prelude import INDEX_PRELUDE, PANEL_PRELUDE, PRELUDE
+from tilefuse.codegen.cpu.prelude import INDEX_PRELUDE, INT8_PANEL_PRELUDE, PANEL_PRELUDE, PRELUDE
 from tilefuse.codegen.cpu.threads import THREAD_POOL
 from tilefuse.codegen.launch import CpuLaunch
 from tilefuse.codegen.options import CpuOptions
@@ -51,8 +51,11 @@ def emit_program(program: TileProgram, options: CpuOptions = CpuOptions()) -> CS
     # only a kernel with a parallel loop carries the thread pool (it costs compile time);
     # it comes first, for its #define _GNU_SOURCE
     prelude = THREAD_POOL + PRELUDE if emitter.parallel else PRELUDE
-    if any(isinstance(s, PanelGemm) for s in statements(program.body)):
+    panel_products = [s for s in statements(program.body) if isinstance(s, PanelGemm)]
+    if any(s.k_group == 1 for s in panel_products):
         prelude += PANEL_PRELUDE
+    if any(s.k_group > 1 for s in panel_products):
+        prelude += INT8_PANEL_PRELUDE
     if program.index_sites:
         prelude += INDEX_PRELUDE
     digest = hashlib.sha256("\n".join([stem, header, prelude, *body]).encode()).hexdigest()[:10]

@@ -136,7 +136,8 @@ def gemm(s: Gemm, parallel: bool) -> list[str]:
 
 
 def panel_gemm(s: PanelGemm, se: StmtExprs) -> list[str]:
-    """The prelude's product core by a packed weight (``PANEL_PRELUDE``); ``se`` renders
+    """The prelude's product core by a packed weight (``PANEL_PRELUDE``; int8 panels:
+    ``INT8_PANEL_PRELUDE``); ``se`` renders
     the region's offsets, then the first panel and the first weight row. Rows of the
     region past the end of A are not passed (a partial last row tile)."""
     a = s.a.buffer
@@ -144,7 +145,7 @@ def panel_gemm(s: PanelGemm, se: StmtExprs) -> list[str]:
     offsets = [se.root(k) for k in range(rank)]
     first, k0 = se.root(rank), se.root(rank + 1)
     (bm, n), lda, rows_of_a = s.c.shape, a.shape[-1], a.shape[-2]
-    k, kp = s.a.extents[-1], s.b.shape[1]
+    k, kp = s.a.extents[-1], s.k_rows
     lines = list(se.lines)
     bounds = se.bounds(se.roots[rank - 2])
     rows = str(bm)
@@ -152,7 +153,8 @@ def panel_gemm(s: PanelGemm, se: StmtExprs) -> list[str]:
         left = f"{rows_of_a} - ({offsets[-2]})"
         rows = f"({left} < {bm} ? ({left} > 0 ? {left} : 0) : {bm})"
     panel = f"{cident(s.b.name)} + ({first}) * {kp * s.width}" if first != "0" else cident(s.b.name)
-    return lines + [f"tf_panel_gemm_f32({rows}, {n}, {k}, {cident(a.name)} + {flat_index(offsets, a.shape)}, {lda}, {panel}, "
+    core = "tf_panel_gemm_u8s8" if s.k_group > 1 else "tf_panel_gemm_f32"
+    return lines + [f"{core}({rows}, {n}, {k}, {cident(a.name)} + {flat_index(offsets, a.shape)}, {lda}, {panel}, "
                     f"{kp}, {k0}, {cident(s.c.name)}, {n}, {s.k_block});"]
 
 

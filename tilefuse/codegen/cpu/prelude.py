@@ -379,6 +379,101 @@ static void tf_panel_gemm_f32(int64_t m, int64_t n, int64_t k, const float *rest
 }
 """
 
+INT8_PANEL_PRELUDE = r"""
+/* -- the integer product core (PanelGemm of int8 panels): c += a @ panels, exactly ----- */
+/* uint8 rows of a by a weight of int8 values bound as panels of 32 columns in groups of 4
+ * K rows: a group of a panel is [32][4] contiguous (128 bytes), one 32-bit lane holding a
+ * column's 4 consecutive K values, as one VNNI step (vpdpbusd: four u8 x s8 products added
+ * into an int32 lane) takes them. Sums are exact in int32 (no saturation: K * 255 * 128
+ * stays below 2^31 for K < 65793), so their order does not matter. */
+static inline int32_t tf_u8x4(const uint8_t *a, int64_t left) {  /* 4 bytes of a row, zeros past it */
+    uint8_t t[4] = {0, 0, 0, 0};
+    memcpy(t, a, left >= 4 ? 4 : (size_t)left);
+    int32_t v;
+    memcpy(&v, t, 4);
+    return v;
+}
+#if defined(__AVX512VNNI__) && defined(__AVX512F__)
+/* MR rows x one panel (two 16-lane int32 accumulators a row) over k values of K */
+#define TF_QMICRO(NAME, MR)                                                                     \
+static inline __attribute__((always_inline)) void NAME(int64_t k, const uint8_t *restrict a,   \
+        int64_t lda, const int8_t *restrict b, int32_t *restrict c, int64_t ldc) {              \
+    __m512i acc0[MR], acc1[MR];                                                                 \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                     \
+        acc0[r] = _mm512_loadu_si512(c + r * ldc); acc1[r] = _mm512_loadu_si512(c + r * ldc + 16); } \
+    const int64_t whole = k / 4;                                                                \
+    for (int64_t g = 0; g <= whole; ++g) {                                                      \
+        if (g == whole && k % 4 == 0) break;                                                    \
+        const __m512i b0 = _mm512_loadu_si512(b + g * 128), b1 = _mm512_loadu_si512(b + g * 128 + 64); \
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                 \
+            int32_t q;                                                                          \
+            if (g < whole) memcpy(&q, a + r * lda + g * 4, 4); else q = tf_u8x4(a + r * lda + g * 4, k % 4); \
+            const __m512i av = _mm512_set1_epi32(q);                                            \
+            acc0[r] = _mm512_dpbusd_epi32(acc0[r], av, b0);                                     \
+            acc1[r] = _mm512_dpbusd_epi32(acc1[r], av, b1);                                     \
+        }                                                                                       \
+    }                                                                                           \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                     \
+        _mm512_storeu_si512(c + r * ldc, acc0[r]); _mm512_storeu_si512(c + r * ldc + 16, acc1[r]); } \
+}
+TF_QMICRO(tf_qmicro_12, 12) TF_QMICRO(tf_qmicro_11, 11) TF_QMICRO(tf_qmicro_10, 10) TF_QMICRO(tf_qmicro_9, 9)
+TF_QMICRO(tf_qmicro_8, 8) TF_QMICRO(tf_qmicro_7, 7) TF_QMICRO(tf_qmicro_6, 6) TF_QMICRO(tf_qmicro_5, 5)
+TF_QMICRO(tf_qmicro_4, 4) TF_QMICRO(tf_qmicro_3, 3) TF_QMICRO(tf_qmicro_2, 2) TF_QMICRO(tf_qmicro_1, 1)
+#endif
+
+/* rows [0, m) by one panel's block of k values of K (blocks of 12 rows, the last 13..23 as
+ * two near-equal blocks, as the float core); without VNNI a plain loop of int32 sums */
+static inline void tf_qpanel_rows(int64_t m, int64_t k, const uint8_t *restrict a, int64_t lda,
+        const int8_t *restrict b, int32_t *restrict c, int64_t ldc) {
+#if defined(__AVX512VNNI__) && defined(__AVX512F__)
+    int64_t i = 0;
+    while (m - i > 0) {
+        const int64_t left = m - i, r = left >= 24 ? 12 : (left > 12 ? (left + 1) / 2 : left);
+        const uint8_t *ai = a + i * lda;
+        int32_t *ci = c + i * ldc;
+        switch (r) {
+        case 12: tf_qmicro_12(k, ai, lda, b, ci, ldc); break;
+        case 11: tf_qmicro_11(k, ai, lda, b, ci, ldc); break;
+        case 10: tf_qmicro_10(k, ai, lda, b, ci, ldc); break;
+        case 9: tf_qmicro_9(k, ai, lda, b, ci, ldc); break;
+        case 8: tf_qmicro_8(k, ai, lda, b, ci, ldc); break;
+        case 7: tf_qmicro_7(k, ai, lda, b, ci, ldc); break;
+        case 6: tf_qmicro_6(k, ai, lda, b, ci, ldc); break;
+        case 5: tf_qmicro_5(k, ai, lda, b, ci, ldc); break;
+        case 4: tf_qmicro_4(k, ai, lda, b, ci, ldc); break;
+        case 3: tf_qmicro_3(k, ai, lda, b, ci, ldc); break;
+        case 2: tf_qmicro_2(k, ai, lda, b, ci, ldc); break;
+        default: tf_qmicro_1(k, ai, lda, b, ci, ldc); break;
+        }
+        i += r;
+    }
+#else
+    for (int64_t i = 0; i < m; ++i) {
+        int32_t row[32];
+        for (int64_t j = 0; j < 32; ++j) row[j] = c[i * ldc + j];
+        for (int64_t p = 0; p < k; ++p) {
+            const int32_t av = a[i * lda + p];
+            const int8_t *bg = b + (p / 4) * 128 + p % 4;
+            for (int64_t j = 0; j < 32; ++j) row[j] += av * (int32_t)bg[j * 4];
+        }
+        for (int64_t j = 0; j < 32; ++j) c[i * ldc + j] = row[j];
+    }
+#endif
+}
+
+/* c[m x n] += a[m x k] (uint8 rows lda apart) @ rows [k0, k0 + k) of the n / 32 int8 panels
+ * at bp, each of kp rows (whole groups of 4; k0 and kb multiples of 4); K in blocks of kb */
+static void tf_panel_gemm_u8s8(int64_t m, int64_t n, int64_t k, const uint8_t *restrict a, int64_t lda,
+        const int8_t *restrict bp, int64_t kp, int64_t k0, int32_t *restrict c, int64_t ldc, int64_t kb) {
+    if (k > kp - k0) k = kp - k0 > 0 ? kp - k0 : 0;
+    for (int64_t j = 0; j < n; j += 32) {
+        const int8_t *panel = bp + (j / 32) * kp * 32 + k0 * 32;
+        for (int64_t p0 = 0; p0 < k; p0 += kb)
+            tf_qpanel_rows(m, k - p0 < kb ? k - p0 : kb, a + p0, lda, panel + p0 * 32, c + j, ldc);
+    }
+}
+"""
+
 INDEX_PRELUDE = r"""
 /* -- indices read at run time (IndexCheck): wrap negatives, never address out of range -- */
 /* The first bad index claims word 0 (site + 1) and leaves its value in word 1; threads

@@ -219,9 +219,25 @@ def matmul_integer(ctx: NodeContext) -> Value:
     b, a, c = ctx.b, ctx.input(0), ctx.input(1)
     for what, v in (("A", a), ("B", c)):
         _check_quantized(ctx, what, v.type.dtype, (DType.INT8, DType.UINT8))
-    a32 = to_int32(b, a, row_param(b, ctx.optional_input(2), a))
-    c32 = to_int32(b, c, ctx.optional_input(3))
-    return matmul_nd(b, a32, c32)
+    a_zero, c_zero = ctx.optional_input(2), ctx.optional_input(3)
+    if (c.data is not None and c.type.rank == 2 and (a_zero is None or a_zero.type.size == 1)
+            and (c_zero is None or (c_zero.data is not None and not c_zero.data.any()))):
+        return _by_constant(b, a, a_zero, c)
+    return matmul_nd(b, to_int32(b, a, row_param(b, a_zero, a)), to_int32(b, c, c_zero))
+
+
+def _by_constant(b: Builder, a: Value, a_zero: Value | None, c: Value) -> Value:
+    """``(A - z) @ C`` for a constant 8-bit matrix ``C`` (zero points zero) and one zero
+    point ``z`` as ``A @ C - z * colsum(C)``: both operands are the 8-bit values cast to
+    int32 (a host's integer product core reads them as they are: ``lower/panels.py``),
+    and the zero point costs one constant vector."""
+    assert c.data is not None
+    acc = matmul_nd(b, b.cast(a, DType.INT32), b.cast(c, DType.INT32))
+    if a_zero is None:
+        return acc
+    sums = c.data.astype(np.int64).sum(axis=0)
+    shift = b.map(F.MUL, b.cast(as_scalar(b, a_zero), DType.INT32), b.const(sums.astype(np.int32)))
+    return b.map(F.SUB, acc, shift)
 
 
 def _conv_int32(ctx: NodeContext, x: Value, w: Value, x_zero: Value | None, w_zero: Value | None) -> Value:

@@ -306,7 +306,9 @@ class _Builder:
         tbs = [Buffer(f"b_tile{x}", self.op_dtype, (bk, bm) if self.flip else (bk, bn), Scope.SHARED) for x in sfx]
         tcs = [Buffer(f"c_tile{x}", self.acc_dtype, (bn, bm) if self.flip else (bm, bn), Scope.FRAGMENT) for x in sfx]
         tile_of = {id(c.outputs[0]): tcs[0 if packed else s] for s, c in enumerate(self.cs)}
-        rows = {id(r.outputs[0]): Buffer(f"row{k}", self.acc_dtype, (bm,), Scope.FRAGMENT) for k, r in enumerate(self.reductions)}
+        # a row reduction accumulates in its own type (a norm of an integer product's float rescale: float32)
+        rows = {id(r.outputs[0]): Buffer(f"row{k}", accumulator_dtype(r.outputs[0].type.dtype), (bm,), Scope.FRAGMENT)
+                for k, r in enumerate(self.reductions)}
 
         k0: Expr  # the K tile's first column, set with the K loop below (``read`` runs after)
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Value
 from tilefuse.ir.prims import Conv, MatMul
 from tilefuse.ir.types import TensorType
@@ -41,8 +42,9 @@ def bind_params(b: _Builder) -> tuple[list[Buffer], dict[int, Buffer]]:
 
     def bind(k: int, v: Value, data: np.ndarray, tag: str, value_tag: str) -> tuple[Value, Buffer]:
         data.setflags(write=False)
-        b.packed = Buffer(f"in{k}_{tag}", v.type.dtype, data.shape, Scope.GLOBAL)
-        return Value(f"{v.name}.{value_tag}", TensorType(v.type.dtype, data.shape), data=data), b.packed
+        dtype = DType.from_numpy(data.dtype)  # an integer product's int32 weight packs as int8
+        b.packed = Buffer(f"in{k}_{tag}", dtype, data.shape, Scope.GLOBAL)
+        return Value(f"{v.name}.{value_tag}", TensorType(dtype, data.shape), data=data), b.packed
 
     def pack(k: int, v: Value) -> tuple[Value, Buffer] | None:
         if v is w and packs_conv_rows(b):  # [Cout, K]: a weight tile's rows are runs of K
@@ -82,7 +84,7 @@ def bind_params(b: _Builder) -> tuple[list[Buffer], dict[int, Buffer]]:
         columns = panels.columns(b, v)
         if not columns:
             return None
-        data = panels.pack(panels.matrix(b, v), b.panel_width, columns)
+        data = panels.pack(panels.matrix(b, v), b.panel_width, columns, integer=b.acc_dtype is DType.INT32)
         bound = bind(k, v, data, f"panels{b.panel_width}", f"panels{b.panel_width}x{columns}")
         b.panel_bufs[id(v)] = bound[1]
         return bound

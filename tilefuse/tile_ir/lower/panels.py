@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from tilefuse.ir.dtypes import DType
-from tilefuse.ir.graph import Value
-from tilefuse.ir.prims import Conv, MatMul
+from tilefuse.ir.graph import Node, Value
+from tilefuse.ir.prims import Conv, Map, MatMul, ScalarFn
 from tilefuse.tile_ir.ir import Buffer, Const, Expr, Fill, IOp, Loop, LoopKind, PanelGemm, Region, Stmt, Var, const_index, iop
 from tilefuse.tile_ir.lower import gemm_weights
 from tilefuse.tile_ir.lower.common import parallel
@@ -35,6 +35,8 @@ from tilefuse.tile_ir.lower.elements import Index, broadcast_index
 
 if TYPE_CHECKING:
     from tilefuse.tile_ir.lower.gemm_epilogue import _Builder
+
+INT8_GROUP = 4  # K values an int8 panel keeps together a column (a 32-bit lane of u8 x s8 dot products)
 
 
 def column_tile(b: "_Builder", bn: int) -> int:
@@ -64,7 +66,11 @@ def takes_panels(b: "_Builder") -> int:
     if isinstance(b.c.op, Conv):
         return width if _conv_takes_panels(b) else 0
     products = [*b.cs, *([b.first] if b.first is not None else [])]
-    if not all(isinstance(c.op, MatMul) for c in products) or {b.acc_dtype, b.op_dtype} != {DType.FLOAT32}:
+    if not all(isinstance(c.op, MatMul) for c in products):
+        return 0
+    if {b.acc_dtype, b.op_dtype} == {DType.INT32}:
+        return width if integer_rows(b) is not None else 0
+    if {b.acc_dtype, b.op_dtype} != {DType.FLOAT32}:
         return 0
     for c in products:
         w = c.inputs[1]
@@ -78,6 +84,46 @@ def takes_panels(b: "_Builder") -> int:
     if not any(x is a for x in b.group.inputs) or (b.first is not None and min(b.k, b.tile_k) % width):
         return 0
     return width
+
+
+def integer_rows(b: "_Builder") -> Value | None:
+    """The uint8 kernel input whose rows an integer product reads in place, where ``b``'s
+    products are ``cast<int32>(x) @ W`` (``frontend/qdq.py``, ``MatMulInteger`` by a
+    constant) for a uint8 input ``x`` they share and constant weights of int8 values,
+    each read by its product alone (packed as int8 panels; codegen/cpu/prelude.py's
+    u8 x s8 core); else None."""
+    if b.first is not None:
+        return None
+    a = b.c.inputs[0]
+    if any(c.inputs[0] is not a for c in b.cs) or a.producer is None:
+        return None
+    cast = a.producer
+    if not (isinstance(cast.op, Map) and cast.op.fn is ScalarFn.CAST and cast in b.group.nodes):
+        return None
+    x = cast.inputs[0]
+    if x.type.dtype is not DType.UINT8 or not any(x is v for v in b.group.inputs) or x.type.shape != a.type.shape:
+        return None
+    for c in b.cs:
+        w = weight_of(c)
+        if w.data is None or w.type.rank != 2 or (w.data.size and (w.data.min() < -128 or w.data.max() > 127)):
+            return None
+        if sum(y is w for n in b.group.nodes for y in n.inputs) != 1:
+            return None
+        if w is not c.inputs[1] and sum(y is c.inputs[1] for n in b.group.nodes for y in n.inputs) != 1:
+            return None
+    return x
+
+
+def weight_of(c: Node) -> Value:
+    """The constant a product's weight is bound from: the weight itself, or for an
+    integer product whose int8 weight the group widens (``cast<int32>(W)``, left unfolded
+    as 4x the bytes), ``W``."""
+    w = c.inputs[1]
+    cast = w.producer
+    if (w.data is None and cast is not None and isinstance(cast.op, Map) and cast.op.fn is ScalarFn.CAST
+            and cast.inputs[0].data is not None and cast.inputs[0].type.dtype is DType.INT8):
+        return cast.inputs[0]
+    return w
 
 
 def _conv_takes_panels(b: "_Builder") -> bool:
@@ -117,12 +163,23 @@ def columns(b: "_Builder", w: Value) -> int:
     chunks), or 0 if it is no product's weight."""
     if b.first is not None and w is b.first.inputs[1]:
         return -(-b.k // b.panel_k) * b.panel_k
-    return b.panel_columns if any(w is c.inputs[1] for c in b.cs) else 0
+    return b.panel_columns if any(w is weight_of(c) for c in b.cs) else 0
 
 
-def pack(weight: np.ndarray, width: int, columns: int) -> np.ndarray:
-    """``weight`` [K, N] as panels [columns / width, K, width], zero past column N."""
+def pack(weight: np.ndarray, width: int, columns: int, integer: bool = False) -> np.ndarray:
+    """``weight`` [K, N] as panels [columns / width, K, width], zero past column N. An
+    integer product's weight (int8 values held as int32) packs as int8 panels of groups
+    of 4 rows, ``[columns / width, ceil(K / 4), width * 4]``: element (p, j) at
+    ``[j // width, p // 4, (j % width) * 4 + p % 4]``, zero rows past K, so one 32-bit
+    lane holds a column's 4 consecutive K values (what one VNNI dot-product step takes)."""
     k, n = weight.shape
+    if integer:
+        groups = -(-k // INT8_GROUP)
+        padded = np.zeros((groups * INT8_GROUP, columns), np.int8)
+        padded[:k, :n] = weight
+        # [groups, 4, P, width] -> [P, groups, width, 4]
+        quads = padded.reshape(groups, INT8_GROUP, columns // width, width).transpose(2, 0, 3, 1)
+        return np.ascontiguousarray(quads.reshape(columns // width, groups, width * INT8_GROUP))
     padded = np.zeros((k, columns), weight.dtype)
     padded[:, :n] = weight
     return np.ascontiguousarray(padded.reshape(k, columns // width, width).transpose(1, 0, 2))
@@ -139,8 +196,10 @@ def products(b: "_Builder", buffers: dict[int, Buffer], a_tile: Buffer, h_tile: 
     first_panel = iop(IOp.MUL, column_tile, bn // b.panel_width) if b.n > bn else const_index(0)
     bk = b.panel_k  # the K block of the products (and a chain's K chunk: the h tile's columns)
     if b.first is None:
-        rows = _rows(b, buffers[id(b.c.inputs[0])], bvars, m0, bm)
-        return [PanelGemm(rows, b.panel_bufs[id(c.inputs[1])], first_panel, const_index(0), tc, bk)
+        a = integer_rows(b) if b.acc_dtype is DType.INT32 else b.c.inputs[0]
+        assert a is not None
+        rows = _rows(b, buffers[id(a)], bvars, m0, bm)
+        return [PanelGemm(rows, b.panel_bufs[id(weight_of(c))], first_panel, const_index(0), tc, bk)
                 for c, tc in zip(b.cs, c_tiles)]
     x, w1 = b.first.inputs
     k1 = x.type.shape[-1]
