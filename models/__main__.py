@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
             if config not in ZOO[name].configs:
                 continue
             for dtype in dtypes:
+                if dtype not in ZOO[name].dtypes and args.dtype == "all":
+                    continue
                 start = time.perf_counter()
                 try:
                     path = build(name, config, dtype, cache_dir=args.out, force=args.force)

@@ -162,6 +162,8 @@ DESCRIPTIONS = {
                        "sinusoidal positions, pre-LN encoder",
     "sbert": "sentence embedding: BertModel, mean pooling over the attention mask, L2 norm",
 }
+# Quantized variants of transformers: (zoo name, the float model it is quantized from).
+QUANTIZED = (("bert-qdq", "bert"),)
 
 # The modules each builder's output depends on; the cache hashes their source.
 TRANSFORMER_SOURCES = ("models.transformers_zoo", "models.export", "models.catalog",
@@ -251,8 +253,9 @@ FAMILY_TABLES = (
 
 
 def specs() -> list[ModelSpec]:
-    """Specs of the transformers (dynamo and legacy variants), the CNNs/MLP and the
-    later families (detector, ConvNeXt/EfficientNet, OCR, speech, sentence embedding)."""
+    """Specs of the transformers (dynamo and legacy variants), the CNNs/MLP, the later
+    families (detector, ConvNeXt/EfficientNet, OCR, speech, sentence embedding) and the
+    quantized (QDQ) transformers."""
     out: list[ModelSpec] = []
     for name in TRANSFORMERS:
         shapes, outputs, ranges = transformer_tables(name)
@@ -284,4 +287,13 @@ def specs() -> list[ModelSpec]:
                 builder=lazy(module, "build", name),
                 sources=sources + (("models.cnn",) if module == "models.convnets" else ()),
                 description=f"{DESCRIPTIONS[name]} ({style})"))
+    for name, source in QUANTIZED:
+        shapes, outputs, ranges = transformer_tables(source)
+        out.append(ModelSpec(
+            name=name, family="quantized", configs=tuple(TRANSFORMERS[source]), shapes=shapes,
+            output_shapes=outputs, input_ranges=ranges, builder=lazy("models.quantized", "build", source),
+            sources=("models.quantized", "models.inputs", *TRANSFORMER_SOURCES), libraries=("onnxruntime",),
+            dtypes=("float32",),
+            description=f"{DESCRIPTIONS[source]}, quantized by onnxruntime's quantize_static to QDQ "
+                        "(uint8 activations, int8 weights, per-tensor scales; dynamo exporter, opset 20)"))
     return out

@@ -22,7 +22,7 @@ from pathlib import Path
 import onnx
 
 from . import catalog, edge
-from .spec import DTYPES, META_PREFIX, META_RANGES, META_SHAPES, ModelSpec, set_metadata
+from .spec import META_PREFIX, META_RANGES, META_SHAPES, ModelSpec, set_metadata
 
 # The highest IR version written. onnx.helper stamps its newest IR (onnx 1.23: see
 # onnx.IR_VERSION); onnxruntime 1.32 reads that, but older runtimes reject IR above 10,
@@ -68,8 +68,7 @@ def build(name: str, config: str = "tiny", dtype: str = "float32",
     """
     spec = get_spec(name)
     spec.check_config(config)
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype {dtype!r} not in {DTYPES}")
+    spec.check_dtype(dtype)
     path = model_path(name, config, dtype, cache_dir)
     sidecar = path.with_suffix(".json")
     key = cache_key(spec)
@@ -111,7 +110,7 @@ def cache_key(spec: ModelSpec) -> str:
     for module in sorted({*spec.sources, "models.spec", "models.registry"}):
         origin = importlib.util.find_spec(module).origin
         h.update(module.encode() + Path(origin).read_bytes())
-    for dist in ("onnx", "torch", "transformers", "onnxscript"):
+    for dist in ("onnx", "torch", "transformers", "onnxscript", *spec.libraries):
         try:
             h.update(f"{dist}={importlib.metadata.version(dist)}".encode())
         except importlib.metadata.PackageNotFoundError:

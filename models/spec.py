@@ -18,7 +18,7 @@ V = TypeVar("V")
 # (config, dtype) -> the finished model; the registry saves it
 Builder = Callable[[str, str], onnx.ModelProto]
 
-FAMILIES = ("transformer", "cnn", "mlp", "edge", "detector", "ocr", "speech", "embedding")
+FAMILIES = ("transformer", "cnn", "mlp", "edge", "detector", "ocr", "speech", "embedding", "quantized")
 DTYPES = ("float32", "float16")
 
 
@@ -60,7 +60,9 @@ class ModelSpec:
 
     The cache keys a built file on ``version``, the source text of the ``sources``
     modules and the library versions, so editing a builder rebuilds its models; bump
-    ``version`` for a change the sources do not show.
+    ``version`` for a change the sources do not show; ``libraries`` names installed
+    distributions beyond the usual exporters whose version shapes the file (a quantizer).
+    ``dtypes``: the float types the model is built in (a quantized model has one).
     """
 
     name: str
@@ -74,6 +76,8 @@ class ModelSpec:
     runs_in_ort: bool = True
     input_ranges: PerConfig[Range] = field(default_factory=PerConfig)
     description: str = ""
+    libraries: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = DTYPES
 
     def __post_init__(self) -> None:
         for name in ("shapes", "output_shapes", "input_ranges"):
@@ -89,6 +93,12 @@ class ModelSpec:
     def check_config(self, config: str) -> None:
         if config not in self.configs:
             raise ValueError(f"{self.name} has configs {self.configs}, not {config!r}")
+
+    def check_dtype(self, dtype: str) -> None:
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype {dtype!r} not in {DTYPES}")
+        if dtype not in self.dtypes:
+            raise ValueError(f"{self.name} is built in {', '.join(self.dtypes)} only, not {dtype}")
 
 
 # Keys the zoo writes into each model's metadata_props, so a saved model carries what

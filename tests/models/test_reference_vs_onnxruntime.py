@@ -22,8 +22,7 @@ def tiny_shapes(name: str) -> dict:
     return models.ZOO[name].shapes("tiny")
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("name", RUNNABLE)
+@pytest.mark.parametrize("name,dtype", [(n, d) for n in RUNNABLE for d in models.ZOO[n].dtypes])
 def test_reference_matches_onnxruntime(name, dtype, zoo_cache):
     path = models.build(name, "tiny", dtype, cache_dir=zoo_cache)
     shapes = tiny_shapes(name)

@@ -126,6 +126,24 @@ def test_sbert_export_pools_and_normalises_in_the_graph(zoo_cache):
     assert [o.name for o in graph.output] == ["sentence_embedding"]
 
 
+def test_bert_qdq_export_is_a_static_qdq_quantization(zoo_cache):
+    """onnxruntime's quantize_static output: every MatMul by a weight reads a
+    DequantizeLinear of uint8 activations and one of constant int8 weights."""
+    graph, ops = _graph("bert-qdq", zoo_cache)
+    layers = catalog.TRANSFORMERS["bert"]["tiny"]["num_hidden_layers"]
+    weights = {t.name: t.data_type for t in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output}
+    by_weight = [n for n in graph.node if n.op_type == "MatMul"
+                 and producer.get(n.input[1]) is not None and producer[n.input[1]].input[0] in weights]
+    assert len(by_weight) == 6 * layers  # Q, K, V, the output projection, the two MLP products
+    for n in by_weight:
+        x, w = (producer[i] for i in n.input)
+        assert x.op_type == w.op_type == "DequantizeLinear"
+        assert weights[w.input[0]] == onnx.TensorProto.INT8
+        assert producer[x.input[0]].op_type == "QuantizeLinear"
+    assert ops["QuantizeLinear"] >= len(by_weight) and "MatMulInteger" not in ops
+
+
 @pytest.mark.parametrize("name", LATER)
 def test_real_config_has_the_published_parameter_count(name):
     torch = pytest.importorskip("torch")

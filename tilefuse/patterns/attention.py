@@ -8,7 +8,10 @@ is final, ``match_attention`` says whether a group *is* one: the primitives betw
 products are exactly a softmax over the last axis — max, subtract, exp, sum, divide,
 casts allowed, or the same without the max (``exp(x) / sum(exp(x))``, as some exporters
 write it) — recognised from the primitives, not from names, and what follows the second
-product is an epilogue of it (no reduction).
+product is an epilogue of it (no reduction). The probabilities may pass through
+elementwise maps of scalar constants before the second product (a QDQ model's
+QuantizeLinear/DequantizeLinear pair: ``probs_map``) where every key of a row fits one key
+tile: the map needs the normalised row, which an online softmax only has at its end.
 """
 from __future__ import annotations
 
@@ -32,6 +35,8 @@ class Softmax:
     scores: Value  # x: what the row softmax is taken of
     probs: Value  # the value the second product reads as its left operand
     shifted: bool = True  # x's row max is subtracted before the exp
+    # softmax's own quotient where ``probs`` is a map of it (fake quantization), else None
+    quotient: Value | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,15 +51,19 @@ class AttentionMatch:
 
 
 def match_softmax(c2: Node, members: set[int]) -> Softmax | Refusal:
-    """The row softmax ``c2`` reads as its left operand, casts allowed."""
+    """The row softmax ``c2`` reads as its left operand, casts and maps of scalar
+    constants after it allowed."""
     p = through_casts(c2.inputs[0], members)
+    while not _softmax_division(p.producer, members) and (up := _scalar_map_operand(p, members)) is not None:
+        p = up
     div = p.producer
     if div is None or not isinstance(div.op, Map) or div.op.fn is not ScalarFn.DIV:
         return Refusal("the second product's left operand is not a quotient (softmax's division)")
+    if not _softmax_division(div, members):
+        return Refusal("softmax's divisor is not a sum")
     e, s = (through_casts(u, members) for u in div.inputs)
     rsum = s.producer
-    if rsum is None or not isinstance(rsum.op, Reduce) or rsum.op.fn is not ReduceFn.SUM:
-        return Refusal("softmax's divisor is not a sum")
+    assert rsum is not None
     if through_casts(rsum.inputs[0], members) is not e:
         return Refusal("softmax's sum is not of its numerator")
     exp = e.producer
@@ -77,7 +86,29 @@ def match_softmax(c2: Node, members: set[int]) -> Softmax | Refusal:
     for r in reductions:
         if r.op.axes != (last,) or not r.op.keepdims:  # type: ignore[attr-defined]
             return Refusal("softmax's reductions are not over the last axis, dims kept")
-    return Softmax(x, c2.inputs[0], shifted=rmax is not None)
+    mapped = through_casts(c2.inputs[0], members) is not p
+    return Softmax(x, c2.inputs[0], shifted=rmax is not None, quotient=div.outputs[0] if mapped else None)
+
+
+def _softmax_division(n: Node | None, members: set[int]) -> bool:
+    """Whether ``n`` divides by a row sum (softmax's division, casts allowed)."""
+    if n is None or id(n) not in members or not isinstance(n.op, Map) or n.op.fn is not ScalarFn.DIV:
+        return False
+    s = through_casts(n.inputs[1], members).producer
+    return s is not None and isinstance(s.op, Reduce) and s.op.fn is ReduceFn.SUM
+
+
+def _scalar_map_operand(v: Value, members: set[int]) -> Value | None:
+    """The one tensor operand of the group's elementwise map producing ``v``, where its
+    other operands are scalar constants (a fake quantization's divide, round, shift,
+    clip, casts); else None."""
+    n = v.producer
+    if n is None or id(n) not in members or not isinstance(n.op, Map):
+        return None
+    tensors = [u for u in n.inputs if not (u.is_constant and u.type.size == 1)]
+    if len(tensors) != 1 or tensors[0].type.shape != v.type.shape:
+        return None
+    return tensors[0]
 
 
 def members_between(x: Value, end: Node, members: set[int]) -> list[Node]:
@@ -115,6 +146,10 @@ def match_attention(nodes: Sequence[Node], outputs: Sequence[Value], target: Tar
         return Refusal("a row reduction after attention's second product")
     if c2.outputs[0].type.shape[:-2] != c1.outputs[0].type.shape[:-2]:
         return Refusal("the two products' batch dims differ")
+    keys = c1.outputs[0].type.shape[-1]
+    if sm.quotient is not None and keys > target.attention.key_tile:
+        return Refusal(f"a map of the probabilities needs whole rows: {keys} keys > one key tile of "
+                       f"{target.attention.key_tile}")
     return AttentionMatch(c1, c2, sm, epilogue)
 
 

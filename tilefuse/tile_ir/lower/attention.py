@@ -114,6 +114,10 @@ class _Flash:
         c1_out, c2_out = c1.outputs[0], c2.outputs[0]
         tails = bool(q_tail or k_tail)
         tile_vars = {id(mt), id(jt)}
+        # probabilities mapped before P.V (fake quantization): normalised within the one key tile
+        quotient = self.sm.quotient
+        mapped = quotient is not None
+        assert not mapped or ktiles == 1, "the matcher keeps mapped probabilities to one key tile"
 
         def in_range(val: Value, idx: Index) -> Index:
             """A global element's index with each axis that follows the query tile or the
@@ -133,14 +137,22 @@ class _Flash:
                     return _cast(Load(s, (iop(IOp.SUB, idx[-2], m0), iop(IOp.SUB, idx[-1], n0))), val.type.dtype)
                 if val is c2_out:
                     r = own_row if own_row is not None else iop(IOp.SUB, idx[-2], m0)
+                    if mapped:  # P was normalised before P.V
+                        return _cast(Load(o, (r, idx[-1])), val.type.dtype)
                     ratio = Call(ScalarFn.DIV, (Load(o, (r, idx[-1])), Load(lrow, (r,))), F32)
                     return _cast(ratio, val.type.dtype)
+                if val is quotient:  # softmax's probabilities, read for the map that follows them
+                    r = iop(IOp.SUB, idx[-2], m0)
+                    prob = Call(ScalarFn.DIV, (Load(p, (r, iop(IOp.SUB, idx[-1], n0))), Load(lrow, (r,))), F32)
+                    return _cast(prob, val.type.dtype)
                 return Load(buffers[id(val)], in_range(val, idx))
 
             return read
 
         buffers[id(c1_out)] = s
         buffers[id(c2_out)] = o
+        if quotient is not None:
+            buffers[id(quotient)] = p
         el = ElementBuilder(buffers, reader(), kp.sites)
         qa, kb = c1.inputs
         vb = c2.inputs[1]
@@ -195,15 +207,24 @@ class _Flash:
             ]
         else:  # exp(x) / sum(exp(x)) as written: no max, nothing to rescale (exp(-inf) = 0 past the last key)
             normalise = [*parallel(self.names, (bm, bn), lambda ix: [Store(p, ix, exp_of(Load(p, ix)))])]
+        # P rounded for P.V in a nest of its own: one nest writing both had TileLang put a
+        # barrier in every iteration
+        rounded = parallel(self.names, (bm, bn), lambda ix: [Store(ph, ix, _cast(Load(p, ix), op))]) if ph is not p else []
+        pb = broadcast_index(bvars, c2.inputs[0].type.shape[:-2], batch)
+
+        def mapped_prob(ix: Index) -> Expr:  # the map of row ix[0]'s normalised probability; 0 past the last key
+            val = f32(el.at(c2.inputs[0], pb + (iop(IOp.ADD, m0, ix[0]), iop(IOp.ADD, n0, ix[1]))), c2.inputs[0])
+            if not k_tail:
+                return val
+            return Call(ScalarFn.WHERE, (iop(IOp.LT, iop(IOp.ADD, n0, ix[1]), n), val, Const(0.0, F32)), F32)
+
         step: list[Stmt] = [
             *k_fill,
             Fill(s, Const(0.0, F32)),
             Gemm(q, kt_, s, tf32=tf32),
             *scores,
             *normalise,
-            # P rounded for P.V in a nest of its own: one nest writing both had TileLang
-            # put a barrier in every iteration
-            *(parallel(self.names, (bm, bn), lambda ix: [Store(ph, ix, _cast(Load(p, ix), op))]) if ph is not p else []),
+            *([] if mapped else rounded),
             ReduceTile(p, tsum, ReduceFn.SUM, 1),
             *parallel(self.names, (bm,), lambda ix: [
                 Store(lrow, ix, Call(ScalarFn.ADD, (
@@ -212,7 +233,8 @@ class _Flash:
             ]),
             *(parallel(self.names, (bm, dv), lambda ix: [
                 Store(o, ix, Call(ScalarFn.MUL, (Load(o, ix), Load(alpha, (ix[0],))), F32)),
-            ]) if shifted else []),
+            ]) if shifted and not mapped else []),
+            *([*parallel(self.names, (bm, bn), lambda ix: [Store(p, ix, mapped_prob(ix))]), *rounded] if mapped else []),
             *parallel(self.names, (bn, dv), lambda ix: [Store(v_, ix, tile(el.at(vb, vbb + (iop(IOp.ADD, n0, ix[0]), ix[1])), vb))]),
             Gemm(ph, v_, o, tf32=tf32),
         ]
@@ -238,7 +260,7 @@ class _Flash:
             body += parallel(self.names, (bm, dv), store)
         grid = tuple(batch) + (qtiles,)
         last = "".join(f", last {what} tile {t}" for what, t in (("query", q_tail), ("key", k_tail)) if t)
-        form = "" if self.sm.shifted else ", softmax without a max shift"
+        form = ("" if self.sm.shifted else ", softmax without a max shift") + (", probabilities mapped before P.V" if mapped else "")
         notes = (f"flash attention: query tiles {bm}, key tiles {bn}, head dims {d}/{dv}, grid {grid}{last}{form}",)
         state = (mrow, lrow, tmax, tsum, alpha) if self.sm.shifted else (lrow, tsum)
         allocs = (q, kt_, s, v_, o, *state, *([ph] if ph is not p else []))
