@@ -215,4 +215,5 @@ def test_long_sequence_unrolls_linearly() -> None:
     got = run_graph(graph, feeds)
     want = onnxruntime_outputs(case, inputs)
     for name, w in want.items():
-        np.testing.assert_allclose(got[name], w, rtol=1e-4, atol=1e-4)
+        # 200 steps compound float32 rounding: held to the output's scale, as compare_output does
+        np.testing.assert_allclose(got[name], w, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(w).max())))
