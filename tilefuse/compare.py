@@ -12,7 +12,16 @@ TOLERANCE = {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2
 # coarser than its outputs' dtype: a float32 model compiled with fp16 or bf16 returns
 # float32 outputs holding half-precision results. tf32 products round their operands to a
 # 10-bit mantissa and accumulate in float32 (issue 5: within 1e-3 of the scale).
-PRECISION_TOLERANCE = {"fp32": 0.0, "tf32": 1e-3, "fp16": TOLERANCE["float16"], "bf16": TOLERANCE["bfloat16"]}
+PRECISION_TOLERANCE = {"fp32": 0.0, "tf32": 1e-3, "fp16": TOLERANCE["float16"], "bf16": TOLERANCE["bfloat16"],
+                       "int8": 3e-2}
+# "int8": a model that quantizes its activations (QuantizeLinear on computed values) rounds
+# them to 8-bit steps, so two correct executions disagree wherever the float before a
+# quantization lands on a tie by an ulp of summation order: that element moves one step
+# (about 2/255 of its range) and what is computed from it moves by a few. Tiny bert-qdq
+# against onnxruntime, 300 seeds: at most 1.7e-2 of the scale, on at most 3% of elements.
+# Its quantized (8-bit integer) values themselves may differ by one step. A model with
+# quantized weights only is as far from onnxruntime, which quantizes the activations
+# such weights multiply (MatMulNBits, from its extended graph optimizations).
 
 
 def default_tolerance(dtype: str, precision: str = "fp32") -> float:
@@ -58,9 +67,11 @@ def compare_output(name: str, got: np.ndarray, want: np.ndarray, tolerance: floa
     ``default_tolerance`` of the dtype and the ``precision`` computed in) times the
     reference's scale. With ``rtol`` or ``atol`` (the other then 0), every element instead:
     ``|got - want| <= atol + rtol * |want|``, numpy's ``allclose`` rule. NaNs must sit where
-    the reference has them."""
+    the reference has them. At ``precision`` "int8" (a quantized model's,
+    ``frontend.qdq.checked_precision``), 8-bit integer outputs may be one step off."""
     dtype = str(want.dtype)
     tol = default_tolerance(dtype, precision) if tolerance is None else tolerance
+    one_step = precision == "int8" and tolerance is None and dtype in ("int8", "uint8")
     elementwise = rtol is not None or atol is not None
     if got.dtype != want.dtype:
         return Comparison(name, dtype, float("inf"), 1.0, tol, f"dtype {got.dtype}, expected {want.dtype}", rtol, atol)
@@ -75,14 +86,17 @@ def compare_output(name: str, got: np.ndarray, want: np.ndarray, tolerance: floa
         diff = np.where(g == w, 0.0, np.abs(g - w))  # equal infinities: no error
     err = float(np.max(diff[finite], initial=0.0))
     scale = max(1.0, float(np.max(np.abs(w[finite & np.isfinite(w)]), initial=0.0)))
+    bound = 1.0 if one_step else tol * scale  # a quantized value: one step either way
+    if one_step:
+        tol = bound / scale
     problem = ""
     if not same_nan.all():
         problem = f"NaN in {int((~same_nan).sum())} places where the reference has none (or the reverse)"
     elif elementwise:
-        bound = (atol or 0.0) + (rtol or 0.0) * np.abs(w)
-        beyond = finite & ~(diff <= bound)
+        limit = (atol or 0.0) + (rtol or 0.0) * np.abs(w)
+        beyond = finite & ~(diff <= limit)
         if beyond.any():
             problem = f"{int(beyond.sum())} of {w.size} elements beyond atol + rtol x |reference|"
-    elif err > tol * scale or np.isnan(err):
+    elif err > bound or np.isnan(err):
         problem = f"max abs error {err:.3g} exceeds {tol:g} x scale {scale:.3g}"
     return Comparison(name, dtype, err, scale, tol, problem, rtol, atol)

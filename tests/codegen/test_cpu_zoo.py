@@ -12,6 +12,7 @@ import models
 from tilefuse.codegen.cpu import build_all
 from tilefuse.codegen.cpu.call import call_kernel
 from tilefuse.compare import compare_output
+from tilefuse.frontend.qdq import checked_precision
 from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
 from tilefuse.reference import evaluate_all
@@ -36,5 +37,5 @@ def test_every_group_compiles_and_runs_like_the_reference(name, dtype, zoo_cache
         outs = [np.zeros(v.type.shape, v.type.dtype.numpy) for v in low.bindings[n_in:]]
         call_kernel(artifact, args + outs)
         for v, got in zip(low.bindings[n_in:], outs):
-            c = compare_output(v.name, got, values[id(v)])
+            c = compare_output(v.name, got, values[id(v)], precision=checked_precision(path))
             assert c.ok, f"{name}-{dtype} seed={seed} {low.program.name} ({artifact.source}): {v.name}: {c.problem}"

@@ -11,6 +11,7 @@ import pytest
 import models
 import tilefuse
 from tilefuse.compare import compare_output
+from tilefuse.frontend.qdq import checked_precision
 from tilefuse.compiler import compile_model
 
 RUNNABLE = [name for name, spec in models.ZOO.items() if spec.runs_in_ort]
@@ -29,7 +30,7 @@ def test_plan_matches_onnxruntime(name, zoo_cache, tmp_path):
     ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     want = dict(zip([o.name for o in ref.get_outputs()], ref.run(None, feeds)))
     for out, w in want.items():
-        c = compare_output(out, got[out], w)
+        c = compare_output(out, got[out], w, precision=checked_precision(path))
         assert c.ok, f"{name} seed={seed}: {out}: {c.problem}"
 
 

@@ -10,6 +10,7 @@ import pytest
 
 import models
 from tilefuse.compare import compare_output
+from tilefuse.frontend.qdq import checked_precision
 from tilefuse.errors import UnsupportedOpError
 from tilefuse.frontend import import_onnx
 from tilefuse.reference import run_graph
@@ -35,7 +36,7 @@ def test_reference_matches_onnxruntime(name, dtype, zoo_cache):
     want = dict(zip(names, session.run(None, feeds)))
     assert set(got) == set(want)
     for out in names:
-        c = compare_output(out, got[out], want[out])
+        c = compare_output(out, got[out], want[out], precision=checked_precision(path))
         assert c.ok, f"{name} {dtype} seed={seed}: {out}: {c.problem}"
 
 

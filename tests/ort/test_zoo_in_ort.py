@@ -10,6 +10,7 @@ import pytest
 import models
 from tests.ort.helpers import RUNNABLE, reference
 from tilefuse.compare import compare_output
+from tilefuse.frontend.qdq import checked_precision
 
 
 def _check(name, path, result, options):
@@ -21,7 +22,7 @@ def _check(name, path, result, options):
     want = reference(path, feeds)
     assert set(got) == set(want)
     for out, w in want.items():
-        c = compare_output(out, got[out], w)
+        c = compare_output(out, got[out], w, precision=checked_precision(path))
         assert c.ok, f"{name} seed={seed}: {out}: {c.problem}"
 
 

@@ -6,6 +6,7 @@ import pytest
 
 import models
 from tilefuse.compare import compare_output
+from tilefuse.frontend.qdq import checked_precision
 from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
 from tilefuse.reference import evaluate_all
@@ -40,11 +41,12 @@ def _check(name, dtype, target, zoo_cache):
     shapes = models.ZOO[name].shapes("tiny")
     path = models.build(name, "tiny", dtype, cache_dir=zoo_cache)
     graph = import_onnx(path, shapes)
+    precision = checked_precision(path)
     seed = random.randrange(2**31)
     values = evaluate_all(graph, models.random_inputs(path, shapes, seed=seed))
     for group in partition_graph(graph, target).groups:
         if str(group.kind) == "opaque":
             continue
         for v, got in interpret(lower_group(group, target), values):
-            c = compare_output(v.name, got, values[id(v)])
+            c = compare_output(v.name, got, values[id(v)], precision=precision)
             assert c.ok, f"{name} seed={seed} group {group.name}: {v.name}: {c.problem}"

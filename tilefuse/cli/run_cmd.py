@@ -13,6 +13,7 @@ from tilefuse.compare import compare_output
 from tilefuse.errors import InputError, ModelLoadError
 from tilefuse.frontend.input_ranges import DEFAULT_INT_RANGE, MASK_RANGE, META_RANGES, integer_ranges
 from tilefuse.frontend.loader import read_structure
+from tilefuse.frontend.qdq import checked_precision
 from tilefuse.ir.types import TensorType
 from tilefuse.target import CPU, memory_limit
 
@@ -34,7 +35,8 @@ RANDOM_HELP = (
 CHECK_HELP = (
     "compare with onnxruntime; exit 1 beyond tolerance. By default every output's max abs error must be "
     "within tol x max(1, max |reference|), tol from the output's dtype and the precision the plan "
-    "computed in (float32 1e-4, tf32 1e-3, fp16 1e-2, bf16 5e-2; integers exact)"
+    "computed in (float32 1e-4, tf32 1e-3, fp16 1e-2, bf16 5e-2; integers exact); a model that "
+    "quantizes its activations (QDQ) 3e-2, its 8-bit values one step"
 )
 
 
@@ -163,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
     if not model or not Path(model).is_file():
         raise InputError(f"--check needs the source model; {model or 'the plan records none'} is not a file: pass --model")
     expected = onnxruntime_outputs(str(model), feeds, consts, threads)
+    precision = checked_precision(model, precision)  # a QDQ model's values move by 8-bit steps
     worst = 0
     for name, y in outputs.items():
         if name not in expected:

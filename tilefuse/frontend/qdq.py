@@ -19,11 +19,14 @@ readers, if any; the importer drops the dead ones.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+from tilefuse.compare import PRECISION_TOLERANCE
 
 _EIGHT_BIT = (onnx.TensorProto.UINT8, onnx.TensorProto.INT8)
 
@@ -63,6 +66,34 @@ def integer_products(model: onnx.ModelProto) -> onnx.ModelProto:
         out.graph.node.extend(rewrites.get(i, [node]))
     out.graph.initializer.extend(extra)
     return out
+
+
+def is_quantized(model: onnx.ModelProto) -> bool:
+    """Whether ``model``, in its graph or a subgraph, rounds values it computes to 8-bit
+    steps (a QuantizeLinear or DynamicQuantizeLinear of anything but a constant) or
+    dequantizes values (a DequantizeLinear: quantized weights, which onnxruntime multiplies
+    with activations it quantizes on the fly, MatMulNBits). Either way two correct runs
+    differ by about a step (``tilefuse.compare``'s "int8" tolerance)."""
+    def walk(g: onnx.GraphProto) -> bool:
+        consts = {t.name for t in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
+        for n in g.node:
+            if n.op_type == "DequantizeLinear":
+                return True
+            if n.op_type in ("QuantizeLinear", "DynamicQuantizeLinear") and n.input and n.input[0] not in consts:
+                return True
+            if any(walk(sub) for a in n.attribute for sub in (*([a.g] if a.HasField("g") else []), *a.graphs)):
+                return True
+        return False
+    return walk(model.graph)
+
+
+def checked_precision(model: onnx.ModelProto | str | Path, precision: str = "fp32") -> str:
+    """The precision a run of ``model`` computed in ``precision`` is checked at: "int8"
+    where the model is quantized and that is the looser."""
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
+    if is_quantized(proto) and PRECISION_TOLERANCE["int8"] > PRECISION_TOLERANCE.get(precision, 0.0):
+        return "int8"
+    return precision
 
 
 def _operands(dq_x: onnx.NodeProto | None, dq_w: onnx.NodeProto | None,
