@@ -31,7 +31,9 @@ from tilefuse.tile_ir.ir import (
     LoopKind,
     PanelGemm,
     ReduceTile,
+    Region,
     Store,
+    StridedGemm,
     TileProgram,
     Var,
 )
@@ -99,6 +101,8 @@ class _State:
             self.gemm(s)
         elif isinstance(s, PanelGemm):
             self.panel_gemm(s)
+        elif isinstance(s, StridedGemm):
+            self.strided_gemm(s)
         elif isinstance(s, ReduceTile):
             self.reduce(s)
         elif isinstance(s, If):
@@ -175,6 +179,15 @@ class _State:
         w = chosen[:, k0:k0 + kc].transpose(1, 0, 2).reshape(kc, -1)  # [panels, kc, width] -> kc x columns
         wide = np.int64 if c.dtype.kind == "i" else np.float32
         c[:rows] = (c[:rows] + np.matmul(a_rows.astype(wide), w.astype(wide))).astype(c.dtype)
+
+    def strided_gemm(self, s: StridedGemm) -> None:
+        a, b, c = self.buffers[s.a.buffer.name], self.buffers[s.b.buffer.name], self.buffers[s.c.name]
+        a_rows = a[self._window(s.a)].reshape(s.a.extents[-2:])
+        b_rows = b[self._window(s.b)].reshape(s.b.extents[s.k_axis], -1)
+        c[...] = (c + np.matmul(a_rows.astype(np.float32), b_rows.astype(np.float32))).astype(c.dtype)
+
+    def _window(self, r: Region) -> tuple[slice, ...]:
+        return tuple(slice(int(self.expr(o)), int(self.expr(o)) + e) for o, e in zip(r.offsets, r.extents))
 
     def reduce(self, s: ReduceTile) -> None:
         src, dst = self.buffers[s.src.name], self.buffers[s.dst.name]

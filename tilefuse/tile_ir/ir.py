@@ -5,8 +5,9 @@ Its vocabulary follows TileLang so that the CUDA lowering is close to one-to-one
 - a grid of tiles (``block_vars`` range over ``grid``) and a thread count per tile;
 - buffers by scope: ``global`` (kernel parameters), ``shared`` and ``fragment`` (per tile);
 - statements: Fill, Copy (region to region), Gemm, PanelGemm (a host's product by a
-  packed weight), ReduceTile, Store, loops that are serial, parallel or pipelined with a
-  number of stages, and If on a tile-uniform condition.
+  packed weight), StridedGemm (a host's product of two operands where they lie),
+  ReduceTile, Store, loops that are serial, parallel or pipelined with a number of
+  stages, and If on a tile-uniform condition.
 
 Expressions are scalar: index arithmetic (``IndexOp``), ``Load`` from a buffer, scalar
 functions (``Call`` with a :class:`ScalarFn`, the same functions Map primitives use), and
@@ -210,6 +211,23 @@ class PanelGemm(Stmt):
     def k_rows(self) -> int:
         """B's rows as packed (K rounded up to whole groups)."""
         return self.b.shape[1] * self.k_group
+
+
+@dataclass(frozen=True, slots=True)
+class StridedGemm(Stmt):
+    """``c += A @ B`` on a host without blocks, both operands read where they lie: no
+    operand tiles. ``a`` is ``c``'s rows of A: a region of unit extents but its last two
+    dims (rows, then K columns). ``b`` holds B's K rows: a region of unit extents before
+    dim ``k_axis`` (its K rows); every dim after it makes B's columns, in order, and those
+    after the first of them span their whole dim, so a row of B is one run in memory
+    (rows ``stride(k_axis)`` apart). A pointwise convolution with channels as rows: the
+    weight's [Cout, Cin] rows by the input's channel planes (whole output rows of them).
+    The host's register-blocked core (codegen/cpu/prelude.py) runs it."""
+
+    a: Region
+    b: Region
+    k_axis: int
+    c: Buffer
 
 
 @dataclass(frozen=True, slots=True)

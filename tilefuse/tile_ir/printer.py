@@ -19,6 +19,7 @@ from tilefuse.tile_ir.ir import (
     Region,
     STATUS,
     Store,
+    StridedGemm,
     TileProgram,
     Var,
 )
@@ -75,6 +76,8 @@ def _stmt(s: object, indent: int, out: list[str]) -> None:
     elif isinstance(s, PanelGemm):
         out.append(f"{pad}panel_gemm({_region(s.a)}, {s.b.name}[{format_expr(s.panel0)}:+{s.c.shape[1] // s.width}, "
                    f"{format_expr(s.k0)}:], {s.c.name}, k_block={s.k_block})")
+    elif isinstance(s, StridedGemm):
+        out.append(f"{pad}strided_gemm({_region(s.a)}, {_region(s.b)}, {s.c.name}, k_axis={s.k_axis})")
     elif isinstance(s, ReduceTile):
         lanes = f", lanes={s.lanes}" if s.lanes != 1 else ""
         out.append(f"{pad}T.reduce_{s.fn.value}({s.src.name}, {s.dst.name}, dim={s.dim}, clear={s.clear}{lanes})")

@@ -30,6 +30,7 @@ from tilefuse.tile_ir.ir import (
     Region,
     Stmt,
     Store,
+    StridedGemm,
     TileProgram,
     Var,
     const_index,
@@ -216,6 +217,8 @@ class _Simplifier:
             return Copy(self._region(s.src), self._region(s.dst), s.bulk)
         if isinstance(s, PanelGemm):
             return replace(s, a=self._region(s.a), panel0=self.expr(s.panel0), k0=self.expr(s.k0))
+        if isinstance(s, StridedGemm):
+            return replace(s, a=self._region(s.a), b=self._region(s.b))
         return s
 
     def _region(self, r: Region) -> Region:

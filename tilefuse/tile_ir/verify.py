@@ -32,6 +32,7 @@ from tilefuse.tile_ir.ir import (
     Region,
     Scope,
     Store,
+    StridedGemm,
     TileProgram,
     Var,
     dtype_of,
@@ -61,8 +62,8 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
     check_pipelines(p, None if target is None else target.device)
     if target is not None and target.device.max_block_threads:
         _check_block(p, target.device.max_block_threads)
-        if any(isinstance(x, PanelGemm) for x in statements(p.body)):
-            raise GraphError(f"kernel {p.name}: a panel product is the host's product core, not a {target.name} one")
+        if any(isinstance(x, (PanelGemm, StridedGemm)) for x in statements(p.body)):
+            raise GraphError(f"kernel {p.name}: a panel or strided product is the host's product core, not a {target.name} one")
     if target is not None and backends.for_target(target).tiles_on_chip:
         # an accumulator's shared mirror (passes/epilogues.py) holds the tile its registers
         # hold, counted once: the accumulator's
@@ -167,6 +168,35 @@ def _check_panel_gemm(p: TileProgram, s: PanelGemm, known: dict[str, Buffer], bo
         raise GraphError(f"{p.name}: int8 panels {b.name}{list(b.shape)} are not of whole groups of {s.k_group} K values")
 
 
+def _check_strided_gemm(p: TileProgram, s: StridedGemm, known: dict[str, Buffer], bound: set[str]) -> None:
+    """What the host's core takes in place: float32 rows of A (a region of unit extents
+    but its last two) and K rows of B whose columns are one run each (unit extents
+    before ``k_axis``, whole dims after the first column dim), into a float32 c tile of
+    A's rows by B's columns."""
+    a, b, c = s.a.buffer, s.b.buffer, s.c
+    for buf in (a, b, c):
+        _check_buffer(p, buf, known)
+    for o in (*s.a.offsets, *s.b.offsets):
+        _check_expr(p, o, known, bound)
+    for r in (s.a, s.b):
+        if len(r.offsets) != len(r.buffer.shape) or len(r.extents) != len(r.buffer.shape):
+            raise GraphError(f"{p.name}: strided product region rank does not match {r.buffer.name}")
+    if len(a.shape) < 2 or any(e != 1 for e in s.a.extents[:-2]):
+        raise GraphError(f"{p.name}: a strided product reads rows of {a.name}{list(a.shape)}, not {s.a.extents}")
+    kx = s.k_axis
+    if not 0 <= kx < len(b.shape) - 1 or any(e != 1 for e in s.b.extents[:kx]) \
+            or s.b.extents[kx + 2:] != b.shape[kx + 2:]:
+        raise GraphError(f"{p.name}: a strided product's B rows ({b.name}{list(b.shape)}, {s.b.extents}, K dim {kx}) "
+                         f"are not runs")
+    columns = 1
+    for e in s.b.extents[kx + 1:]:
+        columns *= e
+    if s.a.extents[-1] != s.b.extents[kx] or c.shape != (s.a.extents[-2], columns):
+        raise GraphError(f"{p.name}: strided product {s.a.extents} x {s.b.extents} -> {c.name}{list(c.shape)} does not fit")
+    if {a.dtype, b.dtype, c.dtype} != {DType.FLOAT32}:
+        raise GraphError(f"{p.name}: a strided product is float32 ({a.dtype}, {b.dtype}, {c.dtype})")
+
+
 def _check_stmt(p: TileProgram, s: object, known: dict[str, Buffer], bound: set[str]) -> None:
     if isinstance(s, Loop):
         if s.var.name in bound:
@@ -209,6 +239,8 @@ def _check_stmt(p: TileProgram, s: object, known: dict[str, Buffer], bound: set[
             raise GraphError(f"{p.name}: gemm tiles {s.a.shape} x {s.b.shape} -> {s.c.shape} do not fit")
     elif isinstance(s, PanelGemm):
         _check_panel_gemm(p, s, known, bound)
+    elif isinstance(s, StridedGemm):
+        _check_strided_gemm(p, s, known, bound)
     elif isinstance(s, ReduceTile):
         _check_buffer(p, s.src, known)
         _check_buffer(p, s.dst, known)

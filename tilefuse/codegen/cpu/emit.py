@@ -30,7 +30,7 @@ from tilefuse.codegen.cpu.threads import THREAD_POOL
 from tilefuse.codegen.launch import CpuLaunch
 from tilefuse.codegen.options import CpuOptions
 from tilefuse.codegen.toolchain import kernel_stem, param_specs
-from tilefuse.tile_ir.ir import (STATUS, Buffer, Copy, Expr, Fill, Gemm, If, Loop, LoopKind, PanelGemm, ReduceTile, Stmt, Store,
+from tilefuse.tile_ir.ir import (STATUS, Buffer, Copy, Expr, Fill, Gemm, If, Loop, LoopKind, PanelGemm, ReduceTile, Stmt, Store, StridedGemm,
                                  TileProgram, statements)
 
 @dataclass(frozen=True)
@@ -148,6 +148,8 @@ class _Emitter:
             return emit_tiles.gemm(s, parallel=parallel)
         if isinstance(s, PanelGemm):
             return emit_tiles.panel_gemm(s, self.exprs(levels, (*s.a.offsets, s.panel0, s.k0)))
+        if isinstance(s, StridedGemm):
+            return emit_tiles.strided_gemm(s, self.exprs(levels, (*s.a.offsets, *s.b.offsets)))
         if isinstance(s, ReduceTile):
             return emit_tiles.reduce(s)
         if isinstance(s, If):
@@ -246,7 +248,7 @@ def _collect_writes(body: Sequence[Stmt], out: set[str]) -> None:
             out.add(s.buffer.name)
         elif isinstance(s, Copy):
             out.add(s.dst.buffer.name)
-        elif isinstance(s, (Gemm, PanelGemm)):
+        elif isinstance(s, (Gemm, PanelGemm, StridedGemm)):
             out.add(s.c.name)
         elif isinstance(s, ReduceTile):
             out.add(s.dst.name)
@@ -267,7 +269,7 @@ def _work(s: Stmt) -> int:
     if isinstance(s, Gemm):
         m, k = s.a.shape[::-1] if s.trans_a else s.a.shape
         return m * k * s.c.shape[-1]
-    if isinstance(s, PanelGemm):
+    if isinstance(s, (PanelGemm, StridedGemm)):
         return math.prod(s.c.shape) * s.a.extents[-1]
     if isinstance(s, Copy):
         return math.prod(s.dst.extents)

@@ -15,7 +15,7 @@ from tilefuse.codegen.cpu.c_types import compute, convert, literal, load, round_
 from tilefuse.codegen.cpu.emit_expr import Names, StmtExprs, cident, flat_index
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn
-from tilefuse.tile_ir.ir import Copy, Fill, Gemm, PanelGemm, ReduceTile
+from tilefuse.tile_ir.ir import Copy, Fill, Gemm, PanelGemm, ReduceTile, StridedGemm
 
 
 def _loops(header_vars: Sequence[tuple[str, int]], body: Sequence[str], pragma: str = "") -> list[str]:
@@ -156,6 +156,19 @@ def panel_gemm(s: PanelGemm, se: StmtExprs) -> list[str]:
     core = "tf_panel_gemm_u8s8" if s.k_group > 1 else "tf_panel_gemm_f32"
     return lines + [f"{core}({rows}, {n}, {k}, {cident(a.name)} + {flat_index(offsets, a.shape)}, {lda}, {panel}, "
                     f"{kp}, {k0}, {cident(s.c.name)}, {n}, {s.k_block});"]
+
+
+def strided_gemm(s: StridedGemm, se: StmtExprs) -> list[str]:
+    """The prelude's register-blocked core on both operands where they lie; ``se``
+    renders A's region offsets, then B's."""
+    a, b = s.a.buffer, s.b.buffer
+    ra = len(a.shape)
+    a_at = [se.root(i) for i in range(ra)]
+    b_at = [se.root(ra + i) for i in range(len(b.shape))]
+    (m, n), k = s.c.shape, s.a.extents[-1]
+    ldb = math.prod(b.shape[s.k_axis + 1:])
+    return list(se.lines) + [f"tf_gemm_f32({m}, {n}, {k}, {cident(a.name)} + {flat_index(a_at, a.shape)}, {a.shape[-1]}, "
+                             f"{cident(b.name)} + {flat_index(b_at, b.shape)}, {ldb}, {cident(s.c.name)}, {n});"]
 
 
 def _gemm_f32(a: str, b: str, c: str, m: int, n: int, k: int, parallel: bool) -> list[str]:

@@ -15,9 +15,11 @@ import itertools
 import math
 from typing import TYPE_CHECKING
 
+from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Value
 from tilefuse.ir.prims import Conv, ScalarFn
-from tilefuse.tile_ir.ir import Buffer, Call, Const, Expr, Fill, If, IOp, Load, Scope, Stmt, Store, Var, const_index, iop
+from tilefuse.tile_ir.ir import (Buffer, Call, Const, Expr, Fill, If, IOp, Load, Region, Scope, Stmt, Store, StridedGemm, Var,
+                                 const_index, iop)
 from tilefuse.tile_ir.lower import gemm_weights
 from tilefuse.tile_ir.lower.common import narrow, parallel, widen
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, linearize, window_needs_guard, window_source
@@ -39,6 +41,36 @@ def _tile_shape(b: "_Builder", bm: int) -> tuple[int, ...]:
     spatial = b.c.outputs[0].type.shape[2:]
     inner = math.prod(spatial[1:])
     return (bm // inner, *spatial[1:])
+
+
+def in_place(b: "_Builder", bn: int) -> bool:
+    """A host's pointwise convolution (1 x 1 taps, unit strides, no padding, one group)
+    in float32 whose weight is bound as [Cout, K] rows and whose input is a kernel input:
+    its im2col^T tile would be a copy of the input's channel planes and its weight tile a
+    copy of the weight's rows, so the product reads both where they lie
+    (``in_place_product``). Whole column tiles only (rows past Cout are not read)."""
+    op = b.c.op
+    x = b.c.inputs[0]
+    return (isinstance(op, Conv) and b.flip and not b.depthwise and b.groups == 1 and b.target.gemm.panel_width > 0
+            and not b.target.device.max_block_threads and gemm_weights.packs_conv_rows(b)
+            and all(t == 1 for t in b.c.inputs[1].type.shape[2:]) and all(s == 1 for s in op.strides)
+            and not any(op.pads) and {b.acc_dtype, b.op_dtype, x.type.dtype} == {DType.FLOAT32}
+            and any(x is v for v in b.group.inputs) and b.n % bn == 0)
+
+
+def in_place_product(b: "_Builder", x_param: Buffer, tc: Buffer, mt: Var, n0: Expr, kt: Var, chans: int) -> Stmt:
+    """K step ``kt`` of a pointwise convolution (``in_place``): the tile's rows of the
+    bound weight, ``chans`` input channels of them, by those channels' planes of the
+    tile's output rows (a run of ``rows x W`` positions each, rows ``H x W`` apart)."""
+    assert b.packed is not None
+    bn, bm = tc.shape
+    shape = _tile_shape(b, bm)
+    img, row0 = _origin(b, mt, shape[0])
+    ch0 = iop(IOp.MUL, kt, chans)
+    spatial = x_param.shape[2:]
+    a = Region(b.packed, (n0, ch0), (bn, chans))
+    planes = Region(x_param, (img, ch0, row0, *(const_index(0) for _ in spatial[1:])), (1, chans, *shape))
+    return StridedGemm(a, planes, 1, tc)
 
 
 def fills(b: "_Builder", el: ElementBuilder, ta: Buffer, tb: Buffer, mt: Var, n0: Expr, kt: Var, chans: int) -> list[Stmt]:

@@ -371,7 +371,10 @@ class _Builder:
 
         dw_allocs: tuple[Buffer, ...] = ()
         dw_width = conv_rows.padded_width(self) if self.depthwise else 0
-        if dw_width:
+        in_place = conv_rows.in_place(self, bn)
+        if in_place:  # a pointwise convolution's weight rows by its input's planes, where they lie
+            k_body = [conv_rows.in_place_product(self, buffers[id(self.c.inputs[0])], tcs[0], mt, n0, kt, ch_per_tile)]
+        elif dw_width:
             dw_allocs, k_body = conv_rows.depthwise_padded(self, el, tcs[0], mt, n0)
         elif self.depthwise:
             k_body = conv_rows.depthwise(self, el, tcs[0], mt, n0)
@@ -433,6 +436,8 @@ class _Builder:
             wide = f", the first product of a chain computed {bk} columns at a time on chip"
         if dw_width:
             wide += f", input rows zero-padded to {dw_width} on chip, every tap summed per position"
+        if in_place:
+            wide += ", the weight's rows by the input's channel planes where they lie (no operand tiles)"
         if self.groups > 1:
             wide += f", {self.groups} groups of {self.cols} output channels"
         if tail:
@@ -444,7 +449,7 @@ class _Builder:
             notes = (f"gemm+epilogue: tiles {bm}x{bn}, grid {grid}{wide}, the weight packed in {self.panel_width}-column panels, "
                      f"A read in place, K in blocks of {bk}",)
         n_in = len(params) - len(self.group.outputs)
-        operand_tiles = (() if self.depthwise or (self.panel_width and self.first is None and not conv)
+        operand_tiles = (() if self.depthwise or in_place or (self.panel_width and self.first is None and not conv)
                          else (ta,) if self.panel_width else (ta, *tbs))
         allocs = (*operand_tiles, *dw_allocs, *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()),
                   *staging)
@@ -459,7 +464,7 @@ class _Builder:
             channel_rows=self.flip, depthwise=self.depthwise, channels_per_k_tile=ch_per_tile if conv else 0,
             padded_columns=self.pad_to, accumulator=self.acc_dtype, operands=self.op_dtype, tf32=self.tf32, occupancy=0,
             positions_inner=self.positions_inner, groups=self.groups, panel_width=self.panel_width,
-            depthwise_padded_width=dw_width)
+            depthwise_padded_width=dw_width, operands_in_place=in_place)
         return TileProgram(self.name, tuple(params), n_in, grid, (*bvars, mt, nt), threads, allocs, tuple(body), notes,
                            producer=producer is not None, schedule=schedule)
 

@@ -1,0 +1,114 @@
+"""On the CPU a float32 pointwise convolution with channels as rows (maps of 56 x 56,
+28 x 28, 14 x 14: MobileNet's and EfficientNet's expansions and projections, ResNet's
+1 x 1s) has no operand tiles: its weight, bound as [Cout, Cin] rows, and its input's
+channel planes are read where they lie by one StridedGemm per K step
+(conv_rows.in_place). The lowered program interprets like the reference, the compiled
+plan matches onnxruntime and the reference on fresh random inputs, and what does not
+qualify (a stride, taps, a computed input) keeps its tiles."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tilefuse.compare import compare_output
+from tilefuse.errors import GraphError
+from tilefuse.frontend import import_onnx
+from tilefuse.partition import partition_graph
+from tilefuse.reference import evaluate_all
+from tilefuse.target import CPU, CUDA_SM90A
+from tilefuse.tile_ir.ir import Region, StridedGemm, statements
+from tilefuse.tile_ir.lower import lower_group
+from tilefuse.tile_ir.verify import verify_program as verify
+
+from tests.tile_ir.compiled import cpu_plan_matches
+from tests.tile_ir.interpreted import interpret
+
+CASES = {
+    # name: (x shape [N, C, H, W], Cout, kernel, stride, computed input, in place)
+    "expand_14x14_96_to_576": ((1, 96, 14, 14), 576, 1, 1, False, True),
+    "project_28x28_batch2": ((2, 144, 28, 28), 32, 1, 1, False, True),
+    "odd_map_many_k_steps": ((1, 600, 15, 17), 64, 1, 1, False, True),
+    "tiles_of_125_channels": ((1, 24, 16, 16), 250, 1, 1, False, True),
+    "stride_keeps_tiles": ((1, 32, 28, 28), 64, 1, 2, False, False),
+    "taps_keep_tiles": ((1, 16, 20, 20), 32, 3, 1, False, False),
+    "computed_input_keeps_tiles": ((1, 32, 20, 20), 64, 1, 1, True, False),
+}
+
+
+def _model(x_shape, cout, k, stride, computed, rng) -> onnx.ModelProto:
+    cin = x_shape[1]
+    w = (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    pad = k // 2
+    nodes = [helper.make_node("Sigmoid", ["x"], ["xs"])] if computed else []
+    nodes += [helper.make_node("Conv", ["xs" if computed else "x", "w", "b"], ["c"], kernel_shape=[k, k],
+                               strides=[stride, stride], pads=[pad] * 4),
+              helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]
+    out = (x_shape[2] + 2 * pad - k) // stride + 1, (x_shape[3] + 2 * pad - k) // stride + 1
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b"),
+             numpy_helper.from_array(np.array(0, np.float32), "lo"), numpy_helper.from_array(np.array(6, np.float32), "hi")]
+    graph = helper.make_graph(nodes, "pointwise", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [x_shape[0], cout, *out])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_pointwise_convolution_reads_its_operands_in_place(name):
+    x_shape, cout, k, stride, computed, in_place = CASES[name]
+    rng = np.random.default_rng()
+    model = _model(x_shape, cout, k, stride, computed, rng)
+    feeds = {"x": rng.standard_normal(x_shape).astype(np.float32)}
+    graph = import_onnx(model)
+    values = evaluate_all(graph, feeds)
+    for target in (CPU, CUDA_SM90A):
+        groups = [g for g in partition_graph(graph, target).groups if str(g.kind) != "opaque"]
+        low = lower_group(groups[-1], target)
+        strided = [s for s in statements(low.program.body) if isinstance(s, StridedGemm)]
+        want = in_place and target is CPU
+        assert bool(strided) == want and low.program.schedule.operands_in_place == want, (target.name, low.program.notes)
+        if want:
+            assert low.program.schedule.channel_rows
+            assert not [b.name for b in low.program.allocs if b.name.startswith(("a_tile", "b_tile"))]
+            assert "where they lie" in low.program.notes[0]
+        if target is CPU:
+            for g in groups:
+                for v, got in interpret(lower_group(g, target), values):
+                    c = compare_output(v.name, got, values[id(v)])
+                    assert c.ok, f"{name} interpreted: {c.problem}"
+    cpu_plan_matches(name, model, graph, feeds)
+
+
+def test_verify_names_a_strided_product_whose_rows_are_not_runs():
+    model = _model((1, 96, 14, 14), 576, 1, 1, False, np.random.default_rng(0))
+    graph = import_onnx(model)
+    (g,) = [g for g in partition_graph(graph, CPU).groups if str(g.kind) != "opaque"]
+    program = lower_group(g, CPU).program
+    verify(program, CPU)
+    (s,) = [s for s in statements(program.body) if isinstance(s, StridedGemm)]
+    half_rows = Region(s.b.buffer, s.b.offsets, (*s.b.extents[:-1], s.b.extents[-1] // 2))
+    bad = _replace(program, s, StridedGemm(s.a, half_rows, s.k_axis, s.c))
+    with pytest.raises(GraphError, match="are not runs"):
+        verify(bad, CPU)
+    with pytest.raises(GraphError, match="host's product core"):
+        verify(program, CUDA_SM90A)
+
+
+def _replace(program, old, new):
+    from dataclasses import replace
+
+    from tilefuse.tile_ir.ir import If, Loop
+
+    def walk(stmts):
+        out = []
+        for s in stmts:
+            if s is old:
+                out.append(new)
+            elif isinstance(s, (Loop, If)):
+                out.append(replace(s, body=tuple(walk(s.body))))
+            else:
+                out.append(s)
+        return out
+
+    return replace(program, body=tuple(walk(program.body)))
