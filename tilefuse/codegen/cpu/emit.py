@@ -30,8 +30,8 @@ from tilefuse.codegen.cpu.threads import THREAD_POOL
 from tilefuse.codegen.launch import CpuLaunch
 from tilefuse.codegen.options import CpuOptions
 from tilefuse.codegen.toolchain import kernel_stem, param_specs
-from tilefuse.tile_ir.ir import (STATUS, Buffer, Copy, Expr, Fill, Gemm, If, Loop, LoopKind, PanelGemm, ReduceTile, Stmt, Store, StridedGemm,
-                                 TileProgram, statements)
+from tilefuse.tile_ir.ir import (STATUS, Buffer, Copy, Expr, Fill, Gemm, If, Loop, LoopKind, PanelGemm, ReduceTile, Stmt, Store,
+                                 StridedGemm, TileProgram, statements)
 
 @dataclass(frozen=True)
 class CSource:

@@ -44,8 +44,9 @@ def _tile_shape(b: "_Builder", bm: int) -> tuple[int, ...]:
 
 
 def in_place(b: "_Builder", bn: int) -> bool:
-    """A host's pointwise convolution (1 x 1 taps, unit strides, no padding, one group)
-    in float32 whose weight is bound as [Cout, K] rows and whose input is a kernel input:
+    """A pointwise convolution (1 x 1 taps, unit strides, no padding, one group) in
+    float32 on a host with the product core (``GemmPolicy.panel_width``), whose weight is
+    bound as [Cout, K] rows and whose input is a kernel input:
     its im2col^T tile would be a copy of the input's channel planes and its weight tile a
     copy of the weight's rows, so the product reads both where they lie
     (``in_place_product``). Whole column tiles only (rows past Cout are not read)."""
