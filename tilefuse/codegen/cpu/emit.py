@@ -26,6 +26,7 @@ from tilefuse.codegen.cpu import accumulate, emit_tiles
 from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
 from tilefuse.codegen.cpu.prelude import INDEX_PRELUDE, INT8_PANEL_PRELUDE, PANEL_PRELUDE, PRELUDE
+from tilefuse.codegen.cpu.flat_access import flatten_accesses
 from tilefuse.codegen.cpu.threads import THREAD_POOL
 from tilefuse.codegen.launch import CpuLaunch
 from tilefuse.codegen.options import CpuOptions
@@ -78,7 +79,8 @@ def _header(p: TileProgram, stem: str) -> str:
 
 class _Emitter:
     def __init__(self, program: TileProgram, options: CpuOptions) -> None:
-        self.p, self.options = program, options
+        # accesses whose per-dim indices cancel to a run, printed at their flat offset
+        self.p, self.options = flatten_accesses(program), options
         self.table = ExprTable()
         self.names = Names()
         self.grid_parallel = math.prod(program.grid) > 1

@@ -210,15 +210,28 @@ def stores(b: "_Builder", el: ElementBuilder, v: Value, ob: Buffer, mt: Var, n0:
     with its tile position, so the epilogue's read of the product is a plain tile load."""
     shape = _tile_shape(b, bm)
     img, row0 = _origin(b, mt, shape[0])
+    # on a host, a channel's positions as one run (its rows are one run of the NCHW plane):
+    # the printer cancels (q // W, q % W) in the flat offset (codegen/cpu/flat_access.py),
+    # and the loop vectorises along whole rows, not along runs of W (14 floats: masked)
+    runs = not b.target.device.max_block_threads and len(shape) > 1
 
     def store(idx: Index) -> list[Stmt]:
-        j, p = idx[0], idx[1:]
+        j, p = idx[0], (delinearize(idx[1], shape) if runs else idx[1:])
         g = (img, iop(IOp.ADD, n0, j), iop(IOp.ADD, row0, p[0]), *p[1:])
-        b._tile_at[g] = (j, linearize(p, shape))
+        b._tile_at[g] = (j, idx[1] if runs else linearize(p, shape))
         out_idx = b.fwd[id(v)](g)
         return [Store(ob, out_idx, el.at(v, out_idx))]
 
-    return parallel(b.names, (bn, *shape), store)
+    return parallel(b.names, (bn, bm) if runs else (bn, *shape), store)
+
+
+def delinearize(q: Expr, shape: tuple[int, ...]) -> Index:
+    """Position ``q`` of a row-major tile of ``shape`` as its index per dim."""
+    out: list[Expr] = []
+    for n in reversed(shape[1:]):
+        out.append(iop(IOp.MOD, q, n))
+        q = iop(IOp.FLOORDIV, q, n)
+    return (q, *reversed(out))
 
 
 def depthwise(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr) -> list[Stmt]:
