@@ -35,8 +35,8 @@ RANDOM_HELP = (
 CHECK_HELP = (
     "compare with onnxruntime; exit 1 beyond tolerance. By default every output's max abs error must be "
     "within tol x max(1, max |reference|), tol from the output's dtype and the precision the plan "
-    "computed in (float32 1e-4, tf32 1e-3, fp16 1e-2, bf16 5e-2; integers exact); a model that "
-    "quantizes its activations (QDQ) 3e-2, its 8-bit values one step"
+    "computed in (float32 1e-4, tf32 1e-3, fp16 1e-2, bf16 5e-2; integers exact); a quantized "
+    "model (QuantizeLinear/DequantizeLinear) 3e-2, its 8-bit values one step"
 )
 
 
