@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tilefuse.tile_ir.ir import (Buffer, Call, Const, Expr, If, IndexCheck, IndexOp, IOp, Load, Loop, Stmt, Store, TileProgram, Var,
-                                 const_index, iop)
+                                 const_index, iop, subexpressions)
+from tilefuse.tile_ir.nests import mentions
 from tilefuse.tile_ir.simplify import simplify_expr
 
 
@@ -46,15 +47,7 @@ def _stmt(s: Stmt, inner: Var | None) -> Stmt:
 
 
 def _loads(e: Expr) -> list[Load]:
-    if isinstance(e, Load):
-        return [e, *(x for i in e.indices for x in _loads(i))]
-    if isinstance(e, IndexOp):
-        return _loads(e.a) + _loads(e.b)
-    if isinstance(e, Call):
-        return [x for a in e.args for x in _loads(a)]
-    if isinstance(e, IndexCheck):
-        return _loads(e.index)
-    return []
+    return [x for x in subexpressions(e) if isinstance(x, Load)]
 
 
 def _stride(load: Load, v: Var) -> int | None:
@@ -113,27 +106,7 @@ def _flat(buffer: Buffer, indices: tuple[Expr, ...], inner: Var | None) -> tuple
 
 def _divides(e: Expr, v: Var) -> bool:
     """Whether ``e`` holds a division or remainder of an expression of ``v``."""
-    if isinstance(e, IndexOp):
-        if e.op in (IOp.FLOORDIV, IOp.MOD) and _mentions(e.a, v):
-            return True
-        return _divides(e.a, v) or _divides(e.b, v)
-    if isinstance(e, Call):
-        return any(_divides(x, v) for x in e.args)
-    if isinstance(e, IndexCheck):
-        return _divides(e.index, v)
-    return False
-
-
-def _mentions(e: Expr, v: Var) -> bool:
-    if isinstance(e, Var):
-        return e == v
-    if isinstance(e, IndexOp):
-        return _mentions(e.a, v) or _mentions(e.b, v)
-    if isinstance(e, Call):
-        return any(_mentions(x, v) for x in e.args)
-    if isinstance(e, IndexCheck):
-        return _mentions(e.index, v)
-    return False  # a Load's indices: a value read, not this index
+    return any(isinstance(x, IndexOp) and x.op in (IOp.FLOORDIV, IOp.MOD) and mentions(x.a, v) for x in subexpressions(e))
 
 
 def _divmods(e: Expr) -> int:

@@ -53,7 +53,7 @@ def in_place(b: "_Builder", bn: int) -> bool:
     op = b.c.op
     x = b.c.inputs[0]
     return (isinstance(op, Conv) and b.flip and not b.depthwise and b.groups == 1 and b.target.gemm.panel_width > 0
-            and not b.target.device.max_block_threads and gemm_weights.packs_conv_rows(b)
+            and gemm_weights.packs_conv_rows(b)  # (a host's: no blocks)
             and all(t == 1 for t in b.c.inputs[1].type.shape[2:]) and all(s == 1 for s in op.strides)
             and not any(op.pads) and {b.acc_dtype, b.op_dtype, x.type.dtype} == {DType.FLOAT32}
             and any(x is v for v in b.group.inputs) and b.n % bn == 0)
