@@ -2,7 +2,9 @@
 with leading dimensions) against a float64 product, at every column tail a strip leaves
 (AVX-512: strips of 32, then 16-wide ones, the last masked; AVX2: strips of 16, 8 and a
 zero-padded copy), odd row counts and leading dimensions past the tile, for the host's
-instruction set and for x86-64-v3. Columns past n and rows past m are never written."""
+instruction set and for x86-64-v3. Columns past n and rows past m are never written. With
+its ``zero`` flag it computes c = a @ b without reading c (codegen/cpu/first_products.py),
+also with no K at all (c zeroed)."""
 import ctypes
 import subprocess
 
@@ -26,26 +28,30 @@ def _isas() -> list[str]:
 @pytest.fixture(scope="module", params=_isas())
 def core(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"core-{request.param}")
-    entry = ("void gemm(long m, long n, long k, const float *a, long lda, const float *b, long ldb, float *c, long ldc) "
-             "{ tf_gemm_f32(m, n, k, a, lda, b, ldb, c, ldc); }\n")
+    entry = ("void gemm(long m, long n, long k, const float *a, long lda, const float *b, long ldb, float *c, long ldc, "
+             "int zero) { tf_gemm_f32(m, n, k, a, lda, b, ldb, c, ldc, zero); }\n")
     (tmp / "g.c").write_text(PRELUDE + entry)
     subprocess.run([*find_compiler().command, *flags(request.param), "-o", str(tmp / "g.so"), str(tmp / "g.c"), "-lm"],
                    check=True)
     return ctypes.CDLL(str(tmp / "g.so")).gemm
 
 
-@pytest.mark.parametrize("m, n, k", SHAPES)
-def test_the_product_core_matches_a_float64_product(core, m, n, k):
+@pytest.mark.parametrize("zero", [0, 1])
+@pytest.mark.parametrize("m, n, k", SHAPES + [(5, 33, 0)])
+def test_the_product_core_matches_a_float64_product(core, m, n, k, zero):
     rng = np.random.default_rng(m * 10007 + n * 101 + k)
     lda, ldb, ldc = k + 3, n + 5, n + 7  # rows of each operand lie apart, past the tile
     a = rng.standard_normal((m, lda)).astype(np.float32)
     b = rng.standard_normal((k, ldb)).astype(np.float32)
     c = rng.standard_normal((m + 1, ldc)).astype(np.float32)  # one more row: never written
     want = c.astype(np.float64)
+    if zero:  # c's values are not read: NaN where the product lands
+        c[:m, :n] = np.nan
+        want[:m, :n] = 0.0
     want[:m, :n] += a[:, :k].astype(np.float64) @ b[:, :n].astype(np.float64)
     ptr = ctypes.c_void_p
     core(ctypes.c_long(m), ctypes.c_long(n), ctypes.c_long(k), a.ctypes.data_as(ptr), ctypes.c_long(lda),
-         b.ctypes.data_as(ptr), ctypes.c_long(ldb), c.ctypes.data_as(ptr), ctypes.c_long(ldc))
+         b.ctypes.data_as(ptr), ctypes.c_long(ldb), c.ctypes.data_as(ptr), ctypes.c_long(ldc), ctypes.c_int(zero))
     assert np.array_equal(c[:, n:], want[:, n:].astype(np.float32)), "columns past n were written"
     assert np.array_equal(c[m], want[m].astype(np.float32)), "a row past m was written"
     err = np.abs(c[:m, :n] - want[:m, :n]).max(initial=0.0)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from tilefuse.codegen.artifact import ParamSpec
-from tilefuse.codegen.cpu import accumulate, emit_tiles
+from tilefuse.codegen.cpu import accumulate, emit_tiles, first_products
 from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
 from tilefuse.codegen.cpu.prelude import INDEX_PRELUDE, INT8_PANEL_PRELUDE, PANEL_PRELUDE, PRELUDE
@@ -88,6 +88,8 @@ class _Emitter:
             cident(v.name): (0, g - 1) for v, g in zip(program.block_vars, program.grid)
         }
         self._writes: dict[int, tuple[Loop, frozenset[str]]] = {}
+        # products that start their tile at zero instead of a zeroing pass (first_products.py)
+        self.starts = first_products.plan(self.p)
         self.parallel = False  # whether an ``omp parallel`` loop was emitted
 
     # -- the function ------------------------------------------------------------------
@@ -122,10 +124,12 @@ class _Emitter:
             nbytes, name, t = n * b.dtype.itemsize, cident(b.name), storage(b.dtype)
             if nbytes <= self.options.stack_buffer_bytes and on_stack + nbytes <= self.options.stack_total_bytes:
                 on_stack += nbytes
-                lines.append(f"{t} {name}[{n}] __attribute__((aligned(64))) = {{0}};")
+                zeroed = "" if b.name in self.starts.raw else " = {0}"
+                lines.append(f"{t} {name}[{n}] __attribute__((aligned(64))){zeroed};")
             else:
                 self._heap.append(b)
-                lines.append(f"{t} *restrict {name} = ({t} *)tf_alloc({nbytes});")
+                alloc = "tf_alloc_raw" if b.name in self.starts.raw else "tf_alloc"
+                lines.append(f"{t} *restrict {name} = ({t} *){alloc}({nbytes});")
         return lines
 
     # -- statements --------------------------------------------------------------------
@@ -141,22 +145,30 @@ class _Emitter:
         if isinstance(s, Store):
             return self.store(s, levels)
         if isinstance(s, Fill):
-            return emit_tiles.fill(s)
+            return [] if id(s) in self.starts.dropped else emit_tiles.fill(s)
         if isinstance(s, Copy):
             return emit_tiles.copy(s, self.exprs(levels, (*s.src.offsets, *s.dst.offsets)), self.names)
         if isinstance(s, Gemm):
             parallel = not in_parallel and _work(s) >= self.options.parallel_min_work
             self.parallel |= parallel
-            return emit_tiles.gemm(s, parallel=parallel)
+            return emit_tiles.gemm(s, parallel=parallel, zero=self.zero(s))
         if isinstance(s, PanelGemm):
-            return emit_tiles.panel_gemm(s, self.exprs(levels, (*s.a.offsets, s.panel0, s.k0)))
+            return emit_tiles.panel_gemm(s, self.exprs(levels, (*s.a.offsets, s.panel0, s.k0)), self.zero(s))
         if isinstance(s, StridedGemm):
-            return emit_tiles.strided_gemm(s, self.exprs(levels, (*s.a.offsets, *s.b.offsets)))
+            return emit_tiles.strided_gemm(s, self.exprs(levels, (*s.a.offsets, *s.b.offsets)), self.zero(s))
         if isinstance(s, ReduceTile):
             return emit_tiles.reduce(s)
         if isinstance(s, If):
             return self.branch(s, levels, in_parallel)
         raise TypeError(f"{self.p.name}: unknown statement {s!r}")
+
+    def zero(self, s: Stmt) -> str:
+        """The product core's ``zero`` flag for product ``s``: C for whether it starts its
+        tile at zero (``first_products.plan``)."""
+        if id(s) not in self.starts.products:
+            return "0"
+        var = self.starts.products[id(s)]
+        return "1" if var is None else f"{cident(var.name)} == 0"
 
     def branch(self, s: If, levels: list[LoopLevel], in_parallel: bool) -> list[str]:
         """``if (cond) { body }``. Nothing inside is hoisted above the branch (a load the

@@ -99,10 +99,11 @@ def _source_positions(src_ext: Sequence[int], dst_ext: Sequence[int], so: Sequen
     return out
 
 
-def gemm(s: Gemm, parallel: bool) -> list[str]:
+def gemm(s: Gemm, parallel: bool, zero: str = "0") -> list[str]:
     """``c += op(a) @ op(b)``: fp32 tiles without transposes through the prelude's
-    register-blocked ``tf_gemm_f32``; otherwise i-k-j order (unit stride over j), or i-j-k
-    dot products when b is transposed; half c accumulates one row at a time in float."""
+    register-blocked ``tf_gemm_f32`` (``zero``: C for whether it starts c at zero,
+    ``first_products.py``); otherwise i-k-j order (unit stride over j), or i-j-k dot
+    products when b is transposed; half c accumulates one row at a time in float."""
     (m, k) = s.a.shape[::-1] if s.trans_a else s.a.shape
     n = s.c.shape[1]
     wide = DType.FLOAT32 if s.c.dtype.is_float and s.c.dtype.itemsize <= 4 else s.c.dtype
@@ -114,7 +115,8 @@ def gemm(s: Gemm, parallel: bool) -> list[str]:
         return convert(load(dtype, f"{buf}[{i}]"), dtype, wide)
 
     if not (s.trans_a or s.trans_b) and s.a.dtype is s.b.dtype is s.c.dtype is DType.FLOAT32:
-        return _gemm_f32(a, b, c, m, n, k, parallel)
+        return _gemm_f32(a, b, c, m, n, k, parallel, zero)
+    assert zero == "0", "only the product core starts a tile at zero"
     a_ik = at(a, s.a.dtype, "_i", "_p", s.a.shape, s.trans_a)
     b_kj = at(b, s.b.dtype, "_p", "_j", s.b.shape, s.trans_b)
     c_ij = convert(load(s.c.dtype, f"{c}[_i * {n} + _j]"), s.c.dtype, wide)
@@ -135,11 +137,12 @@ def gemm(s: Gemm, parallel: bool) -> list[str]:
     return ["{"] + ["    " + x for x in _loops([("_i", m)], rows, pragma)] + ["}"]
 
 
-def panel_gemm(s: PanelGemm, se: StmtExprs) -> list[str]:
+def panel_gemm(s: PanelGemm, se: StmtExprs, zero: str = "0") -> list[str]:
     """The prelude's product core by a packed weight (``PANEL_PRELUDE``; int8 panels:
     ``INT8_PANEL_PRELUDE``); ``se`` renders
     the region's offsets, then the first panel and the first weight row. Rows of the
-    region past the end of A are not passed (a partial last row tile)."""
+    region past the end of A are not passed (a partial last row tile): where they may not
+    all be, a product that starts its tile at zero (``zero``) zeroes the tile first."""
     a = s.a.buffer
     rank = len(a.shape)
     offsets = [se.root(k) for k in range(rank)]
@@ -152,15 +155,23 @@ def panel_gemm(s: PanelGemm, se: StmtExprs) -> list[str]:
     if bounds is None or bounds[0] < 0 or bounds[1] + bm > rows_of_a:
         left = f"{rows_of_a} - ({offsets[-2]})"
         rows = f"({left} < {bm} ? ({left} > 0 ? {left} : 0) : {bm})"
+        if zero != "0":
+            clear = f"memset({cident(s.c.name)}, 0, {bm * n * s.c.dtype.itemsize});"
+            lines.append(clear if zero == "1" else f"if ({zero}) {clear}")
+            zero = "0"
     panel = f"{cident(s.b.name)} + ({first}) * {kp * s.width}" if first != "0" else cident(s.b.name)
-    core = "tf_panel_gemm_u8s8" if s.k_group > 1 else "tf_panel_gemm_f32"
+    if s.k_group > 1:
+        assert zero == "0", "only the float product core starts a tile at zero"
+        core, flag = "tf_panel_gemm_u8s8", ""
+    else:
+        core, flag = "tf_panel_gemm_f32", f", {zero}"
     return lines + [f"{core}({rows}, {n}, {k}, {cident(a.name)} + {flat_index(offsets, a.shape)}, {lda}, {panel}, "
-                    f"{kp}, {k0}, {cident(s.c.name)}, {n}, {s.k_block});"]
+                    f"{kp}, {k0}, {cident(s.c.name)}, {n}, {s.k_block}{flag});"]
 
 
-def strided_gemm(s: StridedGemm, se: StmtExprs) -> list[str]:
+def strided_gemm(s: StridedGemm, se: StmtExprs, zero: str = "0") -> list[str]:
     """The prelude's register-blocked core on both operands where they lie; ``se``
-    renders A's region offsets, then B's."""
+    renders A's region offsets, then B's; ``zero``: as for ``gemm``."""
     a, b = s.a.buffer, s.b.buffer
     ra = len(a.shape)
     a_at = [se.root(i) for i in range(ra)]
@@ -168,18 +179,18 @@ def strided_gemm(s: StridedGemm, se: StmtExprs) -> list[str]:
     (m, n), k = s.c.shape, s.a.extents[-1]
     ldb = math.prod(b.shape[s.k_axis + 1:])
     return list(se.lines) + [f"tf_gemm_f32({m}, {n}, {k}, {cident(a.name)} + {flat_index(a_at, a.shape)}, {a.shape[-1]}, "
-                             f"{cident(b.name)} + {flat_index(b_at, b.shape)}, {ldb}, {cident(s.c.name)}, {n});"]
+                             f"{cident(b.name)} + {flat_index(b_at, b.shape)}, {ldb}, {cident(s.c.name)}, {n}, {zero});"]
 
 
-def _gemm_f32(a: str, b: str, c: str, m: int, n: int, k: int, parallel: bool) -> list[str]:
+def _gemm_f32(a: str, b: str, c: str, m: int, n: int, k: int, parallel: bool, zero: str) -> list[str]:
     """The prelude's register-blocked product; a parallel one splits c's rows into one
     block per thread (multiples of 6 rows, the micro-kernel's height)."""
     if not parallel:
-        return [f"tf_gemm_f32({m}, {n}, {k}, {a}, {k}, {b}, {n}, {c}, {n});"]
+        return [f"tf_gemm_f32({m}, {n}, {k}, {a}, {k}, {b}, {n}, {c}, {n}, {zero});"]
     return ["{", "    #pragma omp parallel for schedule(static)",
             f"    for (int64_t _i = 0; _i < {m}; _i += 24) {{",
             f"        const int64_t _r = {m} - _i < 24 ? {m} - _i : 24;",
-            f"        tf_gemm_f32(_r, {n}, {k}, {a} + _i * {k}, {k}, {b}, {n}, {c} + _i * {n}, {n});",
+            f"        tf_gemm_f32(_r, {n}, {k}, {a} + _i * {k}, {k}, {b}, {n}, {c} + _i * {n}, {n}, {zero});",
             "    }", "}"]
 
 

@@ -168,11 +168,17 @@ static inline double tf_sigmoid_f64(double x) {
     return e / (1.0 + e);
 }
 
-/* -- tile buffers too big for the stack: 64-byte aligned, zeroed --------------------- */
-static void *tf_alloc(size_t bytes) {
+/* -- tile buffers too big for the stack: 64-byte aligned; zeroed, or not (a tile whose
+ * first use writes all of it: codegen/cpu/first_products.py) ---------------------------- */
+static void *tf_alloc_raw(size_t bytes) {
     size_t n = (bytes + 63) & ~(size_t)63;
     void *p = aligned_alloc(64, n ? n : 64);
     if (!p) { fputs("tilefuse kernel: out of memory for a tile buffer\n", stderr); abort(); }
+    return p;
+}
+static void *tf_alloc(size_t bytes) {
+    size_t n = (bytes + 63) & ~(size_t)63;
+    void *p = tf_alloc_raw(bytes);
     memset(p, 0, n ? n : 64);
     return p;
 }
@@ -180,16 +186,19 @@ static void *tf_alloc(size_t bytes) {
 /* -- the product core: register-blocked c += a @ b on fp32 tiles -------------------- */
 /* Blocks of MR rows x 8*NV columns of c stay in vector registers over the whole k loop:
  * each step loads NV vectors of b's row and broadcasts MR values of a. Sums run over k
- * in order, element by element, exactly as the plain i-k-j loop adds them. */
+ * in order, element by element, exactly as the plain i-k-j loop adds them. With ``zero``
+ * the accumulators start at 0 instead of c's values: c = a @ b, bit for bit what zeroing
+ * c first would give (0 + x is x), without the zeroing pass or the loads of c. */
 typedef float tf_v8 __attribute__((vector_size(32), aligned(4)));
 /* MR rows x NV vectors of W floats (vector type VT) */
 #define TF_MICRO_V(NAME, VT, W, MR, NV)                                                         \
 static inline __attribute__((always_inline)) void NAME(int64_t k, const float *restrict a,     \
-        int64_t lda, const float *restrict b, int64_t ldb, float *restrict c, int64_t ldc) {    \
+        int64_t lda, const float *restrict b, int64_t ldb, float *restrict c, int64_t ldc,      \
+        int zero) {                                                                             \
     VT acc[MR][NV];                                                                             \
     _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r)                                       \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                                    \
-            acc[r][v] = *(const VT *)(c + r * ldc + W * v);                                     \
+            acc[r][v] = zero ? (VT){0} : *(const VT *)(c + r * ldc + W * v);                    \
     for (int64_t p = 0; p < k; ++p) {                                                           \
         VT bv[NV];                                                                              \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) bv[v] = *(const VT *)(b + p * ldb + W * v); \
@@ -217,19 +226,19 @@ TF_MICRO(tf_micro_1x8, 1, 1)
  * blocks (8 rows as 4 + 4, not 6 + 2: a 2-row block is bound by its loads of b) */
 static inline __attribute__((always_inline)) void tf_strip_16(int64_t m, int64_t k,
         const float *restrict a, int64_t lda, const float *restrict b, int64_t ldb,
-        float *restrict c, int64_t ldc) {
+        float *restrict c, int64_t ldc, int zero) {
     int64_t i = 0;
     while (m - i > 0) {
         int64_t left = m - i, r = left >= 12 ? 6 : (left > 6 ? (left + 1) / 2 : left);
         const float *ai = a + i * lda;
         float *ci = c + i * ldc;
         switch (r) {
-        case 6: tf_micro_6x16(k, ai, lda, b, ldb, ci, ldc); break;
-        case 5: tf_micro_5x16(k, ai, lda, b, ldb, ci, ldc); break;
-        case 4: tf_micro_4x16(k, ai, lda, b, ldb, ci, ldc); break;
-        case 3: tf_micro_3x16(k, ai, lda, b, ldb, ci, ldc); break;
-        case 2: tf_micro_2x16(k, ai, lda, b, ldb, ci, ldc); break;
-        default: tf_micro_1x16(k, ai, lda, b, ldb, ci, ldc); break;
+        case 6: tf_micro_6x16(k, ai, lda, b, ldb, ci, ldc, zero); break;
+        case 5: tf_micro_5x16(k, ai, lda, b, ldb, ci, ldc, zero); break;
+        case 4: tf_micro_4x16(k, ai, lda, b, ldb, ci, ldc, zero); break;
+        case 3: tf_micro_3x16(k, ai, lda, b, ldb, ci, ldc, zero); break;
+        case 2: tf_micro_2x16(k, ai, lda, b, ldb, ci, ldc, zero); break;
+        default: tf_micro_1x16(k, ai, lda, b, ldb, ci, ldc, zero); break;
         }
         i += r;
     }
@@ -249,25 +258,25 @@ TF_MICRO32(tf_micro32_4, 4) TF_MICRO32(tf_micro32_3, 3) TF_MICRO32(tf_micro32_2,
  * blocks */
 static inline __attribute__((always_inline)) void tf_strip_32(int64_t m, int64_t k,
         const float *restrict a, int64_t lda, const float *restrict b, int64_t ldb,
-        float *restrict c, int64_t ldc) {
+        float *restrict c, int64_t ldc, int zero) {
     int64_t i = 0;
     while (m - i > 0) {
         const int64_t left = m - i, r = left >= 24 ? 12 : (left > 12 ? (left + 1) / 2 : left);
         const float *ai = a + i * lda;
         float *ci = c + i * ldc;
         switch (r) {
-        case 12: tf_micro32_12(k, ai, lda, b, ldb, ci, ldc); break;
-        case 11: tf_micro32_11(k, ai, lda, b, ldb, ci, ldc); break;
-        case 10: tf_micro32_10(k, ai, lda, b, ldb, ci, ldc); break;
-        case 9: tf_micro32_9(k, ai, lda, b, ldb, ci, ldc); break;
-        case 8: tf_micro32_8(k, ai, lda, b, ldb, ci, ldc); break;
-        case 7: tf_micro32_7(k, ai, lda, b, ldb, ci, ldc); break;
-        case 6: tf_micro32_6(k, ai, lda, b, ldb, ci, ldc); break;
-        case 5: tf_micro32_5(k, ai, lda, b, ldb, ci, ldc); break;
-        case 4: tf_micro32_4(k, ai, lda, b, ldb, ci, ldc); break;
-        case 3: tf_micro32_3(k, ai, lda, b, ldb, ci, ldc); break;
-        case 2: tf_micro32_2(k, ai, lda, b, ldb, ci, ldc); break;
-        default: tf_micro32_1(k, ai, lda, b, ldb, ci, ldc); break;
+        case 12: tf_micro32_12(k, ai, lda, b, ldb, ci, ldc, zero); break;
+        case 11: tf_micro32_11(k, ai, lda, b, ldb, ci, ldc, zero); break;
+        case 10: tf_micro32_10(k, ai, lda, b, ldb, ci, ldc, zero); break;
+        case 9: tf_micro32_9(k, ai, lda, b, ldb, ci, ldc, zero); break;
+        case 8: tf_micro32_8(k, ai, lda, b, ldb, ci, ldc, zero); break;
+        case 7: tf_micro32_7(k, ai, lda, b, ldb, ci, ldc, zero); break;
+        case 6: tf_micro32_6(k, ai, lda, b, ldb, ci, ldc, zero); break;
+        case 5: tf_micro32_5(k, ai, lda, b, ldb, ci, ldc, zero); break;
+        case 4: tf_micro32_4(k, ai, lda, b, ldb, ci, ldc, zero); break;
+        case 3: tf_micro32_3(k, ai, lda, b, ldb, ci, ldc, zero); break;
+        case 2: tf_micro32_2(k, ai, lda, b, ldb, ci, ldc, zero); break;
+        default: tf_micro32_1(k, ai, lda, b, ldb, ci, ldc, zero); break;
         }
         i += r;
     }
@@ -278,9 +287,10 @@ static inline __attribute__((always_inline)) void tf_strip_32(int64_t m, int64_t
 #define TF_MASKED(NAME, MR)                                                                     \
 static inline __attribute__((always_inline)) void NAME(int64_t k, const float *restrict a,     \
         int64_t lda, const float *restrict b, int64_t ldb, float *restrict c, int64_t ldc,      \
-        __mmask16 mask) {                                                                       \
+        __mmask16 mask, int zero) {                                                             \
     __m512 acc[MR];                                                                             \
-    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) acc[r] = _mm512_maskz_loadu_ps(mask, c + r * ldc); \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r)                                       \
+        acc[r] = zero ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, c + r * ldc);         \
     for (int64_t p = 0; p < k; ++p) {                                                           \
         const __m512 bv = _mm512_maskz_loadu_ps(mask, b + p * ldb);                             \
         _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r)                                   \
@@ -292,34 +302,39 @@ TF_MASKED(tf_masked_12, 12) TF_MASKED(tf_masked_8, 8) TF_MASKED(tf_masked_4, 4) 
 
 static inline __attribute__((always_inline)) void tf_strip_masked(int64_t m, int64_t k,
         const float *restrict a, int64_t lda, const float *restrict b, int64_t ldb,
-        float *restrict c, int64_t ldc, __mmask16 mask) {
+        float *restrict c, int64_t ldc, __mmask16 mask, int zero) {
     int64_t i = 0;
-    for (; i + 12 <= m; i += 12) tf_masked_12(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, mask);
-    for (; i + 8 <= m; i += 8) tf_masked_8(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, mask);
-    for (; i + 4 <= m; i += 4) tf_masked_4(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, mask);
-    for (; i < m; ++i) tf_masked_1(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, mask);
+    for (; i + 12 <= m; i += 12) tf_masked_12(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, mask, zero);
+    for (; i + 8 <= m; i += 8) tf_masked_8(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, mask, zero);
+    for (; i + 4 <= m; i += 4) tf_masked_4(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, mask, zero);
+    for (; i < m; ++i) tf_masked_1(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, mask, zero);
 }
 #endif
 
-/* c[m x n] += a[m x k] @ b[k x n], row-major with leading dimensions lda, ldb, ldc */
+/* c[m x n] += a[m x k] @ b[k x n], row-major with leading dimensions lda, ldb, ldc; with
+ * ``zero``, c[m x n] = a @ b (c is not read) */
 static inline __attribute__((always_inline)) void tf_gemm_f32(int64_t m, int64_t n, int64_t k,
         const float *restrict a, int64_t lda, const float *restrict b, int64_t ldb,
-        float *restrict c, int64_t ldc) {
+        float *restrict c, int64_t ldc, int zero) {
     int64_t j = 0;
+    if (k <= 0) {  /* no product: c keeps its values, or is zero */
+        if (zero) for (int64_t i = 0; i < m; ++i) memset(c + i * ldc, 0, (size_t)(n > 0 ? n : 0) * sizeof(float));
+        return;
+    }
 #ifdef __AVX512F__
-    for (; j + 32 <= n; j += 32) tf_strip_32(m, k, a, lda, b + j, ldb, c + j, ldc);
+    for (; j + 32 <= n; j += 32) tf_strip_32(m, k, a, lda, b + j, ldb, c + j, ldc, zero);
     for (; j < n; j += 16) {  /* the last n - j < 32 columns: 16-wide strips, the last one masked */
         const int64_t w = n - j < 16 ? n - j : 16;
-        tf_strip_masked(m, k, a, lda, b + j, ldb, c + j, ldc, (__mmask16)((1u << w) - 1u));
+        tf_strip_masked(m, k, a, lda, b + j, ldb, c + j, ldc, (__mmask16)((1u << w) - 1u), zero);
     }
     return;
 #endif
-    for (; j + 16 <= n; j += 16) tf_strip_16(m, k, a, lda, b + j, ldb, c + j, ldc);
+    for (; j + 16 <= n; j += 16) tf_strip_16(m, k, a, lda, b + j, ldb, c + j, ldc, zero);
     for (; j + 8 <= n; j += 8) {
         int64_t i = 0;
-        for (; i + 8 <= m; i += 8) tf_micro_8x8(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
-        for (; i + 4 <= m; i += 4) tf_micro_4x8(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
-        for (; i < m; ++i) tf_micro_1x8(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
+        for (; i + 8 <= m; i += 8) tf_micro_8x8(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, zero);
+        for (; i + 4 <= m; i += 4) tf_micro_4x8(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, zero);
+        for (; i < m; ++i) tf_micro_1x8(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, zero);
     }
     if (j < n) {  /* the last n - j < 8 columns: through zero-padded 8-wide copies of b and c */
         const int64_t w = n - j;
@@ -332,9 +347,9 @@ static inline __attribute__((always_inline)) void tf_gemm_f32(int64_t m, int64_t
             for (int64_t i0 = 0; i0 < m; i0 += 8) {
                 const int64_t mr = m - i0 < 8 ? m - i0 : 8;
                 for (int64_t i = 0; i < mr; ++i)
-                    for (int64_t q = 0; q < 8; ++q) ct[i * 8 + q] = q < w ? c[(i0 + i) * ldc + j + q] : 0.0f;
-                if (mr == 8) tf_micro_8x8(kc, a + i0 * lda + p0, lda, bt, 8, ct, 8);
-                else for (int64_t i = 0; i < mr; ++i) tf_micro_1x8(kc, a + (i0 + i) * lda + p0, lda, bt, 8, ct + i * 8, 8);
+                    for (int64_t q = 0; q < 8; ++q) ct[i * 8 + q] = q < w && !(zero && p0 == 0) ? c[(i0 + i) * ldc + j + q] : 0.0f;
+                if (mr == 8) tf_micro_8x8(kc, a + i0 * lda + p0, lda, bt, 8, ct, 8, 0);
+                else for (int64_t i = 0; i < mr; ++i) tf_micro_1x8(kc, a + (i0 + i) * lda + p0, lda, bt, 8, ct + i * 8, 8, 0);
                 for (int64_t i = 0; i < mr; ++i)
                     for (int64_t q = 0; q < w; ++q) c[(i0 + i) * ldc + j + q] = ct[i * 8 + q];
             }
@@ -357,24 +372,29 @@ PANEL_PRELUDE = r"""
  * order do not depend on the instruction set, only the width of the registers does. */
 /* rows [0, m) by one panel's block of K */
 static inline void tf_panel_rows(int64_t m, int64_t k, const float *restrict a, int64_t lda,
-        const float *restrict b, float *restrict c, int64_t ldc) {
+        const float *restrict b, float *restrict c, int64_t ldc, int zero) {
 #ifdef __AVX512F__
-    tf_strip_32(m, k, a, lda, b, 32, c, ldc);
+    tf_strip_32(m, k, a, lda, b, 32, c, ldc, zero);
 #else  /* 8-float registers: a panel as two 16-column strips of the plain product core */
-    tf_strip_16(m, k, a, lda, b, 32, c, ldc);
-    tf_strip_16(m, k, a, lda, b + 16, 32, c + 16, ldc);
+    tf_strip_16(m, k, a, lda, b, 32, c, ldc, zero);
+    tf_strip_16(m, k, a, lda, b + 16, 32, c + 16, ldc, zero);
 #endif
 }
 
 /* c[m x n] += a[m x k] (rows lda apart) @ rows [k0, k0 + k) of the n / 32 panels at bp,
- * each of kp rows (those past kp are not read, nor a's columns there); K in blocks of kb */
+ * each of kp rows (those past kp are not read, nor a's columns there); K in blocks of kb.
+ * With ``zero``: c[m x n] = that product (c is not read) */
 static void tf_panel_gemm_f32(int64_t m, int64_t n, int64_t k, const float *restrict a, int64_t lda,
-        const float *restrict bp, int64_t kp, int64_t k0, float *restrict c, int64_t ldc, int64_t kb) {
+        const float *restrict bp, int64_t kp, int64_t k0, float *restrict c, int64_t ldc, int64_t kb, int zero) {
     if (k > kp - k0) k = kp - k0 > 0 ? kp - k0 : 0;
+    if (k <= 0) {  /* no product: c keeps its values, or is zero */
+        if (zero) for (int64_t i = 0; i < m; ++i) memset(c + i * ldc, 0, (size_t)(n > 0 ? n : 0) * sizeof(float));
+        return;
+    }
     for (int64_t j = 0; j < n; j += 32) {
         const float *panel = bp + (j / 32) * kp * 32 + k0 * 32;
         for (int64_t p0 = 0; p0 < k; p0 += kb)
-            tf_panel_rows(m, k - p0 < kb ? k - p0 : kb, a + p0, lda, panel + p0 * 32, c + j, ldc);
+            tf_panel_rows(m, k - p0 < kb ? k - p0 : kb, a + p0, lda, panel + p0 * 32, c + j, ldc, zero && p0 == 0);
     }
 }
 """

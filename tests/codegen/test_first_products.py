@@ -1,0 +1,145 @@
+"""Products that start their tile at zero (codegen/cpu/first_products.py): a zero Fill of a
+local tile followed by a float32 product into all of it, or by a K loop whose first use of
+the tile is such a product, is not printed; the product core starts its registers at zero
+(always, or on the loop's first step), and the tile is allocated without zeroing. Where
+anything else reads the tile first, the Fill stays. The C kernels match the tile
+interpreter; compiled models match onnxruntime and the reference on fresh random inputs."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.codegen.cpu_programs import assert_same, elementwise, load, param, program, run_both
+from tests.tile_ir.compiled import cpu_plan_matches
+from tilefuse.codegen.cpu import build_all
+from tilefuse.codegen.cpu.emit import emit_program
+from tilefuse.frontend import import_onnx
+from tilefuse.ir.dtypes import DType
+from tilefuse.ir.prims import ScalarFn
+from tilefuse.partition import partition_graph
+from tilefuse.target import CPU
+from tilefuse.tile_ir.ir import (Buffer, Call, Const, Copy, Fill, Gemm, IOp, Loop, LoopKind, Region, Scope, Store,
+                                 Var, const_index, iop)
+from tilefuse.tile_ir.lower import lower_group
+
+M, K, N, STEPS = 13, 8, 40, 3
+
+
+def _k_loop_program(first_in_loop: list, fill_value: float = 0.0, trans: bool = False):
+    """out = 2 * (A @ B) over K in STEPS steps of K, through local tiles; ``first_in_loop``:
+    statements put before the product in the loop's body."""
+    a, b = param("a", DType.FLOAT32, (M, K * STEPS)), param("b", DType.FLOAT32, (K * STEPS, N))
+    out = param("out", DType.FLOAT32, (M, N))
+    at = Buffer("at", DType.FLOAT32, (K, M) if trans else (M, K), Scope.SHARED)
+    bt = Buffer("bt", DType.FLOAT32, (K, N), Scope.SHARED)
+    c = Buffer("c_tile", DType.FLOAT32, (M, N), Scope.SHARED)
+    kt = Var("kt")
+    k0 = iop(IOp.MUL, kt, K)
+    if trans:  # A's tile transposed: a product off the core's fast path
+        a_tile = elementwise(at, lambda i: load(a, (i[1], iop(IOp.ADD, k0, i[0]))))
+    else:
+        a_tile = Copy(Region(a, (const_index(0), k0), (M, K)), Region(at, (const_index(0), const_index(0)), (M, K)))
+    body = [
+        Fill(c, Const(fill_value, DType.FLOAT32)),
+        Loop(kt, STEPS, LoopKind.SERIAL, (
+            a_tile,
+            Copy(Region(b, (k0, const_index(0)), (K, N)), Region(bt, (const_index(0), const_index(0)), (K, N))),
+            *first_in_loop(c),
+            Gemm(at, bt, c, trans_a=trans),
+        )),
+        elementwise(out, lambda i: Call(ScalarFn.MUL, (load(c, i), Const(2.0, DType.FLOAT32)), DType.FLOAT32)),
+    ]
+    return program("k_loop", [a, b], [out], body, allocs=[at, bt, c])
+
+
+def _run(p) -> None:
+    """The C kernel against the tile interpreter on fresh random inputs."""
+    (artifact,) = build_all([p])
+    rng = np.random.default_rng()
+    inputs = [rng.standard_normal(b.shape).astype(np.float32) for b in p.params[: p.num_inputs]]
+    got, want = run_both(p, artifact, inputs)
+    assert_same(p, got, want, rtol={"out": 1e-5})
+
+
+def _body(p) -> str:
+    text = emit_program(p).text
+    return text[text.index("(void **args)\n{"):]
+
+
+def test_a_k_loops_first_product_starts_the_tile_at_zero():
+    p = _k_loop_program(lambda c: [])
+    body = _body(p)
+    assert "memset(c_tile" not in body, body
+    assert re.search(r"tf_gemm_f32\([^;]*, kt == 0\);", body), body
+    assert re.search(r"float c_tile\[\d+\] __attribute__\(\(aligned\(64\)\)\);", body), body  # not zeroed
+    _run(p)
+
+
+def test_a_tile_read_before_the_product_keeps_its_fill():
+    def bump(c):  # c[0, 0] += 1 before each product: the tile must start at zero
+        at = (const_index(0), const_index(0))
+        return [Store(c, at, Call(ScalarFn.ADD, (load(c, at), Const(1.0, DType.FLOAT32)), DType.FLOAT32))]
+
+    p = _k_loop_program(bump)
+    body = _body(p)
+    assert "memset(c_tile, 0," in body and re.search(r"tf_gemm_f32\([^;]*, 0\);", body), body
+    _run(p)
+
+
+@pytest.mark.parametrize("fill_value, trans", [(-0.0, False), (0.5, False), (0.0, True)])
+def test_other_fills_and_products_keep_the_fill(fill_value, trans):
+    """-0.0 is not +0.0 (a product of zeros adds to -0.0 as -0.0); a nonzero start; a
+    transposed operand (the plain loops, which take no flag)."""
+    p = _k_loop_program(lambda c: [], fill_value=fill_value, trans=trans)
+    body = _body(p)
+    assert "kt == 0" not in body and re.search(r"memset\(c_tile, 0,|c_tile\[_i\] = ", body), body
+    _run(p)
+
+
+def _matmul(m: int, k: int, n: int, rng):
+    w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], [numpy_helper.from_array(w, "w")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _pointwise(channels: int, out_channels: int, size: int, rng):
+    w = (rng.standard_normal((out_channels, channels, 1, 1)) / np.sqrt(channels)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])], "pw",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, out_channels, size, size])],
+                          [numpy_helper.from_array(w, "w")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _kernel_body(model) -> str:
+    graph = import_onnx(model)
+    (g,) = [g for g in partition_graph(graph, CPU).groups if str(g.kind) != "opaque"]
+    return _body(lower_group(g, CPU).program)
+
+
+@pytest.mark.parametrize("m, k, n", [(128, 768, 96), (100, 520, 64), (7, 40, 32), (67, 64, 64)])
+def test_products_by_packed_weights_start_at_zero(m, k, n):
+    """A weight packed in panels, read in K blocks (the flag on the first); 67 rows in row
+    tiles of 34: the last tile's rows stop short of it, so the tile is zeroed first and the
+    product accumulates."""
+    rng = np.random.default_rng()
+    model = _matmul(m, k, n, rng)
+    body = _kernel_body(model)
+    partial = m == 67
+    assert "tf_panel_gemm_f32" in body, body
+    assert bool(re.search(r"tf_panel_gemm_f32\([^;]*, 0\);", body)) == partial, body
+    assert ("memset(c_tile, 0," in body) == partial, body
+    cpu_plan_matches(f"matmul{m}x{k}x{n}", model, import_onnx(model), {"x": rng.standard_normal((m, k)).astype(np.float32)})
+
+
+def test_a_pointwise_convolution_in_place_starts_at_zero():
+    rng = np.random.default_rng()
+    model = _pointwise(32, 64, 28, rng)
+    body = _kernel_body(model)
+    assert re.search(r"tf_gemm_f32\([^;]*, (1|kt\d* == 0)\);", body) and "memset(c_tile" not in body, body
+    cpu_plan_matches("pointwise", model, import_onnx(model), {"x": rng.standard_normal((1, 32, 28, 28)).astype(np.float32)})

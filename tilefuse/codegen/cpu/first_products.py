@@ -1,0 +1,93 @@
+"""Products that start their accumulator at zero, instead of a zeroing pass before them.
+
+A tile program zeroes a product's accumulator (``Fill(c, 0)``) and then accumulates into
+it, ``c += A @ B``, once per K step; its allocation zeroes it too (a C declaration's
+``= {0}``, ``tf_alloc``). On a host the first product can start its registers at zero
+instead (the product core's ``zero`` flag: c = A @ B, c not read), bit for bit the same
+(``0 + x`` is ``x``), without writing the tile twice and reading it back: ResNet-50's
+56 x 56 pointwise convolutions spent 5% of their time in those passes.
+
+``plan`` finds, in every statement list, a zero Fill of a local tile followed either by a
+float32 product into all of it, or by a serial loop whose first statement to touch the
+tile is such a product (a K loop): the Fill is not printed and the product starts at zero
+always, or where the loop's variable is 0. It also names the local tiles whose allocation
+need not be zeroed: the first statement that touches them writes all of them (a Fill, or
+a product that starts at zero).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tilefuse.ir.dtypes import DType
+from tilefuse.tile_ir.ir import (Buffer, Fill, Gemm, If, Loop, LoopKind, PanelGemm, Stmt, Store, StridedGemm, TileProgram,
+                                 Var, statements)
+from tilefuse.tile_ir.nests import stmt_reads
+
+PRODUCTS = (Gemm, PanelGemm, StridedGemm)
+
+
+@dataclass
+class Starts:
+    """What ``plan`` found: statements are keyed by identity (the printed program's own)."""
+
+    # product -> the loop variable whose first iteration starts it at zero (None: always)
+    products: dict[int, Var | None] = field(default_factory=dict)
+    dropped: set[int] = field(default_factory=set)  # zero Fills not printed
+    raw: set[str] = field(default_factory=set)  # local tiles allocated without zeroing
+
+
+def plan(program: TileProgram) -> Starts:
+    out = Starts()
+    local = {b.name for b in program.allocs}
+    _block(program.body, local, out)
+    for b in program.allocs:
+        # statements in program order, a loop or branch before what it holds: the first
+        # to touch a tile is the outermost one that does
+        first = next((s for s in statements(program.body) if _touches(s, b)), None)
+        if isinstance(first, Fill) and first.buffer == b:
+            out.raw.add(b.name)
+    return out
+
+
+def _block(body: tuple[Stmt, ...], local: set[str], out: Starts) -> None:
+    for i, s in enumerate(body):
+        if isinstance(s, (Loop, If)):
+            _block(s.body, local, out)
+        if not (isinstance(s, Fill) and s.buffer.name in local and _is_zero(s)) or i + 1 == len(body):
+            continue
+        nxt = body[i + 1]
+        if _overwrites(nxt, s.buffer):
+            out.products[id(nxt)] = None
+            out.dropped.add(id(s))
+        elif isinstance(nxt, Loop) and nxt.kind is not LoopKind.PARALLEL and nxt.extent > 0:
+            first = next((x for x in nxt.body if _touches(x, s.buffer)), None)
+            if first is not None and _overwrites(first, s.buffer) and id(first) not in out.products:
+                out.products[id(first)] = nxt.var
+                out.dropped.add(id(s))
+
+
+def _is_zero(s: Fill) -> bool:
+    v = s.value.value
+    return v == 0 and math.copysign(1.0, v) > 0  # not -0.0
+
+
+def _overwrites(s: Stmt, buf: Buffer) -> bool:
+    """A float32 product into the whole of ``buf`` through the product core (which takes
+    the ``zero`` flag): a Gemm without transposes on its fast path, a float PanelGemm (its
+    rows may stop short of the tile where A does: the printer zeroes the tile there), a
+    StridedGemm."""
+    if isinstance(s, Gemm):
+        m = s.a.shape[0]
+        return (s.c == buf and not (s.trans_a or s.trans_b) and m == buf.shape[0]
+                and s.a.dtype is s.b.dtype is s.c.dtype is DType.FLOAT32)
+    if isinstance(s, PanelGemm):
+        return s.c == buf and s.k_group == 1 and buf.dtype is DType.FLOAT32
+    if isinstance(s, StridedGemm):
+        return s.c == buf and buf.dtype is DType.FLOAT32 and s.a.buffer != buf and s.b.buffer != buf
+    return False
+
+
+def _touches(s: Stmt, buf: Buffer) -> bool:
+    """Whether ``s`` or anything inside it reads or writes ``buf``."""
+    return any(stmt_reads(x, buf) or isinstance(x, (Store, Fill)) and x.buffer == buf for x in statements((s,)))
