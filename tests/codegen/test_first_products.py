@@ -143,3 +143,35 @@ def test_a_pointwise_convolution_in_place_starts_at_zero():
     body = _kernel_body(model)
     assert re.search(r"tf_gemm_f32\([^;]*, (1|kt\d* == 0)\);", body) and "memset(c_tile" not in body, body
     cpu_plan_matches("pointwise", model, import_onnx(model), {"x": rng.standard_normal((1, 32, 28, 28)).astype(np.float32)})
+
+
+def _copy_program(rows: int, fill: float | None, reads_itself: bool = False):
+    """out = 3 * t, t a local [13, 20] tile first written by a nest over ``rows`` of its
+    rows (from x); ``fill``: a Fill of t before that nest."""
+    x, out = param("x", DType.FLOAT32, (13, 20)), param("out", DType.FLOAT32, (13, 20))
+    t = Buffer("t_tile", DType.FLOAT32, (13, 20), Scope.SHARED)
+
+    def value(i):
+        v = load(x, i)
+        return Call(ScalarFn.ADD, (v, load(t, i)), DType.FLOAT32) if reads_itself else v
+
+    nest = Loop(Var("r"), rows, LoopKind.PARALLEL, (Loop(Var("q"), 20, LoopKind.PARALLEL, (
+        Store(t, (Var("r"), Var("q")), value((Var("r"), Var("q")))),)),))
+    body = [*([Fill(t, Const(fill, DType.FLOAT32))] if fill is not None else []), nest,
+            elementwise(out, lambda i: Call(ScalarFn.MUL, (load(t, i), Const(3.0, DType.FLOAT32)), DType.FLOAT32))]
+    return program("copy_first", [x], [out], body, allocs=[t])
+
+
+@pytest.mark.parametrize("rows, fill, reads_itself, zeroed, filled", [
+    (13, None, False, False, False),  # every element stored first: no zeroing
+    (12, None, False, True, False),   # a row left out: the allocation stays zeroed
+    (13, None, True, True, False),    # the nest reads the tile: zeroed
+    (13, 0.5, False, False, False),   # a Fill overwritten whole before it is read: not printed
+    (12, 0.5, False, False, True),    # a Fill a row of which is read: printed (and it zeroes the tile)
+])
+def test_tiles_written_whole_first_are_not_zeroed(rows, fill, reads_itself, zeroed, filled):
+    p = _copy_program(rows, fill, reads_itself)
+    body = _body(p)
+    assert bool(re.search(r"float t_tile\[260\] __attribute__\(\(aligned\(64\)\)\) = \{0\};", body)) == zeroed, body
+    assert ("t_tile[_i] = 0.5f" in body) == filled, body
+    _run(p)

@@ -10,9 +10,12 @@ instead (the product core's ``zero`` flag: c = A @ B, c not read), bit for bit t
 ``plan`` finds, in every statement list, a zero Fill of a local tile followed either by a
 float32 product into all of it, or by a serial loop whose first statement to touch the
 tile is such a product (a K loop): the Fill is not printed and the product starts at zero
-always, or where the loop's variable is 0. It also names the local tiles whose allocation
-need not be zeroed: the first statement that touches them writes all of them (a Fill, or
-a product that starts at zero).
+always, or where the loop's variable is 0. A Fill whose tile is overwritten whole before
+anything reads it (a depthwise convolution's sums copied into the product tile) is not
+printed either. It also names the local tiles whose allocation need not be zeroed: the
+first statement that touches them writes all of them before anything reads them (a Fill,
+printed or not; a loop nest that stores every element; a serial loop whose first such
+statement does).
 """
 from __future__ import annotations
 
@@ -20,8 +23,8 @@ import math
 from dataclasses import dataclass, field
 
 from tilefuse.ir.dtypes import DType
-from tilefuse.tile_ir.ir import (Buffer, Fill, Gemm, If, Loop, LoopKind, PanelGemm, Stmt, Store, StridedGemm, TileProgram,
-                                 Var, statements)
+from tilefuse.tile_ir.ir import (Buffer, Expr, Fill, Gemm, If, IndexOp, IOp, Loop, LoopKind, PanelGemm, Stmt, Store,
+                                 StridedGemm, TileProgram, Var, statements)
 from tilefuse.tile_ir.nests import stmt_reads
 
 PRODUCTS = (Gemm, PanelGemm, StridedGemm)
@@ -33,7 +36,7 @@ class Starts:
 
     # product -> the loop variable whose first iteration starts it at zero (None: always)
     products: dict[int, Var | None] = field(default_factory=dict)
-    dropped: set[int] = field(default_factory=set)  # zero Fills not printed
+    dropped: set[int] = field(default_factory=set)  # Fills not printed
     raw: set[str] = field(default_factory=set)  # local tiles allocated without zeroing
 
 
@@ -42,19 +45,78 @@ def plan(program: TileProgram) -> Starts:
     local = {b.name for b in program.allocs}
     _block(program.body, local, out)
     for b in program.allocs:
-        # statements in program order, a loop or branch before what it holds: the first
-        # to touch a tile is the outermost one that does
-        first = next((s for s in statements(program.body) if _touches(s, b)), None)
-        if isinstance(first, Fill) and first.buffer == b:
+        if _written_first(program.body, b):
             out.raw.add(b.name)
     return out
+
+
+def _written_first(body: tuple[Stmt, ...], b: Buffer) -> bool:
+    """Whether the first of ``body``'s statements to touch ``b`` writes all of it before
+    anything reads it: a Fill; a loop nest storing every element once, reading none; or
+    a serial loop that runs, whose own first such statement does (a K loop's operand
+    tiles, a chain's hidden tile)."""
+    first = next((s for s in body if _touches(s, b)), None)
+    if isinstance(first, Fill):
+        return first.buffer == b
+    if not isinstance(first, Loop) or first.extent <= 0:
+        return False
+    if _stores_all(first, b):
+        return True
+    return first.kind is not LoopKind.PARALLEL and _written_first(first.body, b)
+
+
+def _stores_all(nest: Loop, b: Buffer) -> bool:
+    """A perfect nest of loops (each body one loop, down to the innermost) whose innermost
+    body stores to ``b`` unconditionally at per-dim indices that are sums of the nest's
+    variables, each variable of extent over 1 in one dim, alone there and spanning it;
+    nothing in the nest reads ``b``."""
+    extent: dict[Var, int] = {}
+    loop = nest
+    while True:
+        if loop.extent <= 0:
+            return False
+        extent[loop.var] = loop.extent
+        if len(loop.body) == 1 and isinstance(loop.body[0], Loop):
+            loop = loop.body[0]
+            continue
+        break
+    if any(stmt_reads(x, b) for x in statements((nest,))):
+        return False
+    stores = [x for x in loop.body if isinstance(x, Store) and x.buffer == b]
+    if len(stores) != 1 or len(stores[0].indices) != len(b.shape):
+        return False
+    used: set[Var] = set()
+    for index, size in zip(stores[0].indices, b.shape):
+        terms = _vars_summed(index)
+        if terms is None or any(v not in extent or v in used for v in terms):
+            return False
+        used.update(terms)
+        wide = [extent[v] for v in terms if extent[v] > 1]
+        if wide != ([size] if size > 1 else []):
+            return False
+    return True
+
+
+def _vars_summed(e: Expr) -> list[Var] | None:
+    """The variables of ``e`` where it is a variable or a sum of them, else None."""
+    if isinstance(e, Var):
+        return [e]
+    if isinstance(e, IndexOp) and e.op is IOp.ADD:
+        a, b = _vars_summed(e.a), _vars_summed(e.b)
+        return None if a is None or b is None else a + b
+    return None
 
 
 def _block(body: tuple[Stmt, ...], local: set[str], out: Starts) -> None:
     for i, s in enumerate(body):
         if isinstance(s, (Loop, If)):
             _block(s.body, local, out)
-        if not (isinstance(s, Fill) and s.buffer.name in local and _is_zero(s)) or i + 1 == len(body):
+        if not (isinstance(s, Fill) and s.buffer.name in local) or i + 1 == len(body):
+            continue
+        if _written_first(body[i + 1:], s.buffer):  # overwritten before it is read
+            out.dropped.add(id(s))
+            continue
+        if not _is_zero(s):
             continue
         nxt = body[i + 1]
         if _overwrites(nxt, s.buffer):
