@@ -27,8 +27,6 @@ from tilefuse.tile_ir.ir import (Buffer, Expr, Fill, Gemm, If, IndexOp, IOp, Loo
                                  StridedGemm, TileProgram, Var, statements)
 from tilefuse.tile_ir.nests import stmt_reads
 
-PRODUCTS = (Gemm, PanelGemm, StridedGemm)
-
 
 @dataclass
 class Starts:
