@@ -53,7 +53,7 @@ def _written_first(body: tuple[Stmt, ...], b: Buffer) -> bool:
     anything reads it: a Fill; a loop nest storing every element once, reading none; or
     a serial loop that runs, whose own first such statement does (a K loop's operand
     tiles, a chain's hidden tile)."""
-    first = next((s for s in body if _touches(s, b)), None)
+    first = _first_touch(body, b)
     if isinstance(first, Fill):
         return first.buffer == b
     if not isinstance(first, Loop) or first.extent <= 0:
@@ -121,7 +121,7 @@ def _block(body: tuple[Stmt, ...], local: set[str], out: Starts) -> None:
             out.products[id(nxt)] = None
             out.dropped.add(id(s))
         elif isinstance(nxt, Loop) and nxt.kind is not LoopKind.PARALLEL and nxt.extent > 0:
-            first = next((x for x in nxt.body if _touches(x, s.buffer)), None)
+            first = _first_touch(nxt.body, s.buffer)
             if first is not None and _overwrites(first, s.buffer) and id(first) not in out.products:
                 out.products[id(first)] = nxt.var
                 out.dropped.add(id(s))
@@ -146,6 +146,12 @@ def _overwrites(s: Stmt, buf: Buffer) -> bool:
     if isinstance(s, StridedGemm):
         return s.c == buf and buf.dtype is DType.FLOAT32 and s.a.buffer != buf and s.b.buffer != buf
     return False
+
+
+def _first_touch(body: tuple[Stmt, ...], buf: Buffer) -> Stmt | None:
+    """The first of ``body``'s statements to read or write ``buf`` (a loop or branch as a
+    whole), or None."""
+    return next((s for s in body if _touches(s, buf)), None)
 
 
 def _touches(s: Stmt, buf: Buffer) -> bool:
