@@ -21,7 +21,10 @@ operation's are) are timed as a server queues them, back to back, each run's out
 dropped, against graph replays queued back to back (wall time over the runs, both). The
 issue's goal is 20 us or less over the replay. Each form's outputs are checked against a
 host run's, also at addresses that change (held outputs, feeds 8 bytes off alignment).
-``--breakdown`` times run()'s parts alone; ``--pin CPU`` keeps the timing thread on one core.
+The waited forms are first called untimed for ``--warmup`` seconds (3: a server that has
+been serving, not a process seconds old on a machine just started); ``--sets N`` times
+them N times in turn and reports each set (the spread within one process; the headline
+pools the sets). ``--breakdown`` times run()'s parts alone; ``--pin CPU`` keeps the timing thread on one core.
 Results to $OUT/gpu_run_overhead.json.
 """
 from __future__ import annotations
@@ -91,20 +94,26 @@ class _GraphClock:
         return float(self.real.cuEventElapsedTime(self.start, self.end)[1])
 
 
-def _rounds(forms: dict, repeats: int, clock: _GraphClock, warm: int = 20) -> dict[str, tuple[list, list]]:
+def _rounds(forms: dict, repeats: int, clock: _GraphClock, warm_s: float = 0.0, warm: int = 20) -> dict[str, tuple[list, list]]:
     """Each form's calls, the forms called in turn in each of ``repeats`` rounds after
-    ``warm`` untimed ones: (host wall time, host time beyond the graph the call launched)
-    in ms, per call; what a call returns is dropped after its time is taken."""
+    untimed ones (``warm`` rounds, and more until ``warm_s`` seconds have passed: a server
+    that has been serving, not a process seconds old on a machine just started):
+    (host wall time, host time beyond the graph the call launched) in ms, per call; what a
+    call returns is dropped after its time is taken."""
+    start, i = time.perf_counter(), 0
+    while i < warm or time.perf_counter() - start < warm_s:
+        for fn in forms.values():
+            fn()
+        i += 1
     times: dict[str, tuple[list, list]] = {k: ([], []) for k in forms}
-    for i in range(warm + repeats):
+    for _ in range(repeats):
         for k, fn in forms.items():
             t0 = time.perf_counter()
             kept = fn()
             dt = (time.perf_counter() - t0) * 1e3
             del kept
-            if i >= warm:
-                times[k][0].append(dt)
-                times[k][1].append(dt - clock.last_ms())
+            times[k][0].append(dt)
+            times[k][1].append(dt - clock.last_ms())
     return times
 
 
@@ -251,6 +260,10 @@ def main() -> int:
     ap.add_argument("--plans", default="build/gpu_real")
     ap.add_argument("--match", default="*.tfplan")
     ap.add_argument("--repeats", type=int, default=300)
+    ap.add_argument("--warmup", type=float, default=3.0, metavar="SECONDS",
+                    help="untimed rounds of the waited forms for this long before the timed ones (default 3)")
+    ap.add_argument("--sets", type=int, default=1, help="time the waited forms this many times in turn, "
+                    "each set reported (the spread within one process)")
     ap.add_argument("--breakdown", action="store_true", help="also time run()'s parts alone")
     ap.add_argument("--profile", action="store_true", help="also print where run()'s host time goes (cProfile)")
     ap.add_argument("--pin", type=int, metavar="CPU", help="keep the timing thread on this CPU core "
@@ -285,9 +298,15 @@ def main() -> int:
             ex.cu.cuStreamSynchronize(ex.stream)
 
         dropin, io = _io_binding(plan_dir, gpu)
+        forms = {"replay": replay_and_wait, "run": lambda: sess.run(None, gpu), "bound": binding.run,
+                 "io_binding": lambda: dropin.run_with_iobinding(io)}
+        sets = []  # each set's times; the headline pools them
         with _GraphClock(ex, dropin._fixed._executor) as clock:
-            waited = _rounds({"replay": replay_and_wait, "run": lambda: sess.run(None, gpu), "bound": binding.run,
-                              "io_binding": lambda: dropin.run_with_iobinding(io)}, args.repeats, clock)
+            for k in range(max(1, args.sets)):
+                sets.append(_rounds(forms, args.repeats, clock, args.warmup if k == 0 else 0.0))
+        waited = {k: tuple(sum((s[k][i] for s in sets), []) for i in (0, 1)) for k in forms}
+        per_set = [{f"{k}_over_replay_us": 1e3 * (statistics.median(s[k][1]) - statistics.median(s["replay"][1]))
+                    for k in ("run", "bound", "io_binding")} for s in sets]
         io_same = all((o.numpy() == h).all() for o, h in zip(io.get_outputs(), host))
         dropin = io = None
         replay_after = statistics.median(ex.timed(args.repeats))
@@ -332,6 +351,7 @@ def main() -> int:
                "beyond_graph_us": beyond, "run_over_replay_us": beyond["run"] - beyond["replay"],
                "bound_over_replay_us": beyond["bound"] - beyond["replay"],
                "io_binding_over_replay_us": beyond["io_binding"] - beyond["replay"], "io_binding_outputs_equal_host": io_same,
+               "warmup_s": args.warmup, "sets": per_set,
                "replay_and_wait_ms": host_replay, "run_over_replay_and_wait_us": 1e3 * (run_ms - host_replay),
                "bound_over_replay_and_wait_us": 1e3 * (statistics.median(bound) - host_replay),
                "run_ms": run_ms, "overhead_us": 1e3 * (run_ms - replay),
@@ -367,6 +387,9 @@ def main() -> int:
               f"run() adds {row['run_over_replay_us']:.1f} us to the replay, bound {row['bound_over_replay_us']:.1f} us, "
               f"the drop-in's io_binding {row['io_binding_over_replay_us']:.1f} us (outputs equal host: {io_same})",
               flush=True)
+        if len(per_set) > 1:
+            print(f"{'':28s} each set (us over the replay): " + "; ".join(
+                ", ".join(f"{k.removesuffix('_over_replay_us')} {v:.1f}" for k, v in p.items()) for p in per_set), flush=True)
         print(f"{'':28s} not waited for: {queued_ms:.3f} ms a run against {back_to_back:.3f} back-to-back replays, "
               f"over: {row['unwaited_overhead_us']:.1f} us; outputs equal host: {unwaited_same}", flush=True)
         print(f"{'':28s} bound: run {row['bound_run_ms']:.3f} ms  over: {row['bound_overhead_us']:.1f} us device, "
