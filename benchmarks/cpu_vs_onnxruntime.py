@@ -3,7 +3,9 @@
     python benchmarks/cpu_vs_onnxruntime.py [--configs tiny real] [--only NAME ...] [--threads N] [--out benchmarks/RESULTS.md]
 
 For every zoo model (float32): compile the plan, time tilefuse and onnxruntime on the
-same random inputs (median and p99 of repeats after warm-up), and report the ratio of
+same random inputs, the two in turn in blocks of about 0.1 s (a machine whose speed drifts
+moves both alike; ``tilefuse.bench.measure_interleaved``), median and p99 of at least
+``--repeats`` runs and ``--seconds`` of each after warm-up, and report the ratio of
 the medians and its geometric mean over the float models (a quantized model, such as
 bert-qdq, is listed but left out of the mean: it is compared with onnxruntime's int8
 kernels, not a float model's). Results are appended to the Markdown file with date and machine.
@@ -24,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import onnxruntime as ort  # noqa: E402
 
 import models  # noqa: E402
-from tilefuse.bench import measure  # noqa: E402
+from tilefuse.bench import measure_interleaved  # noqa: E402
 from tilefuse.compiler import compile  # noqa: E402
 from tilefuse.runtime import InferenceSession  # noqa: E402
 
@@ -46,6 +48,7 @@ def main() -> int:
     ap.add_argument("--configs", nargs="+", default=["tiny"])
     ap.add_argument("--only", nargs="+")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--seconds", type=float, default=2.0, help="timed seconds of each runtime, at least (default 2)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "RESULTS.md"))
     ap.add_argument("--threads", type=int, help="threads for both (default: every core)")
     args = ap.parse_args()
@@ -64,8 +67,9 @@ def main() -> int:
             so.intra_op_num_threads = threads
             so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             ref = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-            t = measure(lambda: session.run(None, feeds), repeats=args.repeats)
-            r = measure(lambda: ref.run(None, feeds), repeats=args.repeats)
+            # in turn, blocks of about 0.1 s each: the box's speed drifts, and moves both alike
+            t, r = measure_interleaved([lambda: session.run(None, feeds), lambda: ref.run(None, feeds)],
+                                       repeats=args.repeats, min_seconds=args.seconds, max_repeats=10**6)
             rows.append((name, config, t.median_ms, r.median_ms, t.median_ms / r.median_ms, t.p99_ms, r.p99_ms))
             print(f"{name:22s} {config:5s} tilefuse {t}  onnxruntime {r}  ratio {t.median_ms / r.median_ms:.2f}", flush=True)
     floats = [x for x in rows if models.ZOO[x[0]].family != "quantized"]
@@ -75,7 +79,8 @@ def main() -> int:
     lines = [
         f"\n## {datetime.date.today()} — CPU plans vs onnxruntime {ort.__version__} ({commit})\n",
         f"Machine: {cpu_name()}, {threads} threads for both. Command: `python benchmarks/cpu_vs_onnxruntime.py "
-        f"--configs {' '.join(args.configs)}{f' --threads {threads}' if args.threads else ''}`. Median and p99 latency (ms).\n",
+        f"--configs {' '.join(args.configs)}{f' --threads {threads}' if args.threads else ''}`. Median and p99 latency (ms), "
+        "the two timed in turn in blocks of about 0.1 s.\n",
         "| model | config | tilefuse | onnxruntime | ratio | tilefuse p99 | onnxruntime p99 |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]

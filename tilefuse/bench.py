@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -65,3 +65,64 @@ def measure(fn: Callable[[], object], *, warmup: int = 3, repeats: int = 20, min
         if len(times) >= cap:
             break
     return Timing.of(times, time.perf_counter() - start, warmup)
+
+
+def settle(window_s: float = 0.005, most_s: float = 0.5) -> None:
+    """Wait until this process's other threads have gone quiet: two windows of
+    ``window_s`` in a row in which the process used less than a fifth of a window of CPU
+    (at most ``most_s``). A runtime's pool spins after its run (onnxruntime's for about 30
+    ms on a 2-core box); a runtime timed next would share the cores with those spinners,
+    which no server running one model does."""
+    quiet, end = 0, time.perf_counter() + most_s
+    while quiet < 2 and time.perf_counter() < end:
+        c0 = time.process_time()
+        time.sleep(window_s)
+        quiet = quiet + 1 if time.process_time() - c0 < window_s / 5 else 0
+
+
+def measure_interleaved(fns: Sequence[Callable[[], object]], *, warmup: int = 3, repeats: int = 20,
+                        min_seconds: float = 0.5, max_repeats: int | None = None, block_seconds: float = 0.2,
+                        clock: Callable[[], float] = time.perf_counter,
+                        between: Callable[[], None] = settle) -> list[Timing]:
+    """Time several runtimes on one machine fairly: ``fns`` run in turn, a block of about
+    ``block_seconds`` of runs each, round after round, until each has run at least
+    ``repeats`` timed runs for at least ``min_seconds`` in all (or has reached
+    ``max_repeats``, default 10 x ``repeats``); one that has stops there, mid-block.
+    A machine whose speed drifts (a shared or virtual one moves by tens of percent
+    within a minute) then moves every runtime alike,
+    where timing one after the other would credit the drift to whichever ran in the fast
+    minute. Before each block, ``between()`` waits for the threads of the runtime before it
+    to stop spinning (``settle``), and the block's first run is not timed: it pays for
+    the caches the other left holding its own data. A server running one model has
+    neither. ``warmup`` untimed runs of
+    each come first (one at least: its time gives the block's size)."""
+    cap = max_repeats if max_repeats is not None else max(10 * repeats, repeats)
+    blocks = []
+    for fn in fns:
+        took = 0.0
+        for _ in range(max(warmup, 1)):
+            t0 = clock()
+            fn()
+            took = clock() - t0
+        blocks.append(max(1, int(block_seconds / took) if took > 0 else cap))
+    times: list[list[float]] = [[] for _ in fns]
+    spent = [0.0 for _ in fns]
+
+    def done(i: int) -> bool:
+        return len(times[i]) >= cap or (len(times[i]) >= repeats and spent[i] >= min_seconds)
+
+    while not all(done(i) for i in range(len(fns))):
+        for i, fn in enumerate(fns):
+            if done(i):
+                continue
+            between()
+            fn()  # the switch-in run
+            for _ in range(blocks[i]):
+                t0 = clock()
+                fn()
+                dt = clock() - t0
+                spent[i] += dt
+                times[i].append(dt * 1e3)
+                if done(i):
+                    break
+    return [Timing.of(t, s, warmup) for t, s in zip(times, spent)]

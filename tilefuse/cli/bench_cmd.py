@@ -5,7 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
-from tilefuse.bench import measure
+from tilefuse.bench import measure, measure_interleaved
 from tilefuse.cli.args import add_shape_arg, check_threads, parse_shapes
 from tilefuse.cli.run_cmd import _load_inputs, plan_ranges, random_feeds
 from tilefuse.errors import InputError
@@ -14,7 +14,7 @@ from tilefuse.errors import InputError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="time a plan (compiling a model first), optionally against onnxruntime")
     add_plan_args(p)
-    p.add_argument("--against", choices=["onnxruntime"], help="also time onnxruntime on the source model")
+    p.add_argument("--against", choices=["onnxruntime"], help="also time onnxruntime on the source model (the two in turn, in blocks of about 0.1 s)")
     p.add_argument("--model", metavar="MODEL.onnx", help="source model for --against (default: the plan's)")
     p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed runs first (default 3)")
     p.add_argument("--iterations", "--repeats", dest="iterations", type=int, default=20, metavar="N",
@@ -71,17 +71,13 @@ def run(args: argparse.Namespace) -> int:
     seconds = 0.5 if args.duration is None else args.duration
     cap = args.max_iterations or (10 * args.iterations if args.duration is None else 1 << 62)
 
-    def timed(fn):
-        return measure(fn, warmup=args.warmup, repeats=args.iterations, min_seconds=seconds, max_repeats=cap)
-
     # what ran: the count the session's kernels run with (None: they run on a GPU)
     result = {"plan_target": plan.target, "threads": session.threads}
     print(f"tilefuse threads: {session.threads if on_host else 'none (GPU kernels)'}")
-    t = timed(lambda: session.run(None, feeds))
-    result["tilefuse_ms"] = t.median_ms
-    result["tilefuse"] = t.as_dict()
-    print(f"tilefuse     {t.report()}")
-    if args.against:
+    run_tilefuse = lambda: session.run(None, feeds)  # noqa: E731
+    if not args.against:
+        t = measure(run_tilefuse, warmup=args.warmup, repeats=args.iterations, min_seconds=seconds, max_repeats=cap)
+    else:
         import onnxruntime as ort
 
         model = source
@@ -95,12 +91,18 @@ def run(args: argparse.Namespace) -> int:
         ref = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
         result["onnxruntime_threads"] = ref.get_session_options().intra_op_num_threads
         print(f"onnxruntime threads: {result['onnxruntime_threads'] or 'its default'}")
-        r = timed(lambda: ref.run(None, feeds))
+        # in turn, in blocks of about 0.1 s: a machine whose speed drifts moves both alike
+        t, r = measure_interleaved([run_tilefuse, lambda: ref.run(None, feeds)], warmup=args.warmup,
+                                   repeats=args.iterations, min_seconds=seconds, max_repeats=cap)
+    result["tilefuse_ms"] = t.median_ms
+    result["tilefuse"] = t.as_dict()
+    print(f"tilefuse     {t.report()}")
+    if args.against:
         result["onnxruntime_ms"] = r.median_ms
         result["onnxruntime"] = r.as_dict()
         result["ratio"] = t.median_ms / r.median_ms
         print(f"onnxruntime  {r.report()}")
-        print(f"tilefuse / onnxruntime = {result['ratio']:.2f}")
+        print(f"tilefuse / onnxruntime = {result['ratio']:.2f} (timed in turn, blocks of about 0.1 s each)")
     if args.profile:
         from tilefuse.profile import profile
 
