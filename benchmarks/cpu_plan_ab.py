@@ -8,9 +8,10 @@
 This box's speed drifts by up to 2x within an hour (a shared VM), so a change is measured
 against the plan before it in the same process, the two called in turn (which one goes
 first swaps every round), on the same seeded inputs: the ratio of medians is what the
-change did. Never alternate a plan with onnxruntime this way: onnxruntime's pool threads
-spin after each run and take the cores from the next plan (benchmarks/NOTES.md, session
-20). Prints the largest difference between the two plans' outputs, each plan's median,
+change did. Never alternate a plan with onnxruntime run by run: onnxruntime's pool
+threads spin for about 30 ms after each run and take the cores from the next plan
+(benchmarks/NOTES.md, sessions 20 and 25; ``tilefuse.bench.measure_interleaved`` waits
+for them between blocks). Prints the largest difference between the two plans' outputs, each plan's median,
 and new / old.
 """
 from __future__ import annotations
