@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         result["onnxruntime"] = r.as_dict()
         result["ratio"] = t.median_ms / r.median_ms
         print(f"onnxruntime  {r.report()}")
-        print(f"tilefuse / onnxruntime = {result['ratio']:.2f} (timed in turn, blocks of about 0.1 s each)")
+        print(f"tilefuse / onnxruntime = {result['ratio']:.2f} (timed in turn, blocks of about 0.2 s each)")
     if args.profile:
         from tilefuse.profile import profile
 

@@ -361,6 +361,11 @@ class TileProgram:
     # else cp.async), and the blocks a core keeps resident (tile_ir/passes/pipelines.py)
     tma: bool = False
     residency: Residency = Residency()
+    # the order a host nests the grid's axes in, outermost first (indices into ``grid``);
+    # empty: as given. The tiles are independent: the order only decides which operand
+    # tiles stay in a core's cache from one tile to the next, and how a static schedule
+    # splits the tiles between threads (codegen/cpu/emit.py)
+    host_order: tuple[int, ...] = ()
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:

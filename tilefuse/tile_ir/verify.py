@@ -44,7 +44,7 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
     """Raise GraphError if a buffer is used that is not a param or alloc, a variable is
     unbound, an index count does not match a buffer's rank, a Gemm's tiles (or a panel
     product's operands) do not fit together, a schedule record disagrees with the program
-    it describes (threads, occupancy, producer), a reduction's lanes or a row program's lanes a row are not ones
+    it describes (threads, occupancy, producer), a host order that is not one of the grid's axes, a reduction's lanes or a row program's lanes a row are not ones
     the printers can honour (passes/lanes.py, passes/rows.py), or (with a target) per-tile buffers exceed its on-chip budget."""
     known = {b.name: b for b in (*p.params, *p.allocs)}
     if len(known) != len(p.params) + len(p.allocs):
@@ -53,6 +53,8 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
         raise GraphError(f"{p.name}: params must be global, allocs shared/fragment")
     if p.schedule is not None:
         _check_schedule(p)
+    if p.host_order and sorted(p.host_order) != list(range(len(p.grid))):
+        raise GraphError(f"{p.name}: host_order {p.host_order} is not an order of the grid's {len(p.grid)} axes")
     bound = {v.name for v in p.block_vars}
     for s in p.body:
         _check_stmt(p, s, known, bound)

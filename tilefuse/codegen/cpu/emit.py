@@ -104,8 +104,9 @@ class _Emitter:
         tile = self._allocs() + self.block(self.p.body, [], in_parallel=self.grid_parallel)
         tile += [f"free({cident(b.name)});" for b in self._heap]
         if self.grid_parallel:
+            axes = self.p.host_order or tuple(range(len(self.p.grid)))
             loops = [f"for (int64_t {cident(v.name)} = 0; {cident(v.name)} < {g}; ++{cident(v.name)}) {{"
-                     for v, g in zip(self.p.block_vars, self.p.grid)]
+                     for v, g in ((self.p.block_vars[d], self.p.grid[d]) for d in axes)]
             collapse = f" collapse({len(loops)})" if len(loops) > 1 else ""
             if math.prod(self.p.grid) * sum(_work(s) for s in self.p.body) >= self.options.parallel_min_work:
                 out.append(f"    #pragma omp parallel for{collapse} schedule(static)")

@@ -1,0 +1,67 @@
+"""On a host, a product by packed constant weights larger than its A operand nests its
+column tiles outside its row tiles (``TileProgram.host_order``, set in
+tile_ir/lower/gemm_epilogue.py, honoured by codegen/cpu/emit.py): a weight panel's row
+tiles run one after the other with the panel in cache, and a static schedule splits the
+columns between threads, so the weights come from memory once. The order changes no
+result: compiled kernels match onnxruntime and the reference on fresh random inputs."""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from tests.tile_ir.test_panel_gemm import _check_model, _group, product, siblings
+from tilefuse.codegen.cpu import emit_program
+from tilefuse.errors import GraphError
+from tilefuse.target import CPU
+from tilefuse.tile_ir.lower import lower_group
+from tilefuse.tile_ir.verify import verify_program
+
+
+def _grid_loops(text: str) -> list[str]:
+    """The loop variables of the kernel's parallel grid nest, outermost first."""
+    nest = text[text.index("#pragma omp parallel for collapse"):]
+    return re.findall(r"for \(int64_t (\w+) = 0;", nest)[:3]
+
+
+@pytest.mark.parametrize("lead, m, k, n", [((1,), 128, 768, 768), ((1,), 130, 257, 1000), ((), 70, 300, 640)])
+def test_weights_larger_than_a_put_column_tiles_outermost(lead, m, k, n):
+    model = product(lead, m, k, n)
+    _, group = _group(model, CPU)
+    program = lower_group(group, CPU).program
+    rows, cols = program.grid[-2:]
+    assert rows >= 2 and cols >= 2, program.grid  # (the case: several tiles both ways)
+    lead_axes = len(program.grid) - 2
+    assert program.host_order == (*range(lead_axes), lead_axes + 1, lead_axes), program.host_order
+    assert "column tiles outermost" in program.notes[0]
+    loops = _grid_loops(emit_program(program).text)
+    assert loops.index("bn") < loops.index("bm"), loops
+    _check_model(model, (*lead, m, k), f"product {lead} {m}x{k}x{n}")
+
+
+def test_sibling_products_count_every_weight():
+    """Q, K and V of 128 x 256 each: three 256 x 256 weights (196K) against A's 32K."""
+    model = siblings(128, 256, 256)
+    _, group = _group(model, CPU)
+    program = lower_group(group, CPU).program
+    assert program.grid == (1, 2, 4) and program.host_order == (0, 2, 1), (program.grid, program.host_order)
+    _check_model(model, (1, 128, 256), "siblings 128x256x256")
+
+
+def test_an_a_larger_than_the_weights_keeps_row_tiles_outermost():
+    model = product((), 2048, 64, 128)
+    _, group = _group(model, CPU)
+    program = lower_group(group, CPU).program
+    assert program.grid == (32, 2) and program.host_order == (), (program.grid, program.host_order)
+    loops = _grid_loops(emit_program(program).text)
+    assert loops.index("bm") < loops.index("bn"), loops
+    _check_model(model, (2048, 64), "product 2048x64x128")
+
+
+def test_a_host_order_that_is_not_an_order_of_the_grid_is_refused():
+    _, group = _group(product((1,), 128, 768, 768), CPU)
+    program = lower_group(group, CPU).program
+    for bad in ((0, 1), (0, 1, 1), (0, 1, 3)):
+        with pytest.raises(GraphError, match="host_order"):
+            verify_program(dataclasses.replace(program, host_order=bad))
