@@ -1,9 +1,13 @@
-"""On a host, a product by packed constant weights larger than its A operand nests its
-column tiles outside its row tiles (``TileProgram.host_order``, set in
+"""On a host, weights come from memory as few times as the tiles allow. A product by
+packed constant weights larger than its A operand nests its column tiles outside its row
+tiles (``TileProgram.host_order``, set in
 tile_ir/lower/gemm_epilogue.py, honoured by codegen/cpu/emit.py): a weight panel's row
 tiles run one after the other with the panel in cache, and a static schedule splits the
-columns between threads, so the weights come from memory once. The order changes no
-result: compiled kernels match onnxruntime and the reference on fresh random inputs."""
+columns between threads, so the weights come from memory once. A product whose epilogue
+needs whole rows, or a chain, cannot split its columns: it takes as few row tiles as give
+every core one and fit half a core's cache (``gemm_tiles._host_whole_rows``). Neither
+changes a result: compiled kernels match onnxruntime and the reference on fresh random
+inputs."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +15,7 @@ import re
 
 import pytest
 
-from tests.tile_ir.test_panel_gemm import _check_model, _group, product, siblings
+from tests.tile_ir.test_panel_gemm import _check_model, _group, mlp, product, siblings
 from tilefuse.codegen.cpu import emit_program
 from tilefuse.errors import GraphError
 from tilefuse.target import CPU
@@ -65,3 +69,27 @@ def test_a_host_order_that_is_not_an_order_of_the_grid_is_refused():
     for bad in ((0, 1), (0, 1, 1), (0, 1, 3)):
         with pytest.raises(GraphError, match="host_order"):
             verify_program(dataclasses.replace(program, host_order=bad))
+
+
+@pytest.mark.parametrize("m, d, hidden, tiles", [(197, 768, 3072, 2), (128, 768, 3072, 2), (1000, 256, 1024, 6),
+                                                 (4096, 768, 3072, 42)])
+def test_whole_row_tiles_are_one_per_core_within_half_the_cache(m, d, hidden, tiles):
+    """ViT's 197 tokens: 2 tiles of 99 rows (4 of 50 before: each layer's MLP weights read
+    4 times); 128: 2 of 64; more rows: as many tiles as keep the tile's accumulator rows,
+    its chain intermediate and A tile within half of the 1 MB a core has, an even count."""
+    _, group = _group(mlp(m, d, hidden), CPU)
+    program = lower_group(group, CPU).program
+    s = program.schedule
+    assert s.chain and program.grid == (1, tiles, 1), (program.grid, s.tile_m)
+    assert s.tile_m * (d + 2 * s.tile_k) * 4 <= CPU.device.onchip_bytes // 2
+    assert -(-m // tiles) == s.tile_m
+
+
+@pytest.mark.parametrize("m", [197, 75])
+def test_whole_row_products_compute_what_onnxruntime_does(m):
+    """A chain over row tiles with a partial last one (197 = 99 + 98; 75 = 38 + 37)."""
+    model = mlp(m, 256, 544)
+    _, group = _group(model, CPU)
+    program = lower_group(group, CPU).program
+    assert program.grid == (1, 2, 1) and m % program.schedule.tile_m, (program.grid, program.schedule.tile_m)
+    _check_model(model, (1, m, 256), f"mlp {m}x256x544")

@@ -51,11 +51,14 @@ def tiles(b: "_Builder") -> tuple[int, int]:
             # the staged schedule): power-of-two tiles, halved
             # while the grid leaves cores idle, the last one partial (its rows clamped)
             bm = halve_while_idle(b.m, b.row_tile, math.prod(b.batch), b.cores, max(b.min_tile, b.mma_rows))
-        elif _host_row_tail(b) and bm < 16:
-            # on a host the same (ViT's 197 tokens had 1-row tiles, refused: the staged
-            # schedule's one thread); a chain only where its input is read in place
-            # (panels.py clamps the rows it reads), not through an x tile
-            bm = _balanced(b.m, b.row_tile, math.prod(b.batch), b.cores)
+        elif _host_row_tail(b) and (bm < 16 or b.m // bm > b.cores):
+            # on a host: as few row tiles as give each core its share (a multiple of the
+            # cores) and fit the core's cache (every tile walks every weight panel: ViT's
+            # 197 tokens in 4 tiles of 50 read each layer's MLP weights 4 times, in 2 tiles
+            # of 99 twice; a 1-row tile was refused: the staged schedule's one thread). A
+            # chain only where its input is read in place (panels.py clamps the rows it
+            # reads), not through an x tile
+            bm = _host_whole_rows(b)
         most = DeviceOptions.of(b.target.codegen).fma_registers
         if most and b.fma_loop():
             # an exact product's accumulator in registers (tile_ir/passes/placement.py)
@@ -121,6 +124,21 @@ def _host_row_tail(b: "_Builder") -> bool:
     ``panels.py`` reads its input in place."""
     return (b.mma_rows <= 1 and isinstance(b.c.op, MatMul) and b.m > 16
             and (b.first is None or bool(panels.takes_panels(b))))
+
+
+def _host_whole_rows(b: "_Builder") -> int:
+    """Rows of a host's whole-row tile (an epilogue reduction's or a chain's): the
+    fewest near-equal tiles, a multiple of the cores with the batch, whose on-chip
+    buffers (the accumulator's rows, and a chain's intermediate and its A tile of one K
+    chunk) take at most half the core's cache (the other half for A's rows and the
+    weight panels streaming through)."""
+    lead = math.prod(b.batch)
+    width = b.n + (2 * min(b.k, b.tile_k) if b.first is not None else 0)
+    step = b.cores // math.gcd(lead, b.cores)  # tiles a batch element takes so that every core has as many
+    tiles = step
+    while -(-b.m // tiles) * width * 4 > b.onchip // 2 and -(-b.m // (tiles + step)) < -(-b.m // tiles):
+        tiles += step
+    return -(-b.m // tiles)
 
 
 def _balanced(extent: int, cap: int, lead: int, cores: int) -> int:
