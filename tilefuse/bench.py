@@ -89,13 +89,12 @@ def measure_interleaved(fns: Sequence[Callable[[], object]], *, warmup: int = 3,
     ``repeats`` timed runs for at least ``min_seconds`` in all (or has reached
     ``max_repeats``, default 10 x ``repeats``); one that has stops there, mid-block.
     A machine whose speed drifts (a shared or virtual one moves by tens of percent
-    within a minute) then moves every runtime alike,
-    where timing one after the other would credit the drift to whichever ran in the fast
-    minute. Before each block, ``between()`` waits for the threads of the runtime before it
-    to stop spinning (``settle``), and the block's first run is not timed: it pays for
-    the caches the other left holding its own data. A server running one model has
-    neither. ``warmup`` untimed runs of
-    each come first (one at least: its time gives the block's size)."""
+    within a minute) then moves every runtime alike, where timing one after the other
+    would credit the drift to whichever ran in the fast minute. Before each block,
+    ``between()`` waits for the threads of the runtime before it to stop spinning
+    (``settle``), and the block's first run is not timed: it pays for the caches the
+    other left holding its own data. A server running one model has neither. ``warmup``
+    untimed runs of each come first (one at least: its time gives the block's size)."""
     cap = max_repeats if max_repeats is not None else max(10 * repeats, repeats)
     blocks = []
     for fn in fns:
