@@ -3,7 +3,7 @@
     python benchmarks/cpu_vs_onnxruntime.py [--configs tiny real] [--only NAME ...] [--threads N] [--out benchmarks/RESULTS.md]
 
 For every zoo model (float32): compile the plan, time tilefuse and onnxruntime on the
-same random inputs, the two in turn in blocks of about 0.1 s (a machine whose speed drifts
+same random inputs, the two in turn in blocks of about 0.2 s (a machine whose speed drifts
 moves both alike; ``tilefuse.bench.measure_interleaved``), median and p99 of at least
 ``--repeats`` runs and ``--seconds`` of each after warm-up, and report the ratio of
 the medians and its geometric mean over the float models (a quantized model, such as
@@ -67,7 +67,7 @@ def main() -> int:
             so.intra_op_num_threads = threads
             so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             ref = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-            # in turn, blocks of about 0.1 s each: the box's speed drifts, and moves both alike
+            # in turn, blocks of about 0.2 s each: the box's speed drifts, and moves both alike
             t, r = measure_interleaved([lambda: session.run(None, feeds), lambda: ref.run(None, feeds)],
                                        repeats=args.repeats, min_seconds=args.seconds, max_repeats=10**6)
             rows.append((name, config, t.median_ms, r.median_ms, t.median_ms / r.median_ms, t.p99_ms, r.p99_ms))
@@ -80,7 +80,7 @@ def main() -> int:
         f"\n## {datetime.date.today()} — CPU plans vs onnxruntime {ort.__version__} ({commit})\n",
         f"Machine: {cpu_name()}, {threads} threads for both. Command: `python benchmarks/cpu_vs_onnxruntime.py "
         f"--configs {' '.join(args.configs)}{f' --threads {threads}' if args.threads else ''}`. Median and p99 latency (ms), "
-        "the two timed in turn in blocks of about 0.1 s.\n",
+        "the two timed in turn in blocks of about 0.2 s.\n",
         "| model | config | tilefuse | onnxruntime | ratio | tilefuse p99 | onnxruntime p99 |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]

@@ -14,7 +14,7 @@ from tilefuse.errors import InputError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="time a plan (compiling a model first), optionally against onnxruntime")
     add_plan_args(p)
-    p.add_argument("--against", choices=["onnxruntime"], help="also time onnxruntime on the source model (the two in turn, in blocks of about 0.1 s)")
+    p.add_argument("--against", choices=["onnxruntime"], help="also time onnxruntime on the source model (the two in turn, in blocks of about 0.2 s)")
     p.add_argument("--model", metavar="MODEL.onnx", help="source model for --against (default: the plan's)")
     p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed runs first (default 3)")
     p.add_argument("--iterations", "--repeats", dest="iterations", type=int, default=20, metavar="N",
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         ref = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
         result["onnxruntime_threads"] = ref.get_session_options().intra_op_num_threads
         print(f"onnxruntime threads: {result['onnxruntime_threads'] or 'its default'}")
-        # in turn, in blocks of about 0.1 s: a machine whose speed drifts moves both alike
+        # in turn, in blocks of about 0.2 s: a machine whose speed drifts moves both alike
         t, r = measure_interleaved([run_tilefuse, lambda: ref.run(None, feeds)], warmup=args.warmup,
                                    repeats=args.iterations, min_seconds=seconds, max_repeats=cap)
     result["tilefuse_ms"] = t.median_ms
