@@ -5,7 +5,8 @@ tile_ir/lower/gemm_epilogue.py, honoured by codegen/cpu/emit.py): a weight panel
 tiles run one after the other with the panel in cache, and a static schedule splits the
 columns between threads, so the weights come from memory once. A product whose epilogue
 needs whole rows, or a chain, cannot split its columns: it takes as few row tiles as give
-every core one and fit half a core's cache (``gemm_tiles._host_whole_rows``). Neither
+every core one and fit half a core's cache (``gemm_tiles._host_whole_rows``); a chain
+over few rows is split in parts, one a core (``partition/split_chains.py``). Neither
 changes a result: compiled kernels match onnxruntime and the reference on fresh random
 inputs."""
 from __future__ import annotations
@@ -18,6 +19,8 @@ import pytest
 from tests.tile_ir.test_panel_gemm import _check_model, _group, mlp, product, siblings
 from tilefuse.codegen.cpu import emit_program
 from tilefuse.errors import GraphError
+from tilefuse.frontend import import_onnx
+from tilefuse.partition import partition_graph
 from tilefuse.target import CPU
 from tilefuse.tile_ir.lower import lower_group
 from tilefuse.tile_ir.verify import verify_program
@@ -71,18 +74,27 @@ def test_a_host_order_that_is_not_an_order_of_the_grid_is_refused():
             verify_program(dataclasses.replace(program, host_order=bad))
 
 
-@pytest.mark.parametrize("m, d, hidden, tiles", [(197, 768, 3072, 2), (128, 768, 3072, 2), (1000, 256, 1024, 6),
-                                                 (4096, 768, 3072, 42)])
-def test_whole_row_tiles_are_one_per_core_within_half_the_cache(m, d, hidden, tiles):
+def _chain_program(model):
+    graph = import_onnx(model)
+    (group,) = [g for g in partition_graph(graph, CPU).groups
+                if getattr(lower_group(g, CPU).program.schedule, "chain", False)]
+    return lower_group(group, CPU).program
+
+
+@pytest.mark.parametrize("m, d, hidden, grid", [(197, 768, 3072, (1, 2, 1)), (128, 768, 3072, (2, 1, 1)),
+                                                (1000, 256, 1024, (1, 6, 1)), (4096, 768, 3072, (1, 42, 1))])
+def test_whole_row_tiles_are_one_per_core_within_half_the_cache(m, d, hidden, grid):
     """ViT's 197 tokens: 2 tiles of 99 rows (4 of 50 before: each layer's MLP weights read
-    4 times); 128: 2 of 64; more rows: as many tiles as keep the tile's accumulator rows,
-    its chain intermediate and A tile within half of the 1 MB a core has, an even count."""
-    _, group = _group(mlp(m, d, hidden), CPU)
-    program = lower_group(group, CPU).program
+    4 times); 128 (bert-base): the chain split in two parts (partition/split_chains.py),
+    one tile of all the rows a part, its K chunk narrowed to 128 to fit; more rows: as
+    many tiles as keep the tile's accumulator rows, its chain intermediate and A tile
+    within half of the 1 MB a core has, an even count."""
+    program = _chain_program(mlp(m, d, hidden))
     s = program.schedule
-    assert s.chain and program.grid == (1, tiles, 1), (program.grid, s.tile_m)
+    assert program.grid == grid, (program.grid, s.tile_m, s.tile_k)
     assert s.tile_m * (d + 2 * s.tile_k) * 4 <= CPU.device.onchip_bytes // 2
-    assert -(-m // tiles) == s.tile_m
+    assert -(-m // grid[1]) == s.tile_m
+    assert s.tile_k == (128 if grid[0] == 2 else 256), s.tile_k
 
 
 @pytest.mark.parametrize("m", [197, 75])

@@ -168,11 +168,15 @@ def test_sibling_products_each_read_their_panels(m, k, n):
 def test_a_weight_chain_walks_both_weights_panels(m, d, hidden):
     """(70, 256, 544): rows past the last row tile, an intermediate of 544 = two K chunks
     of 256 and a partial one; 197 (ViT's tokens, a prime): near-equal row tiles, the last
-    one partial."""
+    one partial. (128, 256, 1024): 2 MB of weights over 128 rows, split in two parts
+    (partition/split_chains.py): a chain batched by its parts, each part's weight
+    matrices packed one after the other."""
     model = mlp(m, d, hidden)
-    _, group = _group(model, CPU)
-    s = lower_group(group, CPU).program.schedule
+    graph = import_onnx(model)
+    (s,) = [sch for sch in (lower_group(g, CPU).program.schedule for g in partition_graph(graph, CPU).groups)
+            if getattr(sch, "chain", False)]
     assert s.chain and s.panel_width == 32, s
+    assert s.batch == ((2,) if m == 128 else (1,)), s.batch
     if m == 197:
         assert m % s.tile_m and s.tile_m >= 16, s
     _check_model(model, (1, m, d), f"mlp {m}x{d}x{hidden}")

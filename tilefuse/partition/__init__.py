@@ -13,6 +13,7 @@ from tilefuse.ir.graph import Graph, Value
 from tilefuse.partition.casts import sink_widening_casts
 from tilefuse.partition.grow import Grower, grow
 from tilefuse.partition.kinds import FusionKind, fusion_kind
+from tilefuse.partition.split_chains import split_weight_chains
 from tilefuse.partition.split_reductions import split_long_reductions
 from tilefuse.partition.model import FusedGroup, Partition, Refusal
 from tilefuse.partition.verify import verify_partition
@@ -24,10 +25,12 @@ __all__ = ["FusedGroup", "FusionKind", "Partition", "Refusal", "partition_graph"
 
 def partition_graph(graph: Graph, target: Target, *, verify: bool = True, move_casts: bool = True) -> Partition:
     """Group ``graph``'s nodes into kernels for ``target``. Reductions to fewer outputs than
-    the target has cores are split in two first, in ``graph`` (split_reductions.py).
+    the target has cores are split in two first, in ``graph`` (split_reductions.py), and
+    a host's weight chains over few rows along their hidden dim (split_chains.py).
     ``move_casts`` lets widening casts move into the kernels that read them, which adds
     copies of those Cast nodes to ``graph`` (see casts.py)."""
     split_long_reductions(graph, target)
+    split_weight_chains(graph, target)
     grower = grow(graph, target)
     ordered = _topological(grower)
     apart = _apart(grower, ordered)  # asked of the grown groups, before any rewrite

@@ -48,7 +48,7 @@ def split_long_reductions(graph: Graph, target: Target) -> list[Node]:
     if not policy.split_part:
         return []
     split = []
-    names = _Names(graph)
+    names = FreshNames(graph)
     work = [n for n in graph.nodes if isinstance(n.op, Reduce)]
     while work:
         node = work.pop(0)
@@ -90,7 +90,7 @@ def _parts(outputs: int, length: int, cores: int, part: int, most: int) -> int:
 class _Emitter:
     """Nodes replacing ``node``, one primitive of one input each, in order (``made``)."""
 
-    def __init__(self, node: Node, names: "_Names") -> None:
+    def __init__(self, node: Node, names: "FreshNames") -> None:
         self.node, self.names = node, names
         self.made: list[Node] = []
 
@@ -135,7 +135,7 @@ def _replace(graph: Graph, node: Node, made: list[Node]) -> list[Node]:
     return made
 
 
-def _split_window(graph: Graph, node: Node, want: int, terms: int, least: int, names: "_Names") -> list[Node]:
+def _split_window(graph: Graph, node: Node, want: int, terms: int, least: int, names: "FreshNames") -> list[Node]:
     """A reduction over leading axes (its last axis kept) to fewer than ``want`` outputs,
     split in place along the first reduced axis that divides into parts of at least
     ``terms`` terms: ``x[..., L, ...]`` as ``[..., P, L / P, ...]``, reduced over the same
@@ -164,7 +164,7 @@ def _split_window(graph: Graph, node: Node, want: int, terms: int, least: int, n
     return _replace(graph, node, emit.made)
 
 
-def _split(graph: Graph, node: Node, cores: int, part: int, most: int, names: "_Names") -> list[Node]:
+def _split(graph: Graph, node: Node, cores: int, part: int, most: int, names: "FreshNames") -> list[Node]:
     """Replace ``node`` by its two-stage form; the nodes made (none: left whole)."""
     op = node.op
     assert isinstance(op, Reduce)
@@ -197,7 +197,7 @@ def _split(graph: Graph, node: Node, cores: int, part: int, most: int, names: "_
     return _replace(graph, node, emit.made)
 
 
-class _Names:
+class FreshNames:
     """Names not yet taken by the graph's values and nodes."""
 
     def __init__(self, graph: Graph) -> None:

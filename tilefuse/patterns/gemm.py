@@ -78,7 +78,7 @@ def weight_chain(
     reshapes that regroup rows, and nothing else reads the intermediate (it stays on chip).
     ``written``: ids of values written whatever their readers (graph or group outputs)."""
     if len(contractions) != 2 or not all(
-        isinstance(c.op, MatMul) and c.inputs[1].is_constant and c.inputs[1].type.rank == 2 for c in contractions
+        isinstance(c.op, MatMul) and c.inputs[1].is_constant and _chain_weight(c) for c in contractions
     ):
         return Refusal("more than two weight products, or not plain matrix products")
     first, second = contractions
@@ -106,6 +106,15 @@ def weight_chain(
         if id(n.outputs[0]) in written or any(id(u) not in seen and u is not c2 for u in n.outputs[0].users):
             return Refusal("the intermediate of a chain of products is read outside the chain")
     return c1, c2
+
+
+def _chain_weight(c: Node) -> bool:
+    """A chain product's weight: a [K, N] matrix, or one such matrix per batch index of
+    the product (``[B, K, N]`` by a ``[B, M, K]`` or ``[M, K]`` input: the parts of a
+    chain split along its hidden dim, ``partition/split_chains.py``)."""
+    w, out = c.inputs[1].type, c.outputs[0].type
+    return w.rank == 2 or (w.rank == 3 and out.rank == 3 and w.shape[0] == out.shape[0]
+                           and c.inputs[0].type.rank in (2, 3))
 
 
 def row_epilogue_problem(c: Node, reductions: Sequence[Node], members: set[int], target: Target) -> Refusal | None:
@@ -142,6 +151,8 @@ def chain_problem(
         # and its kernel raced on the H200 (replays differed)
         return Refusal("a chain of exact float32 products runs as FMA loops over whole rows on this target: "
                        "its products apart tile their columns")
+    if target.device.max_block_threads and any(x.inputs[1].type.rank != 2 for x in (c1, c2)):
+        return Refusal("a chain of products by a weight per batch index runs only on a host (packed panels)")
     for r in reductions:
         if not depends_within(r, c2, members) or row_signature(r) != contraction_rows(c2):
             return Refusal("a chain of products takes row reductions only after the second product")
@@ -208,7 +219,11 @@ def match_gemm(nodes: Sequence[Node], outputs: Sequence[Value], target: Target) 
     if isinstance(chain, tuple):  # a weight chain: the first product is the second's prologue
         first, c = chain
         contractions = [c]
-        if first.inputs[0].type.size != math.prod(c.outputs[0].type.shape[:-1]) * first.inputs[0].type.shape[-1]:
+        x, out = first.inputs[0].type, c.outputs[0].type
+        # a chain's parts (a weight per batch index) read the one input's rows each: its
+        # panels schedule reads them in place, batch broadcast (lower/panels.py)
+        parts = first.inputs[1].type.rank == 3 and x.shape[:-2] in ((), (1,)) and x.shape[-2] == out.shape[-2]
+        if not parts and x.size != math.prod(out.shape[:-1]) * x.shape[-1]:
             return Refusal("the first product's rows are broadcast: not one row per output row")
     elif len(contractions) > 1:  # sibling products on one activation: share the A tile
         same = all(x.outputs[0].type == c.outputs[0].type for x in contractions)

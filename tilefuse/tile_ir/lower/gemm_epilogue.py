@@ -124,6 +124,9 @@ class _Builder:
                  name: str, first: Node | None, target: Target, *, depthwise: bool = False) -> None:
         self.group, self.cs, self.fwd, self.reductions, self.name = group, cs, fwd, reductions, name
         self.tile_k, self.row_tile, self.onchip = target.gemm.tile_k, target.gemm.row_tile, target.device.onchip_bytes
+        # a host chain's K chunk (the h tile's columns): narrower where that keeps a
+        # whole-row tile's rows on chip (gemm_tiles._host_whole_rows)
+        self.chunk = 0
         self.cores, self.min_tile, self.gemm_tile = target.device.cores, target.gemm.min_tile, target.gemm.tile
         self.gemm_rows = target.gemm.rows or target.gemm.tile
         self.max_threads, self.acc_budget = target.gemm.max_threads, target.gemm.accumulator_bytes
@@ -264,11 +267,13 @@ class _Builder:
         self.pad_to = -(-self.n // bn) * bn if gemm_weights.pads_weight(self) else 0
         # on a host: the constant weight packed as panels, A's rows read in place (panels.py)
         self.panel_width = 0 if producer else panels.panel_width(self, bn)
+        if self.first is not None and not self.panel_width and any(x.inputs[1].type.rank != 2 for x in (self.first, self.c)):
+            return None  # a chain's weight per batch index is read only as packed panels
         if self.panel_width and conv:  # K steps of whole channels, as the im2col tile fills them
             stages = 1
             self.panel_columns, self.panel_k = -(-self.n // bn) * bn, bk
         elif self.panel_width:
-            bk, stages = min(self.k, self.tile_k), 1
+            bk, stages = self.chunk or min(self.k, self.tile_k), 1
             self.panel_columns, self.panel_k = -(-self.n // bn) * bn, bk
         params, buffers = gemm_weights.bind_params(self)
         bvars = [Var(f"b{i}") for i in range(len(self.batch))]

@@ -51,7 +51,7 @@ def tiles(b: "_Builder") -> tuple[int, int]:
             # the staged schedule): power-of-two tiles, halved
             # while the grid leaves cores idle, the last one partial (its rows clamped)
             bm = halve_while_idle(b.m, b.row_tile, math.prod(b.batch), b.cores, max(b.min_tile, b.mma_rows))
-        elif _host_row_tail(b) and (bm < 16 or b.m // bm > b.cores):
+        elif _host_row_tail(b) and (bm < 16 or b.m // bm * math.prod(b.batch) > b.cores):
             # on a host: as few row tiles as give each core its share (a multiple of the
             # cores) and fit the core's cache (every tile walks every weight panel: ViT's
             # 197 tokens in 4 tiles of 50 read each layer's MLP weights 4 times, in 2 tiles
@@ -131,12 +131,26 @@ def _host_whole_rows(b: "_Builder") -> int:
     fewest near-equal tiles, a multiple of the cores with the batch, whose on-chip
     buffers (the accumulator's rows, and a chain's intermediate and its A tile of one K
     chunk) take at most half the core's cache (the other half for A's rows and the
-    weight panels streaming through)."""
+    weight panels streaming through). A chain whose rows fit the fewest tiles with a
+    narrower K chunk (down to 4 panels) takes that chunk (``b.chunk``): more passes over
+    the accumulator, which stays on chip, where another row tile would read every weight
+    panel again (the parts of ``partition/split_chains.py``: 128 rows, one tile a part)."""
     lead = math.prod(b.batch)
-    width = b.n + (2 * min(b.k, b.tile_k) if b.first is not None else 0)
     step = b.cores // math.gcd(lead, b.cores)  # tiles a batch element takes so that every core has as many
+
+    def fits(tiles: int, chunk: int) -> bool:
+        return -(-b.m // tiles) * (b.n + 2 * chunk) * 4 <= b.onchip // 2
+
+    chunk = min(b.k, b.tile_k) if b.first is not None else 0
+    width = panels.takes_panels(b) if b.first is not None else 0
+    narrow = chunk
+    while not fits(step, narrow) and width and narrow // 2 >= 4 * width and b.k % (narrow // 2) == 0:
+        narrow //= 2
+    if narrow != chunk and fits(step, narrow):
+        b.chunk = narrow
+        return -(-b.m // step)
     tiles = step
-    while -(-b.m // tiles) * width * 4 > b.onchip // 2 and -(-b.m // (tiles + step)) < -(-b.m // tiles):
+    while not fits(tiles, chunk) and -(-b.m // (tiles + step)) < -(-b.m // tiles):
         tiles += step
     return -(-b.m // tiles)
 

@@ -74,7 +74,7 @@ def takes_panels(b: "_Builder") -> int:
         return 0
     for c in products:
         w = c.inputs[1]
-        if not (w.is_constant and w.type.rank == 2 and w.type.dtype is DType.FLOAT32):
+        if not (w.is_constant and w.type.dtype is DType.FLOAT32 and weight_batch(b, w) is not None):
             return 0
         if sum(x is w for n in b.group.nodes for x in n.inputs) != 1:
             return 0
@@ -137,10 +137,22 @@ def _conv_takes_panels(b: "_Builder") -> bool:
             and gemm_weights.packs_conv_weight(b))
 
 
+def weight_batch(b: "_Builder", w: Value) -> int | None:
+    """How many [K, N] matrices a product's weight ``w`` holds: 1 for a matrix; for a
+    ``[B, K, N]`` weight of a product batched as ``[B, M, N]`` (a chain split along its
+    hidden dim, ``partition/split_chains.py``), B, one matrix a batch index; None for
+    any other rank (not packed)."""
+    if w.type.rank == 2:
+        return 1
+    if w.type.rank == 3 and len(b.batch) == 1 and w.type.shape[0] == b.batch[0]:
+        return b.batch[0]
+    return None
+
+
 def matrix(b: "_Builder", w: Value) -> np.ndarray:
-    """The [K, N] matrix the panels of weight ``w`` pack: a MatMul's weight as it is, a
-    convolution's [Cout, Cin, *taps] as K = (Cin, *taps) rows of its Cout columns (the
-    order of the im2col tile's columns)."""
+    """The [K, N] matrix the panels of weight ``w`` pack (``[B, K, N]``: one a batch
+    index): a MatMul's weight as it is, a convolution's [Cout, Cin, *taps] as K =
+    (Cin, *taps) rows of its Cout columns (the order of the im2col tile's columns)."""
     data = w.data
     assert data is not None
     if isinstance(b.c.op, Conv):
@@ -167,11 +179,14 @@ def columns(b: "_Builder", w: Value) -> int:
 
 
 def pack(weight: np.ndarray, width: int, columns: int, integer: bool = False) -> np.ndarray:
-    """``weight`` [K, N] as panels [columns / width, K, width], zero past column N. An
+    """``weight`` [K, N] as panels [columns / width, K, width], zero past column N
+    (``[B, K, N]``: B such runs of panels, ``[B * columns / width, K, width]``). An
     integer product's weight (int8 values held as int32) packs as int8 panels of groups
     of 4 rows, ``[columns / width, ceil(K / 4), width * 4]``: element (p, j) at
     ``[j // width, p // 4, (j % width) * 4 + p % 4]``, zero rows past K, so one 32-bit
     lane holds a column's 4 consecutive K values (what one VNNI dot-product step takes)."""
+    if weight.ndim == 3:  # one matrix a batch index: their panels one after another
+        return np.concatenate([pack(m, width, columns, integer) for m in weight])
     k, n = weight.shape
     if integer:
         groups = -(-k // INT8_GROUP)
@@ -195,18 +210,27 @@ def products(b: "_Builder", buffers: dict[int, Buffer], a_tile: Buffer, h_tile: 
     bm, bn = c_tiles[0].shape
     first_panel = iop(IOp.MUL, column_tile, bn // b.panel_width) if b.n > bn else const_index(0)
     bk = b.panel_k  # the K block of the products (and a chain's K chunk: the h tile's columns)
+
+    def panel0(w: Value, first: Expr) -> Expr:
+        """``first`` panel of the tile's batch index's matrix of ``w`` (one a batch index
+        for a ``[B, K, N]`` weight, each ``columns`` wide)."""
+        if w.type.rank == 2:
+            return first
+        return iop(IOp.ADD, iop(IOp.MUL, bvars[0], columns(b, w) // b.panel_width), first)
+
     if b.first is None:
         a = integer_rows(b) if b.acc_dtype is DType.INT32 else b.c.inputs[0]
         assert a is not None
         rows = _rows(b, buffers[id(a)], bvars, m0, bm)
-        return [PanelGemm(rows, b.panel_bufs[id(weight_of(c))], first_panel, const_index(0), tc, bk)
+        return [PanelGemm(rows, b.panel_bufs[id(weight_of(c))], panel0(weight_of(c), first_panel), const_index(0), tc, bk)
                 for c, tc in zip(b.cs, c_tiles)]
     x, w1 = b.first.inputs
     k1 = x.type.shape[-1]
-    chunk = PanelGemm(_rows(b, buffers[id(x)], bvars, m0, bm), b.panel_bufs[id(w1)], iop(IOp.MUL, kt, bk // b.panel_width),
-                      const_index(0), h_tile, min(k1, b.tile_k))
-    second = PanelGemm(Region(a_tile, (const_index(0), const_index(0)), a_tile.shape), b.panel_bufs[id(b.c.inputs[1])],
-                       first_panel, iop(IOp.MUL, kt, bk), c_tiles[0], bk)
+    w2 = b.c.inputs[1]
+    chunk = PanelGemm(_rows(b, buffers[id(x)], bvars, m0, bm), b.panel_bufs[id(w1)],
+                      panel0(w1, iop(IOp.MUL, kt, bk // b.panel_width)), const_index(0), h_tile, min(k1, b.tile_k))
+    second = PanelGemm(Region(a_tile, (const_index(0), const_index(0)), a_tile.shape), b.panel_bufs[id(w2)],
+                       panel0(w2, first_panel), iop(IOp.MUL, kt, bk), c_tiles[0], bk)
     body = (Fill(h_tile, Const(0, h_tile.dtype)), chunk, *parallel(b.names, (bm, bk), fill_a), second)
     return [Loop(kt, -(-b.k // bk), LoopKind.SERIAL, body)]
 
