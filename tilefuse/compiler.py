@@ -25,7 +25,7 @@ from tilefuse.plan import IndexSite, Plan, link
 from tilefuse.plan.link import GraphCode
 from tilefuse.plan.memory import check_fits
 from tilefuse.progress import Progress
-from tilefuse.target import Target, get_target, memory_limit
+from tilefuse.target import Target, for_this_machine, get_target, memory_limit
 from tilefuse.tile_ir import Lowered, lower_group
 
 
@@ -63,7 +63,7 @@ def compile_model(model: ModelLike, target: str | Target = "cpu", shapes: ShapeS
     kernel (tilefuse.progress)."""
     if not isinstance(target, (str, Target)):
         raise TilefuseError(f"target must be a target name such as 'cpu' or a Target, got {target!r}")
-    target = precision_target(get_target(target) if isinstance(target, str) else target, precision)
+    target = for_this_machine(precision_target(get_target(target) if isinstance(target, str) else target, precision))
     progress = progress or Progress()
     progress.begin("import")
     proto = load_model(model, external_data_dir)

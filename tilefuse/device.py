@@ -8,7 +8,8 @@ here, and nowhere else.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,3 +89,40 @@ X86_SERVER = Device(
     # AVX-512 VNNI: one vpdpbusd does 64 u8 x s8 multiply-adds where an fp32 FMA does 16
     int8_matrix_flops=800e9,
 )
+
+
+def host_l2_per_core(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """This machine's second-level cache per core in bytes, as Linux describes cpu0's
+    caches (a cache shared by several cores divided among them); 0 where it does not
+    say (not Linux, a container without sysfs)."""
+    base = Path(root)
+    try:
+        for index in sorted(base.glob("index[0-9]*")):
+            if (index / "level").read_text().strip() != "2" or (index / "type").read_text().strip() == "Instruction":
+                continue
+            size = (index / "size").read_text().strip()
+            scale = {"K": 1024, "M": 1024 * 1024}.get(size[-1:], 1)
+            total = int(size.rstrip("KM")) * scale
+            return total // max(1, _cpus((index / "shared_cpu_list").read_text().strip()))
+    except (OSError, ValueError):
+        return 0
+    return 0
+
+
+def _cpus(listing: str) -> int:
+    """How many CPUs a Linux CPU list names ("0", "0-3", "0,4")."""
+    count = 0
+    for part in filter(None, listing.split(",")):
+        first, _, last = part.partition("-")
+        count += int(last or first) - int(first) + 1
+    return count
+
+
+def native(device: Device) -> Device:
+    """``device`` as this machine is: a CPU's on-chip budget its second-level cache per
+    core, where Linux says it (a plan built for this machine's instruction set is built
+    for its caches too). Other devices, and hosts that do not say, as they are."""
+    if device.family != "cpu":
+        return device
+    l2 = host_l2_per_core()
+    return replace(device, onchip_bytes=l2) if l2 else device

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tilefuse.codegen.options import CpuOptions, CudaOptions
-from tilefuse.device import HOPPER, X86_SERVER, Device
+from tilefuse.device import HOPPER, X86_SERVER, Device, native
 from tilefuse.errors import TilefuseError
 from tilefuse.policies import (AttentionPolicy, ConvPolicy, GemmPolicy, PartitionPolicy, RowsPolicy, ScatterPolicy,
                                StagedPolicy, WindowPolicy)
@@ -71,6 +71,19 @@ def adjust(target: Target, **changes: object) -> Target:
         except (AttributeError, TypeError) as e:
             raise TilefuseError(f"cannot adjust {part}: {e}") from None
     return dataclasses.replace(target, **top)
+
+
+def for_this_machine(target: Target) -> Target:
+    """``target`` as a plan built for this machine sees it: a CPU target whose kernels
+    are built for this machine's instruction set (``isa`` native, the default) takes
+    this machine's caches too (``device.native``: bert-base's MLP over 128 tokens and
+    ViT's over 197 fit one row tile a core in a 2 MB L2, not in the 1 MB assumed of an
+    unknown x86-64 server). A portable ISA level keeps the assumed device, and a target
+    whose device the caller set keeps theirs."""
+    if target.device != X86_SERVER or getattr(target.codegen, "isa", "") != "native":
+        return target
+    device = native(target.device)
+    return target if device == target.device else dataclasses.replace(target, device=device)
 
 
 CUDA_SM90A = Target(
