@@ -131,7 +131,27 @@ def row_epilogue_problem(c: Node, reductions: Sequence[Node], members: set[int],
     need = target.gemm.row_epilogue_bytes(n)
     if need > target.device.onchip_bytes:
         return Refusal(f"needs {need // 1024} KB on chip for whole rows of {n} > {target.device.onchip_bytes // 1024} KB")
+    if every_core_reads_the_weights(c, target):
+        return Refusal(f"on a host, whole rows of {m} x {n} are one tile a core, each reading all of a weight several "
+                       f"times a core's cache: apart, the product's column tiles split the weight between the cores")
     return None
+
+
+def every_core_reads_the_weights(c: Node, target: Target) -> bool:
+    """On a host, a product by a constant weight of several times the core's cache whose
+    output rows fit one whole-row tile a core (``lower/gemm_tiles._host_whole_rows``):
+    with a row epilogue every core walks the whole weight from memory (LLaMA's down
+    projection and its RMSNorm: 46 MB over 128 tokens), where the product alone splits
+    its column tiles between the cores (each weight panel read once, ``host_order``) and
+    the rows kernel after it reads an output that is still in cache. LLaMA's 16 MB and
+    46 MB projections: 9.5% and 6.6% faster apart at 2 threads, the norm's kernel
+    included; bert-base's 2.4 MB attention output: the same either way (NOTES.md)."""
+    if target.device.max_block_threads or not target.gemm.panel_width or not isinstance(c.op, MatMul):
+        return False
+    w = c.inputs[1]
+    m, n = contraction_rows(c)
+    return (w.is_constant and w.type.rank == 2 and w.type.size * w.type.dtype.itemsize > 4 * target.device.onchip_bytes
+            and m * n * 4 <= target.device.onchip_bytes // 2)
 
 
 def chain_problem(
