@@ -122,15 +122,15 @@ def _kernel_body(model) -> str:
     return _body(lower_group(g, CPU).program)
 
 
-@pytest.mark.parametrize("m, k, n", [(128, 768, 96), (100, 520, 64), (7, 40, 32), (67, 64, 64)])
+@pytest.mark.parametrize("m, k, n", [(128, 768, 96), (100, 520, 64), (7, 40, 32), (131, 64, 64)])
 def test_products_by_packed_weights_start_at_zero(m, k, n):
-    """A weight packed in panels, read in K blocks (the flag on the first); 67 rows in row
-    tiles of 34: the last tile's rows stop short of it, so the tile is zeroed first and the
+    """A weight packed in panels, read in K blocks (the flag on the first); 131 rows in row
+    tiles of 66: the last tile's rows stop short of it, so the tile is zeroed first and the
     product accumulates."""
     rng = np.random.default_rng()
     model = _matmul(m, k, n, rng)
     body = _kernel_body(model)
-    partial = m == 67
+    partial = m == 131
     assert "tf_panel_gemm_f32" in body, body
     assert bool(re.search(r"tf_panel_gemm_f32\([^;]*, 0\);", body)) == partial, body
     assert ("memset(c_tile, 0," in body) == partial, body

@@ -32,7 +32,7 @@ def _grid_loops(text: str) -> list[str]:
     return re.findall(r"for \(int64_t (\w+) = 0;", nest)[:3]
 
 
-@pytest.mark.parametrize("lead, m, k, n", [((1,), 128, 768, 768), ((1,), 130, 257, 1000), ((), 70, 300, 640)])
+@pytest.mark.parametrize("lead, m, k, n", [((1,), 256, 768, 768), ((1,), 130, 257, 1000), ((), 140, 300, 640)])
 def test_weights_larger_than_a_put_column_tiles_outermost(lead, m, k, n):
     model = product(lead, m, k, n)
     _, group = _group(model, CPU)
@@ -48,19 +48,19 @@ def test_weights_larger_than_a_put_column_tiles_outermost(lead, m, k, n):
 
 
 def test_sibling_products_count_every_weight():
-    """Q, K and V of 128 x 256 each: three 256 x 256 weights (196K) against A's 32K."""
-    model = siblings(128, 256, 256)
+    """Q, K and V of 256 x 256 each: three 256 x 256 weights (196K) against A's 64K."""
+    model = siblings(256, 256, 256)
     _, group = _group(model, CPU)
     program = lower_group(group, CPU).program
     assert program.grid == (1, 2, 4) and program.host_order == (0, 2, 1), (program.grid, program.host_order)
-    _check_model(model, (1, 128, 256), "siblings 128x256x256")
+    _check_model(model, (1, 256, 256), "siblings 256x256x256")
 
 
 def test_an_a_larger_than_the_weights_keeps_row_tiles_outermost():
     model = product((), 2048, 64, 128)
     _, group = _group(model, CPU)
     program = lower_group(group, CPU).program
-    assert program.grid == (32, 2) and program.host_order == (), (program.grid, program.host_order)
+    assert program.grid == (16, 2) and program.host_order == (), (program.grid, program.host_order)
     loops = _grid_loops(emit_program(program).text)
     assert loops.index("bm") < loops.index("bn"), loops
     _check_model(model, (2048, 64), "product 2048x64x128")

@@ -150,7 +150,7 @@ def _matmul_graph(rows: int, k: int, n: int, siblings: int = 1):
 def test_product_tiles_shrink_until_the_gpu_is_full():
     """Batch 1, 128 rows x 768: 128x128 tiles make 6 blocks for 132 SMs; tiles halve down to
     the target's 32x32 (96 blocks), which wait on memory: 3 stages of 128-deep K tiles. The
-    CPU (2 cores) keeps its 64x64 tiles; big products take 64x128 tiles of one warpgroup
+    CPU (2 cores) keeps its 128x64 tiles (columns split between the cores); big products take 64x128 tiles of one warpgroup
     and 3 stages of 64 (GemmPolicy.rows)."""
     from tilefuse.target import CUDA_SM90A
 
@@ -159,7 +159,7 @@ def test_product_tiles_shrink_until_the_gpu_is_full():
     program = lower_group(group, CUDA_SM90A).program
     assert math.prod(program.grid) == 96 and "tiles 32x32x128" in program.notes[0] and "3-stage" in program.notes[0]
     (group,) = partition_graph(graph, CPU).groups
-    assert "tiles 64x64" in lower_group(group, CPU).program.notes[0]
+    assert "tiles 128x64" in lower_group(group, CPU).program.notes[0]
     big = partition_graph(_matmul_graph(4096, 768, 768), CUDA_SM90A).groups[0]
     program = lower_group(big, CUDA_SM90A).program
     assert "tiles 64x128x64" in program.notes[0] and program.threads == 128  # one warpgroup
