@@ -7,10 +7,8 @@ from __future__ import annotations
 import random
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import tilefuse
 from tilefuse.compare import compare_output
@@ -22,32 +20,7 @@ from tilefuse.reference import run_graph
 from tilefuse.target import CPU, CUDA_SM90A
 from tilefuse.tile_ir.lower import lower_group
 
-
-def mlp(m: int, d: int, hidden: int, *, lead: tuple[int, ...] = (1,), act: str = "Gelu",
-        leak: bool = False) -> onnx.ModelProto:
-    """LayerNorm(x + act(x @ W1 + b1) @ W2 + b2); ``leak``: the intermediate is also an
-    output (read outside the chain)."""
-    rng = np.random.default_rng(5)
-    inits = [numpy_helper.from_array((rng.standard_normal((d, hidden)) / np.sqrt(d)).astype(np.float32), "w1"),
-             numpy_helper.from_array(rng.standard_normal(hidden).astype(np.float32), "b1"),
-             numpy_helper.from_array((rng.standard_normal((hidden, d)) / np.sqrt(hidden)).astype(np.float32), "w2"),
-             numpy_helper.from_array(rng.standard_normal(d).astype(np.float32), "b2"),
-             numpy_helper.from_array(rng.standard_normal(d).astype(np.float32), "g"),
-             numpy_helper.from_array(rng.standard_normal(d).astype(np.float32), "beta")]
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
-             helper.make_node(act, ["hb"], ["a"]),
-             helper.make_node("MatMul", ["a", "w2"], ["o"]), helper.make_node("Add", ["o", "b2"], ["ob"]),
-             helper.make_node("Add", ["ob", "x"], ["r"]),
-             helper.make_node("LayerNormalization", ["r", "g", "beta"], ["y"], axis=-1, epsilon=1e-5)]
-    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*lead, m, d])]
-    if leak:
-        outputs.append(helper.make_tensor_value_info("a", TensorProto.FLOAT, [*lead, m, hidden]))
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [*lead, m, d])],
-                              outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+from tests.tile_ir.test_panel_gemm import mlp
 
 
 def _x(shape: tuple[int, ...]) -> tuple[np.ndarray, int]:

@@ -123,8 +123,10 @@ def siblings(m: int, k: int, n: int) -> onnx.ModelProto:
     return model
 
 
-def mlp(m: int, d: int, hidden: int) -> onnx.ModelProto:
-    """A transformer's MLP block: LayerNorm(x + Gelu(x @ W1 + b1) @ W2 + b2)."""
+def mlp(m: int, d: int, hidden: int, *, lead: tuple[int, ...] = (1,), act: str = "Gelu",
+        leak: bool = False) -> onnx.ModelProto:
+    """A transformer's MLP block: LayerNorm(x + act(x @ W1 + b1) @ W2 + b2); ``leak``: the
+    intermediate is also an output (read outside the chain)."""
     rng = np.random.default_rng(2)
     inits = [numpy_helper.from_array((rng.standard_normal((d, hidden)) / np.sqrt(d)).astype(np.float32), "w1"),
              numpy_helper.from_array(rng.standard_normal(hidden).astype(np.float32), "b1"),
@@ -133,12 +135,15 @@ def mlp(m: int, d: int, hidden: int) -> onnx.ModelProto:
              numpy_helper.from_array(rng.standard_normal(d).astype(np.float32), "g"),
              numpy_helper.from_array(rng.standard_normal(d).astype(np.float32), "beta")]
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
-             helper.make_node("Gelu", ["hb"], ["a"]),
+             helper.make_node(act, ["hb"], ["a"]),
              helper.make_node("MatMul", ["a", "w2"], ["o"]), helper.make_node("Add", ["o", "b2"], ["ob"]),
              helper.make_node("Add", ["ob", "x"], ["r"]),
              helper.make_node("LayerNormalization", ["r", "g", "beta"], ["y"], axis=-1, epsilon=1e-5)]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, m, d])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, m, d])], inits)
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*lead, m, d])]
+    if leak:
+        outputs.append(helper.make_tensor_value_info("a", TensorProto.FLOAT, [*lead, m, hidden]))
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [*lead, m, d])],
+                              outputs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
     model.ir_version = 8
     return model
