@@ -34,9 +34,9 @@ import numpy as np
 
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Graph, Node, Value
-from tilefuse.ir.prims import Map, MatMul, Primitive, Reshape, ScalarFn, Slice
+from tilefuse.ir.prims import Map, MatMul, Reshape, ScalarFn, Slice
 from tilefuse.ir.types import TensorType
-from tilefuse.partition.split_reductions import FreshNames
+from tilefuse.partition.rewrite import Emitter, FreshNames
 from tilefuse.target import Target
 
 
@@ -151,31 +151,17 @@ def _split(graph: Graph, c1: Node, between: list[Node], c2: Node, parts: int, na
     k, hidden = w1.type.shape
     n = w2.type.shape[1]
     part = hidden // parts
-    made: list[Node] = []
+    emit = Emitter(c1, names)
 
     def const(base: Value, data: np.ndarray) -> Value:
         data = np.ascontiguousarray(data)
         data.setflags(write=False)
         return Value(names.fresh(f"{base.name}.parts{parts}"), TensorType(base.type.dtype, data.shape), data=data)
 
-    def emit(prim: Primitive, inputs: tuple[Value, ...], origin: Node, hint: str, result: Value | None = None) -> Value:
-        (t,) = prim.infer([v.type for v in inputs])
-        node = Node(prim, inputs, (), names.fresh(f"{origin.name}/{hint}"), origin.origin)
-        if result is None:
-            result = Value(names.fresh(f"{origin.name}/{hint}"), t, producer=node)
-        else:
-            assert result.type == t, (result.type, t)
-            result.producer = node
-        node.outputs = (result,)
-        for v in inputs:
-            v.users.append(node)
-        made.append(node)
-        return result
-
     assert w1.data is not None and w2.data is not None
     w1p = const(w1, w1.data.reshape(k, parts, part).transpose(1, 0, 2))
     w2p = const(w2, w2.data.reshape(parts, part, n))
-    new = {id(c1.outputs[0]): emit(MatMul(), (x, w1p), c1, "parts")}
+    new = {id(c1.outputs[0]): emit(MatMul(), (x, w1p), "parts")}
     for node in between:
         if isinstance(node.op, Reshape):  # leading 1s: every part is [P, rows, H / P]
             new[id(node.outputs[0])] = new[id(node.inputs[0])]
@@ -189,23 +175,24 @@ def _split(graph: Graph, c1: Node, between: list[Node], c2: Node, parts: int, na
             else:
                 assert v.data is not None
                 args.append(const(v, v.data.reshape(parts, 1, part)))
-        new[id(node.outputs[0])] = emit(node.op, tuple(args), node, "parts")
-    z = emit(MatMul(), (new[id(c2.inputs[0])], w2p), c2, "parts")
+        new[id(node.outputs[0])] = emit(node.op, args, "parts", origin=node)
+    z = emit(MatMul(), (new[id(c2.inputs[0])], w2p), "parts", origin=c2)
     out = c2.outputs[0]
     rows = z.type.shape[1]
     total: Value | None = None
     for p in range(parts):
-        piece = emit(Slice((p, 0, 0), (1, 1, 1), (1, rows, n)), (z,), c2, f"part{p}")
+        piece = emit(Slice((p, 0, 0), (1, 1, 1), (1, rows, n)), z, f"part{p}", origin=c2)
         last = p == parts - 1 and out.type == piece.type
-        total = piece if total is None else emit(Map(ScalarFn.ADD), (total, piece), c2, "sum", out if last else None)
+        total = piece if total is None else emit(Map(ScalarFn.ADD), (total, piece), "sum", out if last else None,
+                                                 origin=c2)
     assert total is not None
     if total is not out:
-        emit(Reshape(out.type.shape), (total,), c2, "shaped", out)
+        emit(Reshape(out.type.shape), total, "shaped", out, origin=c2)
     old = (c1, *between, c2)
     for node in old:
         for v in node.inputs:
             v.users[:] = [u for u in v.users if u is not node]
     at = graph.nodes.index(c2)
-    graph.nodes[at:at + 1] = made
+    graph.nodes[at:at + 1] = emit.made
     gone = {id(node) for node in old if node is not c2}
     graph.nodes[:] = [node for node in graph.nodes if id(node) not in gone]

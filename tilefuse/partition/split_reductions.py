@@ -34,7 +34,8 @@ import math
 
 from tilefuse.ir.dtypes import HALF_FLOATS, DType
 from tilefuse.ir.graph import Graph, Node, Value
-from tilefuse.ir.prims import Map, Primitive, Reduce, ReduceFn, Reshape, ScalarFn, Transpose
+from tilefuse.ir.prims import Map, Reduce, ReduceFn, Reshape, ScalarFn, Transpose
+from tilefuse.partition.rewrite import Emitter, FreshNames
 from tilefuse.target import Target
 
 WIDENED = (ReduceFn.SUM, ReduceFn.PROD)  # half-float partials of these kept in float32
@@ -87,43 +88,23 @@ def _parts(outputs: int, length: int, cores: int, part: int, most: int) -> int:
     return max((p for p in range(2, want + 1) if length % p == 0), default=0)
 
 
-class _Emitter:
-    """Nodes replacing ``node``, one primitive of one input each, in order (``made``)."""
-
-    def __init__(self, node: Node, names: "FreshNames") -> None:
-        self.node, self.names = node, names
-        self.made: list[Node] = []
-
-    def __call__(self, prim: Primitive, v: Value, hint: str, result: Value | None = None) -> Value:
-        (t,) = prim.infer([v.type])
-        n = Node(prim, (v,), (), self.names.fresh(f"{self.node.name}/{hint}"), self.node.origin)
-        if result is None:
-            result = Value(self.names.fresh(f"{self.node.name}/{hint}"), t, producer=n)
-        else:
-            assert result.type == t, (result.type, t)
-            result.producer = n
-        n.outputs = (result,)
-        v.users.append(n)
-        self.made.append(n)
-        return result
-
-    def stages(self, v: Value, shape: tuple[int, ...], first: tuple[int, ...], second: tuple[int, ...],
-               hints: tuple[str, str, str]) -> None:
-        """``v`` reshaped to ``shape`` and reduced over ``first``, then over ``second`` (dims
-        kept, the node's own function; half-float sums and products in float32 between),
-        shaped into the node's own output."""
-        op, out = self.node.op, self.node.outputs[0]
-        assert isinstance(op, Reduce)
-        half = v.type.dtype in HALF_FLOATS and op.fn in WIDENED
-        dtype = v.type.dtype
-        v = self(Reshape(shape), v, hints[0])
-        if half:
-            v = self(Map(ScalarFn.CAST, DType.FLOAT32), v, "widened")
-        v = self(Reduce(op.fn, first, True), v, hints[1])
-        v = self(Reduce(op.fn, second, True), v, hints[2])
-        if half:
-            v = self(Map(ScalarFn.CAST, dtype), v, "narrowed")
-        self(Reshape(out.type.shape), v, "shaped", result=out)
+def _stages(emit: Emitter, v: Value, shape: tuple[int, ...], first: tuple[int, ...], second: tuple[int, ...],
+            hints: tuple[str, str, str]) -> None:
+    """In place of ``emit``'s reduction: ``v`` reshaped to ``shape`` and reduced over
+    ``first``, then over ``second`` (dims kept, the node's own function; half-float sums
+    and products in float32 between), shaped into the node's own output."""
+    op, out = emit.node.op, emit.node.outputs[0]
+    assert isinstance(op, Reduce)
+    half = v.type.dtype in HALF_FLOATS and op.fn in WIDENED
+    dtype = v.type.dtype
+    v = emit(Reshape(shape), v, hints[0])
+    if half:
+        v = emit(Map(ScalarFn.CAST, DType.FLOAT32), v, "widened")
+    v = emit(Reduce(op.fn, first, True), v, hints[1])
+    v = emit(Reduce(op.fn, second, True), v, hints[2])
+    if half:
+        v = emit(Map(ScalarFn.CAST, dtype), v, "narrowed")
+    emit(Reshape(out.type.shape), v, "shaped", result=out)
 
 
 def _replace(graph: Graph, node: Node, made: list[Node]) -> list[Node]:
@@ -135,7 +116,7 @@ def _replace(graph: Graph, node: Node, made: list[Node]) -> list[Node]:
     return made
 
 
-def _split_window(graph: Graph, node: Node, want: int, terms: int, least: int, names: "FreshNames") -> list[Node]:
+def _split_window(graph: Graph, node: Node, want: int, terms: int, least: int, names: FreshNames) -> list[Node]:
     """A reduction over leading axes (its last axis kept) to fewer than ``want`` outputs,
     split in place along the first reduced axis that divides into parts of at least
     ``terms`` terms: ``x[..., L, ...]`` as ``[..., P, L / P, ...]``, reduced over the same
@@ -158,19 +139,19 @@ def _split_window(graph: Graph, node: Node, want: int, terms: int, least: int, n
         return []
     enough = [p for p in divisors if p * outputs >= want]
     parts = min(enough) if enough else max(divisors)
-    emit = _Emitter(node, names)
-    emit.stages(x, shape[:a] + (parts, length // parts) + shape[a + 1:], tuple(b + 1 if b >= a else b for b in axes), (a,),
+    emit = Emitter(node, names)
+    _stages(emit, x, shape[:a] + (parts, length // parts) + shape[a + 1:], tuple(b + 1 if b >= a else b for b in axes), (a,),
                 ("parts", "partial", "total"))
     return _replace(graph, node, emit.made)
 
 
-def _split(graph: Graph, node: Node, cores: int, part: int, most: int, names: "FreshNames") -> list[Node]:
+def _split(graph: Graph, node: Node, cores: int, part: int, most: int, names: FreshNames) -> list[Node]:
     """Replace ``node`` by its two-stage form; the nodes made (none: left whole)."""
     op = node.op
     assert isinstance(op, Reduce)
     x = node.inputs[0]
     shape, axes, rank = x.type.shape, op.axes, x.type.rank
-    emit = _Emitter(node, names)
+    emit = Emitter(node, names)
     trailing = [a for a in range(rank - 1, -1, -1) if a in axes]
     run = tuple(sorted(a for k, a in enumerate(trailing) if a == rank - 1 - k))  # the reduced axes at the end
     v = x
@@ -179,7 +160,7 @@ def _split(graph: Graph, node: Node, cores: int, part: int, most: int, names: "F
         # the first stage is a reduction of its own, split again if still too few outputs
         # the run merged into one last axis first: a row reduction (the rows pattern)
         head = shape[:run[0]]
-        emit.stages(v, head + (math.prod(shape[a] for a in run),), (len(head),), tuple(a for a in axes if a not in run),
+        _stages(emit, v, head + (math.prod(shape[a] for a in run),), (len(head),), tuple(a for a in axes if a not in run),
                     ("run", "inner", "outer"))
     else:
         kept = [i for i in range(rank) if i not in axes]
@@ -193,19 +174,5 @@ def _split(graph: Graph, node: Node, cores: int, part: int, most: int, names: "F
         # over the last axis, dims kept: the rows pattern's reductions (a block a row); the
         # total over the parts' axis of [.., P, 1] (a reshape between them would join the
         # partial group, where no element may leave its row)
-        emit.stages(v, lead + (parts, length // parts), (len(lead) + 1,), (len(lead),), ("parts", "partial", "total"))
+        _stages(emit, v, lead + (parts, length // parts), (len(lead) + 1,), (len(lead),), ("parts", "partial", "total"))
     return _replace(graph, node, emit.made)
-
-
-class FreshNames:
-    """Names not yet taken by the graph's values and nodes."""
-
-    def __init__(self, graph: Graph) -> None:
-        self.taken = {v.name for v in graph.values()} | {n.name for n in graph.nodes}
-
-    def fresh(self, base: str) -> str:
-        name, i = base, 1
-        while name in self.taken:
-            name, i = f"{base}.{i}", i + 1
-        self.taken.add(name)
-        return name
