@@ -126,6 +126,18 @@ class ConvPolicy:
     # channel tile fills the im2col of its positions again, so fewer, wider ones fill it
     # less often (CPU: ResNet-50's 3 x 3 convolutions of 512 channels refilled it 8 times)
     channel_tile: int = 0
+    # output channels of a host's in-place pointwise convolution tile at most (0: as any
+    # other), its positions whole planes: its epilogue runs a register block at a time
+    # (codegen/cpu/block_epilogues.py), and each of its stores and residual reads is then
+    # a run along a plane. More channels a tile, more runs at once: ResNet-50's 56 x 56
+    # projection with its residual took 0.69 of its time at 8 channels, 0.88 at 16 and
+    # 1.3 at 32, against 128-channel tiles of 4 rows
+    in_place_channels: int = 0
+    # ... and only over at most this many input channels (and input planes that take at
+    # most half the core's cache: every tile reads them): over more, the products hide the
+    # epilogue's streams, and wide tiles read the input once (ResNet-50's 1 x 1
+    # reductions of 256-1024 channels took 1.3-2.1x as long in 8-channel tiles)
+    in_place_max_k: int = 128
 
 
 @dataclass(frozen=True, slots=True)

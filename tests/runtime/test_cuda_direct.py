@@ -238,3 +238,17 @@ def test_a_bound_run_not_waited_for_orders_its_outputs_and_reports_a_bad_index_l
     driver.calls.clear()
     bound.run()  # waited for, as by default
     assert driver.calls[-1] == ("sync", 7)
+
+
+def test_no_driver_library_is_a_clean_error(tmp_path, monkeypatch):
+    """cuda-bindings without an NVIDIA driver (a newer one raises from cuInit): an
+    ExecutionError saying so, not the loader's exception."""
+    from tilefuse.errors import ExecutionError
+
+    class NoLibrary(Driver):
+        def cuInit(self, flags):
+            raise RuntimeError('"cuda" is an NVIDIA driver library and can only be found via system search')
+
+    monkeypatch.setattr(cuda_runtime, "_driver", lambda: NoLibrary())
+    with pytest.raises(ExecutionError, match="no NVIDIA driver to run this CUDA plan on"):
+        InferenceSession(gather_plan(tmp_path))

@@ -12,7 +12,10 @@ def _gpu_available() -> bool:
         from cuda.bindings import driver
     except ImportError:
         return False
-    err, = driver.cuInit(0)[:1]
+    try:  # (a newer cuda-bindings raises where it finds no driver library)
+        err, = driver.cuInit(0)[:1]
+    except Exception:
+        return False
     if err != driver.CUresult.CUDA_SUCCESS:
         return False
     err, n = driver.cuDeviceGetCount()

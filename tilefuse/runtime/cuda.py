@@ -104,7 +104,11 @@ class CudaExecutor:
         self._graph: Handle | None = None
         self.stream: Handle | None = None
         self.ctx: Handle | None = None
-        self._check(cu.cuInit(0), "cuInit")
+        try:  # (a newer cuda-bindings raises where it finds no driver library)
+            initialised = cu.cuInit(0)
+        except Exception as e:
+            raise ExecutionError(f"no NVIDIA driver to run this CUDA plan on (cuInit: {e})") from None
+        self._check(initialised, "cuInit")
         self._dev = self._check(cu.cuDeviceGet(device), "cuDeviceGet")
         self.ctx = self._check(cu.cuDevicePrimaryCtxRetain(self._dev), "cuDevicePrimaryCtxRetain")
         try:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from tilefuse.codegen.artifact import ParamSpec
-from tilefuse.codegen.cpu import accumulate, emit_tiles, first_products
+from tilefuse.codegen.cpu import accumulate, block_epilogues, emit_tiles, first_products
 from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
 from tilefuse.codegen.cpu.prelude import INDEX_PRELUDE, INT8_PANEL_PRELUDE, PANEL_PRELUDE, PRELUDE
@@ -90,6 +90,10 @@ class _Emitter:
         self._writes: dict[int, tuple[Loop, frozenset[str]]] = {}
         # products that start their tile at zero instead of a zeroing pass (first_products.py)
         self.starts = first_products.plan(self.p)
+        # products whose epilogue runs block by block, and whose tile is never allocated
+        self.fusions = block_epilogues.plan(self.p, self.starts, options.block_epilogue_rows)
+        self.unallocated = {f.c.name for f in self.fusions.values()}
+        self.blocks: dict[str, tuple[str, str]] = {}  # loop variable -> C start, stop of the block it runs over
         self.parallel = False  # whether an ``omp parallel`` loop was emitted
 
     # -- the function ------------------------------------------------------------------
@@ -121,6 +125,8 @@ class _Emitter:
         lines, on_stack = [], 0
         self._heap: list[Buffer] = []
         for b in self.p.allocs:
+            if b.name in self.unallocated:
+                continue
             n = max(math.prod(b.shape), 1)
             nbytes, name, t = n * b.dtype.itemsize, cident(b.name), storage(b.dtype)
             if nbytes <= self.options.stack_buffer_bytes and on_stack + nbytes <= self.options.stack_total_bytes:
@@ -136,9 +142,60 @@ class _Emitter:
     # -- statements --------------------------------------------------------------------
     def block(self, body: Sequence[Stmt], levels: list[LoopLevel], in_parallel: bool) -> list[str]:
         out: list[str] = []
+        fused = None
         for s in body:
-            out += self.stmt(s, levels, in_parallel)
+            if fused is not None and s is fused.rows:
+                fused = None  # printed with its product
+                continue
+            fused = self.fusions.get(id(s))
+            out += self.stmt(s, levels, in_parallel) if fused is None else self.block_epilogue(fused, levels)
         return out
+
+    def block_epilogue(self, f: block_epilogues.Fusion, levels: list[LoopLevel]) -> list[str]:
+        """A product and its epilogue in register blocks (``block_epilogues.py``): each
+        block's product over every K step into a block buffer, then the epilogue's rows
+        and columns of that block, reading the buffer where it read the tile."""
+        s, c = f.product, f.c
+        (m, n), width = c.shape, block_epilogues.BLOCK_COLUMNS
+        buf, j0, w, i0, r = (self.names.temp(x) for x in ("_cb", "_j", "_w", "_i", "_r"))
+        view = Buffer(self.names.temp(f"{c.name}_block"), c.dtype, (m, width), c.scope)
+        inner = list(levels)
+        kt = f.k_loop
+        if kt is not None:
+            inner.append(LoopLevel(cident(kt.var.name), kt.extent, frozenset({buf})))
+            self.ranges[cident(kt.var.name)] = (0, kt.extent - 1)
+        se = self.exprs(inner, (*s.a.offsets, *s.b.offsets))
+        a, b = s.a.buffer, s.b.buffer
+        ra = len(a.shape)
+        a_at = flat_index([se.root(i) for i in range(ra)], a.shape)
+        b_at = flat_index([se.root(ra + i) for i in range(len(b.shape))], b.shape)
+        ldb = math.prod(b.shape[s.k_axis + 1:])
+        zero = "1" if kt is None else f"{cident(kt.var.name)} == 0"
+        product = se.lines + [f"tf_gemm_f32({r}, {w}, {s.a.extents[-1]}, {cident(a.name)} + {a_at} + {i0} * {a.shape[-1]}, "
+                              f"{a.shape[-1]}, {cident(b.name)} + {b_at} + {j0}, {ldb}, {buf}, {width}, {zero});"]
+        if kt is not None:
+            var = cident(kt.var.name)
+            product = inner[-1].pre + [f"for (int64_t {var} = 0; {var} < {kt.extent}; ++{var}) {{",
+                                       *["    " + x for x in product], "}"]
+            self.ranges.pop(var, None)
+        rows = replace(f.rows, body=(replace(f.columns, body=tuple(
+            replace(x, value=block_epilogues.block_view(x.value, c, view),
+                    indices=tuple(block_epilogues.block_view(e, c, view) for e in x.indices))
+            for x in f.columns.body if isinstance(x, Store))),))
+        self.blocks = {cident(f.rows.var.name): (i0, f"{i0} + {r}"), cident(f.columns.var.name): (j0, f"{j0} + {w}")}
+        try:  # (the bounds analysis keeps the loops' whole ranges, which hold the block)
+            epilogue = self.nest([rows], levels, "")
+        finally:
+            self.blocks = {}
+        view_at = (f"float *{cident(view.name)} = (float *)((uintptr_t){buf} - "
+                   f"(uintptr_t)({i0} * {width} + {j0}) * sizeof(float));")
+        rows_rule = f"{r} = {m} - {i0} >= 24 ? 12 : ({m} - {i0} > 12 ? ({m} - {i0} + 1) / 2 : {m} - {i0});"
+        body = [rows_rule, *product, view_at, *epilogue]
+        return ["{", f"    float {buf}[{block_epilogues.BLOCK_ROWS * width}] __attribute__((aligned(64)));",
+                f"    for (int64_t {j0} = 0; {j0} < {n}; {j0} += {width}) {{",
+                f"        const int64_t {w} = {n} - {j0} < {width} ? {n} - {j0} : {width};",
+                f"        for (int64_t {i0} = 0, {r} = 0; {i0} < {m}; {i0} += {r}) {{",
+                *["            " + x for x in body], "        }", "    }", "}"]
 
     def stmt(self, s: Stmt, levels: list[LoopLevel], in_parallel: bool) -> list[str]:
         if isinstance(s, Loop):
@@ -224,7 +281,8 @@ class _Emitter:
         return self.nest([s], levels, pragma, in_parallel=in_parallel)
 
     def nest(self, loops: list[Loop], levels: list[LoopLevel], pragma: str, in_parallel: bool = True) -> list[str]:
-        """``loops`` perfectly nested under one pragma; the innermost one's body inside."""
+        """``loops`` perfectly nested under one pragma; the innermost one's body inside.
+        A loop of ``self.blocks`` runs over that block of its range only."""
         inner = levels + [
             LoopLevel(cident(l.var.name), l.extent, self.writes(l), movable=(k == 0)) for k, l in enumerate(loops)
         ]
@@ -241,7 +299,8 @@ class _Emitter:
         assert all(not lv.pre for lv in mine[1:]), "nothing is hoisted between collapsed loops"
         out = list(mine[0].pre) + ([pragma] if pragma else [])
         for d, lv in enumerate(mine):
-            out.append("    " * d + f"for (int64_t {lv.var} = 0; {lv.var} < {lv.extent}; ++{lv.var}) {{")
+            start, stop = self.blocks.get(lv.var, ("0", str(lv.extent)))
+            out.append("    " * d + f"for (int64_t {lv.var} = {start}; {lv.var} < {stop}; ++{lv.var}) {{")
         out += ["    " * len(mine) + x for x in body]
         out += ["    " * d + "}" for d in reversed(range(len(mine)))]
         return out

@@ -218,8 +218,17 @@ class _Builder:
             inner = math.prod(self.c.outputs[0].type.shape[3:])
             # fewer rows a tile while the grid leaves a core idle (a 14 x 14 projection of
             # 112 channels was one tile: one of two threads worked)
+            want_rows = divisor_tile(out_rows, max(1, 256 // inner))
+            few, policy = self.target.conv.in_place_channels, self.target.conv
+            planes = self.k * out_rows * inner * self.op_dtype.itemsize
+            if (few and self.k <= policy.in_place_max_k and planes <= self.onchip // 2
+                    and conv_rows.in_place(self, divisor_tile(self.cols, few))):
+                # a few channels by whole planes: its epilogue, run a register block at a
+                # time (codegen/cpu/block_epilogues.py), writes a few output planes each
+                # as one run; every tile reads the input's planes (they stay on chip)
+                bn, want_rows = divisor_tile(self.cols, few), out_rows
             lead = math.prod(self.batch) * self.groups * -(-self.cols // bn) * (self.m // (out_rows * inner))
-            (tile_rows,) = fill_cores((out_rows,), [divisor_tile(out_rows, max(1, 256 // inner))], lead, self.cores, 1)
+            (tile_rows,) = fill_cores((out_rows,), [want_rows], lead, self.cores, 1)
             bm = tile_rows * inner
         if self.depthwise:  # a few channels per tile: the grid has tiles for every core
             bn = divisor_tile(self.n, self.target.conv.depthwise_channels)
