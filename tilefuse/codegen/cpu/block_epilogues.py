@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from tilefuse.codegen.cpu.first_products import Starts
 from tilefuse.ir.dtypes import DType
-from tilefuse.tile_ir.ir import (Buffer, Call, Expr, Fill, IndexCheck, IndexOp, Load, Loop, LoopKind, Stmt, Store, StridedGemm,
-                                 TileProgram, Var, If, statements)
+from tilefuse.tile_ir.ir import (Buffer, Call, Expr, Fill, If, IndexCheck, IndexOp, Load, Loop, LoopKind, Stmt, Store,
+                                 StridedGemm, TileProgram, Var, statements)
 from tilefuse.tile_ir.nests import stmt_reads
 
 # the product core's register block (codegen/cpu/prelude.py): columns, one AVX-512
