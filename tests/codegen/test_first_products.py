@@ -175,3 +175,32 @@ def test_tiles_written_whole_first_are_not_zeroed(rows, fill, reads_itself, zero
     assert bool(re.search(r"float t_tile\[260\] __attribute__\(\(aligned\(64\)\)\) = \{0\};", body)) == zeroed, body
     assert ("t_tile[_i] = 0.5f" in body) == filled, body
     _run(p)
+
+
+def _runs_program(step: int, runs: int, width: int):
+    """out = 3 * t, t a local tile of 4 rows first written by a nest storing each of its
+    rows as ``runs`` runs of ``width`` at ``r * step + q`` (a depthwise convolution's sums
+    copied row by row into its product tile), from x."""
+    cols = max(runs * width, (runs - 1) * step + width)
+    x, out = param("x", DType.FLOAT32, (4, cols + step)), param("out", DType.FLOAT32, (4, cols))
+    t = Buffer("t_tile", DType.FLOAT32, (4, cols), Scope.SHARED)
+    i, r, q = Var("i"), Var("r"), Var("q")
+    at = iop(IOp.ADD, iop(IOp.MUL, r, step), q)
+    nest = Loop(i, 4, LoopKind.PARALLEL, (Loop(r, runs, LoopKind.PARALLEL, (Loop(q, width, LoopKind.PARALLEL, (
+        Store(t, (i, at), load(x, (i, at))),)),)),))
+    body = [Fill(t, Const(0.0, DType.FLOAT32)), nest,
+            elementwise(out, lambda ix: Call(ScalarFn.MUL, (load(t, ix), Const(3.0, DType.FLOAT32)), DType.FLOAT32))]
+    return program("runs_first", [x], [out], body, allocs=[t])
+
+
+@pytest.mark.parametrize("step, runs, width, whole", [
+    (20, 3, 20, True),    # rows as 3 runs of 20, back to back: every element stored, no zeroing
+    (16, 3, 20, False),   # runs that overlap: the last 8 of 60 columns never stored, the Fill stays
+    (24, 2, 20, False),   # runs with gaps between them (columns 20-23)
+])
+def test_a_tile_stored_as_runs_of_its_rows(step, runs, width, whole):
+    p = _runs_program(step, runs, width)
+    body = _body(p)
+    zeroed = bool(re.search(r"float t_tile\[\d+\] __attribute__\(\(aligned\(64\)\)\) = \{0\};", body))
+    assert ("memset(t_tile, 0," in body) == (not whole) and not (whole and zeroed), body
+    _run(p)

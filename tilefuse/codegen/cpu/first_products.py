@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from tilefuse.ir.dtypes import DType
-from tilefuse.tile_ir.ir import (Buffer, Expr, Fill, Gemm, If, IndexOp, IOp, Loop, LoopKind, PanelGemm, Stmt, Store,
+from tilefuse.tile_ir.ir import (Buffer, Const, Expr, Fill, Gemm, If, IndexOp, IOp, Loop, LoopKind, PanelGemm, Stmt, Store,
                                  StridedGemm, TileProgram, Var, statements)
 from tilefuse.tile_ir.nests import stmt_reads
 
@@ -66,8 +66,9 @@ def _written_first(body: tuple[Stmt, ...], b: Buffer) -> bool:
 def _stores_all(nest: Loop, b: Buffer) -> bool:
     """A perfect nest of loops (each body one loop, down to the innermost) whose innermost
     body stores to ``b`` unconditionally at per-dim indices that are sums of the nest's
-    variables, each variable of extent over 1 in one dim, alone there and spanning it;
-    nothing in the nest reads ``b``."""
+    variables (each maybe times a constant), each variable in one dim, those of extent
+    over 1 there the digits of its index (every position once); nothing in the nest
+    reads ``b``."""
     extent: dict[Var, int] = {}
     loop = nest
     while True:
@@ -85,23 +86,36 @@ def _stores_all(nest: Loop, b: Buffer) -> bool:
         return False
     used: set[Var] = set()
     for index, size in zip(stores[0].indices, b.shape):
-        terms = _vars_summed(index)
-        if terms is None or any(v not in extent or v in used for v in terms):
+        terms = _vars_scaled(index)
+        if terms is None or any(v not in extent or v in used for v, _ in terms):
             return False
-        used.update(terms)
-        wide = [extent[v] for v in terms if extent[v] > 1]
-        if wide != ([size] if size > 1 else []):
+        used.update(v for v, _ in terms)
+        # the variables of extent over 1, by stride: digits of the dim's index in mixed
+        # radix (rows of a tile stored as two runs of a plane row: i * 112 + j, j < 112),
+        # so every position of the dim is stored once
+        wide = sorted((scale, extent[v]) for v, scale in terms if extent[v] > 1)
+        step = 1
+        for scale, n in wide:
+            if scale != step:
+                return False
+            step *= n
+        if step != size:
             return False
     return True
 
 
-def _vars_summed(e: Expr) -> list[Var] | None:
-    """The variables of ``e`` where it is a variable or a sum of them, else None."""
+def _vars_scaled(e: Expr) -> list[tuple[Var, int]] | None:
+    """The variables of ``e`` and their constant factors where it is a sum of variables,
+    each alone or times a positive constant, else None."""
     if isinstance(e, Var):
-        return [e]
+        return [(e, 1)]
     if isinstance(e, IndexOp) and e.op is IOp.ADD:
-        a, b = _vars_summed(e.a), _vars_summed(e.b)
+        a, b = _vars_scaled(e.a), _vars_scaled(e.b)
         return None if a is None or b is None else a + b
+    if isinstance(e, IndexOp) and e.op is IOp.MUL:
+        for v, k in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(v, Var) and isinstance(k, Const) and isinstance(k.value, int) and k.value > 0:
+                return [(v, int(k.value))]
     return None
 
 
