@@ -4,8 +4,9 @@ A gemm+epilogue tile program computes its whole accumulator tile, then runs the 
 over it (scale, bias, a residual, an activation: one element in, one stored): the tile
 goes to the core's L2 and back, and the epilogue's streams (the residual read, the output
 written) run after the products instead of beside them. ResNet-50's 56 x 56 pointwise
-convolution with its residual spent 1.1 ms on the products alone and 0.5 ms more on the
-epilogue from memory; onnxruntime's whole node took 0.67 ms.
+convolution with its residual (64 -> 256 channels) spent 0.62-0.75 ms on the products
+alone and 0.29-0.50 ms more on the epilogue (caches warm or not; benchmarks/NOTES.md,
+session 27); onnxruntime's whole node took 0.67 ms.
 
 ``plan`` finds, in any statement list, a float32 ``StridedGemm`` (a pointwise
 convolution's weight rows by its input's planes, read where they lie) into a local tile
@@ -14,8 +15,9 @@ nest of two parallel loops over ``c``'s rows and columns whose innermost stateme
 plain stores, reading ``c`` only at ``[row, column]``, writing nothing the product reads.
 ``c`` must start at zero (``first_products``: its zeroing Fill is not printed), be
 touched by nothing else, and have at most ``CpuOptions.block_epilogue_rows`` rows
-(``ConvPolicy.in_place_channels`` gives pointwise convolutions such tiles, of whole planes). The printer (``emit.py``) then walks the tile in register blocks
-of the product core (``BLOCK_COLUMNS`` columns x up to 12 rows): each block's product,
+(``ConvPolicy.in_place_channels`` gives pointwise convolutions such tiles, of whole
+planes). The printer (``emit.py``) then walks the tile in register blocks of the
+product core (``BLOCK_COLUMNS`` columns x up to ``BLOCK_ROWS`` rows): each block's product,
 over every K step, goes to a small block buffer, and the epilogue runs over that block's
 rows and columns at once, reading the block buffer in place of ``c``. ``c`` is never
 allocated. The sums are the product core's, in the same order, so results are bit for bit
