@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from tilefuse.codegen.cpu.first_products import Starts
 from tilefuse.ir.dtypes import DType
 from tilefuse.tile_ir.ir import (Buffer, Call, Expr, Fill, If, IndexCheck, IndexOp, Load, Loop, LoopKind, Stmt, Store,
-                                 StridedGemm, TileProgram, Var, statements)
+                                 StridedGemm, TileProgram, Var, statements, subexpressions)
 from tilefuse.tile_ir.nests import stmt_reads
 
 # the product core's register block (codegen/cpu/prelude.py): columns, one AVX-512
@@ -97,19 +97,17 @@ def _fusion(s: Stmt, nxt: Stmt, program: TileProgram, local: set[str], starts: S
     inputs = {product.a.buffer.name, product.b.buffer.name}
     if any(isinstance(x, Store) and x.buffer.name in inputs | {c.name} for x in statements((nxt,))):
         return None
-    others = [x for x in statements(program.body) if x is not product and x is not nxt and x is not k_loop
-              and not _inside(x, nxt)]
-    for x in others:  # c: the product's, the epilogue's and zeroing Fills not printed, nothing else's
+    mine = {id(product), id(nxt), id(k_loop), *(id(y) for y in statements(nxt.body))}
+    for x in statements(program.body):
+        if id(x) in mine:
+            continue  # c: the product's, the epilogue's and zeroing Fills not printed, nothing else's
+        # c: the product's, the epilogue's and zeroing Fills not printed, nothing else's
         if isinstance(x, Fill) and x.buffer == c:
             if id(x) not in starts.dropped:
                 return None
         elif stmt_reads(x, c) or isinstance(x, Store) and x.buffer == c:
             return None
     return Fusion(product, k_loop, nxt, columns)
-
-
-def _inside(x: Stmt, nest: Loop) -> bool:
-    return any(y is x for y in statements(nest.body))
 
 
 def _epilogue(s: Stmt, c: Buffer) -> Loop | None:
@@ -130,20 +128,7 @@ def _epilogue(s: Stmt, c: Buffer) -> Loop | None:
 
 def _reads_only_at(e: Expr, c: Buffer, at: tuple[Var, Var]) -> bool:
     """Whether every load of ``c`` in ``e`` is at exactly ``at``."""
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, Load):
-            if x.buffer == c and x.indices != at:
-                return False
-            stack.extend(x.indices)
-        elif isinstance(x, IndexOp):
-            stack += [x.a, x.b]
-        elif isinstance(x, Call):
-            stack.extend(x.args)
-        elif isinstance(x, IndexCheck):
-            stack.append(x.index)
-    return True
+    return all(x.indices == at for x in subexpressions(e) if isinstance(x, Load) and x.buffer == c)
 
 
 def block_view(e: Expr, c: Buffer, view: Buffer) -> Expr:

@@ -165,14 +165,10 @@ class _Emitter:
             inner.append(LoopLevel(cident(kt.var.name), kt.extent, frozenset({buf})))
             self.ranges[cident(kt.var.name)] = (0, kt.extent - 1)
         se = self.exprs(inner, (*s.a.offsets, *s.b.offsets))
-        a, b = s.a.buffer, s.b.buffer
-        ra = len(a.shape)
-        a_at = flat_index([se.root(i) for i in range(ra)], a.shape)
-        b_at = flat_index([se.root(ra + i) for i in range(len(b.shape))], b.shape)
-        ldb = math.prod(b.shape[s.k_axis + 1:])
+        a, lda, b, ldb = emit_tiles.strided_operands(s, se)
         zero = "1" if kt is None else f"{cident(kt.var.name)} == 0"
-        product = se.lines + [f"tf_gemm_f32({r}, {w}, {s.a.extents[-1]}, {cident(a.name)} + {a_at} + {i0} * {a.shape[-1]}, "
-                              f"{a.shape[-1]}, {cident(b.name)} + {b_at} + {j0}, {ldb}, {buf}, {width}, {zero});"]
+        product = se.lines + [f"tf_gemm_f32({r}, {w}, {s.a.extents[-1]}, {a} + {i0} * {lda}, {lda}, {b} + {j0}, {ldb}, "
+                              f"{buf}, {width}, {zero});"]
         if kt is not None:
             var = cident(kt.var.name)
             product = inner[-1].pre + [f"for (int64_t {var} = 0; {var} < {kt.extent}; ++{var}) {{",
@@ -189,7 +185,10 @@ class _Emitter:
             self.blocks = {}
         view_at = (f"float *{cident(view.name)} = (float *)((uintptr_t){buf} - "
                    f"(uintptr_t)({i0} * {width} + {j0}) * sizeof(float));")
-        rows_rule = f"{r} = {m} - {i0} >= 24 ? 12 : ({m} - {i0} > 12 ? ({m} - {i0} + 1) / 2 : {m} - {i0});"
+        # rows of the next block: the product core's rule (tf_strip_32), so that a block is
+        # one register block: the tallest, the last 13 to 23 rows as two near-equal ones
+        tall = block_epilogues.BLOCK_ROWS
+        rows_rule = f"{r} = {m} - {i0} >= {2 * tall} ? {tall} : ({m} - {i0} > {tall} ? ({m} - {i0} + 1) / 2 : {m} - {i0});"
         body = [rows_rule, *product, view_at, *epilogue]
         return ["{", f"    float {buf}[{block_epilogues.BLOCK_ROWS * width}] __attribute__((aligned(64)));",
                 f"    for (int64_t {j0} = 0; {j0} < {n}; {j0} += {width}) {{",

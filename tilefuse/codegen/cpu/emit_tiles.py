@@ -169,17 +169,23 @@ def panel_gemm(s: PanelGemm, se: StmtExprs, zero: str = "0") -> list[str]:
                     f"{kp}, {k0}, {cident(s.c.name)}, {n}, {s.k_block}{flag});"]
 
 
+def strided_operands(s: StridedGemm, se: StmtExprs) -> tuple[str, int, str, int]:
+    """C for a StridedGemm's operands where they lie: A's first element and row stride,
+    B's first element and row stride; ``se`` renders A's region offsets, then B's."""
+    a, b = s.a.buffer, s.b.buffer
+    ra = len(a.shape)
+    a_at = flat_index([se.root(i) for i in range(ra)], a.shape)
+    b_at = flat_index([se.root(ra + i) for i in range(len(b.shape))], b.shape)
+    return (f"{cident(a.name)} + {a_at}", a.shape[-1], f"{cident(b.name)} + {b_at}",
+            math.prod(b.shape[s.k_axis + 1:]))
+
+
 def strided_gemm(s: StridedGemm, se: StmtExprs, zero: str = "0") -> list[str]:
     """The prelude's register-blocked core on both operands where they lie; ``se``
     renders A's region offsets, then B's; ``zero``: as for ``gemm``."""
-    a, b = s.a.buffer, s.b.buffer
-    ra = len(a.shape)
-    a_at = [se.root(i) for i in range(ra)]
-    b_at = [se.root(ra + i) for i in range(len(b.shape))]
+    a, lda, b, ldb = strided_operands(s, se)
     (m, n), k = s.c.shape, s.a.extents[-1]
-    ldb = math.prod(b.shape[s.k_axis + 1:])
-    return list(se.lines) + [f"tf_gemm_f32({m}, {n}, {k}, {cident(a.name)} + {flat_index(a_at, a.shape)}, {a.shape[-1]}, "
-                             f"{cident(b.name)} + {flat_index(b_at, b.shape)}, {ldb}, {cident(s.c.name)}, {n}, {zero});"]
+    return list(se.lines) + [f"tf_gemm_f32({m}, {n}, {k}, {a}, {lda}, {b}, {ldb}, {cident(s.c.name)}, {n}, {zero});"]
 
 
 def _gemm_f32(a: str, b: str, c: str, m: int, n: int, k: int, parallel: bool, zero: str) -> list[str]:

@@ -219,7 +219,8 @@ class _Builder:
             # fewer rows a tile while the grid leaves a core idle (a 14 x 14 projection of
             # 112 channels was one tile: one of two threads worked)
             want_rows = divisor_tile(out_rows, max(1, 256 // inner))
-            few, policy = self.target.conv.in_place_channels, self.target.conv
+            policy = self.target.conv
+            few = policy.in_place_channels
             planes = self.k * out_rows * inner * self.op_dtype.itemsize
             if (few and self.k <= policy.in_place_max_k and planes <= self.onchip // 2
                     and conv_rows.in_place(self, divisor_tile(self.cols, few))):
