@@ -138,6 +138,12 @@ class ConvPolicy:
     # epilogue's streams, and wide tiles read the input once (ResNet-50's 1 x 1
     # reductions of 256-1024 channels took 1.3-2.1x as long in 8-channel tiles)
     in_place_max_k: int = 128
+    # on a host: an ungrouped 2-D convolution with channels as rows computed from its input
+    # rows copied zero-padded on chip, each (channel, tap) a row of the product at a
+    # constant offset of the copy (conv_rows.direct_product), instead of an im2col tile of
+    # taps x positions per K step (ResNet-50's 64-channel 3 x 3 at 56 x 56, by hand: 0.88-0.92
+    # of the im2col kernel's time, the copy 1/9 of the im2col tile's size)
+    direct: bool = False
 
 
 @dataclass(frozen=True, slots=True)

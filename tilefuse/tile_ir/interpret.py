@@ -34,6 +34,7 @@ from tilefuse.tile_ir.ir import (
     Region,
     Store,
     StridedGemm,
+    TapGemm,
     TileProgram,
     Var,
 )
@@ -103,6 +104,8 @@ class _State:
             self.panel_gemm(s)
         elif isinstance(s, StridedGemm):
             self.strided_gemm(s)
+        elif isinstance(s, TapGemm):
+            self.tap_gemm(s)
         elif isinstance(s, ReduceTile):
             self.reduce(s)
         elif isinstance(s, If):
@@ -184,6 +187,13 @@ class _State:
         a, b, c = self.buffers[s.a.buffer.name], self.buffers[s.b.buffer.name], self.buffers[s.c.name]
         a_rows = a[self._window(s.a)].reshape(s.a.extents[-2:])
         b_rows = b[self._window(s.b)].reshape(s.b.extents[s.k_axis], -1)
+        c[...] = (c + np.matmul(a_rows.astype(np.float32), b_rows.astype(np.float32))).astype(c.dtype)
+
+    def tap_gemm(self, s: TapGemm) -> None:
+        a, b, c = self.buffers[s.a.buffer.name], self.buffers[s.b.name].reshape(-1), self.buffers[s.c.name]
+        a_rows = a[self._window(s.a)].reshape(s.a.extents[-2:])
+        n = c.shape[1]
+        b_rows = np.stack([b[o:o + n] for o in s.offsets])
         c[...] = (c + np.matmul(a_rows.astype(np.float32), b_rows.astype(np.float32))).astype(c.dtype)
 
     def _window(self, r: Region) -> tuple[slice, ...]:

@@ -6,6 +6,7 @@ Its vocabulary follows TileLang so that the CUDA lowering is close to one-to-one
 - buffers by scope: ``global`` (kernel parameters), ``shared`` and ``fragment`` (per tile);
 - statements: Fill, Copy (region to region), Gemm, PanelGemm (a host's product by a
   packed weight), StridedGemm (a host's product of two operands where they lie),
+  TapGemm (a host's product whose B rows lie at constant offsets of one on-chip buffer),
   ReduceTile, Store, loops that are serial, parallel or pipelined with a number of
   stages, and If on a tile-uniform condition.
 
@@ -227,6 +228,23 @@ class StridedGemm(Stmt):
     a: Region
     b: Region
     k_axis: int
+    c: Buffer
+
+
+@dataclass(frozen=True, slots=True)
+class TapGemm(Stmt):
+    """``c += A @ B`` on a host without blocks, row ``p`` of B read at a constant offset of
+    one on-chip buffer: ``B[p, q] = b.flat[offsets[p] + q]`` for ``q`` over ``c``'s columns.
+    ``a`` is ``c``'s rows of A read where they lie (a region of unit extents but its last
+    two dims: rows, then ``len(offsets)`` K columns). A convolution from its input rows
+    copied zero-padded on chip (``conv_rows.direct``): K runs over (channel, taps), and a
+    tap's row of B is the channel's padded rows shifted by the tap's offset, so the product
+    reads its input once from the copy, with no im2col tile. The host's register-blocked
+    core (codegen/cpu/prelude.py, ``TAP_PRELUDE``) runs it."""
+
+    a: Region
+    b: Buffer
+    offsets: tuple[int, ...]
     c: Buffer
 
 

@@ -11,7 +11,7 @@ import math
 
 from tilefuse.ir.dtypes import DType
 from tilefuse.tile_ir.ir import (Buffer, Const, Copy, Expr, Gemm, If, IndexOp, IOp, Load, Loop, LoopKind, PanelGemm,
-                                 ReduceTile, Stmt, Store, StridedGemm, Var, subexpressions)
+                                 ReduceTile, Stmt, Store, StridedGemm, TapGemm, Var, subexpressions)
 
 
 def parallel_nest(s: Loop) -> list[Loop]:
@@ -83,6 +83,8 @@ def stmt_reads(s: Stmt, buffer: Buffer) -> bool:
         return buffer in (s.a.buffer, s.b, s.c)
     if isinstance(s, StridedGemm):
         return buffer in (s.a.buffer, s.b.buffer, s.c)
+    if isinstance(s, TapGemm):
+        return buffer in (s.a.buffer, s.b, s.c)
     if isinstance(s, ReduceTile):
         return buffer in (s.src, s.dst)
     if isinstance(s, Copy):

@@ -20,6 +20,7 @@ from tilefuse.tile_ir.ir import (
     STATUS,
     Store,
     StridedGemm,
+    TapGemm,
     TileProgram,
     Var,
 )
@@ -78,6 +79,10 @@ def _stmt(s: object, indent: int, out: list[str]) -> None:
                    f"{format_expr(s.k0)}:], {s.c.name}, k_block={s.k_block})")
     elif isinstance(s, StridedGemm):
         out.append(f"{pad}strided_gemm({_region(s.a)}, {_region(s.b)}, {s.c.name}, k_axis={s.k_axis})")
+    elif isinstance(s, TapGemm):
+        offs = ", ".join(map(str, s.offsets)) if len(s.offsets) <= 12 else \
+            ", ".join(map(str, (*s.offsets[:6], "...", *s.offsets[-3:])))
+        out.append(f"{pad}tap_gemm({_region(s.a)}, {s.b.name}, {s.c.name}, offsets=[{offs}])")
     elif isinstance(s, ReduceTile):
         lanes = f", lanes={s.lanes}" if s.lanes != 1 else ""
         out.append(f"{pad}T.reduce_{s.fn.value}({s.src.name}, {s.dst.name}, dim={s.dim}, clear={s.clear}{lanes})")

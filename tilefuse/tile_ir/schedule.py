@@ -141,6 +141,10 @@ class GemmSchedule(Schedule):
     # on a host: a pointwise convolution with channels as rows reads its weight's rows and
     # its input's channel planes where they lie, no operand tiles (conv_rows.in_place)
     operands_in_place: bool = False
+    # on a host: a convolution computed K step by K step from its input rows copied
+    # zero-padded on chip, this many wide (per column phase), its products' rows that far
+    # apart in the tile (conv_rows.direct_product); 0: an im2col tile per K step
+    direct_padded_width: int = 0
 
 
 @dataclass(frozen=True, slots=True)

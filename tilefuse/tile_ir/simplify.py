@@ -31,6 +31,7 @@ from tilefuse.tile_ir.ir import (
     Stmt,
     Store,
     StridedGemm,
+    TapGemm,
     TileProgram,
     Var,
     const_index,
@@ -219,6 +220,8 @@ class _Simplifier:
             return replace(s, a=self._region(s.a), panel0=self.expr(s.panel0), k0=self.expr(s.k0))
         if isinstance(s, StridedGemm):
             return replace(s, a=self._region(s.a), b=self._region(s.b))
+        if isinstance(s, TapGemm):
+            return replace(s, a=self._region(s.a))
         return s
 
     def _region(self, r: Region) -> Region:

@@ -33,6 +33,7 @@ from tilefuse.tile_ir.ir import (
     Scope,
     Store,
     StridedGemm,
+    TapGemm,
     TileProgram,
     Var,
     dtype_of,
@@ -64,7 +65,7 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
     check_pipelines(p, None if target is None else target.device)
     if target is not None and target.device.max_block_threads:
         _check_block(p, target.device.max_block_threads)
-        if any(isinstance(x, (PanelGemm, StridedGemm)) for x in statements(p.body)):
+        if any(isinstance(x, (PanelGemm, StridedGemm, TapGemm)) for x in statements(p.body)):
             raise GraphError(f"kernel {p.name}: a panel or strided product is the host's product core, not a {target.name} one")
     if target is not None and backends.for_target(target).tiles_on_chip:
         # an accumulator's shared mirror (passes/epilogues.py) holds the tile its registers
@@ -199,6 +200,28 @@ def _check_strided_gemm(p: TileProgram, s: StridedGemm, known: dict[str, Buffer]
         raise GraphError(f"{p.name}: a strided product is float32 ({a.dtype}, {b.dtype}, {c.dtype})")
 
 
+def _check_tap_gemm(p: TileProgram, s: TapGemm, known: dict[str, Buffer], bound: set[str]) -> None:
+    """What the host's core takes from an on-chip buffer: float32 rows of A (a region of
+    unit extents but its last two, K = one column per offset) and K rows of B, each
+    ``c``'s width of ``b`` from its offset, all inside ``b``."""
+    a, b, c = s.a.buffer, s.b, s.c
+    for buf in (a, b, c):
+        _check_buffer(p, buf, known)
+    for o in s.a.offsets:
+        _check_expr(p, o, known, bound)
+    if len(s.a.offsets) != len(a.shape) or len(s.a.extents) != len(a.shape) or len(a.shape) < 2 \
+            or any(e != 1 for e in s.a.extents[:-2]):
+        raise GraphError(f"{p.name}: a tap product reads rows of {a.name}{list(a.shape)}, not {s.a.extents}")
+    if b.scope is Scope.GLOBAL or len(c.shape) != 2 or c.shape[0] != s.a.extents[-2] or s.a.extents[-1] != len(s.offsets):
+        raise GraphError(f"{p.name}: tap product {s.a.extents} x {len(s.offsets)} offsets of {b.name} -> "
+                         f"{c.name}{list(c.shape)} does not fit")
+    if not s.offsets or min(s.offsets) < 0 or max(s.offsets) + c.shape[1] > math.prod(b.shape):
+        raise GraphError(f"{p.name}: a tap product's rows of {b.name}{list(b.shape)} leave it "
+                         f"(offsets {min(s.offsets, default=0)}..{max(s.offsets, default=0)}, {c.shape[1]} columns)")
+    if {a.dtype, b.dtype, c.dtype} != {DType.FLOAT32}:
+        raise GraphError(f"{p.name}: a tap product is float32 ({a.dtype}, {b.dtype}, {c.dtype})")
+
+
 def _check_stmt(p: TileProgram, s: object, known: dict[str, Buffer], bound: set[str]) -> None:
     if isinstance(s, Loop):
         if s.var.name in bound:
@@ -243,6 +266,8 @@ def _check_stmt(p: TileProgram, s: object, known: dict[str, Buffer], bound: set[
         _check_panel_gemm(p, s, known, bound)
     elif isinstance(s, StridedGemm):
         _check_strided_gemm(p, s, known, bound)
+    elif isinstance(s, TapGemm):
+        _check_tap_gemm(p, s, known, bound)
     elif isinstance(s, ReduceTile):
         _check_buffer(p, s.src, known)
         _check_buffer(p, s.dst, known)

@@ -25,14 +25,14 @@ from tilefuse.codegen.artifact import ParamSpec
 from tilefuse.codegen.cpu import accumulate, block_epilogues, emit_tiles, first_products
 from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
-from tilefuse.codegen.cpu.prelude import INDEX_PRELUDE, INT8_PANEL_PRELUDE, PANEL_PRELUDE, PRELUDE
+from tilefuse.codegen.cpu.prelude import INDEX_PRELUDE, INT8_PANEL_PRELUDE, PANEL_PRELUDE, PRELUDE, TAP_PRELUDE
 from tilefuse.codegen.cpu.flat_access import flatten_accesses
 from tilefuse.codegen.cpu.threads import THREAD_POOL
 from tilefuse.codegen.launch import CpuLaunch
 from tilefuse.codegen.options import CpuOptions
 from tilefuse.codegen.toolchain import kernel_stem, param_specs
 from tilefuse.tile_ir.ir import (STATUS, Buffer, Copy, Expr, Fill, Gemm, If, Loop, LoopKind, PanelGemm, ReduceTile, Stmt, Store,
-                                 StridedGemm, TileProgram, statements)
+                                 StridedGemm, TapGemm, TileProgram, statements)
 
 @dataclass(frozen=True)
 class CSource:
@@ -57,6 +57,8 @@ def emit_program(program: TileProgram, options: CpuOptions = CpuOptions()) -> CS
         prelude += PANEL_PRELUDE
     if any(s.k_group > 1 for s in panel_products):
         prelude += INT8_PANEL_PRELUDE
+    if any(isinstance(s, TapGemm) for s in statements(program.body)):
+        prelude += TAP_PRELUDE
     if program.index_sites:
         prelude += INDEX_PRELUDE
     digest = hashlib.sha256("\n".join([stem, header, prelude, *body]).encode()).hexdigest()[:10]
@@ -95,6 +97,7 @@ class _Emitter:
         self.unallocated = {f.c.name for f in self.fusions.values()}
         self.blocks: dict[str, tuple[str, str]] = {}  # loop variable -> C start, stop of the block it runs over
         self.parallel = False  # whether an ``omp parallel`` loop was emitted
+        self.tables = 0  # TapGemm offset tables printed so far (each its own name)
 
     # -- the function ------------------------------------------------------------------
     def function_body(self) -> list[str]:
@@ -213,6 +216,9 @@ class _Emitter:
             return emit_tiles.panel_gemm(s, self.exprs(levels, (*s.a.offsets, s.panel0, s.k0)), self.zero(s))
         if isinstance(s, StridedGemm):
             return emit_tiles.strided_gemm(s, self.exprs(levels, (*s.a.offsets, *s.b.offsets)), self.zero(s))
+        if isinstance(s, TapGemm):
+            self.tables += 1
+            return emit_tiles.tap_gemm(s, self.exprs(levels, s.a.offsets), f"tf_taps{self.tables}", self.zero(s))
         if isinstance(s, ReduceTile):
             return emit_tiles.reduce(s)
         if isinstance(s, If):
@@ -321,7 +327,7 @@ def _collect_writes(body: Sequence[Stmt], out: set[str]) -> None:
             out.add(s.buffer.name)
         elif isinstance(s, Copy):
             out.add(s.dst.buffer.name)
-        elif isinstance(s, (Gemm, PanelGemm, StridedGemm)):
+        elif isinstance(s, (Gemm, PanelGemm, StridedGemm, TapGemm)):
             out.add(s.c.name)
         elif isinstance(s, ReduceTile):
             out.add(s.dst.name)
@@ -342,7 +348,7 @@ def _work(s: Stmt) -> int:
     if isinstance(s, Gemm):
         m, k = s.a.shape[::-1] if s.trans_a else s.a.shape
         return m * k * s.c.shape[-1]
-    if isinstance(s, (PanelGemm, StridedGemm)):
+    if isinstance(s, (PanelGemm, StridedGemm, TapGemm)):
         return math.prod(s.c.shape) * s.a.extents[-1]
     if isinstance(s, Copy):
         return math.prod(s.dst.extents)

@@ -15,7 +15,7 @@ from tilefuse.codegen.cpu.c_types import compute, convert, literal, load, round_
 from tilefuse.codegen.cpu.emit_expr import Names, StmtExprs, cident, flat_index
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn
-from tilefuse.tile_ir.ir import Copy, Fill, Gemm, PanelGemm, ReduceTile, StridedGemm
+from tilefuse.tile_ir.ir import Copy, Fill, Gemm, PanelGemm, ReduceTile, StridedGemm, TapGemm
 
 
 def _loops(header_vars: Sequence[tuple[str, int]], body: Sequence[str], pragma: str = "") -> list[str]:
@@ -186,6 +186,19 @@ def strided_gemm(s: StridedGemm, se: StmtExprs, zero: str = "0") -> list[str]:
     a, lda, b, ldb = strided_operands(s, se)
     (m, n), k = s.c.shape, s.a.extents[-1]
     return list(se.lines) + [f"tf_gemm_f32({m}, {n}, {k}, {a}, {lda}, {b}, {ldb}, {cident(s.c.name)}, {n}, {zero});"]
+
+
+def tap_gemm(s: TapGemm, se: StmtExprs, table: str, zero: str = "0") -> list[str]:
+    """The prelude's core over tap rows (``TAP_PRELUDE``): A's rows where they lie, B's
+    rows at the offsets of the static table ``table`` (printed here, once per statement)
+    into the on-chip buffer; ``se`` renders A's region offsets."""
+    a = s.a.buffer
+    a_at = flat_index([se.root(i) for i in range(len(a.shape))], a.shape)
+    (m, n), k = s.c.shape, len(s.offsets)
+    rows = [", ".join(map(str, s.offsets[i:i + 16])) for i in range(0, k, 16)]
+    return [*se.lines, f"static const int32_t {table}[{k}] = {{", *(f"    {r}," for r in rows), "};",
+            f"tf_tap_gemm_f32({m}, {n}, {k}, {cident(a.name)} + {a_at}, {a.shape[-1]}, {cident(s.b.name)}, {table}, "
+            f"{cident(s.c.name)}, {n}, {zero});"]
 
 
 def _gemm_f32(a: str, b: str, c: str, m: int, n: int, k: int, parallel: bool, zero: str) -> list[str]:

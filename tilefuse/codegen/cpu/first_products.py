@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from tilefuse.ir.dtypes import DType
 from tilefuse.tile_ir.ir import (Buffer, Const, Expr, Fill, Gemm, If, IndexOp, IOp, Loop, LoopKind, PanelGemm, Stmt, Store,
-                                 StridedGemm, TileProgram, Var, statements)
+                                 StridedGemm, TapGemm, TileProgram, Var, statements)
 from tilefuse.tile_ir.nests import stmt_reads
 
 
@@ -150,7 +150,7 @@ def _overwrites(s: Stmt, buf: Buffer) -> bool:
     """A float32 product into the whole of ``buf`` through the product core (which takes
     the ``zero`` flag): a Gemm without transposes on its fast path, a float PanelGemm (its
     rows may stop short of the tile where A does: the printer zeroes the tile there), a
-    StridedGemm."""
+    StridedGemm or a TapGemm."""
     if isinstance(s, Gemm):
         m = s.a.shape[0]
         return (s.c == buf and not (s.trans_a or s.trans_b) and m == buf.shape[0]
@@ -159,6 +159,8 @@ def _overwrites(s: Stmt, buf: Buffer) -> bool:
         return s.c == buf and s.k_group == 1 and buf.dtype is DType.FLOAT32
     if isinstance(s, StridedGemm):
         return s.c == buf and buf.dtype is DType.FLOAT32 and s.a.buffer != buf and s.b.buffer != buf
+    if isinstance(s, TapGemm):
+        return s.c == buf and buf.dtype is DType.FLOAT32 and s.a.buffer != buf and s.b != buf
     return False
 
 

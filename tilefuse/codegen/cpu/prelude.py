@@ -507,3 +507,118 @@ static inline int64_t tf_index(int64_t i, int64_t n, int64_t *status, int64_t si
     return w;
 }
 """
+
+TAP_PRELUDE = r"""
+/* -- the product core over tap rows (TapGemm): row p of B lies at b + off[p] ------------ */
+/* A convolution from its input rows zero-padded on chip: K runs over (channel, taps), and
+ * each tap's row of B is the padded rows shifted by a constant. The blocks are those of
+ * tf_gemm_f32 with one table lookup per K step; sums run over p in order. */
+#define TF_TAPS_V(NAME, VT, W, MR, NV)                                                          \
+static inline __attribute__((always_inline)) void NAME(int64_t k, const float *restrict a,     \
+        int64_t lda, const float *restrict b, const int32_t *restrict off, float *restrict c,   \
+        int64_t ldc, int zero) {                                                                \
+    VT acc[MR][NV];                                                                             \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r)                                       \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                                    \
+            acc[r][v] = zero ? (VT){0} : *(const VT *)(c + r * ldc + W * v);                    \
+    _Pragma("GCC unroll 2") for (int64_t p = 0; p < k; ++p) {                                   \
+        const float *bp = b + off[p];                                                           \
+        VT bv[NV];                                                                              \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) bv[v] = *(const VT *)(bp + W * v); \
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                 \
+            const float ar = a[r * lda + p];                                                    \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) acc[r][v] += ar * bv[v];       \
+        }                                                                                       \
+    }                                                                                           \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r)                                       \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                                    \
+            *(VT *)(c + r * ldc + W * v) = acc[r][v];                                           \
+}
+#ifdef __AVX512F__
+#define TF_TAPS_ROWS 12
+#define TF_TAPS_WIDTH 32
+TF_TAPS_V(tf_taps_12, tf_v16, 16, 12, 2) TF_TAPS_V(tf_taps_11, tf_v16, 16, 11, 2) TF_TAPS_V(tf_taps_10, tf_v16, 16, 10, 2)
+TF_TAPS_V(tf_taps_9, tf_v16, 16, 9, 2) TF_TAPS_V(tf_taps_8, tf_v16, 16, 8, 2) TF_TAPS_V(tf_taps_7, tf_v16, 16, 7, 2)
+TF_TAPS_V(tf_taps_6, tf_v16, 16, 6, 2) TF_TAPS_V(tf_taps_5, tf_v16, 16, 5, 2) TF_TAPS_V(tf_taps_4, tf_v16, 16, 4, 2)
+TF_TAPS_V(tf_taps_3, tf_v16, 16, 3, 2) TF_TAPS_V(tf_taps_2, tf_v16, 16, 2, 2) TF_TAPS_V(tf_taps_1, tf_v16, 16, 1, 2)
+/* rows [0, m) of a 16-column strip whose columns ``mask`` marks (the others are not read
+ * nor written) */
+#define TF_TAPS_MASKED(NAME, MR)                                                                \
+static inline __attribute__((always_inline)) void NAME(int64_t k, const float *restrict a,     \
+        int64_t lda, const float *restrict b, const int32_t *restrict off, float *restrict c,   \
+        int64_t ldc, __mmask16 mask, int zero) {                                                \
+    __m512 acc[MR];                                                                             \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r)                                       \
+        acc[r] = zero ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, c + r * ldc);         \
+    for (int64_t p = 0; p < k; ++p) {                                                           \
+        const __m512 bv = _mm512_maskz_loadu_ps(mask, b + off[p]);                              \
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r)                                   \
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), bv, acc[r]);               \
+    }                                                                                           \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) _mm512_mask_storeu_ps(c + r * ldc, mask, acc[r]); \
+}
+TF_TAPS_MASKED(tf_taps_masked_12, 12) TF_TAPS_MASKED(tf_taps_masked_4, 4) TF_TAPS_MASKED(tf_taps_masked_1, 1)
+#else
+#define TF_TAPS_ROWS 6
+#define TF_TAPS_WIDTH 16
+TF_TAPS_V(tf_taps_6, tf_v8, 8, 6, 2) TF_TAPS_V(tf_taps_5, tf_v8, 8, 5, 2) TF_TAPS_V(tf_taps_4, tf_v8, 8, 4, 2)
+TF_TAPS_V(tf_taps_3, tf_v8, 8, 3, 2) TF_TAPS_V(tf_taps_2, tf_v8, 8, 2, 2) TF_TAPS_V(tf_taps_1, tf_v8, 8, 1, 2)
+#endif
+
+/* rows [0, m) of a strip of TF_TAPS_WIDTH columns: blocks of TF_TAPS_ROWS rows, the last
+ * rows (more than a block, fewer than two) as two near-equal blocks */
+static inline __attribute__((always_inline)) void tf_taps_strip(int64_t m, int64_t k,
+        const float *restrict a, int64_t lda, const float *restrict b, const int32_t *restrict off,
+        float *restrict c, int64_t ldc, int zero) {
+    int64_t i = 0;
+    while (m - i > 0) {
+        const int64_t left = m - i;
+        const int64_t r = left >= 2 * TF_TAPS_ROWS ? TF_TAPS_ROWS : (left > TF_TAPS_ROWS ? (left + 1) / 2 : left);
+        const float *ai = a + i * lda;
+        float *ci = c + i * ldc;
+        switch (r) {
+#ifdef __AVX512F__
+        case 12: tf_taps_12(k, ai, lda, b, off, ci, ldc, zero); break;
+        case 11: tf_taps_11(k, ai, lda, b, off, ci, ldc, zero); break;
+        case 10: tf_taps_10(k, ai, lda, b, off, ci, ldc, zero); break;
+        case 9: tf_taps_9(k, ai, lda, b, off, ci, ldc, zero); break;
+        case 8: tf_taps_8(k, ai, lda, b, off, ci, ldc, zero); break;
+        case 7: tf_taps_7(k, ai, lda, b, off, ci, ldc, zero); break;
+#endif
+        case 6: tf_taps_6(k, ai, lda, b, off, ci, ldc, zero); break;
+        case 5: tf_taps_5(k, ai, lda, b, off, ci, ldc, zero); break;
+        case 4: tf_taps_4(k, ai, lda, b, off, ci, ldc, zero); break;
+        case 3: tf_taps_3(k, ai, lda, b, off, ci, ldc, zero); break;
+        case 2: tf_taps_2(k, ai, lda, b, off, ci, ldc, zero); break;
+        default: tf_taps_1(k, ai, lda, b, off, ci, ldc, zero); break;
+        }
+        i += r;
+    }
+}
+
+/* c[m x n] += a[m x k] @ B, B[p][q] = b[off[p] + q], row-major with leading dimensions
+ * lda and ldc; with ``zero``, c = a @ B (c is not read). Reads only b[off[p] + q] for
+ * q < n. */
+static void tf_tap_gemm_f32(int64_t m, int64_t n, int64_t k, const float *restrict a, int64_t lda,
+        const float *restrict b, const int32_t *restrict off, float *restrict c, int64_t ldc, int zero) {
+    int64_t j = 0;
+    for (; j + TF_TAPS_WIDTH <= n; j += TF_TAPS_WIDTH) tf_taps_strip(m, k, a, lda, b + j, off, c + j, ldc, zero);
+#ifdef __AVX512F__
+    for (; j < n; j += 16) {  /* the last n - j < 32 columns: 16-wide strips, the last one masked */
+        const int64_t w = n - j < 16 ? n - j : 16;
+        const __mmask16 mask = (__mmask16)((1u << w) - 1u);
+        int64_t i = 0;
+        for (; i + 12 <= m; i += 12) tf_taps_masked_12(k, a + i * lda, lda, b + j, off, c + i * ldc + j, ldc, mask, zero);
+        for (; i + 4 <= m; i += 4) tf_taps_masked_4(k, a + i * lda, lda, b + j, off, c + i * ldc + j, ldc, mask, zero);
+        for (; i < m; ++i) tf_taps_masked_1(k, a + i * lda, lda, b + j, off, c + i * ldc + j, ldc, mask, zero);
+    }
+#else
+    for (int64_t i = 0; i < m && j < n; ++i)  /* the last n - j < 16 columns, one sum at a time */
+        for (int64_t q = j; q < n; ++q) {
+            float s = zero ? 0.0f : c[i * ldc + q];
+            for (int64_t p = 0; p < k; ++p) s += a[i * lda + p] * b[off[p] + q];
+            c[i * ldc + q] = s;
+        }
+#endif
+}
+"""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Value
 from tilefuse.ir.prims import Conv, ScalarFn
-from tilefuse.tile_ir.ir import (Buffer, Call, Const, Expr, Fill, If, IOp, Load, Region, Scope, Stmt, Store, StridedGemm, Var,
+from tilefuse.tile_ir.ir import (Buffer, Call, Const, Expr, Fill, If, IOp, Load, Region, Scope, Stmt, Store, StridedGemm, TapGemm, Var,
                                  const_index, iop)
 from tilefuse.tile_ir.lower import gemm_weights
 from tilefuse.tile_ir.lower.common import narrow, parallel, widen
@@ -204,12 +204,24 @@ def _split_last(b: "_Builder", mt: Var, taps, shape, guards, in_last: int, op: C
     return out
 
 
-def stores(b: "_Builder", el: ElementBuilder, v: Value, ob: Buffer, mt: Var, n0: Expr, bn: int, bm: int) -> tuple[Stmt, ...]:
+def stores(b: "_Builder", el: ElementBuilder, v: Value, ob: Buffer, mt: Var, n0: Expr, bn: int, bm: int,
+           pitch: int = 0) -> tuple[Stmt, ...]:
     """Output ``v`` of the group for this tile, looping over (channel, row, columns...) so
     that NCHW stores run along positions. The product index of each element is recorded
-    with its tile position, so the epilogue's read of the product is a plain tile load."""
+    with its tile position, so the epilogue's read of the product is a plain tile load.
+    With ``pitch``, the product tile holds a 2-D tile's output rows that far apart
+    (``direct_product``)."""
     shape = _tile_shape(b, bm)
     img, row0 = _origin(b, mt, shape[0])
+    if pitch:
+        def at_pitch(idx: Index) -> list[Stmt]:
+            j, r, col = idx
+            g = (img, iop(IOp.ADD, n0, j), iop(IOp.ADD, row0, r), col)
+            b._tile_at[g] = (j, iop(IOp.ADD, iop(IOp.MUL, r, const_index(pitch)), col))
+            out_idx = b.fwd[id(v)](g)
+            return [Store(ob, out_idx, el.at(v, out_idx))]
+
+        return parallel(b.names, (bn, *shape), at_pitch)
     # on a host, a channel's positions as one run (its rows are one run of the NCHW plane):
     # the printer cancels (q // W, q % W) in the flat offset (codegen/cpu/flat_access.py),
     # and the loop vectorises along whole rows, not along runs of W (14 floats: masked)
@@ -295,42 +307,57 @@ def padded_width(b: "_Builder") -> int:
     op: Conv = b.c.op  # type: ignore[assignment]
     if not b.target.conv.depthwise_run or b.target.device.max_block_threads or len(op.strides) != 2:
         return 0
+    return _phase_width(b)
+
+
+def _phase_width(b: "_Builder") -> int:
+    """The width of a 2-D convolution's zero-padded input rows over its column stride."""
+    op: Conv = b.c.op  # type: ignore[assignment]
     return -(-(op.pads[1] + b.c.inputs[0].type.shape[3] + op.pads[3]) // op.strides[1])
 
 
-def depthwise_padded(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr) -> tuple[tuple[Buffer, ...], list[Stmt]]:
-    """A depthwise convolution from the tile's input rows copied into a zero-padded tile,
-    split by stride phase: padded input (row, col) of a channel goes to plane
-    ``(row % sy, col % sx)`` at ``(row // sy) * wc + col // sx`` (``wc`` = the padded
-    width over ``sx``; one plane at stride 1). Output (r, c) at tap (ty, tx) then reads
-    plane ``(ty*dy % sy, tx*dx % sx)`` at ``(r + ty*dy // sy) * wc + c + tx*dx // sx``: over
-    the flat index ``q = r * wc + c`` every tap reads at a constant offset from ``q``. One
-    loop along ``q`` sums every tap per position with no bounds check, over a length
-    rounded up to whole vectors (``ConvPolicy.depthwise_run``); the ``wc - width`` columns
-    past each output row are computed and dropped. The sums are then packed into ``tc``
-    (positions as ``_tile_shape``), which the epilogue reads as for every other schedule.
-    Returns the on-chip buffers it allocates and its statements."""
+class _Padded:
+    """Where a tile's input rows lie when copied zero-padded on chip, split by stride phase:
+    padded input (row, col) of a channel goes to plane ``(row % sy, col % sx)`` at
+    ``(row // sy) * wc + col // sx`` (``wc``: the padded width over ``sx``; one plane at
+    stride 1). Output (r, c) at tap (ty, tx) then reads plane ``(ty*dy % sy, tx*dx % sx)``
+    at ``(r + ty*dy // sy) * wc + c + tx*dx // sx``: over the flat index ``q = r * wc + c``
+    every tap reads at a constant offset from ``q``, and the ``wc - width`` columns past
+    each output row are computed and dropped. A plane holds the rows the tile reads and what
+    sums over ``length`` positions from each tap's offset read past them (zeros, into
+    dropped columns); a channel's planes lie ``per_channel`` apart."""
+
+    def __init__(self, b: "_Builder", rows: int, length: int) -> None:
+        op: Conv = b.c.op  # type: ignore[assignment]
+        (kh, kw), (dy, dx), (sy, sx) = b.c.inputs[1].type.shape[2:], op.dilations, op.strides
+        self.wc = _phase_width(b)
+        self.taps = list(itertools.product(range(kh), range(kw)))
+        # per tap: its plane and its offset inside the plane
+        self.at_tap = [(((ty * dy) % sy) * sx + (tx * dx) % sx, ((ty * dy) // sy) * self.wc + (tx * dx) // sx)
+                       for ty, tx in self.taps]
+        self.rows_ph = -(-((rows - 1) * sy + (kh - 1) * dy + 1) // sy)  # padded input rows a tile reads, per row phase
+        self.plane = max(self.rows_ph * self.wc, length + max(off for _, off in self.at_tap))
+        self.per_channel = sy * sx * self.plane
+
+    def offset(self, tap: int) -> int:
+        """Where tap ``tap``'s run starts within a channel's planes."""
+        plane, off = self.at_tap[tap]
+        return plane * self.plane + off
+
+
+def _padded_copy(b: "_Builder", el: ElementBuilder, x_pad: Buffer, geo: _Padded, mt: Var, rows: int, channel) -> list[Stmt]:
+    """``x_pad`` (one row per channel, ``geo.per_channel`` long) zeroed, then the tile's
+    input rows of each of its channels (input channel ``channel(j)`` for row ``j``) copied
+    into their phase planes; the padding stays zero."""
     c = b.c
     op: Conv = c.op  # type: ignore[assignment]
-    x, w = c.inputs
-    (kh, kw), (dy, dx), (sy, sx) = w.type.shape[2:], op.dilations, op.strides
+    x = c.inputs[0]
+    (sy, sx) = op.strides
     in_h, in_w = x.type.shape[2:]
     top, left = op.pads[0], op.pads[1]
     dt = b.acc_dtype
-    bn = tc.shape[0]
-    rows, width = _tile_shape(b, tc.shape[1])
     img, row0 = _origin(b, mt, rows)
-    wc = padded_width(b)
-    run = b.target.conv.depthwise_run
-    length = -(-((rows - 1) * wc + width) // run) * run  # whole vectors along q
-    taps = list(itertools.product(range(kh), range(kw)))
-    # per tap: its plane and its offset inside the plane
-    at_tap = [(((ty * dy) % sy) * sx + (tx * dx) % sx, ((ty * dy) // sy) * wc + (tx * dx) // sx) for ty, tx in taps]
-    rows_ph = -(-((rows - 1) * sy + (kh - 1) * dy + 1) // sy)  # padded input rows a tile reads, per row phase
-    # a plane holds its rows and what the last vectors read past them (zeros, into dropped columns)
-    plane = max(rows_ph * wc, length + max(off for _, off in at_tap))
-    x_pad = Buffer("x_pad", dt, (bn, sy * sx * plane), Scope.FRAGMENT)
-    sums = Buffer("dw_sums", dt, (bn, length), Scope.FRAGMENT)
+    wc, rows_ph = geo.wc, geo.rows_ph
     last_src = (c.outputs[0].type.shape[2] - rows) * sy - top + rows_ph * sy - 1  # the last tile's last row read
     row_guard = top > 0 or last_src >= in_h
 
@@ -340,21 +367,49 @@ def depthwise_padded(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0:
             src_row = iop(IOp.ADD, iop(IOp.MUL, row0, const_index(sy)) if sy > 1 else row0,
                           iop(IOp.ADD, iop(IOp.MUL, rp, const_index(sy)) if sy > 1 else rp, const_index(py - top)))
             src_col = iop(IOp.ADD, iop(IOp.MUL, cp, const_index(sx)) if sx > 1 else cp, const_index(c_lo * sx + px - left))
-            val = widen(el.at(x, (img, iop(IOp.ADD, n0, j), src_row, src_col)), dt)
+            val = widen(el.at(x, (img, channel(j), src_row, src_col)), dt)
             if row_guard:
                 inside = iop(IOp.AND, iop(IOp.GE, src_row, const_index(0)), iop(IOp.LT, src_row, const_index(in_h)))
                 val = Call(ScalarFn.WHERE, (inside, val, Const(0, dt)), dt)
-            at = iop(IOp.ADD, iop(IOp.MUL, rp, const_index(wc)), iop(IOp.ADD, cp, const_index((py * sx + px) * plane + c_lo)))
+            at = iop(IOp.ADD, iop(IOp.MUL, rp, const_index(wc)), iop(IOp.ADD, cp, const_index((py * sx + px) * geo.plane + c_lo)))
             return [Store(x_pad, (j, at), val)]
         return body
+
+    body: list[Stmt] = [Fill(x_pad, Const(0, dt))]
+    for py, px in itertools.product(range(sy), range(sx)):
+        # the plane's columns that hold input columns (the rest are padding: zeros)
+        c_lo, c_hi = -((px - left) // sx), (in_w - 1 + left - px) // sx + 1
+        if c_hi > c_lo:
+            body += parallel(b.names, (x_pad.shape[0], rows_ph, c_hi - c_lo), copy(py, px, c_lo))
+    return body
+
+
+def depthwise_padded(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr) -> tuple[tuple[Buffer, ...], list[Stmt]]:
+    """A depthwise convolution from the tile's input rows copied into a zero-padded tile
+    (``_Padded``). One loop along the flat index ``q`` sums every tap per position with no
+    bounds check, over a length rounded up to whole vectors (``ConvPolicy.depthwise_run``).
+    The sums are then packed into ``tc`` (positions as ``_tile_shape``), which the epilogue
+    reads as for every other schedule. Returns the on-chip buffers it allocates and its
+    statements."""
+    c = b.c
+    w = c.inputs[1]
+    dt = b.acc_dtype
+    bn = tc.shape[0]
+    rows, width = _tile_shape(b, tc.shape[1])
+    wc = _phase_width(b)
+    run = b.target.conv.depthwise_run
+    length = -(-((rows - 1) * wc + width) // run) * run  # whole vectors along q
+    geo = _Padded(b, rows, length)
+    x_pad = Buffer("x_pad", dt, (bn, geo.per_channel), Scope.FRAGMENT)
+    sums = Buffer("dw_sums", dt, (bn, length), Scope.FRAGMENT)
 
     def tap_sum(i: Index) -> list[Stmt]:
         j, q = i
         ch = iop(IOp.ADD, n0, j)
         total: Expr | None = None
-        for (ty, tx), (ph, off) in zip(taps, at_tap):
+        for k, (ty, tx) in enumerate(geo.taps):
             wv = widen(el.at(w, (ch, const_index(0), const_index(ty), const_index(tx))), dt)
-            start = ph * plane + off
+            start = geo.offset(k)
             term = Call(ScalarFn.MUL, (Load(x_pad, (j, iop(IOp.ADD, q, const_index(start)) if start else q)), wv), dt)
             total = term if total is None else Call(ScalarFn.ADD, (total, term), dt)
         return [Store(sums, (j, q), total)]  # type: ignore[arg-type]
@@ -364,11 +419,50 @@ def depthwise_padded(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0:
         return [Store(tc, (j, linearize((r, col), (rows, width))),
                       Load(sums, (j, iop(IOp.ADD, iop(IOp.MUL, r, const_index(wc)), col))))]
 
-    body: list[Stmt] = [Fill(x_pad, Const(0, dt))]
-    for py, px in itertools.product(range(sy), range(sx)):
-        # the plane's columns that hold input columns (the rest are padding: zeros)
-        c_lo, c_hi = -((px - left) // sx), (in_w - 1 + left - px) // sx + 1
-        if c_hi > c_lo:
-            body += parallel(b.names, (bn, rows_ph, c_hi - c_lo), copy(py, px, c_lo))
+    body = _padded_copy(b, el, x_pad, geo, mt, rows, lambda j: iop(IOp.ADD, n0, j))
     body += [*parallel(b.names, (bn, length), tap_sum), *parallel(b.names, (bn, rows, width), pack)]
     return (x_pad, sums), body
+
+
+def direct_width(b: "_Builder", bn: int) -> int:
+    """The padded row width (per column phase) of a convolution computed K step by K step
+    from its input rows copied zero-padded on chip (``direct_product``), or 0 where it is
+    not: an ungrouped 2-D float32 convolution with channels as rows on a host whose policy
+    asks for it (``ConvPolicy.direct``), its constant weight bound as [Cout, K] rows, in
+    whole column tiles of ``bn`` channels, with more than one tap (a pointwise one's
+    im2col tile is already a copy of its input rows, of the phase it reads)."""
+    op = b.c.op
+    x = b.c.inputs[0]
+    if not (isinstance(op, Conv) and b.flip and not b.depthwise and b.groups == 1 and b.target.conv.direct
+            and len(op.strides) == 2 and math.prod(b.c.inputs[1].type.shape[2:]) > 1
+            and gemm_weights.packs_conv_rows(b) and b.packed is not None
+            and {b.acc_dtype, b.op_dtype, x.type.dtype} == {DType.FLOAT32} and b.n % bn == 0):
+        return 0
+    return _phase_width(b)
+
+
+def direct_length(b: "_Builder", bm: int) -> int:
+    """The columns of a direct convolution's product tile of ``bm`` positions: its output
+    rows ``direct_width`` apart (``_Padded``), the last one as wide as an output row."""
+    rows, width = _tile_shape(b, bm)
+    return (rows - 1) * _phase_width(b) + width
+
+
+def direct_product(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, bm: int, n0: Expr, kt: Var,
+                   chans: int) -> tuple[tuple[Buffer, ...], list[Stmt]]:
+    """K step ``kt`` of a direct convolution (``direct_width``): the step's ``chans`` input
+    channels of the tile's input rows copied zero-padded (``_Padded``), then one product of
+    the tile's rows of the bound [Cout, K] weight by rows of that copy, each (channel, tap)
+    a row at its constant offset (``TapGemm``): no im2col tile. ``tc`` holds the products
+    with output rows ``padded_width`` apart (``direct_length``); the epilogue reads them
+    there (``stores`` with ``pitch``). Returns the copy's buffer and the step's statements."""
+    assert b.packed is not None
+    rows, _ = _tile_shape(b, bm)
+    geo = _Padded(b, rows, tc.shape[1])
+    x_pad = Buffer("x_pad", b.acc_dtype, (chans, geo.per_channel), Scope.FRAGMENT)
+    ch0 = iop(IOp.MUL, kt, chans)
+    body = _padded_copy(b, el, x_pad, geo, mt, rows, lambda j: iop(IOp.ADD, b.in_channel0, iop(IOp.ADD, ch0, j)))
+    per_k = chans * len(geo.taps)
+    a = Region(b.packed, (n0, iop(IOp.MUL, kt, per_k)), (tc.shape[0], per_k))
+    offsets = tuple(cl * geo.per_channel + geo.offset(t) for cl in range(chans) for t in range(len(geo.taps)))
+    return (x_pad,), [*body, TapGemm(a, x_pad, offsets, tc)]

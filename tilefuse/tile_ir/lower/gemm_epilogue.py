@@ -316,10 +316,15 @@ class _Builder:
             col = iop(IOp.ADD, n0, j)
             return iop(IOp.MIN, col, self.n - 1) if tail else col
 
+        in_place = conv_rows.in_place(self, bn)
+        # a convolution from its input rows copied zero-padded, its products' rows that far
+        # apart in the tile (conv_rows.direct_product)
+        direct = 0 if in_place or len(self.cs) > 1 else conv_rows.direct_width(self, bn)
         ta = Buffer("a_tile", self.op_dtype, (bn, bk) if self.flip else (bm, bk), Scope.SHARED)
         sfx = [f"{s}" if accs > 1 else "" for s in range(accs)]
         tbs = [Buffer(f"b_tile{x}", self.op_dtype, (bk, bm) if self.flip else (bk, bn), Scope.SHARED) for x in sfx]
-        tcs = [Buffer(f"c_tile{x}", self.acc_dtype, (bn, bm) if self.flip else (bm, bn), Scope.FRAGMENT) for x in sfx]
+        c_cols = conv_rows.direct_length(self, bm) if direct else bm
+        tcs = [Buffer(f"c_tile{x}", self.acc_dtype, (bn, c_cols) if self.flip else (bm, bn), Scope.FRAGMENT) for x in sfx]
         tile_of = {id(c.outputs[0]): tcs[0 if packed else s] for s, c in enumerate(self.cs)}
         # a row reduction accumulates in its own type (a norm of an integer product's float rescale: float32)
         rows = {id(r.outputs[0]): Buffer(f"row{k}", accumulator_dtype(r.outputs[0].type.dtype), (bm,), Scope.FRAGMENT)
@@ -343,7 +348,11 @@ class _Builder:
                 at = self._tile_at.get(tuple(idx))
                 if at is None:
                     r, col = self._rows_cols(idx)
-                    at = (iop(IOp.SUB, col, n0), iop(IOp.SUB, r, m0))
+                    q = iop(IOp.SUB, r, m0)
+                    if direct:  # output rows ``direct`` apart in the tile
+                        width = self.c.outputs[0].type.shape[-1]
+                        q = iop(IOp.ADD, iop(IOp.MUL, iop(IOp.FLOORDIV, q, width), direct), iop(IOp.MOD, q, width))
+                    at = (iop(IOp.SUB, col, n0), q)
                 load_t: Expr = Load(tc, at)
                 return load_t if tc.dtype is v.type.dtype else Call(ScalarFn.CAST, (load_t,), v.type.dtype)
             if tc is not None:
@@ -386,13 +395,15 @@ class _Builder:
 
         dw_allocs: tuple[Buffer, ...] = ()
         dw_width = conv_rows.padded_width(self) if self.depthwise else 0
-        in_place = conv_rows.in_place(self, bn)
+        direct_allocs: tuple[Buffer, ...] = ()
         if in_place:  # a pointwise convolution's weight rows by its input's planes, where they lie
             k_body = [conv_rows.in_place_product(self, buffers[id(self.c.inputs[0])], tcs[0], mt, n0, kt, ch_per_tile)]
         elif dw_width:
             dw_allocs, k_body = conv_rows.depthwise_padded(self, el, tcs[0], mt, n0)
         elif self.depthwise:
             k_body = conv_rows.depthwise(self, el, tcs[0], mt, n0)
+        elif direct:
+            direct_allocs, k_body = conv_rows.direct_product(self, el, tcs[0], mt, bm, n0, kt, ch_per_tile)
         elif self.flip:
             k_body = conv_rows.fills(self, el, ta, tbs[0], mt, n0, kt, ch_per_tile)
             k_body.append(Gemm(ta, tbs[0], tcs[0], tf32=self.tf32))
@@ -430,7 +441,7 @@ class _Builder:
 
             out = epilogues[self.sibling_of[id(v)] if packed else 0]  # type: ignore[index]
             if self.flip:
-                out += conv_rows.stores(self, el, v, ob, mt, n0, bn, bm)
+                out += conv_rows.stores(self, el, v, ob, mt, n0, bn, bm, direct)
             elif self._rows_innermost(v, bvars, row, column):  # e.g. K written transposed for attention
                 staged = self._staged_epilogue(ob, store, bm, bn, len(staging))
                 if staged is not None:
@@ -453,6 +464,8 @@ class _Builder:
             wide += f", input rows zero-padded to {dw_width} on chip, every tap summed per position"
         if in_place:
             wide += ", the weight's rows by the input's channel planes where they lie (no operand tiles)"
+        if direct:
+            wide += f", input rows copied zero-padded to {direct} per K step, a product row per channel and tap (no im2col)"
         if self.groups > 1:
             wide += f", {self.groups} groups of {self.cols} output channels"
         if tail:
@@ -464,9 +477,9 @@ class _Builder:
             notes = (f"gemm+epilogue: tiles {bm}x{bn}, grid {grid}{wide}, the weight packed in {self.panel_width}-column panels, "
                      f"A read in place, K in blocks of {bk}",)
         n_in = len(params) - len(self.group.outputs)
-        operand_tiles = (() if self.depthwise or in_place or (self.panel_width and self.first is None and not conv)
+        operand_tiles = (() if self.depthwise or in_place or direct or (self.panel_width and self.first is None and not conv)
                          else (ta,) if self.panel_width else (ta, *tbs))
-        allocs = (*operand_tiles, *dw_allocs, *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()),
+        allocs = (*operand_tiles, *dw_allocs, *direct_allocs, *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()),
                   *staging)
         # two warpgroups for 128 rows of at least 128 accumulator columns (siblings together)
         threads = self.asked_threads(bm, accs * bn)
@@ -479,7 +492,7 @@ class _Builder:
             channel_rows=self.flip, depthwise=self.depthwise, channels_per_k_tile=ch_per_tile if conv else 0,
             padded_columns=self.pad_to, accumulator=self.acc_dtype, operands=self.op_dtype, tf32=self.tf32, occupancy=0,
             positions_inner=self.positions_inner, groups=self.groups, panel_width=self.panel_width,
-            depthwise_padded_width=dw_width, operands_in_place=in_place)
+            depthwise_padded_width=dw_width, operands_in_place=in_place, direct_padded_width=direct)
         order = self._host_order(grid)
         if order:
             notes = (notes[0] + ", column tiles outermost on a host (each weight panel read once)",)
