@@ -142,7 +142,8 @@ class ConvPolicy:
     # rows copied zero-padded on chip, each (channel, tap) a row of the product at a
     # constant offset of the copy (conv_rows.direct_product), instead of an im2col tile of
     # taps x positions per K step (ResNet-50's 64-channel 3 x 3 at 56 x 56, by hand: 0.88-0.92
-    # of the im2col kernel's time, the copy 1/9 of the im2col tile's size)
+    # of the im2col kernel's time, the copy 1/9 of the im2col tile's size); a pointwise one
+    # too where its input planes outgrow the core's cache (conv_rows.direct_width)
     direct: bool = False
 
 

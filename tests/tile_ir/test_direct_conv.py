@@ -5,8 +5,9 @@ conv_rows.direct_product), with no im2col tile; the product tile holds the outpu
 ``padded width`` apart and the epilogue reads them there. The lowered program interprets
 like the reference and the compiled plan matches onnxruntime and the reference on fresh
 random inputs, across strides (phase planes), dilations, asymmetric pads, batches, K in
-several steps and channel counts that are not a multiple of a register block. What does
-not qualify (a pointwise or grouped convolution, a GPU) keeps its tiles."""
+several steps and channel counts that are not a multiple of a register block. A pointwise
+convolution takes it only where its input outgrows the core's cache (else it reads its
+input in place); a strided pointwise or grouped convolution, and a GPU, keep their tiles."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,6 +34,10 @@ CASES = {
     "asymmetric_pads": ((1, 12, 13, 11), 16, 3, 1, [0, 1, 2, 0], 1, 1, False, True),
     "dilation_2": ((1, 16, 12, 12), 36, 3, 1, [2, 2, 2, 2], 2, 1, False, True),
     "no_padding_stride_3": ((1, 6, 29, 32), 8, 3, 3, [0, 0, 0, 0], 1, 1, False, True),
+    # pointwise over more than in_place_max_k channels whose planes outgrow the core's cache
+    # (1 MB on the CPU target: 2.3 MB here), unpadded: each plane's rows copied
+    "pointwise_past_the_cache": ((1, 192, 56, 48), 40, 1, 1, [0, 0, 0, 0], 1, 1, True, True),
+    "pointwise_in_cache_reads_in_place": ((1, 256, 14, 14), 64, 1, 1, [0, 0, 0, 0], 1, 1, False, False),
     "pointwise_stride_2_keeps_tiles": ((1, 32, 28, 28), 16, 1, 2, [0, 0, 0, 0], 1, 1, False, False),
     "grouped_keeps_tiles": ((1, 16, 14, 14), 32, 3, 1, [1, 1, 1, 1], 1, 2, False, False),
 }

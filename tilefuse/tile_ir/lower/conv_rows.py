@@ -325,9 +325,14 @@ class _Padded:
     every tap reads at a constant offset from ``q``, and the ``wc - width`` columns past
     each output row are computed and dropped. A plane holds the rows the tile reads and what
     sums over ``length`` positions from each tap's offset read past them (zeros, into
-    dropped columns); a channel's planes lie ``per_channel`` apart."""
+    dropped columns); a channel's planes lie ``per_channel`` apart, with ``spread`` an odd
+    number of cache lines (64 bytes), so that a product's K rows, one or a few a channel,
+    fall in every set of the first-level cache (rows a power-of-two multiple of lines apart
+    share a few sets and leave the cache before the next block of rows reads them again).
+    ``zeros``: whether anything read lies outside what the copy writes (padding, other
+    phases, a tail past the rows): the copy is then zeroed first."""
 
-    def __init__(self, b: "_Builder", rows: int, length: int) -> None:
+    def __init__(self, b: "_Builder", rows: int, length: int, spread: bool = False) -> None:
         op: Conv = b.c.op  # type: ignore[assignment]
         (kh, kw), (dy, dx), (sy, sx) = b.c.inputs[1].type.shape[2:], op.dilations, op.strides
         self.wc = _phase_width(b)
@@ -338,6 +343,10 @@ class _Padded:
         self.rows_ph = -(-((rows - 1) * sy + (kh - 1) * dy + 1) // sy)  # padded input rows a tile reads, per row phase
         self.plane = max(self.rows_ph * self.wc, length + max(off for _, off in self.at_tap))
         self.per_channel = sy * sx * self.plane
+        if spread:
+            lines = -(-self.per_channel // 16)
+            self.per_channel = (lines + 1 - lines % 2) * 16
+        self.zeros = any(op.pads) or sy * sx > 1 or self.plane > self.rows_ph * self.wc
 
     def offset(self, tap: int) -> int:
         """Where tap ``tap``'s run starts within a channel's planes."""
@@ -375,7 +384,7 @@ def _padded_copy(b: "_Builder", el: ElementBuilder, x_pad: Buffer, geo: _Padded,
             return [Store(x_pad, (j, at), val)]
         return body
 
-    body: list[Stmt] = [Fill(x_pad, Const(0, dt))]
+    body: list[Stmt] = [Fill(x_pad, Const(0, dt))] if geo.zeros else []
     for py, px in itertools.product(range(sy), range(sx)):
         # the plane's columns that hold input columns (the rest are padding: zeros)
         c_lo, c_hi = -((px - left) // sx), (in_w - 1 + left - px) // sx + 1
@@ -429,12 +438,24 @@ def direct_width(b: "_Builder", bn: int) -> int:
     from its input rows copied zero-padded on chip (``direct_product``), or 0 where it is
     not: an ungrouped 2-D float32 convolution with channels as rows on a host whose policy
     asks for it (``ConvPolicy.direct``), its constant weight bound as [Cout, K] rows, in
-    whole column tiles of ``bn`` channels, with more than one tap (a pointwise one's
-    im2col tile is already a copy of its input rows, of the phase it reads)."""
+    whole column tiles of ``bn`` channels. A pointwise one (its im2col tile is already a
+    copy of its input rows) only where its input read in place (``in_place``) would come
+    from beyond the core's cache: unstrided and unpadded, over more than
+    ``ConvPolicy.in_place_max_k`` input channels whose planes outgrow the core's cache
+    (``Device.onchip_bytes``); each block of K rows then comes back from memory for every
+    register block that reads it (by hand, ResNet-50's 56 x 56 reductions over 256
+    channels: 0.84 of their time copied, 28 x 28 over 512 0.92-0.95; 14 x 14 over 1024,
+    which the previous kernel left in the cache, 1.05). The copy's rows are spread over
+    every set of the first-level cache (``_Padded``)."""
     op = b.c.op
     x = b.c.inputs[0]
-    if not (isinstance(op, Conv) and b.flip and not b.depthwise and b.groups == 1 and b.target.conv.direct
-            and len(op.strides) == 2 and math.prod(b.c.inputs[1].type.shape[2:]) > 1
+    if not isinstance(op, Conv):
+        return 0
+    if math.prod(b.c.inputs[1].type.shape[2:]) == 1:
+        planes = math.prod(x.type.shape[1:]) * x.type.dtype.itemsize
+        if any(s != 1 for s in op.strides) or any(op.pads) or b.k <= b.target.conv.in_place_max_k or planes <= b.onchip:
+            return 0
+    if not (b.flip and not b.depthwise and b.groups == 1 and b.target.conv.direct and len(op.strides) == 2
             and gemm_weights.packs_conv_rows(b) and b.packed is not None
             and {b.acc_dtype, b.op_dtype, x.type.dtype} == {DType.FLOAT32} and b.n % bn == 0):
         return 0
@@ -458,7 +479,7 @@ def direct_product(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, bm: i
     there (``stores`` with ``pitch``). Returns the copy's buffer and the step's statements."""
     assert b.packed is not None
     rows, _ = _tile_shape(b, bm)
-    geo = _Padded(b, rows, tc.shape[1])
+    geo = _Padded(b, rows, tc.shape[1], spread=True)
     x_pad = Buffer("x_pad", b.acc_dtype, (chans, geo.per_channel), Scope.FRAGMENT)
     ch0 = iop(IOp.MUL, kt, chans)
     body = _padded_copy(b, el, x_pad, geo, mt, rows, lambda j: iop(IOp.ADD, b.in_channel0, iop(IOp.ADD, ch0, j)))

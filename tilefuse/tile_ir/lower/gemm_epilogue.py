@@ -316,10 +316,10 @@ class _Builder:
             col = iop(IOp.ADD, n0, j)
             return iop(IOp.MIN, col, self.n - 1) if tail else col
 
-        in_place = conv_rows.in_place(self, bn)
         # a convolution from its input rows copied zero-padded, its products' rows that far
-        # apart in the tile (conv_rows.direct_product)
-        direct = 0 if in_place or len(self.cs) > 1 else conv_rows.direct_width(self, bn)
+        # apart in the tile (conv_rows.direct_product); else a pointwise one read in place
+        direct = 0 if len(self.cs) > 1 else conv_rows.direct_width(self, bn)
+        in_place = not direct and conv_rows.in_place(self, bn)
         ta = Buffer("a_tile", self.op_dtype, (bn, bk) if self.flip else (bm, bk), Scope.SHARED)
         sfx = [f"{s}" if accs > 1 else "" for s in range(accs)]
         tbs = [Buffer(f"b_tile{x}", self.op_dtype, (bk, bm) if self.flip else (bk, bn), Scope.SHARED) for x in sfx]
