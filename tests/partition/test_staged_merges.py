@@ -1,7 +1,9 @@
 """A merge that only the staged schedule could run is costed at that schedule's real
 parallelism: on a GPU one block of ``StagedPolicy.threads``, whose loads wait one after
-another, so the partitioner keeps the kernels apart and says why; on a CPU the staged
-nests run on the whole thread pool, so nothing changes there."""
+another, so the partitioner keeps the kernels apart and says why. On a CPU the staged nests
+run on the whole thread pool but its products one tile at a time on one core: a product
+at a detector's size stays apart from a Concat after it, a tiny one (a launch saved)
+still merges."""
 import numpy as np
 
 from tilefuse.ir import Builder, DType, TensorType
@@ -53,6 +55,13 @@ def test_a_product_and_a_concat_stay_apart_on_the_gpu_and_say_why():
 def test_the_cpu_still_merges_what_its_staged_schedule_runs_on_every_core():
     p = partition_graph(_product_then_concat(), CPU)
     assert len(p.groups) == 1 and _staged(p) == [p.groups[0].name]
+
+
+def test_the_cpu_keeps_a_large_product_apart_from_a_concat_and_says_why():
+    p = partition_graph(_product_then_concat(rows=160 * 160), CPU)
+    assert _staged(p) == [] and [pattern_name(g.match) for g in p.groups][0] == "gemm", [g.match for g in p.groups]
+    reasons = [r.reason for r in p.refusals]
+    assert any("its products one tile at a time on one of" in r for r in reasons), reasons
 
 
 def test_a_softmax_over_a_middle_axis_is_no_staged_kernel_on_the_gpu():

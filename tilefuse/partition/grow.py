@@ -117,13 +117,18 @@ class Grower:
             self._staged[key] = (tuple(nodes), isinstance(match, StagedMatch))
         return self._staged[key][1]
 
-    def staged_share(self) -> float:
-        """The share of the machine a staged kernel runs on: one block of
-        ``StagedPolicy.threads`` on a GPU (of its cores' lanes); all of a CPU (its nests
-        run on the thread pool)."""
+    def staged_share(self, nodes: list[Node]) -> float:
+        """The share of the machine a staged kernel of ``nodes`` runs on: one block of
+        ``StagedPolicy.threads`` on a GPU (of its cores' lanes). On a CPU all of it for
+        its nests (they run on the thread pool) but one core where it holds a product:
+        the staged schedule walks a product's tiles one after another, each a small
+        product on the calling thread (tile_ir/lower/staged.py; YOLOv8's convolutions
+        merged with their block's Concat were 23 of its 56 kernels, none faster on two
+        threads than on one)."""
         d = self.target.device
         if not d.max_block_threads:
-            return 1.0
+            products = any(fusion_kind(n) is FusionKind.CONTRACTION for n in nodes)
+            return 1.0 / d.cores if products else 1.0
         return min(1.0, self.target.staged.threads / d.lanes_per_core) / d.cores
 
     def _serial_cost(self, nodes: list[Node], base: Cost) -> Cost:
@@ -132,7 +137,7 @@ class Grower:
         wait for their loads one after another (``Device.load_latency`` per element read
         or written, shared by its threads). So a merge that leaves only that schedule is
         refused where the kernels apart run in parallel."""
-        share = self.staged_share()
+        share = self.staged_share(nodes)
         if share >= 1.0 or not self.staged(nodes):
             return Cost()
         f = 1.0 / share - 1.0
@@ -209,8 +214,9 @@ class Grower:
         if self.cost(merged).seconds(t) > self.cost(a.nodes).seconds(t) + self.cost(b.nodes).seconds(t):
             if self.staged(merged) and not (self.staged(a.nodes) and self.staged(b.nodes)):
                 threads = t.staged.threads
-                return (f"only the staged schedule runs the merged group (one block of {threads} "
-                        f"thread{'s' if threads > 1 else ''} on {t.name}): slower than the kernels apart")
+                where = (f"one block of {threads} thread{'s' if threads > 1 else ''} on {t.name}" if t.device.max_block_threads
+                         else f"its products one tile at a time on one of {t.device.cores} cores")
+                return f"only the staged schedule runs the merged group ({where}): slower than the kernels apart"
             return "no modelled gain (recomputation or narrow tiles outweigh the saved traffic)"
         return None
 
@@ -257,7 +263,8 @@ class Grower:
             return False
         if not self.convex(members):
             return False
-        if self.staged_share() < 1.0 and self.staged(sorted(members, key=lambda n: self.pos[id(n)])):  # e.g. a softmax no attention lowering takes
+        ordered = sorted(members, key=lambda n: self.pos[id(n)])
+        if self.staged_share(ordered) < 1.0 and self.staged(ordered):  # e.g. a softmax no attention lowering takes
             return False
         g = groups[0]
         for h in groups[1:]:
