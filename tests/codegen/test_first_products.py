@@ -204,3 +204,33 @@ def test_a_tile_stored_as_runs_of_its_rows(step, runs, width, whole):
     zeroed = bool(re.search(r"float t_tile\[\d+\] __attribute__\(\(aligned\(64\)\)\) = \{0\};", body))
     assert ("memset(t_tile, 0," in body) == (not whole) and not (whole and zeroed), body
     _run(p)
+
+
+def _pieces_program(pieces: list[tuple[int, int, bool]]):
+    """out = 3 * t, t a local 13 x 20 tile first written by one nest per piece (first
+    column, columns, zeros?): x's columns there, or zeros (a zero-padded copy of input rows,
+    its padding stored by nests of its own: conv_rows._padded_copy)."""
+    x, out = param("x", DType.FLOAT32, (13, 20)), param("out", DType.FLOAT32, (13, 20))
+    t = Buffer("t_tile", DType.FLOAT32, (13, 20), Scope.SHARED)
+    body: list = []
+    for n, (start, cols, zeros) in enumerate(pieces):
+        r, q = Var(f"r{n}"), Var(f"q{n}")
+        at = (r, iop(IOp.ADD, q, const_index(start)) if start else q)
+        value = Const(0.0, DType.FLOAT32) if zeros else load(x, at)
+        body.append(Loop(r, 13, LoopKind.PARALLEL, (Loop(q, cols, LoopKind.PARALLEL, (Store(t, at, value),)),)))
+    body.append(elementwise(out, lambda i: Call(ScalarFn.MUL, (load(t, i), Const(3.0, DType.FLOAT32)), DType.FLOAT32)))
+    return program("pieces_first", [x], [out], body, allocs=[t])
+
+
+@pytest.mark.parametrize("pieces, whole", [
+    ([(1, 18, False), (0, 1, True), (19, 1, True)], True),   # a copy and its two padding columns
+    ([(0, 12, False), (12, 8, False)], True),                # two copies side by side
+    ([(1, 18, False), (0, 1, True)], False),                 # the last column never stored: zeroed
+    ([(0, 10, False), (11, 9, True)], False),                # column 10 never stored
+])
+def test_a_tile_stored_in_pieces(pieces, whole):
+    p = _pieces_program(pieces)
+    body = _body(p)
+    zeroed = bool(re.search(r"float t_tile\[260\] __attribute__\(\(aligned\(64\)\)\) = \{0\};", body))
+    assert zeroed == (not whole), body
+    _run(p)

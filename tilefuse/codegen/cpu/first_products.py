@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tilefuse.ir.dtypes import DType
 from tilefuse.tile_ir.ir import (Buffer, Const, Expr, Fill, Gemm, If, IndexOp, IOp, Loop, LoopKind, PanelGemm, Stmt, Store,
                                  StridedGemm, TapGemm, TileProgram, Var, statements)
@@ -53,14 +55,79 @@ def _written_first(body: tuple[Stmt, ...], b: Buffer) -> bool:
     anything reads it: a Fill; a loop nest storing every element once, reading none; or
     a serial loop that runs, whose own first such statement does (a K loop's operand
     tiles, a chain's hidden tile)."""
-    first = _first_touch(body, b)
+    touching = [s for s in body if _touches(s, b)]
+    first = touching[0] if touching else None
     if isinstance(first, Fill):
         return first.buffer == b
     if not isinstance(first, Loop) or first.extent <= 0:
         return False
     if _stores_all(first, b):
         return True
-    return first.kind is not LoopKind.PARALLEL and _written_first(first.body, b)
+    if first.kind is not LoopKind.PARALLEL and _written_first(first.body, b):
+        return True
+    return _nests_cover(touching, b)
+
+
+def _nests_cover(stmts: list[Stmt], b: Buffer, limit: int = 1 << 22) -> bool:
+    """Whether the leading run of ``stmts`` that are perfect nests storing to ``b`` (one
+    unconditional store each, at per-dim indices that are sums of the nest's variables
+    times constants plus a constant, nothing in them reading ``b``) together store every
+    element of ``b``: a tile copied in pieces, its padding zeroed by nests of their own
+    (``conv_rows._padded_copy``). Counted element by element, up to ``limit`` of them."""
+    size = math.prod(b.shape)
+    if size > limit:
+        return False
+    covered = np.zeros(size, bool)
+    strides = [math.prod(b.shape[d + 1:]) for d in range(len(b.shape))]
+    for nest in stmts:
+        if not isinstance(nest, Loop) or any(stmt_reads(x, b) for x in statements((nest,))):
+            return False
+        extent: dict[Var, int] = {}
+        loop = nest
+        while len(loop.body) == 1 and isinstance(loop.body[0], Loop):
+            extent[loop.var] = loop.extent
+            loop = loop.body[0]
+        extent[loop.var] = loop.extent
+        stores = [x for x in loop.body if isinstance(x, Store) and x.buffer == b]
+        if (len(stores) != 1 or len(stores[0].indices) != len(b.shape) or min(extent.values()) <= 0
+                or math.prod(extent.values()) > limit):
+            return False
+        axes = {v: i for i, v in enumerate(extent)}
+        flat = np.zeros((1,) * len(axes), np.int64)
+        for index, size_d, stride in zip(stores[0].indices, b.shape, strides):
+            terms = _affine(index)
+            if terms is None or any(v not in axes for v, _ in terms[0]):
+                return False
+            at = np.full((1,) * len(axes), terms[1], np.int64)
+            for v, scale in terms[0]:
+                shape = [1] * len(axes)
+                shape[axes[v]] = extent[v]
+                at = at + scale * np.arange(extent[v], dtype=np.int64).reshape(shape)
+            if at.min() < 0 or at.max() >= size_d:
+                return False
+            flat = flat + at * stride
+        covered[flat.ravel()] = True
+        if covered.all():
+            return True
+    return False
+
+
+def _affine(e: Expr) -> tuple[list[tuple[Var, int]], int] | None:
+    """``e`` as (variable, factor) terms plus a constant, where it is a sum of variables
+    times integer constants and integer constants, else None."""
+    if isinstance(e, Var):
+        return [(e, 1)], 0
+    if isinstance(e, Const) and isinstance(e.value, int):
+        return [], int(e.value)
+    if isinstance(e, IndexOp) and e.op is IOp.ADD:
+        a, b = _affine(e.a), _affine(e.b)
+        return None if a is None or b is None else (a[0] + b[0], a[1] + b[1])
+    if isinstance(e, IndexOp) and e.op is IOp.MUL:
+        for x, k in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(k, Const) and isinstance(k.value, int):
+                inner = _affine(x)
+                return None if inner is None else ([(v, f * int(k.value)) for v, f in inner[0]], inner[1] * int(k.value))
+    return None
 
 
 def _stores_all(nest: Loop, b: Buffer) -> bool:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Value
 from tilefuse.ir.prims import Conv, ScalarFn
-from tilefuse.tile_ir.ir import (Buffer, Call, Const, Expr, Fill, If, IOp, Load, Region, Scope, Stmt, Store, StridedGemm, TapGemm, Var,
+from tilefuse.tile_ir.ir import (Buffer, Call, Const, Expr, If, IOp, Load, Region, Scope, Stmt, Store, StridedGemm, TapGemm, Var,
                                  const_index, iop)
 from tilefuse.tile_ir.lower import gemm_weights
 from tilefuse.tile_ir.lower.common import narrow, parallel, widen
@@ -210,7 +210,7 @@ def stores(b: "_Builder", el: ElementBuilder, v: Value, ob: Buffer, mt: Var, n0:
     that NCHW stores run along positions. The product index of each element is recorded
     with its tile position, so the epilogue's read of the product is a plain tile load.
     With ``pitch``, the product tile holds a 2-D tile's output rows that far apart
-    (``direct_product``)."""
+    (``direct_product``, ``depthwise_padded``)."""
     shape = _tile_shape(b, bm)
     img, row0 = _origin(b, mt, shape[0])
     if pitch:
@@ -328,9 +328,7 @@ class _Padded:
     dropped columns); a channel's planes lie ``per_channel`` apart, with ``spread`` an odd
     number of cache lines (64 bytes), so that a product's K rows, one or a few a channel,
     fall in every set of the first-level cache (rows a power-of-two multiple of lines apart
-    share a few sets and leave the cache before the next block of rows reads them again).
-    ``zeros``: whether anything read lies outside what the copy writes (padding, other
-    phases, a tail past the rows): the copy is then zeroed first."""
+    share a few sets and leave the cache before the next block of rows reads them again)."""
 
     def __init__(self, b: "_Builder", rows: int, length: int, spread: bool = False) -> None:
         op: Conv = b.c.op  # type: ignore[assignment]
@@ -346,7 +344,6 @@ class _Padded:
         if spread:
             lines = -(-self.per_channel // 16)
             self.per_channel = (lines + 1 - lines % 2) * 16
-        self.zeros = any(op.pads) or sy * sx > 1 or self.plane > self.rows_ph * self.wc
 
     def offset(self, tap: int) -> int:
         """Where tap ``tap``'s run starts within a channel's planes."""
@@ -355,9 +352,9 @@ class _Padded:
 
 
 def _padded_copy(b: "_Builder", el: ElementBuilder, x_pad: Buffer, geo: _Padded, mt: Var, rows: int, channel) -> list[Stmt]:
-    """``x_pad`` (one row per channel, ``geo.per_channel`` long) zeroed, then the tile's
-    input rows of each of its channels (input channel ``channel(j)`` for row ``j``) copied
-    into their phase planes; the padding stays zero."""
+    """The tile's input rows of each of its channels (input channel ``channel(j)`` for row
+    ``j`` of ``x_pad``, ``geo.per_channel`` long) copied into their phase planes, and what
+    the copy leaves of each plane (padding columns, a tail past its rows) zeroed."""
     c = b.c
     op: Conv = c.op  # type: ignore[assignment]
     x = c.inputs[0]
@@ -384,33 +381,78 @@ def _padded_copy(b: "_Builder", el: ElementBuilder, x_pad: Buffer, geo: _Padded,
             return [Store(x_pad, (j, at), val)]
         return body
 
-    body: list[Stmt] = [Fill(x_pad, Const(0, dt))] if geo.zeros else []
+    def zero(start: int, row_pitch: int):
+        def body(i: Index) -> list[Stmt]:
+            j, rp, cp = i
+            at = iop(IOp.ADD, iop(IOp.MUL, rp, const_index(row_pitch)), iop(IOp.ADD, cp, const_index(start)))
+            return [Store(x_pad, (j, at), Const(0, dt))]
+        return body
+
+    chans = x_pad.shape[0]
+    body: list[Stmt] = []
     for py, px in itertools.product(range(sy), range(sx)):
-        # the plane's columns that hold input columns (the rest are padding: zeros)
+        # the plane's columns that hold input columns; the rest are padding, zeroed here
+        # (only what the copy does not write: a whole zeroed copy costs more stores than
+        # the copy itself, and stores are what a depthwise tile spends its time on)
         c_lo, c_hi = -((px - left) // sx), (in_w - 1 + left - px) // sx + 1
-        if c_hi > c_lo:
-            body += parallel(b.names, (x_pad.shape[0], rows_ph, c_hi - c_lo), copy(py, px, c_lo))
+        base = (py * sx + px) * geo.plane
+        if c_hi <= c_lo:
+            body += parallel(b.names, (chans, 1, geo.plane), zero(base, 0))
+            continue
+        body += parallel(b.names, (chans, rows_ph, c_hi - c_lo), copy(py, px, c_lo))
+        if c_lo > 0:
+            body += parallel(b.names, (chans, rows_ph, c_lo), zero(base, wc))
+        if c_hi < wc:
+            body += parallel(b.names, (chans, rows_ph, wc - c_hi), zero(base + c_hi, wc))
+        if geo.plane > rows_ph * wc:  # what sums past the tile's rows read (into dropped columns)
+            body += parallel(b.names, (chans, 1, geo.plane - rows_ph * wc), zero(base + rows_ph * wc, 0))
+    planes = sy * sx * geo.plane
+    if geo.per_channel > planes:  # the spread's gap: never read, zeroed so that the whole copy is written
+        body += parallel(b.names, (chans, 1, geo.per_channel - planes), zero(planes, 0))
     return body
 
 
-def depthwise_padded(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr) -> tuple[tuple[Buffer, ...], list[Stmt]]:
+def depthwise_pitch(b: "_Builder") -> int:
+    """The distance of a depthwise tile's output rows in its product tile where the sums
+    stay where they are computed (``padded_width``, for rows at least
+    ``ConvPolicy.depthwise_pitch_width`` wide), else 0: packed into runs of positions."""
+    width = _phase_width(b) if padded_width(b) else 0
+    return width if width and b.c.outputs[0].type.shape[-1] >= b.target.conv.depthwise_pitch_width else 0
+
+
+def _depthwise_sums(b: "_Builder", bm: int) -> int:
+    """How many positions of a depthwise tile of ``bm`` positions are summed: its output rows
+    ``padded_width`` apart, rounded up to whole vectors (``ConvPolicy.depthwise_run``)."""
+    rows, width = _tile_shape(b, bm)
+    run = b.target.conv.depthwise_run
+    return -(-((rows - 1) * _phase_width(b) + width) // run) * run
+
+
+def depthwise_length(b: "_Builder", bm: int) -> int:
+    """The columns of a depthwise tile's product tile: its sums where they are computed
+    (``depthwise_pitch``), else its ``bm`` positions packed."""
+    return _depthwise_sums(b, bm) if depthwise_pitch(b) else bm
+
+
+def depthwise_padded(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr, bm: int) -> tuple[tuple[Buffer, ...], list[Stmt]]:
     """A depthwise convolution from the tile's input rows copied into a zero-padded tile
     (``_Padded``). One loop along the flat index ``q`` sums every tap per position with no
-    bounds check, over a length rounded up to whole vectors (``ConvPolicy.depthwise_run``).
-    The sums are then packed into ``tc`` (positions as ``_tile_shape``), which the epilogue
-    reads as for every other schedule. Returns the on-chip buffers it allocates and its
-    statements."""
+    bounds check, over whole vectors (``_depthwise_sums``): into ``tc``, its output rows
+    ``padded_width`` apart, where the epilogue reads them (``stores`` with ``pitch``, as a
+    direct product's) where ``depthwise_pitch`` says so, else into a tile of their own,
+    packed into ``tc`` (positions as ``_tile_shape``) after. Returns the on-chip buffers
+    it allocates and its statements."""
     c = b.c
     w = c.inputs[1]
     dt = b.acc_dtype
     bn = tc.shape[0]
-    rows, width = _tile_shape(b, tc.shape[1])
+    rows, width = _tile_shape(b, bm)
     wc = _phase_width(b)
-    run = b.target.conv.depthwise_run
-    length = -(-((rows - 1) * wc + width) // run) * run  # whole vectors along q
+    length = _depthwise_sums(b, bm)
     geo = _Padded(b, rows, length)
     x_pad = Buffer("x_pad", dt, (bn, geo.per_channel), Scope.FRAGMENT)
-    sums = Buffer("dw_sums", dt, (bn, length), Scope.FRAGMENT)
+    pitched = bool(depthwise_pitch(b))
+    sums = tc if pitched else Buffer("dw_sums", dt, (bn, length), Scope.FRAGMENT)
 
     def tap_sum(i: Index) -> list[Stmt]:
         j, q = i
@@ -429,8 +471,10 @@ def depthwise_padded(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0:
                       Load(sums, (j, iop(IOp.ADD, iop(IOp.MUL, r, const_index(wc)), col))))]
 
     body = _padded_copy(b, el, x_pad, geo, mt, rows, lambda j: iop(IOp.ADD, n0, j))
-    body += [*parallel(b.names, (bn, length), tap_sum), *parallel(b.names, (bn, rows, width), pack)]
-    return (x_pad, sums), body
+    body += parallel(b.names, (bn, length), tap_sum)
+    if pitched:
+        return (x_pad,), body
+    return (x_pad, sums), [*body, *parallel(b.names, (bn, rows, width), pack)]
 
 
 def direct_width(b: "_Builder", bn: int) -> int:

@@ -323,7 +323,10 @@ class _Builder:
         ta = Buffer("a_tile", self.op_dtype, (bn, bk) if self.flip else (bm, bk), Scope.SHARED)
         sfx = [f"{s}" if accs > 1 else "" for s in range(accs)]
         tbs = [Buffer(f"b_tile{x}", self.op_dtype, (bk, bm) if self.flip else (bk, bn), Scope.SHARED) for x in sfx]
-        c_cols = conv_rows.direct_length(self, bm) if direct else bm
+        dw_width = conv_rows.padded_width(self) if self.depthwise else 0
+        c_cols = (conv_rows.direct_length(self, bm) if direct else conv_rows.depthwise_length(self, bm) if dw_width else bm)
+        # the product tile's output rows this far apart (0: packed as positions)
+        pitch = direct or (conv_rows.depthwise_pitch(self) if dw_width else 0)
         tcs = [Buffer(f"c_tile{x}", self.acc_dtype, (bn, c_cols) if self.flip else (bm, bn), Scope.FRAGMENT) for x in sfx]
         tile_of = {id(c.outputs[0]): tcs[0 if packed else s] for s, c in enumerate(self.cs)}
         # a row reduction accumulates in its own type (a norm of an integer product's float rescale: float32)
@@ -349,9 +352,9 @@ class _Builder:
                 if at is None:
                     r, col = self._rows_cols(idx)
                     q = iop(IOp.SUB, r, m0)
-                    if direct:  # output rows ``direct`` apart in the tile
+                    if pitch:  # output rows ``pitch`` apart in the tile
                         width = self.c.outputs[0].type.shape[-1]
-                        q = iop(IOp.ADD, iop(IOp.MUL, iop(IOp.FLOORDIV, q, width), direct), iop(IOp.MOD, q, width))
+                        q = iop(IOp.ADD, iop(IOp.MUL, iop(IOp.FLOORDIV, q, width), pitch), iop(IOp.MOD, q, width))
                     at = (iop(IOp.SUB, col, n0), q)
                 load_t: Expr = Load(tc, at)
                 return load_t if tc.dtype is v.type.dtype else Call(ScalarFn.CAST, (load_t,), v.type.dtype)
@@ -394,12 +397,11 @@ class _Builder:
             return fill
 
         dw_allocs: tuple[Buffer, ...] = ()
-        dw_width = conv_rows.padded_width(self) if self.depthwise else 0
         direct_allocs: tuple[Buffer, ...] = ()
         if in_place:  # a pointwise convolution's weight rows by its input's planes, where they lie
             k_body = [conv_rows.in_place_product(self, buffers[id(self.c.inputs[0])], tcs[0], mt, n0, kt, ch_per_tile)]
         elif dw_width:
-            dw_allocs, k_body = conv_rows.depthwise_padded(self, el, tcs[0], mt, n0)
+            dw_allocs, k_body = conv_rows.depthwise_padded(self, el, tcs[0], mt, n0, bm)
         elif self.depthwise:
             k_body = conv_rows.depthwise(self, el, tcs[0], mt, n0)
         elif direct:
@@ -441,7 +443,7 @@ class _Builder:
 
             out = epilogues[self.sibling_of[id(v)] if packed else 0]  # type: ignore[index]
             if self.flip:
-                out += conv_rows.stores(self, el, v, ob, mt, n0, bn, bm, direct)
+                out += conv_rows.stores(self, el, v, ob, mt, n0, bn, bm, pitch)
             elif self._rows_innermost(v, bvars, row, column):  # e.g. K written transposed for attention
                 staged = self._staged_epilogue(ob, store, bm, bn, len(staging))
                 if staged is not None:
