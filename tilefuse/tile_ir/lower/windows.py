@@ -146,9 +146,15 @@ def _build(group: FusedGroup, r: Node, fwd: dict[int, Forward], name: str,
     # on a host, a reduction along the input's last axis folds it into the policy's lanes
     # (running values, one a vector lane), then those into the output: one running value
     # took a global pool over 112 x 112 one add's latency a term (370 us for 32 channels)
+    # (the trailing reduced axes that are the input's last ones as one: a global pool over
+    # 14 x 14 folds 196 terms in lanes, not 14-term rows in one running value)
     want = target.window.lanes  # (0 on devices with blocks)
-    lanes = (want if want and isinstance(r.op, Reduce) and wide and r.op.axes[-1] == x_rank - 1
-             and wide[-1] == len(taps) - 1 and taps[-1] >= want else 0)
+    flat = 0
+    if isinstance(r.op, Reduce):
+        while flat < len(taps) and r.op.axes[len(taps) - 1 - flat] == x_rank - 1 - flat:
+            flat += 1
+    lanes = (want if want and flat and wide and wide[-1] >= len(taps) - flat
+             and math.prod(taps[len(taps) - flat:]) >= want else 0)
     part = Buffer("part", dt, (*acc.shape, max(lanes, 1)), Scope.FRAGMENT)  # each element's lanes
 
     kp = kernel_params(group)
@@ -186,7 +192,7 @@ def _build(group: FusedGroup, r: Node, fwd: dict[int, Forward], name: str,
         if not folds:
             return stores
         if lanes:
-            return [*_fold_in_lanes(names, taps, wide, lanes, part, at, start, fn, dt,
+            return [*_fold_in_lanes(names, taps, wide, flat, lanes, part, at, start, fn, dt,
                                     lambda t: widen(el.at(x, source(o, t)[0]), dt)),
                     Store(acc, at, start),
                     *serial(names, [lanes], lambda li: [Store(acc, at, Call(COMBINE[fn], (Load(acc, at),
@@ -217,21 +223,27 @@ def _build(group: FusedGroup, r: Node, fwd: dict[int, Forward], name: str,
     return program, tuple(kp.bindings)
 
 
-def _fold_in_lanes(names: Names, taps: tuple[int, ...], wide: list[int], lanes: int, part: Buffer, at: Index,
+def _fold_in_lanes(names: Names, taps: tuple[int, ...], wide: list[int], flat: int, lanes: int, part: Buffer, at: Index,
                    start: Const, fn: ReduceFn, dt: DType, value: Callable[[tuple[Expr, ...]], Expr]) -> list[Stmt]:
     """The terms of the element at ``at`` folded into its ``lanes`` running values in
-    ``part``: term ``j`` of the last axis into lane ``j % lanes`` (whole runs of lanes,
-    then the rest), the other reduced axes outside; ``value(t)`` is the term at taps ``t``."""
-    last = taps[-1]
+    ``part``: the last ``flat`` taps as one axis (row-major), its term ``j`` into lane
+    ``j % lanes`` (whole runs of lanes, then the rest), the other reduced axes outside;
+    ``value(t)`` is the term at taps ``t``."""
+    inner = taps[len(taps) - flat:]
+    last = math.prod(inner)
     runs, rest = divmod(last, lanes)
-    outer = [taps[d] for d in wide[:-1]]
+    outer_dims = [d for d in wide if d < len(taps) - flat]
+    outer = [taps[d] for d in outer_dims]
 
     def fold(t_outer: Index, first: Expr, count: int) -> tuple[Stmt, ...]:
         def one(li: Index) -> list[Stmt]:
             full: list[Expr] = [const_index(0)] * len(taps)
-            for d, v in zip(wide[:-1], t_outer):
+            for d, v in zip(outer_dims, t_outer):
                 full[d] = v
-            full[-1] = iop(IOp.ADD, first, li[0])
+            j = iop(IOp.ADD, first, li[0])
+            for d in range(len(taps) - 1, len(taps) - flat - 1, -1):  # j's digits, last axis first
+                full[d] = iop(IOp.MOD, j, taps[d]) if d > len(taps) - flat else j
+                j = iop(IOp.FLOORDIV, j, taps[d])
             lane = (*at, li[0])
             return [Store(part, lane, Call(COMBINE[fn], (Load(part, lane), value(tuple(full))), dt))]
         return serial(names, [count], one)
