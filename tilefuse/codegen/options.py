@@ -39,6 +39,13 @@ class CpuOptions:
     # the next; over more rows, too many runs at once outrun the hardware's prefetch
     # (ResNet-50's 1 x 1 reductions in tiles of 64-128 channels took 1.1-1.2x as long)
     block_epilogue_rows: int = 24
+    # an element loop (``omp simd``, stores only, computing exp, erf, a division...) over
+    # more than this many elements, whose tail the compiler's vectors of a half and a quarter
+    # of this many would leave to scalar code, runs in steps of this many, the last step
+    # moved back to end at the loop's end (recomputing a few elements, where the loop reads
+    # nothing it writes): EfficientNet's SiLU over 7 x 7 planes, 48 elements in vectors and
+    # one through a scalar exp, took a quarter of its depthwise kernel's time (0: never)
+    overlap_tail: int = 16
 
 
 @dataclass(frozen=True, slots=True)

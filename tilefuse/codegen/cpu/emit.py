@@ -31,8 +31,10 @@ from tilefuse.codegen.cpu.threads import THREAD_POOL
 from tilefuse.codegen.launch import CpuLaunch
 from tilefuse.codegen.options import CpuOptions
 from tilefuse.codegen.toolchain import kernel_stem, param_specs
-from tilefuse.tile_ir.ir import (STATUS, Buffer, Copy, Expr, Fill, Gemm, If, Loop, LoopKind, PanelGemm, ReduceTile, Stmt, Store,
-                                 StridedGemm, TapGemm, TileProgram, statements)
+from tilefuse.ir.prims import ScalarFn
+from tilefuse.tile_ir.ir import (STATUS, Buffer, Call, Copy, Expr, Fill, Gemm, If, Loop, LoopKind, PanelGemm, ReduceTile, Stmt,
+                                 Store, StridedGemm, TapGemm, TileProgram, statements, subexpressions)
+from tilefuse.tile_ir.nests import stmt_reads
 
 @dataclass(frozen=True)
 class CSource:
@@ -283,11 +285,20 @@ class _Emitter:
             self.parallel = True
             return self.nest(nest[:k], levels, f"#pragma omp parallel for{simd}{collapse} schedule(static)")
         pragma = "#pragma omp simd" if s.kind is LoopKind.PARALLEL and _simd_ok(s) else ""
+        step = self.options.overlap_tail
+        # (only where the compiler's own tail, vectors of a half and a quarter of a step, would
+        # leave elements to scalar code: 196 = 12 x 16 + 4 took 1.16x as long overlapped)
+        if (pragma and step and s.extent > step and s.extent % step % max(step // 4, 1) and _rereads_nothing(s)
+                and _costly(s)):
+            return self.nest([s], levels, pragma, in_parallel=in_parallel, overlap=step)
         return self.nest([s], levels, pragma, in_parallel=in_parallel)
 
-    def nest(self, loops: list[Loop], levels: list[LoopLevel], pragma: str, in_parallel: bool = True) -> list[str]:
+    def nest(self, loops: list[Loop], levels: list[LoopLevel], pragma: str, in_parallel: bool = True,
+             overlap: int = 0) -> list[str]:
         """``loops`` perfectly nested under one pragma; the innermost one's body inside.
-        A loop of ``self.blocks`` runs over that block of its range only."""
+        A loop of ``self.blocks`` runs over that block of its range only. With ``overlap``
+        (one loop, not blocked), the loop runs in steps of that many, the pragma on each
+        step's loop, the last step moved back to end at the loop's end."""
         inner = levels + [
             LoopLevel(cident(l.var.name), l.extent, self.writes(l), movable=(k == 0)) for k, l in enumerate(loops)
         ]
@@ -302,7 +313,16 @@ class _Emitter:
                 self.ranges[var] = r
         mine = inner[len(levels):]
         assert all(not lv.pre for lv in mine[1:]), "nothing is hoisted between collapsed loops"
-        out = list(mine[0].pre) + ([pragma] if pragma else [])
+        out = list(mine[0].pre)
+        if overlap and len(mine) == 1 and mine[0].var not in self.blocks:
+            v, n = mine[0].var, mine[0].extent
+            return out + [f"for (int64_t {v}_o = 0; {v}_o < {n}; {v}_o += {overlap}) {{",
+                          f"    const int64_t {v}_b = {v}_o < {n - overlap} ? {v}_o : {n - overlap};",
+                          f"    {pragma}",
+                          f"    for (int64_t {v}_l = 0; {v}_l < {overlap}; ++{v}_l) {{",
+                          f"        const int64_t {v} = {v}_b + {v}_l;",
+                          *["        " + x for x in body], "    }", "}"]
+        out += [pragma] if pragma else []
         for d, lv in enumerate(mine):
             start, stop = self.blocks.get(lv.var, ("0", str(lv.extent)))
             out.append("    " * d + f"for (int64_t {lv.var} = {start}; {lv.var} < {stop}; ++{lv.var}) {{")
@@ -337,6 +357,28 @@ def _simd_ok(loop: Loop) -> bool:
     """``omp simd`` is safe on a parallel loop (independent iterations by contract) whose
     body is plain stores: no nested loops or tile statements to vectorise around."""
     return loop.kind is LoopKind.PARALLEL and all(isinstance(s, Store) for s in loop.body)
+
+
+def _rereads_nothing(loop: Loop) -> bool:
+    """Whether ``loop``'s body (stores only) reads none of the buffers it stores to, so that
+    running an iteration twice stores the same values: what an overlapped last step does."""
+    stored = {s.buffer for s in loop.body if isinstance(s, Store)}
+    return not any(stmt_reads(s, b) for s in loop.body for b in stored)
+
+
+# element functions whose scalar form costs tens of operations (a polynomial, a division)
+_COSTLY = frozenset({ScalarFn.EXP, ScalarFn.LOG, ScalarFn.ERF, ScalarFn.TANH, ScalarFn.SIGMOID, ScalarFn.SIN, ScalarFn.COS,
+                     ScalarFn.TAN, ScalarFn.ASIN, ScalarFn.ACOS, ScalarFn.ATAN, ScalarFn.SINH, ScalarFn.COSH, ScalarFn.ASINH,
+                     ScalarFn.ACOSH, ScalarFn.ATANH, ScalarFn.POW, ScalarFn.DIV, ScalarFn.RECIPROCAL, ScalarFn.SQRT})
+
+
+def _costly(loop: Loop) -> bool:
+    """Whether ``loop``'s body computes an element function that is slow as a scalar: what
+    makes a scalar tail cost more than an overlapped vector step (copies and cheap
+    arithmetic keep the compiler's own tail: overlapped, the stride-2 copies of a depthwise
+    convolution took 1.1-1.25x as long)."""
+    return any(isinstance(e, Call) and e.fn in _COSTLY
+               for s in loop.body if isinstance(s, Store) for x in (s.value, *s.indices) for e in subexpressions(x))
 
 
 def _work(s: Stmt) -> int:
