@@ -27,6 +27,9 @@ CASES: dict[str, tuple[tuple[int, ...], dict, str]] = {
     "k3_s2_112": ((1, 96, 112, 112), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), "relu6"),
     "k5_s2_odd29": ((3, 24, 29, 29), dict(kernel_shape=[5, 5], strides=[2, 2], pads=[2, 2, 2, 2]), "silu"),
     "k3_s2_14": ((1, 576, 14, 14), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1]), "clip"),
+    # strided with asymmetric pads on odd maps, batch 2; dilated with asymmetric pads
+    "k5_s2_asym_b2": ((2, 32, 15, 13), dict(kernel_shape=[5, 5], strides=[2, 2], pads=[2, 1, 1, 2]), "silu"),
+    "k3_d2_asym": ((1, 16, 23, 11), dict(kernel_shape=[3, 3], dilations=[2, 2], pads=[1, 3, 3, 1]), "residual"),
 }
 STRIDE_1 = list(CASES)  # every case runs from padded rows (strided ones by phase)
 

@@ -18,7 +18,7 @@ from tilefuse.tile_ir import lower_group
 
 # the big maps cost the interpreter most; the compiled test runs every case
 NAMES = ["k5_s1_7_1152", "k5_s1_14_b3", "k3_s1_odd13", "k5_s1_odd29_asym", "k3_s1_dilated", "k3_s1_nopad",
-         "k3_s1_28_rows", "k5_s2_odd29", "k3_s2_14"]
+         "k3_s1_28_rows", "k5_s2_odd29", "k3_s2_14", "k5_s2_asym_b2", "k3_d2_asym"]
 
 
 def test_depthwise_programs_interpret_like_the_reference_and_onnxruntime():
