@@ -123,6 +123,13 @@ class ConvPolicy:
     # (EfficientNet's 7 x 7 maps with SiLU: 1.5-2.4x slower row by row, MobileNetV2's 56 x 56
     # ones 0.85 of their time without the pass)
     depthwise_pitch_width: int = 32
+    # ... and narrower ones computed with this many channels in vector lanes (0: never),
+    # their input copied into a zero-padded grid of channel vectors (conv_rows.depthwise_lanes),
+    # where strided or of at least ``depthwise_lanes_taps`` taps: EfficientNet's 5 x 5 ones
+    # took 0.43-0.94 of their time, strided 3 x 3 ones 0.65-0.80; unstrided 3 x 3 ones
+    # 0.85-1.23 (their two turns cost about what nine taps do)
+    depthwise_lanes: int = 0
+    depthwise_lanes_taps: int = 25
     # im2col tiles [positions x (channel, taps)] filled with positions as the innermost loop:
     # neighbouring threads read neighbouring input positions of one channel and tap (GPU:
     # coalesced; taps innermost read a warp's 32 values from 32 places, ResNet-50's 3 x 3

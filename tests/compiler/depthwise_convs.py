@@ -30,6 +30,10 @@ CASES: dict[str, tuple[tuple[int, ...], dict, str]] = {
     # strided with asymmetric pads on odd maps, batch 2; dilated with asymmetric pads
     "k5_s2_asym_b2": ((2, 32, 15, 13), dict(kernel_shape=[5, 5], strides=[2, 2], pads=[2, 1, 1, 2]), "silu"),
     "k3_d2_asym": ((1, 16, 23, 11), dict(kernel_shape=[3, 3], dilations=[2, 2], pads=[1, 3, 3, 1]), "residual"),
+    # channels in lanes (5 x 5 or strided on rows under 32 wide): dilated with asymmetric
+    # pads; a map of two row tiles (the rows above and below the input found per tile)
+    "k5_d2_lanes": ((1, 16, 17, 19), dict(kernel_shape=[5, 5], dilations=[2, 2], pads=[4, 3, 4, 5]), "clip"),
+    "k5_lanes_tall": ((1, 16, 40, 10), dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2]), "relu6"),
 }
 STRIDE_1 = list(CASES)  # every case runs from padded rows (strided ones by phase)
 

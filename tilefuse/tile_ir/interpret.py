@@ -35,6 +35,9 @@ from tilefuse.tile_ir.ir import (
     Store,
     StridedGemm,
     TapGemm,
+    Transpose,
+    LaneTaps,
+    transpose_dims,
     TileProgram,
     Var,
 )
@@ -106,6 +109,10 @@ class _State:
             self.strided_gemm(s)
         elif isinstance(s, TapGemm):
             self.tap_gemm(s)
+        elif isinstance(s, Transpose):
+            self.transpose(s)
+        elif isinstance(s, LaneTaps):
+            self.lane_taps(s)
         elif isinstance(s, ReduceTile):
             self.reduce(s)
         elif isinstance(s, If):
@@ -195,6 +202,21 @@ class _State:
         n = c.shape[1]
         b_rows = np.stack([b[o:o + n] for o in s.offsets])
         c[...] = (c + np.matmul(a_rows.astype(np.float32), b_rows.astype(np.float32))).astype(c.dtype)
+
+    def transpose(self, s: Transpose) -> None:
+        src, dst = self.buffers[s.src.buffer.name], self.buffers[s.dst.buffer.name]
+        _, rows, cols = transpose_dims(s.src)
+        block = src[self._window(s.src)].reshape(rows, cols)
+        view = dst[self._window(s.dst)]
+        view[...] = block.T.reshape(view.shape).astype(dst.dtype)
+
+    def lane_taps(self, s: LaneTaps) -> None:
+        x, w, out = self.buffers[s.x.name], self.buffers[s.w.name], self.buffers[s.out.name]
+        at = (np.arange(s.rows)[:, None] * s.row_step + np.arange(s.width)[None, :] * s.col_step).reshape(-1)
+        total = np.zeros((s.rows * s.width, out.shape[-1]), np.float32)
+        for t, off in enumerate(s.offsets):
+            total = total + x[at + off].astype(np.float32) * w[t].astype(np.float32)
+        out[:s.rows * s.width] = total.astype(out.dtype)
 
     def _window(self, r: Region) -> tuple[slice, ...]:
         return tuple(slice(int(self.expr(o)), int(self.expr(o)) + e) for o, e in zip(r.offsets, r.extents))

@@ -7,6 +7,8 @@ Its vocabulary follows TileLang so that the CUDA lowering is close to one-to-one
 - statements: Fill, Copy (region to region), Gemm, PanelGemm (a host's product by a
   packed weight), StridedGemm (a host's product of two operands where they lie),
   TapGemm (a host's product whose B rows lie at constant offsets of one on-chip buffer),
+  Transpose (a host's 2-D block turned over), LaneTaps (a host's depthwise taps over vectors
+  of channels),
   ReduceTile, Store, loops that are serial, parallel or pipelined with a number of
   stages, and If on a tile-uniform condition.
 
@@ -229,6 +231,47 @@ class StridedGemm(Stmt):
     b: Region
     k_axis: int
     c: Buffer
+
+
+@dataclass(frozen=True, slots=True)
+class Transpose(Stmt):
+    """``dst[j, i] = src[i, j]`` on a host without blocks: ``src`` a region of unit extents
+    but its rows (one dim, ``i``) and its columns (the buffer's last dim, ``j``: each row
+    one run), ``dst`` likewise with the extents swapped (``transpose_dims``). A depthwise convolution's
+    channel planes turned into vectors of channels per position, and back
+    (``conv_rows.depthwise_lanes_tile``); the host runs it in 16 x 16 blocks
+    (codegen/cpu/prelude.py, ``TRANSPOSE_PRELUDE``)."""
+
+    src: Region
+    dst: Region
+
+
+@dataclass(frozen=True, slots=True)
+class LaneTaps(Stmt):
+    """A depthwise convolution's taps over vectors of channels, on a host without blocks:
+    ``out[r * width + c, j] = sum over t of x[r * row_step + c * col_step + offsets[t], j]
+    * w[t, j]`` for ``r < rows``, ``c < width`` and every lane ``j`` (the buffers' last
+    dim, alike for all three), summed in tap order. ``x`` holds the tile's input rows as a
+    zero-padded grid of channel vectors, ``offsets`` each tap's position in it
+    (``conv_rows.depthwise_lanes_tile``); the host runs it with a row of positions' sums
+    in registers (codegen/cpu/prelude.py, ``TRANSPOSE_PRELUDE``)."""
+
+    x: Buffer
+    w: Buffer
+    out: Buffer
+    rows: int
+    width: int
+    row_step: int
+    col_step: int
+    offsets: tuple[int, ...]
+
+
+def transpose_dims(r: Region) -> tuple[int, int, int]:
+    """A Transpose region's (row dim, rows, columns): its one non-unit dim before the
+    last (the one before the last where there is none), and the last dim's extent."""
+    dims = [d for d, e in enumerate(r.extents[:-1]) if e != 1]
+    row = dims[0] if dims else len(r.extents) - 2
+    return row, r.extents[row], r.extents[-1]
 
 
 @dataclass(frozen=True, slots=True)

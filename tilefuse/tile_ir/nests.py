@@ -11,7 +11,8 @@ import math
 
 from tilefuse.ir.dtypes import DType
 from tilefuse.tile_ir.ir import (Buffer, Const, Copy, Expr, Gemm, If, IndexOp, IOp, Load, Loop, LoopKind, PanelGemm,
-                                 ReduceTile, Stmt, Store, StridedGemm, TapGemm, Var, subexpressions)
+                                 ReduceTile, Stmt, Store, StridedGemm, TapGemm, Transpose, LaneTaps, Var,
+                                 subexpressions)
 
 
 def parallel_nest(s: Loop) -> list[Loop]:
@@ -85,6 +86,10 @@ def stmt_reads(s: Stmt, buffer: Buffer) -> bool:
         return buffer in (s.a.buffer, s.b.buffer, s.c)
     if isinstance(s, TapGemm):
         return buffer in (s.a.buffer, s.b, s.c)
+    if isinstance(s, Transpose):
+        return buffer in (s.src.buffer, s.dst.buffer)
+    if isinstance(s, LaneTaps):
+        return buffer in (s.x, s.w, s.out)
     if isinstance(s, ReduceTile):
         return buffer in (s.src, s.dst)
     if isinstance(s, Copy):

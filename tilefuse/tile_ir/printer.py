@@ -21,6 +21,8 @@ from tilefuse.tile_ir.ir import (
     Store,
     StridedGemm,
     TapGemm,
+    Transpose,
+    LaneTaps,
     TileProgram,
     Var,
 )
@@ -83,6 +85,11 @@ def _stmt(s: object, indent: int, out: list[str]) -> None:
         offs = ", ".join(map(str, s.offsets)) if len(s.offsets) <= 12 else \
             ", ".join(map(str, (*s.offsets[:6], "...", *s.offsets[-3:])))
         out.append(f"{pad}tap_gemm({_region(s.a)}, {s.b.name}, {s.c.name}, offsets=[{offs}])")
+    elif isinstance(s, Transpose):
+        out.append(f"{pad}transpose({_region(s.src)}, {_region(s.dst)})")
+    elif isinstance(s, LaneTaps):
+        out.append(f"{pad}lane_taps({s.x.name}, {s.w.name}, {s.out.name}, rows={s.rows}, width={s.width}, "
+                   f"steps=({s.row_step}, {s.col_step}), offsets={list(s.offsets)})")
     elif isinstance(s, ReduceTile):
         lanes = f", lanes={s.lanes}" if s.lanes != 1 else ""
         out.append(f"{pad}T.reduce_{s.fn.value}({s.src.name}, {s.dst.name}, dim={s.dim}, clear={s.clear}{lanes})")

@@ -32,6 +32,7 @@ from tilefuse.tile_ir.ir import (
     Store,
     StridedGemm,
     TapGemm,
+    Transpose,
     TileProgram,
     Var,
     const_index,
@@ -222,6 +223,8 @@ class _Simplifier:
             return replace(s, a=self._region(s.a), b=self._region(s.b))
         if isinstance(s, TapGemm):
             return replace(s, a=self._region(s.a))
+        if isinstance(s, Transpose):
+            return Transpose(self._region(s.src), self._region(s.dst))
         return s
 
     def _region(self, r: Region) -> Region:

@@ -34,6 +34,9 @@ from tilefuse.tile_ir.ir import (
     Store,
     StridedGemm,
     TapGemm,
+    Transpose,
+    LaneTaps,
+    transpose_dims,
     TileProgram,
     Var,
     dtype_of,
@@ -65,8 +68,9 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
     check_pipelines(p, None if target is None else target.device)
     if target is not None and target.device.max_block_threads:
         _check_block(p, target.device.max_block_threads)
-        if any(isinstance(x, (PanelGemm, StridedGemm, TapGemm)) for x in statements(p.body)):
-            raise GraphError(f"kernel {p.name}: a panel or strided product is the host's product core, not a {target.name} one")
+        if any(isinstance(x, (PanelGemm, StridedGemm, TapGemm, Transpose, LaneTaps)) for x in statements(p.body)):
+            raise GraphError(f"kernel {p.name}: a panel, strided or tap product, a block transpose or lane taps run on the host's "
+                             f"product core, not a {target.name} one")
     if target is not None and backends.for_target(target).tiles_on_chip:
         # an accumulator's shared mirror (passes/epilogues.py) holds the tile its registers
         # hold, counted once: the accumulator's
@@ -200,6 +204,37 @@ def _check_strided_gemm(p: TileProgram, s: StridedGemm, known: dict[str, Buffer]
         raise GraphError(f"{p.name}: a strided product is float32 ({a.dtype}, {b.dtype}, {c.dtype})")
 
 
+def _check_transpose(p: TileProgram, s: Transpose, known: dict[str, Buffer], bound: set[str]) -> None:
+    """What the host's block transpose takes: two float32 regions of unit extents but two
+    dims each, the second of them the buffer's last dim (rows are runs), extents swapped."""
+    for r in (s.src, s.dst):
+        _check_buffer(p, r.buffer, known)
+        for o in r.offsets:
+            _check_expr(p, o, known, bound)
+        if len(r.offsets) != len(r.buffer.shape) or len(r.extents) != len(r.buffer.shape):
+            raise GraphError(f"{p.name}: transpose region rank does not match {r.buffer.name}")
+        if (r.buffer.dtype is not DType.FLOAT32 or len(r.extents) < 2
+                or sum(e != 1 for e in r.extents[:-1]) > 1):
+            raise GraphError(f"{p.name}: a transpose turns float32 rows of runs, not {r.buffer.name}"
+                             f"{list(r.buffer.shape)} {r.buffer.dtype} {r.extents}")
+    if transpose_dims(s.src)[1:] != transpose_dims(s.dst)[1:][::-1]:
+        raise GraphError(f"{p.name}: transpose {s.src.extents} -> {s.dst.extents} does not fit")
+
+
+def _check_lane_taps(p: TileProgram, s: LaneTaps, known: dict[str, Buffer]) -> None:
+    """Three float32 [position, lane] buffers of as many lanes (16: the host's helper's
+    vectors), a weight row a tap, every position read inside ``x``."""
+    for buf in (s.x, s.w, s.out):
+        _check_buffer(p, buf, known)
+        if buf.dtype is not DType.FLOAT32 or len(buf.shape) != 2 or buf.shape[1] != 16:
+            raise GraphError(f"{p.name}: lane taps take float32 [positions, 16] buffers, not {buf.name}{list(buf.shape)}")
+    last = (s.rows - 1) * s.row_step + (s.width - 1) * s.col_step + max(s.offsets, default=0)
+    if (not s.offsets or s.w.shape[0] != len(s.offsets) or s.out.shape[0] < s.rows * s.width or min(s.offsets) < 0
+            or last >= s.x.shape[0] or min(s.rows, s.width, s.row_step, s.col_step) <= 0):
+        raise GraphError(f"{p.name}: lane taps over {s.rows} x {s.width} positions do not fit {s.x.name}{list(s.x.shape)}, "
+                         f"{s.w.name}{list(s.w.shape)}, {s.out.name}{list(s.out.shape)}")
+
+
 def _check_tap_gemm(p: TileProgram, s: TapGemm, known: dict[str, Buffer], bound: set[str]) -> None:
     """What the host's core takes from an on-chip buffer: float32 rows of A (a region of
     unit extents but its last two, K = one column per offset) and K rows of B, each
@@ -268,6 +303,10 @@ def _check_stmt(p: TileProgram, s: object, known: dict[str, Buffer], bound: set[
         _check_strided_gemm(p, s, known, bound)
     elif isinstance(s, TapGemm):
         _check_tap_gemm(p, s, known, bound)
+    elif isinstance(s, Transpose):
+        _check_transpose(p, s, known, bound)
+    elif isinstance(s, LaneTaps):
+        _check_lane_taps(p, s, known)
     elif isinstance(s, ReduceTile):
         _check_buffer(p, s.src, known)
         _check_buffer(p, s.dst, known)

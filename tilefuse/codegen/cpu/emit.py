@@ -25,7 +25,7 @@ from tilefuse.codegen.artifact import ParamSpec
 from tilefuse.codegen.cpu import accumulate, block_epilogues, emit_tiles, first_products
 from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
-from tilefuse.codegen.cpu.prelude import INDEX_PRELUDE, INT8_PANEL_PRELUDE, PANEL_PRELUDE, PRELUDE, TAP_PRELUDE
+from tilefuse.codegen.cpu.prelude import INDEX_PRELUDE, INT8_PANEL_PRELUDE, PANEL_PRELUDE, PRELUDE, TAP_PRELUDE, TRANSPOSE_PRELUDE
 from tilefuse.codegen.cpu.flat_access import flatten_accesses
 from tilefuse.codegen.cpu.threads import THREAD_POOL
 from tilefuse.codegen.launch import CpuLaunch
@@ -33,7 +33,8 @@ from tilefuse.codegen.options import CpuOptions
 from tilefuse.codegen.toolchain import kernel_stem, param_specs
 from tilefuse.ir.prims import ScalarFn
 from tilefuse.tile_ir.ir import (STATUS, Buffer, Call, Copy, Expr, Fill, Gemm, If, Loop, LoopKind, PanelGemm, ReduceTile, Stmt,
-                                 Store, StridedGemm, TapGemm, TileProgram, statements, subexpressions)
+                                 Store, StridedGemm, TapGemm, TileProgram, Transpose, LaneTaps, statements,
+                                 subexpressions)
 from tilefuse.tile_ir.nests import stmt_reads
 
 @dataclass(frozen=True)
@@ -61,6 +62,8 @@ def emit_program(program: TileProgram, options: CpuOptions = CpuOptions()) -> CS
         prelude += INT8_PANEL_PRELUDE
     if any(isinstance(s, TapGemm) for s in statements(program.body)):
         prelude += TAP_PRELUDE
+    if any(isinstance(s, (Transpose, LaneTaps)) for s in statements(program.body)):
+        prelude += TRANSPOSE_PRELUDE
     if program.index_sites:
         prelude += INDEX_PRELUDE
     digest = hashlib.sha256("\n".join([stem, header, prelude, *body]).encode()).hexdigest()[:10]
@@ -221,6 +224,11 @@ class _Emitter:
         if isinstance(s, TapGemm):
             self.tables += 1
             return emit_tiles.tap_gemm(s, self.exprs(levels, s.a.offsets), f"tf_taps{self.tables}", self.zero(s))
+        if isinstance(s, Transpose):
+            return emit_tiles.transpose(s, self.exprs(levels, (*s.src.offsets, *s.dst.offsets)))
+        if isinstance(s, LaneTaps):
+            self.tables += 1
+            return emit_tiles.lane_taps(s, f"tf_taps{self.tables}")
         if isinstance(s, ReduceTile):
             return emit_tiles.reduce(s)
         if isinstance(s, If):
@@ -347,6 +355,10 @@ def _collect_writes(body: Sequence[Stmt], out: set[str]) -> None:
             out.add(s.buffer.name)
         elif isinstance(s, Copy):
             out.add(s.dst.buffer.name)
+        elif isinstance(s, Transpose):
+            out.add(s.dst.buffer.name)
+        elif isinstance(s, LaneTaps):
+            out.add(s.out.name)
         elif isinstance(s, (Gemm, PanelGemm, StridedGemm, TapGemm)):
             out.add(s.c.name)
         elif isinstance(s, ReduceTile):
@@ -392,8 +404,10 @@ def _work(s: Stmt) -> int:
         return m * k * s.c.shape[-1]
     if isinstance(s, (PanelGemm, StridedGemm, TapGemm)):
         return math.prod(s.c.shape) * s.a.extents[-1]
-    if isinstance(s, Copy):
+    if isinstance(s, (Copy, Transpose)):
         return math.prod(s.dst.extents)
+    if isinstance(s, LaneTaps):
+        return s.rows * s.width * len(s.offsets) * s.out.shape[-1]
     if isinstance(s, (Fill,)):
         return math.prod(s.buffer.shape)
     if isinstance(s, ReduceTile):

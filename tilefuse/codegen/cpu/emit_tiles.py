@@ -15,7 +15,7 @@ from tilefuse.codegen.cpu.c_types import compute, convert, literal, load, round_
 from tilefuse.codegen.cpu.emit_expr import Names, StmtExprs, cident, flat_index
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn
-from tilefuse.tile_ir.ir import Copy, Fill, Gemm, PanelGemm, ReduceTile, StridedGemm, TapGemm
+from tilefuse.tile_ir.ir import Copy, Fill, Gemm, PanelGemm, ReduceTile, StridedGemm, TapGemm, Transpose, LaneTaps, transpose_dims
 
 
 def _loops(header_vars: Sequence[tuple[str, int]], body: Sequence[str], pragma: str = "") -> list[str]:
@@ -199,6 +199,30 @@ def tap_gemm(s: TapGemm, se: StmtExprs, table: str, zero: str = "0") -> list[str
     return [*se.lines, f"static const int32_t {table}[{k}] = {{", *(f"    {r}," for r in rows), "};",
             f"tf_tap_gemm_f32({m}, {n}, {k}, {cident(a.name)} + {a_at}, {a.shape[-1]}, {cident(s.b.name)}, {table}, "
             f"{cident(s.c.name)}, {n}, {zero});"]
+
+
+def transpose(s: Transpose, se: StmtExprs) -> list[str]:
+    """The prelude's block transpose (``TRANSPOSE_PRELUDE``); ``se`` renders the source
+    offsets, then the destination's. Both regions' rows are runs (``verify``), one row
+    dim's stride apart (``transpose_dims``)."""
+    src, dst = s.src, s.dst
+    ns = len(src.offsets)
+    s_at = flat_index([se.root(i) for i in range(ns)], src.buffer.shape)
+    d_at = flat_index([se.root(ns + i) for i in range(len(dst.offsets))], dst.buffer.shape)
+    (s_row, rows, cols), (d_row, _, _) = transpose_dims(src), transpose_dims(dst)
+    ss, ds = math.prod(src.buffer.shape[s_row + 1:]), math.prod(dst.buffer.shape[d_row + 1:])
+    return [*se.lines, f"tf_transpose_f32({cident(src.buffer.name)} + {s_at}, {ss}, "
+            f"{cident(dst.buffer.name)} + {d_at}, {ds}, {rows}, {cols});"]
+
+
+def lane_taps(s: LaneTaps, table: str) -> list[str]:
+    """The prelude's depthwise taps over vectors of channels (``TRANSPOSE_PRELUDE``), the
+    taps' offsets in the static table ``table`` (printed here, once per statement)."""
+    k = len(s.offsets)
+    rows = [", ".join(map(str, s.offsets[i:i + 16])) for i in range(0, k, 16)]
+    return [f"static const int32_t {table}[{k}] = {{", *(f"    {r}," for r in rows), "};",
+            f"tf_lane_taps_f32({cident(s.x.name)}, {cident(s.w.name)}, {cident(s.out.name)}, {s.rows}, {s.width}, "
+            f"{s.row_step}, {s.col_step}, {table}, {k});"]
 
 
 def _gemm_f32(a: str, b: str, c: str, m: int, n: int, k: int, parallel: bool, zero: str) -> list[str]:

@@ -26,7 +26,7 @@ import numpy as np
 
 from tilefuse.ir.dtypes import DType
 from tilefuse.tile_ir.ir import (Buffer, Const, Expr, Fill, Gemm, If, IndexOp, IOp, Loop, LoopKind, PanelGemm, Stmt, Store,
-                                 StridedGemm, TapGemm, TileProgram, Var, statements)
+                                 StridedGemm, TapGemm, TileProgram, Transpose, Var, statements)
 from tilefuse.tile_ir.nests import stmt_reads
 
 
@@ -59,6 +59,9 @@ def _written_first(body: tuple[Stmt, ...], b: Buffer) -> bool:
     first = touching[0] if touching else None
     if isinstance(first, Fill):
         return first.buffer == b
+    if isinstance(first, Transpose):  # the whole of b turned from another buffer
+        return (first.dst.buffer == b and first.src.buffer != b and first.dst.extents == b.shape
+                and all(isinstance(o, Const) and o.value == 0 for o in first.dst.offsets))
     if not isinstance(first, Loop) or first.extent <= 0:
         return False
     if _stores_all(first, b):
@@ -70,39 +73,50 @@ def _written_first(body: tuple[Stmt, ...], b: Buffer) -> bool:
 
 def _nests_cover(stmts: list[Stmt], b: Buffer, limit: int = 1 << 22) -> bool:
     """Whether the leading run of ``stmts`` that are perfect nests storing to ``b`` (one
-    unconditional store each, at per-dim indices that are sums of the nest's variables
-    times constants plus a constant, nothing in them reading ``b``) together store every
-    element of ``b``: a tile copied in pieces, its padding zeroed by nests of their own
-    (``conv_rows._padded_copy``). Counted element by element, up to ``limit`` of them."""
+    unconditional store or transpose into ``b`` each, at per-dim indices or region offsets
+    that are sums of the nest's variables times constants plus a constant, nothing else in
+    them reading ``b``) together store every element of ``b``: a tile copied in pieces,
+    its padding zeroed by nests of their own (``conv_rows._padded_copy``,
+    ``depthwise_lanes_tile``). Counted element by element, up to ``limit`` of them."""
     size = math.prod(b.shape)
     if size > limit:
         return False
     covered = np.zeros(size, bool)
     strides = [math.prod(b.shape[d + 1:]) for d in range(len(b.shape))]
     for nest in stmts:
-        if not isinstance(nest, Loop) or any(stmt_reads(x, b) for x in statements((nest,))):
-            return False
         extent: dict[Var, int] = {}
-        loop = nest
-        while len(loop.body) == 1 and isinstance(loop.body[0], Loop):
-            extent[loop.var] = loop.extent
-            loop = loop.body[0]
-        extent[loop.var] = loop.extent
-        stores = [x for x in loop.body if isinstance(x, Store) and x.buffer == b]
-        if (len(stores) != 1 or len(stores[0].indices) != len(b.shape) or min(extent.values()) <= 0
-                or math.prod(extent.values()) > limit):
+        leaf: Stmt | None = nest
+        while isinstance(leaf, Loop) and len(leaf.body) == 1:
+            extent[leaf.var] = leaf.extent
+            leaf = leaf.body[0]
+        if isinstance(leaf, Loop):  # a loop of more than one statement: stores only
+            extent[leaf.var] = leaf.extent
+            stores = [x for x in leaf.body if isinstance(x, Store) and x.buffer == b]
+            leaf = stores[0] if len(stores) == 1 else None
+        if isinstance(leaf, Store) and leaf.buffer == b and not any(stmt_reads(x, b) for x in statements((nest,))):
+            indices, boxes = leaf.indices, [1] * len(b.shape)
+        elif isinstance(leaf, Transpose) and leaf.dst.buffer == b and leaf.src.buffer != b:
+            indices, boxes = leaf.dst.offsets, list(leaf.dst.extents)
+        else:
+            return False
+        if (len(indices) != len(b.shape) or (extent and min(extent.values()) <= 0)
+                or math.prod(extent.values()) * math.prod(boxes) > limit):
             return False
         axes = {v: i for i, v in enumerate(extent)}
-        flat = np.zeros((1,) * len(axes), np.int64)
-        for index, size_d, stride in zip(stores[0].indices, b.shape, strides):
+        rank = len(axes) + len(b.shape)  # the nest's variables, then a box's own dims
+        flat = np.zeros((1,) * rank, np.int64)
+        for d, (index, size_d, stride) in enumerate(zip(indices, b.shape, strides)):
             terms = _affine(index)
             if terms is None or any(v not in axes for v, _ in terms[0]):
                 return False
-            at = np.full((1,) * len(axes), terms[1], np.int64)
+            at = np.full((1,) * rank, terms[1], np.int64)
             for v, scale in terms[0]:
-                shape = [1] * len(axes)
+                shape = [1] * rank
                 shape[axes[v]] = extent[v]
                 at = at + scale * np.arange(extent[v], dtype=np.int64).reshape(shape)
+            box = [1] * rank
+            box[len(axes) + d] = boxes[d]
+            at = at + np.arange(boxes[d], dtype=np.int64).reshape(box)
             if at.min() < 0 or at.max() >= size_d:
                 return False
             flat = flat + at * stride

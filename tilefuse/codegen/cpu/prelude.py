@@ -622,3 +622,85 @@ static void tf_tap_gemm_f32(int64_t m, int64_t n, int64_t k, const float *restri
 #endif
 }
 """
+
+
+TRANSPOSE_PRELUDE = r"""
+/* -- a 2-D block turned over (Transpose): d[j * ds + i] = s[i * ss + j] ------------------- */
+#ifdef __AVX512F__
+/* rows, cols <= 16: sixteen masked row loads, the 16 x 16 turned in registers (pairs of
+ * floats, then of doubles, then 128-bit quarters twice), rows masked stores */
+static inline void tf_transpose16_f32(const float *restrict s, int64_t ss, float *restrict d, int64_t ds,
+                                      int64_t rows, int64_t cols) {
+    const __mmask16 cm = (__mmask16)((1u << cols) - 1u), rm = (__mmask16)((1u << rows) - 1u);
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_maskz_loadu_ps(cm, s + i * ss) : _mm512_setzero_ps();
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    }
+    for (int i = 0; i < 4; ++i) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 4; ++i) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+        r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
+    }
+    for (int j = 0; j < 16; ++j)
+        if (j < cols) _mm512_mask_storeu_ps(d + j * ds, rm, r[j]);
+}
+#endif
+
+static void tf_transpose_f32(const float *restrict s, int64_t ss, float *restrict d, int64_t ds,
+                             int64_t rows, int64_t cols) {
+#ifdef __AVX512F__
+    for (int64_t i = 0; i < rows; i += 16)
+        for (int64_t j = 0; j < cols; j += 16)
+            tf_transpose16_f32(s + i * ss + j, ss, d + j * ds + i, ds, rows - i < 16 ? rows - i : 16,
+                               cols - j < 16 ? cols - j : 16);
+#else
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) d[j * ds + i] = s[i * ss + j];
+#endif
+}
+
+/* -- a depthwise convolution's taps over vectors of 16 channels (LaneTaps) -------------- */
+/* out[(r * width + c) * 16 + j] = sum over t of x[(r * rs + c * cs + off[t]) * 16 + j] * w[t * 16 + j]:
+ * eight positions of a row a block, their sums in registers, each tap's weights loaded
+ * once a block; taps summed in order. */
+typedef float tf_lanes16 __attribute__((vector_size(64)));
+static void tf_lane_taps_f32(const float *restrict x, const float *restrict w, float *restrict out, int64_t rows,
+                             int64_t width, int64_t rs, int64_t cs, const int32_t *restrict off, int64_t taps) {
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c0 = 0; c0 < width; c0 += 8) {
+            const int64_t n = width - c0 < 8 ? width - c0 : 8;
+            const float *xb = x + (r * rs + c0 * cs) * 16;
+            tf_lanes16 acc[8];
+            _Pragma("GCC unroll 8") for (int i = 0; i < 8; ++i) acc[i] = (tf_lanes16){0};
+            for (int64_t t = 0; t < taps; ++t) {
+                tf_lanes16 wv;
+                memcpy(&wv, w + t * 16, sizeof wv);
+                const float *xt = xb + (int64_t)off[t] * 16;
+                _Pragma("GCC unroll 8") for (int i = 0; i < 8; ++i) {
+                    if (i < n) {
+                        tf_lanes16 xv;
+                        memcpy(&xv, xt + i * cs * 16, sizeof xv);
+                        acc[i] += xv * wv;
+                    }
+                }
+            }
+            _Pragma("GCC unroll 8") for (int i = 0; i < 8; ++i)
+                if (i < n) memcpy(out + (r * width + c0 + i) * 16, &acc[i], sizeof acc[i]);
+        }
+}
+"""

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Value
 from tilefuse.ir.prims import Conv, ScalarFn
-from tilefuse.tile_ir.ir import (Buffer, Call, Const, Expr, If, IOp, Load, Region, Scope, Stmt, Store, StridedGemm, TapGemm, Var,
+from tilefuse.tile_ir.ir import (Buffer, Call, Const, Expr, If, IOp, Load, Region, Scope, Stmt, Store, StridedGemm, TapGemm, Transpose, LaneTaps, Var,
                                  const_index, iop)
 from tilefuse.tile_ir.lower import gemm_weights
-from tilefuse.tile_ir.lower.common import narrow, parallel, widen
+from tilefuse.tile_ir.lower.common import narrow, parallel, serial, widen
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, linearize, window_needs_guard, window_source
 
 if TYPE_CHECKING:
@@ -475,6 +475,110 @@ def depthwise_padded(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0:
     if pitched:
         return (x_pad,), body
     return (x_pad, sums), [*body, *parallel(b.names, (bn, rows, width), pack)]
+
+
+def depthwise_lanes(b: "_Builder") -> int:
+    """The channels of a depthwise tile computed in vector lanes (``depthwise_lanes_tile``),
+    or 0 where it is not: a 2-D float32 depthwise convolution on a host whose policy asks
+    for it (``ConvPolicy.depthwise_lanes``), with output rows narrower than
+    ``ConvPolicy.depthwise_pitch_width``, strided or of ``depthwise_lanes_taps`` taps or
+    more, and whole tiles of that many channels. Along rows
+    of 7 or 14 positions a vector over positions is mostly padding, tails and masks; a
+    vector over channels is whole at every position, and a strided convolution's taps are
+    plain vector loads. Its input a kernel input (read where it lies)."""
+    op = b.c.op
+    lanes = b.target.conv.depthwise_lanes
+    x = b.c.inputs[0]
+    if not (b.depthwise and lanes and isinstance(op, Conv) and len(op.strides) == 2 and not b.target.device.max_block_threads):
+        return 0
+    if {b.acc_dtype, b.op_dtype, x.type.dtype} != {DType.FLOAT32} or b.n % lanes or not any(x is v for v in b.group.inputs):
+        return 0
+    many = math.prod(b.c.inputs[1].type.shape[2:]) >= b.target.conv.depthwise_lanes_taps or any(s > 1 for s in op.strides)
+    return lanes if many and b.c.outputs[0].type.shape[-1] < b.target.conv.depthwise_pitch_width else 0
+
+
+def depthwise_lanes_tile(b: "_Builder", el: ElementBuilder, x_param: Buffer, tc: Buffer, mt: Var, n0: Expr,
+                         bm: int) -> tuple[tuple[Buffer, ...], list[Stmt]]:
+    """A depthwise convolution with its tile's channels in vector lanes: the tile's input
+    rows copied into a zero-padded grid of positions, each a vector of the tile's channels
+    (``x_lanes``, [padded position, channel]), the weights likewise (``w_lanes``, [tap,
+    channel]); each output position's taps summed as whole vectors, at any stride or
+    dilation, a row of positions' sums in registers (``LaneTaps`` into ``dw_lanes``,
+    [position, channel]); the sums then turned back into ``tc`` ([channel, position]) for
+    the epilogue. The turns are 16 x 16 block transposes (``Transpose``). Returns the
+    on-chip buffers and statements."""
+    c = b.c
+    op: Conv = c.op  # type: ignore[assignment]
+    x, w = c.inputs
+    dt = b.acc_dtype
+    lanes = tc.shape[0]
+    rows, width = _tile_shape(b, bm)
+    (kh, kw), (dy, dx), (sy, sx) = w.type.shape[2:], op.dilations, op.strides
+    top, left, right = op.pads[0], op.pads[1], op.pads[3]
+    in_h, in_w = x.type.shape[2:]
+    img, row0 = _origin(b, mt, rows)
+    rows_in = (rows - 1) * sy + (kh - 1) * dy + 1
+    wp = left + in_w + right
+    x_lanes = Buffer("x_lanes", dt, (rows_in * wp, lanes), Scope.FRAGMENT)
+    w_lanes = Buffer("w_lanes", dt, (kh * kw, lanes), Scope.FRAGMENT)
+    sums = Buffer("dw_lanes", dt, (bm, lanes), Scope.FRAGMENT)
+    first = iop(IOp.SUB, iop(IOp.MUL, row0, const_index(sy)) if sy > 1 else row0, const_index(top))  # the tile's first input row
+    last_src = (c.outputs[0].type.shape[2] - rows) * sy - top + rows_in - 1  # the last tile's last row read
+    row_guard = top > 0 or last_src >= in_h
+
+    def copy(i: Index, guard: bool = row_guard) -> list[Stmt]:
+        """Input row ``r`` of the tile: its channels' runs turned into a vector a position
+        (zeros for a row above or below the input, where ``guard`` says it may be)."""
+        (r,) = i
+        src = iop(IOp.ADD, first, r)
+        at = iop(IOp.ADD, iop(IOp.MUL, r, const_index(wp)), const_index(left))
+        turn: Stmt = Transpose(Region(x_param, (img, n0, src, const_index(0)), (1, lanes, 1, in_w)),
+                               Region(x_lanes, (at, const_index(0)), (in_w, lanes)))
+        if not guard:
+            return [turn]
+        inside = iop(IOp.AND, iop(IOp.GE, src, const_index(0)), iop(IOp.LT, src, const_index(in_h)))
+        zeros = parallel(b.names, (in_w, lanes), lambda q: [Store(x_lanes, (iop(IOp.ADD, at, q[0]), q[1]), Const(0, dt))])
+        outside = iop(IOp.OR, iop(IOp.LT, src, const_index(0)), iop(IOp.GE, src, const_index(in_h)))
+        return [If(inside, (turn,)), If(outside, zeros)]
+
+    def pad(start: int, r_first: int):
+        def body(i: Index) -> list[Stmt]:
+            r, col, j = i
+            r = iop(IOp.ADD, r, const_index(r_first)) if r_first else r
+            return [Store(x_lanes, (iop(IOp.ADD, iop(IOp.MUL, r, const_index(wp)), iop(IOp.ADD, col, const_index(start))), j),
+                          Const(0, dt))]
+        return body
+
+    def weights(i: Index) -> list[Stmt]:
+        ty, tx, j = i
+        return [Store(w_lanes, (iop(IOp.ADD, iop(IOp.MUL, ty, const_index(kw)), tx), j),
+                      widen(el.at(w, (iop(IOp.ADD, n0, j), const_index(0), ty, tx)), dt))]
+
+    if isinstance(first, Const):  # one tile a map: its rows above and below the input are known
+        f0 = int(first.value)
+        lo, hi = min(max(-f0, 0), rows_in), max(min(in_h - f0, rows_in), 0)
+        zero_rows = [(0, lo), (hi, rows_in)]
+        body: list[Stmt] = [*serial(b.names, (hi - lo,), lambda i: copy((iop(IOp.ADD, i[0], const_index(lo)),), False))]
+        for r0, r1 in zero_rows:
+            if r1 > r0:
+                body += parallel(b.names, (r1 - r0, wp, lanes), lambda i, r0=r0: [Store(
+                    x_lanes, (iop(IOp.ADD, iop(IOp.MUL, iop(IOp.ADD, i[0], const_index(r0)), const_index(wp)), i[1]), i[2]),
+                    Const(0, dt))])
+        rows_copied = (lo, hi)
+    else:
+        body = [*serial(b.names, (rows_in,), copy)]
+        rows_copied = (0, rows_in)
+    n_rows, r_first = rows_copied[1] - rows_copied[0], rows_copied[0]
+    if left and n_rows > 0:
+        body += parallel(b.names, (n_rows, left, lanes), pad(0, r_first))
+    if right and n_rows > 0:
+        body += parallel(b.names, (n_rows, right, lanes), pad(left + in_w, r_first))
+    offsets = tuple(ty * dy * wp + tx * dx for ty, tx in itertools.product(range(kh), range(kw)))
+    body += [*parallel(b.names, (kh, kw, lanes), weights),
+             LaneTaps(x_lanes, w_lanes, sums, rows, width, sy * wp, sx, offsets),
+             Transpose(Region(sums, (const_index(0), const_index(0)), (bm, lanes)),
+                       Region(tc, (const_index(0), const_index(0)), (lanes, bm)))]
+    return (x_lanes, w_lanes, sums), body
 
 
 def direct_width(b: "_Builder", bn: int) -> int:

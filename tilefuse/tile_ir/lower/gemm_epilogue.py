@@ -213,6 +213,7 @@ class _Builder:
         elif bn != self.n and self.inflight:
             bk, stages = gemm_tiles.pipeline(self, bm, accs * bn, bk)
         conv = isinstance(self.c.op, Conv)
+        dw_lanes = conv_rows.depthwise_lanes(self) if self.depthwise else 0
         if self.flip:  # position tiles of whole output rows of one image: no division inside
             out_rows = self.c.outputs[0].type.shape[2]
             inner = math.prod(self.c.outputs[0].type.shape[3:])
@@ -232,7 +233,7 @@ class _Builder:
             (tile_rows,) = fill_cores((out_rows,), [want_rows], lead, self.cores, 1)
             bm = tile_rows * inner
         if self.depthwise:  # a few channels per tile: the grid has tiles for every core
-            bn = divisor_tile(self.n, self.target.conv.depthwise_channels)
+            bn = dw_lanes or divisor_tile(self.n, self.target.conv.depthwise_channels)
             if self.target.device.max_block_threads and len(self.c.outputs[0].type.shape) in (3, 4):
                 out_rows, bn = gemm_tiles.depthwise_tile(self, self.asked_threads(0, 0))
                 bm = out_rows * math.prod(self.c.outputs[0].type.shape[3:])
@@ -323,7 +324,7 @@ class _Builder:
         ta = Buffer("a_tile", self.op_dtype, (bn, bk) if self.flip else (bm, bk), Scope.SHARED)
         sfx = [f"{s}" if accs > 1 else "" for s in range(accs)]
         tbs = [Buffer(f"b_tile{x}", self.op_dtype, (bk, bm) if self.flip else (bk, bn), Scope.SHARED) for x in sfx]
-        dw_width = conv_rows.padded_width(self) if self.depthwise else 0
+        dw_width = conv_rows.padded_width(self) if self.depthwise and not dw_lanes else 0
         c_cols = (conv_rows.direct_length(self, bm) if direct else conv_rows.depthwise_length(self, bm) if dw_width else bm)
         # the product tile's output rows this far apart (0: packed as positions)
         pitch = direct or (conv_rows.depthwise_pitch(self) if dw_width else 0)
@@ -400,6 +401,8 @@ class _Builder:
         direct_allocs: tuple[Buffer, ...] = ()
         if in_place:  # a pointwise convolution's weight rows by its input's planes, where they lie
             k_body = [conv_rows.in_place_product(self, buffers[id(self.c.inputs[0])], tcs[0], mt, n0, kt, ch_per_tile)]
+        elif dw_lanes:
+            dw_allocs, k_body = conv_rows.depthwise_lanes_tile(self, el, buffers[id(self.c.inputs[0])], tcs[0], mt, n0, bm)
         elif dw_width:
             dw_allocs, k_body = conv_rows.depthwise_padded(self, el, tcs[0], mt, n0, bm)
         elif self.depthwise:
@@ -464,6 +467,8 @@ class _Builder:
             wide = f", the first product of a chain computed {bk} columns at a time on chip"
         if dw_width:
             wide += f", input rows zero-padded to {dw_width} on chip, every tap summed per position"
+        if dw_lanes:
+            wide += f", {dw_lanes} channels in vector lanes over a zero-padded grid of the input rows"
         if in_place:
             wide += ", the weight's rows by the input's channel planes where they lie (no operand tiles)"
         if direct:
@@ -494,7 +499,7 @@ class _Builder:
             channel_rows=self.flip, depthwise=self.depthwise, channels_per_k_tile=ch_per_tile if conv else 0,
             padded_columns=self.pad_to, accumulator=self.acc_dtype, operands=self.op_dtype, tf32=self.tf32, occupancy=0,
             positions_inner=self.positions_inner, groups=self.groups, panel_width=self.panel_width,
-            depthwise_padded_width=dw_width, operands_in_place=in_place, direct_padded_width=direct)
+            depthwise_padded_width=dw_width, depthwise_lanes=dw_lanes, operands_in_place=in_place, direct_padded_width=direct)
         order = self._host_order(grid)
         if order:
             notes = (notes[0] + ", column tiles outermost on a host (each weight panel read once)",)

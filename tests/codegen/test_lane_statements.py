@@ -1,0 +1,79 @@
+"""The host's block transpose and depthwise lane taps (``Transpose``, ``LaneTaps``: tile_ir/ir.py,
+codegen/cpu/prelude.py ``TRANSPOSE_PRELUDE``): C kernels against the tile interpreter on fresh
+random inputs, over block sizes around the 16 x 16 blocks' edges, regions at offsets inside
+larger buffers, and tap rows of every length around the helper's blocks of 8 positions; and
+the verifier's refusals of what the helpers cannot take."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.codegen.cpu_programs import assert_same, param, program, run_both
+from tilefuse.codegen.cpu import build_all
+from tilefuse.errors import GraphError
+from tilefuse.ir.dtypes import DType
+from tilefuse.target import CPU, CUDA_SM90A
+from tilefuse.tile_ir.ir import Buffer, LaneTaps, Region, Scope, Transpose, const_index
+from tilefuse.tile_ir.verify import verify_program
+
+F32 = DType.FLOAT32
+
+
+def _turn_program(rows: int, cols: int):
+    """out[1 + i, 3 + j] = x[2, 1 + i, 3, j]: a block of a 4-D input turned into a local
+    tile (at an offset) and turned back into a 2-D output (at another)."""
+    x = param("x", F32, (3, rows + 2, 5, cols))
+    out = param("out", F32, (rows + 1, cols + 3))
+    t = Buffer("t_tile", F32, (cols + 4, rows), Scope.FRAGMENT)
+    body = [Transpose(Region(x, (const_index(2), const_index(1), const_index(3), const_index(0)), (1, rows, 1, cols)),
+                      Region(t, (const_index(4), const_index(0)), (cols, rows))),
+            Transpose(Region(t, (const_index(4), const_index(0)), (cols, rows)),
+                      Region(out, (const_index(1), const_index(3)), (rows, cols)))]
+    return program(f"turn_{rows}_{cols}", [x], [out], body, allocs=[t])
+
+
+@pytest.mark.parametrize("rows, cols", [(1, 1), (7, 16), (16, 7), (16, 16), (17, 33), (49, 16), (16, 196), (5, 40)])
+def test_block_transposes_match_the_interpreter(rows, cols):
+    p = _turn_program(rows, cols)
+    (artifact,) = build_all([p])
+    x = np.random.default_rng().standard_normal((3, rows + 2, 5, cols)).astype(np.float32)
+    got, want = run_both(p, artifact, [x])
+    assert_same(p, got, want)
+    np.testing.assert_array_equal(got[0][1:, 3:], x[2, 1:rows + 1, 3, :])
+    assert verify_program(p, CPU) is None
+
+
+def _taps_program(rows: int, width: int, kh: int, kw: int, stride: int):
+    wp = (width - 1) * stride + kw
+    rows_in = (rows - 1) * stride + kh
+    x, w = param("x", F32, (rows_in * wp, 16)), param("w", F32, (kh * kw, 16))
+    out = param("out", F32, (rows * width + 3, 16))
+    offsets = tuple(ty * wp + tx for ty in range(kh) for tx in range(kw))
+    body = [LaneTaps(x, w, out, rows, width, stride * wp, stride, offsets)]
+    return program(f"taps_{rows}_{width}_{kh}{kw}_{stride}", [x, w], [out], body), (rows_in * wp, kh * kw)
+
+
+@pytest.mark.parametrize("rows, width, kh, kw, stride", [
+    (1, 1, 1, 1, 1), (3, 7, 3, 3, 1), (2, 8, 5, 5, 1), (2, 9, 5, 5, 1), (4, 15, 3, 3, 2), (1, 17, 7, 7, 1), (5, 14, 5, 3, 2)])
+def test_lane_taps_match_the_interpreter(rows, width, kh, kw, stride):
+    p, (positions, taps) = _taps_program(rows, width, kh, kw, stride)
+    (artifact,) = build_all([p])
+    rng = np.random.default_rng()
+    got, want = run_both(p, artifact, [rng.standard_normal((positions, 16)).astype(np.float32),
+                                       rng.standard_normal((taps, 16)).astype(np.float32)])
+    assert_same(p, got, want, rtol={"out": 1e-5})  # (fused multiply-adds round once)
+    assert not got[0][rows * width:].any()  # rows past the sums are not written
+
+
+def test_the_verifier_refuses_what_the_helpers_cannot_take():
+    x, out = param("x", F32, (4, 6)), param("out", F32, (6, 4))
+    bad_turn = Transpose(Region(x, (const_index(0), const_index(0)), (4, 6)), Region(out, (const_index(0), const_index(0)), (4, 6)))
+    with pytest.raises(GraphError, match="does not fit"):
+        verify_program(program("bad_turn", [x], [out], [bad_turn]), CPU)
+    good = Transpose(Region(x, (const_index(0), const_index(0)), (4, 6)), Region(out, (const_index(0), const_index(0)), (6, 4)))
+    with pytest.raises(GraphError, match="host's"):
+        verify_program(program("turn_on_gpu", [x], [out], [good]), CUDA_SM90A)
+    xs, ws, outs = param("xs", F32, (20, 16)), param("ws", F32, (9, 16)), param("outs", F32, (9, 16))
+    too_far = LaneTaps(xs, ws, outs, 3, 3, 5, 1, tuple(range(9)))  # reads position 2 * 5 + 2 + 8 = 20
+    with pytest.raises(GraphError, match="do not fit"):
+        verify_program(program("bad_taps", [xs, ws], [outs], [too_far]), CPU)
