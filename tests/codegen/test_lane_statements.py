@@ -67,7 +67,8 @@ def test_lane_taps_match_the_interpreter(rows, width, kh, kw, stride):
 
 def test_the_verifier_refuses_what_the_helpers_cannot_take():
     x, out = param("x", F32, (4, 6)), param("out", F32, (6, 4))
-    bad_turn = Transpose(Region(x, (const_index(0), const_index(0)), (4, 6)), Region(out, (const_index(0), const_index(0)), (4, 6)))
+    origin = (const_index(0), const_index(0))
+    bad_turn = Transpose(Region(x, origin, (4, 6)), Region(out, origin, (4, 6)))
     with pytest.raises(GraphError, match="does not fit"):
         verify_program(program("bad_turn", [x], [out], [bad_turn]), CPU)
     good = Transpose(Region(x, (const_index(0), const_index(0)), (4, 6)), Region(out, (const_index(0), const_index(0)), (6, 4)))

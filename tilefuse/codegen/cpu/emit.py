@@ -6,9 +6,11 @@ The tile grid is a loop nest, OpenMP-parallel when it has more than one tile and
 work (``CpuOptions.parallel_min_work``); per-tile buffers are local arrays (heap-allocated above
 ``CpuOptions.stack_buffer_bytes``) that start zeroed, as the interpreter's do. A parallel loop nest big enough to pay for a parallel region,
 and not already inside one, becomes ``omp parallel for collapse(k)``; an innermost
-parallel loop of plain stores gets ``omp simd``. A kernel with a parallel loop carries the
-thread pool its loops run on (``threads``), so it needs no OpenMP runtime. Tile statements
-(Copy, Fill, Gemm, ReduceTile) are rendered by ``emit_tiles``.
+parallel loop of plain stores gets ``omp simd`` (in whole steps with the last moved back,
+where a costly loop's tail would be scalar: ``CpuOptions.overlap_tail``). A kernel with a
+parallel loop carries the thread pool its loops run on (``threads``), so it needs no OpenMP
+runtime. Tile statements (Copy, Fill, Gemm, the host's products, Transpose, LaneTaps,
+ReduceTile) are rendered by ``emit_tiles``.
 
 The result is a ``CSource``: text, symbol and params, built from the IR. The symbol is
 the program's name without its group index plus a hash of everything else, so identical

@@ -14,8 +14,9 @@ always, or where the loop's variable is 0. A Fill whose tile is overwritten whol
 anything reads it (a depthwise convolution's sums copied into the product tile) is not
 printed either. It also names the local tiles whose allocation need not be zeroed: the
 first statement that touches them writes all of them before anything reads them (a Fill,
-printed or not; a loop nest that stores every element; a serial loop whose first such
-statement does).
+printed or not; a loop nest that stores every element; a transpose into all of it; a
+serial loop whose first such statement does), or the first few together do (a copy in
+pieces and nests zeroing its padding: counted element by element).
 """
 from __future__ import annotations
 
@@ -52,9 +53,10 @@ def plan(program: TileProgram) -> Starts:
 
 def _written_first(body: tuple[Stmt, ...], b: Buffer) -> bool:
     """Whether the first of ``body``'s statements to touch ``b`` writes all of it before
-    anything reads it: a Fill; a loop nest storing every element once, reading none; or
-    a serial loop that runs, whose own first such statement does (a K loop's operand
-    tiles, a chain's hidden tile)."""
+    anything reads it: a Fill; a loop nest storing every element once, reading none; a
+    transpose into all of it; a serial loop that runs, whose own first such statement
+    does (a K loop's operand tiles, a chain's hidden tile); or a run of nests that
+    together store all of it (``_nests_cover``)."""
     touching = [s for s in body if _touches(s, b)]
     first = touching[0] if touching else None
     if isinstance(first, Fill):

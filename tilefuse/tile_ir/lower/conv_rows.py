@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Value
 from tilefuse.ir.prims import Conv, ScalarFn
-from tilefuse.tile_ir.ir import (Buffer, Call, Const, Expr, If, IOp, Load, Region, Scope, Stmt, Store, StridedGemm, TapGemm, Transpose, LaneTaps, Var,
-                                 const_index, iop)
+from tilefuse.tile_ir.ir import (Buffer, Call, Const, Expr, If, IOp, LaneTaps, Load, Region, Scope, Stmt, Store, StridedGemm, TapGemm,
+                                 Transpose, Var, const_index, iop)
 from tilefuse.tile_ir.lower import gemm_weights
 from tilefuse.tile_ir.lower.common import narrow, parallel, serial, widen
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, linearize, window_needs_guard, window_source
@@ -434,7 +434,8 @@ def depthwise_length(b: "_Builder", bm: int) -> int:
     return _depthwise_sums(b, bm) if depthwise_pitch(b) else bm
 
 
-def depthwise_padded(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr, bm: int) -> tuple[tuple[Buffer, ...], list[Stmt]]:
+def depthwise_padded(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr,
+                     bm: int) -> tuple[tuple[Buffer, ...], list[Stmt]]:
     """A depthwise convolution from the tile's input rows copied into a zero-padded tile
     (``_Padded``). One loop along the flat index ``q`` sums every tap per position with no
     bounds check, over whole vectors (``_depthwise_sums``): into ``tc``, its output rows
