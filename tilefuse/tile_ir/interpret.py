@@ -26,6 +26,7 @@ from tilefuse.tile_ir.ir import (
     IndexCheck,
     IndexOp,
     IOp,
+    LaneTaps,
     Load,
     Loop,
     LoopKind,
@@ -35,11 +36,10 @@ from tilefuse.tile_ir.ir import (
     Store,
     StridedGemm,
     TapGemm,
-    Transpose,
-    LaneTaps,
-    transpose_dims,
     TileProgram,
+    Transpose,
     Var,
+    transpose_dims,
 )
 
 _IOPS = {

@@ -10,9 +10,8 @@ from __future__ import annotations
 import math
 
 from tilefuse.ir.dtypes import DType
-from tilefuse.tile_ir.ir import (Buffer, Const, Copy, Expr, Gemm, If, IndexOp, IOp, Load, Loop, LoopKind, PanelGemm,
-                                 ReduceTile, Stmt, Store, StridedGemm, TapGemm, Transpose, LaneTaps, Var,
-                                 subexpressions)
+from tilefuse.tile_ir.ir import (Buffer, Const, Copy, Expr, Gemm, If, IndexOp, IOp, LaneTaps, Load, Loop, LoopKind, PanelGemm,
+                                 ReduceTile, Stmt, Store, StridedGemm, TapGemm, Transpose, Var, subexpressions)
 
 
 def parallel_nest(s: Loop) -> list[Loop]:

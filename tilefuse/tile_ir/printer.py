@@ -11,6 +11,7 @@ from tilefuse.tile_ir.ir import (
     If,
     IndexCheck,
     IndexOp,
+    LaneTaps,
     Load,
     Loop,
     LoopKind,
@@ -21,9 +22,8 @@ from tilefuse.tile_ir.ir import (
     Store,
     StridedGemm,
     TapGemm,
-    Transpose,
-    LaneTaps,
     TileProgram,
+    Transpose,
     Var,
 )
 

@@ -25,6 +25,7 @@ from tilefuse.tile_ir.ir import (
     If,
     IndexCheck,
     IndexOp,
+    LaneTaps,
     Load,
     Loop,
     PanelGemm,
@@ -34,13 +35,12 @@ from tilefuse.tile_ir.ir import (
     Store,
     StridedGemm,
     TapGemm,
-    Transpose,
-    LaneTaps,
-    transpose_dims,
     TileProgram,
+    Transpose,
     Var,
     dtype_of,
     statements,
+    transpose_dims,
 )
 
 

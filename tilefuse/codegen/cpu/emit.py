@@ -34,9 +34,8 @@ from tilefuse.codegen.launch import CpuLaunch
 from tilefuse.codegen.options import CpuOptions
 from tilefuse.codegen.toolchain import kernel_stem, param_specs
 from tilefuse.ir.prims import ScalarFn
-from tilefuse.tile_ir.ir import (STATUS, Buffer, Call, Copy, Expr, Fill, Gemm, If, Loop, LoopKind, PanelGemm, ReduceTile, Stmt,
-                                 Store, StridedGemm, TapGemm, TileProgram, Transpose, LaneTaps, statements,
-                                 subexpressions)
+from tilefuse.tile_ir.ir import (STATUS, Buffer, Call, Copy, Expr, Fill, Gemm, If, LaneTaps, Loop, LoopKind, PanelGemm, ReduceTile,
+                                 Stmt, Store, StridedGemm, TapGemm, TileProgram, Transpose, statements, subexpressions)
 from tilefuse.tile_ir.nests import stmt_reads
 
 @dataclass(frozen=True)
@@ -375,7 +374,9 @@ def _simd_ok(loop: Loop) -> bool:
 
 def _rereads_nothing(loop: Loop) -> bool:
     """Whether ``loop``'s body (stores only) reads none of the buffers it stores to, so that
-    running an iteration twice stores the same values: what an overlapped last step does."""
+    running an iteration twice stores the same values: what an overlapped last step does.
+    (Distinct buffers never share memory: a plan's steps never write in place,
+    plan/memory.py.)"""
     stored = {s.buffer for s in loop.body if isinstance(s, Store)}
     return not any(stmt_reads(s, b) for s in loop.body for b in stored)
 

@@ -15,7 +15,8 @@ from tilefuse.codegen.cpu.c_types import compute, convert, literal, load, round_
 from tilefuse.codegen.cpu.emit_expr import Names, StmtExprs, cident, flat_index
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn
-from tilefuse.tile_ir.ir import Copy, Fill, Gemm, PanelGemm, ReduceTile, StridedGemm, TapGemm, Transpose, LaneTaps, transpose_dims
+from tilefuse.tile_ir.ir import (Copy, Fill, Gemm, LaneTaps, PanelGemm, ReduceTile, StridedGemm, TapGemm, Transpose,
+                                 transpose_dims)
 
 
 def _loops(header_vars: Sequence[tuple[str, int]], body: Sequence[str], pragma: str = "") -> list[str]:
