@@ -40,11 +40,18 @@ INT8_GROUP = 4  # K values an int8 panel keeps together a column (a 32-bit lane 
 
 
 def column_tile(b: "_Builder", bn: int) -> int:
-    """``bn`` rounded up to whole panels where ``b``'s product takes them (columns past N
-    in the last tile are the packed weight's zeros, clamped in the epilogue as any
-    tail): a 1000-class head's divisor tile of 50 becomes 64, not operand tiles."""
+    """``bn`` as whole panels where ``b``'s product takes them: the tile of whole panels
+    nearest ``bn`` (from half of it to half as much again) that divides N, so that no
+    tile computes columns past it (MobileNetV2's 960 channels: 96, not 120 rounded up to
+    128, whose last tile computed 64 clamped columns again); else ``bn`` rounded up
+    (columns past N in the last tile are the packed weight's zeros, clamped in the
+    epilogue as any tail): a 1000-class head's divisor tile of 50 becomes 64, not
+    operand tiles."""
     width = takes_panels(b)
-    return -(-bn // width) * width if width else bn
+    if not width or bn % width == 0:
+        return bn
+    whole = [t for t in range(width, b.n + 1, width) if b.n % t == 0 and bn // 2 <= t <= bn + bn // 2]
+    return min(whole, key=lambda t: (abs(t - bn), -t)) if whole else -(-bn // width) * width
 
 
 def panel_width(b: "_Builder", bn: int) -> int:
