@@ -196,8 +196,7 @@ def tap_gemm(s: TapGemm, se: StmtExprs, table: str, zero: str = "0") -> list[str
     a = s.a.buffer
     a_at = flat_index([se.root(i) for i in range(len(a.shape))], a.shape)
     (m, n), k = s.c.shape, len(s.offsets)
-    rows = [", ".join(map(str, s.offsets[i:i + 16])) for i in range(0, k, 16)]
-    return [*se.lines, f"static const int32_t {table}[{k}] = {{", *(f"    {r}," for r in rows), "};",
+    return [*se.lines, *_offset_table(table, s.offsets),
             f"tf_tap_gemm_f32({m}, {n}, {k}, {cident(a.name)} + {a_at}, {a.shape[-1]}, {cident(s.b.name)}, {table}, "
             f"{cident(s.c.name)}, {n}, {zero});"]
 
@@ -220,10 +219,15 @@ def lane_taps(s: LaneTaps, table: str) -> list[str]:
     """The prelude's depthwise taps over vectors of channels (``TRANSPOSE_PRELUDE``), the
     taps' offsets in the static table ``table`` (printed here, once per statement)."""
     k = len(s.offsets)
-    rows = [", ".join(map(str, s.offsets[i:i + 16])) for i in range(0, k, 16)]
-    return [f"static const int32_t {table}[{k}] = {{", *(f"    {r}," for r in rows), "};",
+    return [*_offset_table(table, s.offsets),
             f"tf_lane_taps_f32({cident(s.x.name)}, {cident(s.w.name)}, {cident(s.out.name)}, {s.rows}, {s.width}, "
             f"{s.row_step}, {s.col_step}, {table}, {k});"]
+
+
+def _offset_table(name: str, offsets: Sequence[int]) -> list[str]:
+    """A static table of int32 offsets, 16 a line (a TapGemm's or LaneTaps' rows)."""
+    rows = [", ".join(map(str, offsets[i:i + 16])) for i in range(0, len(offsets), 16)]
+    return [f"static const int32_t {name}[{len(offsets)}] = {{", *(f"    {r}," for r in rows), "};"]
 
 
 def _gemm_f32(a: str, b: str, c: str, m: int, n: int, k: int, parallel: bool, zero: str) -> list[str]:

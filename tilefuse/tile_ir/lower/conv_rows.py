@@ -527,6 +527,14 @@ def depthwise_lanes_tile(b: "_Builder", el: ElementBuilder, x_param: Buffer, tc:
     last_src = (c.outputs[0].type.shape[2] - rows) * sy - top + rows_in - 1  # the last tile's last row read
     row_guard = top > 0 or last_src >= in_h
 
+    def zeros(r: Expr, n_rows: int, col: int, cols: int) -> tuple[Stmt, ...]:
+        """``n_rows`` rows of the grid from row ``r``, ``cols`` positions from ``col``: zeros."""
+        def body(i: Index) -> list[Stmt]:
+            row = iop(IOp.ADD, r, i[0])
+            return [Store(x_lanes, (iop(IOp.ADD, iop(IOp.MUL, row, const_index(wp)), iop(IOp.ADD, i[1], const_index(col))),
+                                    i[2]), Const(0, dt))]
+        return parallel(b.names, (n_rows, cols, lanes), body)
+
     def copy(i: Index, guard: bool = row_guard) -> list[Stmt]:
         """Input row ``r`` of the tile: its channels' runs turned into a vector a position
         (zeros for a row above or below the input, where ``guard`` says it may be)."""
@@ -538,42 +546,28 @@ def depthwise_lanes_tile(b: "_Builder", el: ElementBuilder, x_param: Buffer, tc:
         if not guard:
             return [turn]
         inside = iop(IOp.AND, iop(IOp.GE, src, const_index(0)), iop(IOp.LT, src, const_index(in_h)))
-        zeros = parallel(b.names, (in_w, lanes), lambda q: [Store(x_lanes, (iop(IOp.ADD, at, q[0]), q[1]), Const(0, dt))])
         outside = iop(IOp.OR, iop(IOp.LT, src, const_index(0)), iop(IOp.GE, src, const_index(in_h)))
-        return [If(inside, (turn,)), If(outside, zeros)]
-
-    def pad(start: int, r_first: int):
-        def body(i: Index) -> list[Stmt]:
-            r, col, j = i
-            r = iop(IOp.ADD, r, const_index(r_first)) if r_first else r
-            return [Store(x_lanes, (iop(IOp.ADD, iop(IOp.MUL, r, const_index(wp)), iop(IOp.ADD, col, const_index(start))), j),
-                          Const(0, dt))]
-        return body
+        return [If(inside, (turn,)), If(outside, zeros(r, 1, left, in_w))]
 
     def weights(i: Index) -> list[Stmt]:
         ty, tx, j = i
         return [Store(w_lanes, (iop(IOp.ADD, iop(IOp.MUL, ty, const_index(kw)), tx), j),
                       widen(el.at(w, (iop(IOp.ADD, n0, j), const_index(0), ty, tx)), dt))]
 
-    if isinstance(first, Const):  # one tile a map: its rows above and below the input are known
-        f0 = int(first.value)
-        lo, hi = min(max(-f0, 0), rows_in), max(min(in_h - f0, rows_in), 0)
-        zero_rows = [(0, lo), (hi, rows_in)]
+    # the grid rows copied from the input: with one tile a map, the rows above and below
+    # the input are known (zeroed whole, the rest copied unguarded); else each row checks
+    lo, hi = 0, rows_in
+    if isinstance(first, Const):
+        lo, hi = min(max(-int(first.value), 0), rows_in), max(min(in_h - int(first.value), rows_in), 0)
         body: list[Stmt] = [*serial(b.names, (hi - lo,), lambda i: copy((iop(IOp.ADD, i[0], const_index(lo)),), False))]
-        for r0, r1 in zero_rows:
+        for r0, r1 in ((0, lo), (hi, rows_in)):
             if r1 > r0:
-                body += parallel(b.names, (r1 - r0, wp, lanes), lambda i, r0=r0: [Store(
-                    x_lanes, (iop(IOp.ADD, iop(IOp.MUL, iop(IOp.ADD, i[0], const_index(r0)), const_index(wp)), i[1]), i[2]),
-                    Const(0, dt))])
-        rows_copied = (lo, hi)
+                body += zeros(const_index(r0), r1 - r0, 0, wp)
     else:
         body = [*serial(b.names, (rows_in,), copy)]
-        rows_copied = (0, rows_in)
-    n_rows, r_first = rows_copied[1] - rows_copied[0], rows_copied[0]
-    if left and n_rows > 0:
-        body += parallel(b.names, (n_rows, left, lanes), pad(0, r_first))
-    if right and n_rows > 0:
-        body += parallel(b.names, (n_rows, right, lanes), pad(left + in_w, r_first))
+    if hi > lo:  # the padding columns of the copied rows
+        body += [*(zeros(const_index(lo), hi - lo, 0, left) if left else ()),
+                 *(zeros(const_index(lo), hi - lo, left + in_w, right) if right else ())]
     offsets = tuple(ty * dy * wp + tx * dx for ty, tx in itertools.product(range(kh), range(kw)))
     body += [*parallel(b.names, (kh, kw, lanes), weights),
              LaneTaps(x_lanes, w_lanes, sums, rows, width, sy * wp, sx, offsets),
