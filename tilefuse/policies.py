@@ -158,6 +158,14 @@ class ConvPolicy:
     # of the im2col kernel's time, the copy 1/9 of the im2col tile's size); a pointwise one
     # too where its input planes outgrow the core's cache (conv_rows.direct_width)
     direct: bool = False
+    # on a host: an ungrouped 3 x 3 convolution with unit strides computed by Winograd's
+    # minimal filtering F(4 x 4, 3 x 3) (conv_winograd.py: four times fewer multiplications,
+    # a few times a direct sum's rounding error), over at least ``winograd_min_channels``
+    # input and output channels, in blocks of whole output rows of at least
+    # ``winograd_min_tiles`` 4 x 4 tiles (the product's columns: a 16-float vector's worth)
+    winograd: bool = False
+    winograd_min_channels: int = 16
+    winograd_min_tiles: int = 16
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,10 @@ from tilefuse.tile_ir.ir import (
     TileProgram,
     Transpose,
     Var,
+    Winograd,
+    WINOGRAD_AT,
+    WINOGRAD_BT,
+    WINOGRAD_TILE,
     transpose_dims,
 )
 
@@ -113,6 +117,8 @@ class _State:
             self.transpose(s)
         elif isinstance(s, LaneTaps):
             self.lane_taps(s)
+        elif isinstance(s, Winograd):
+            self.winograd(s)
         elif isinstance(s, ReduceTile):
             self.reduce(s)
         elif isinstance(s, If):
@@ -217,6 +223,34 @@ class _State:
         for t, off in enumerate(s.offsets):
             total = total + x[at + off].astype(np.float32) * w[t].astype(np.float32)
         out[:s.rows * s.width] = total.astype(out.dtype)
+
+    def winograd(self, s: Winograd) -> None:
+        """F(4 x 4, 3 x 3) as the statement states it, in float32: every tile's patches
+        turned, the 36 products summed over all channels at once, each tile turned back
+        (``v`` and ``m``, the host's scratch, are left as they are)."""
+        x, u, c = self.buffers[s.x.name], self.buffers[s.u.name], self.buffers[s.c.name]
+        img, row0, k0 = int(self.expr(s.image)), int(self.expr(s.row0)), int(self.expr(s.k0))
+        th, tw = s.tiles
+        t = WINOGRAD_TILE
+        chans, h, w = x.shape[1:]
+        # the input rows and columns the tiles' patches cover, zero outside x
+        grid = np.zeros((chans, t * th + 2, t * tw + 2), np.float32)
+        r0, r1 = max(row0, 0), min(row0 + grid.shape[1], h)
+        q0, q1 = max(s.col0, 0), min(s.col0 + grid.shape[2], w)
+        if r0 < r1 and q0 < q1:
+            grid[:, r0 - row0:r1 - row0, q0 - s.col0:q1 - s.col0] = x[img, :, r0:r1, q0:q1]
+        rows = np.arange(th)[:, None] * t + np.arange(t + 2)[None, :]  # [tile row, patch row]
+        cols = np.arange(tw)[:, None] * t + np.arange(t + 2)[None, :]
+        d = grid[:, rows[:, None, :, None], cols[None, :, None, :]]  # [ch, th, tw, 6, 6]
+        bt, at = np.asarray(WINOGRAD_BT, np.float32), np.asarray(WINOGRAD_AT, np.float32)
+        v = np.einsum("ia,ctsab,jb->ijcts", bt, d, bt).reshape(36, chans, th * tw)
+        k = c.shape[0]
+        # the block's [36, k, C] from [C / k_chunk, 36, k, k_chunk]
+        block = u[k0 // k].transpose(1, 2, 0, 3).reshape(36, k, chans)
+        m = np.matmul(block.astype(np.float32), v)  # [36, k, tiles]
+        y = np.einsum("pi,ijkn,qj->kpqn", at, m.reshape(6, 6, k, th * tw), at)  # [k, 4, 4, tiles]
+        y = y.reshape(k, t, t, th, tw).transpose(0, 3, 1, 4, 2).reshape(k, th * t, tw * t)
+        c[:, :s.rows * s.width] = y[:, :s.rows, :s.width].reshape(k, -1).astype(c.dtype)
 
     def _window(self, r: Region) -> tuple[slice, ...]:
         return tuple(slice(int(self.expr(o)), int(self.expr(o)) + e) for o, e in zip(r.offsets, r.extents))

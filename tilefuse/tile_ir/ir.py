@@ -8,7 +8,7 @@ Its vocabulary follows TileLang so that the CUDA lowering is close to one-to-one
   packed weight), StridedGemm (a host's product of two operands where they lie),
   TapGemm (a host's product whose B rows lie at constant offsets of one on-chip buffer),
   Transpose (a host's 2-D block turned over), LaneTaps (a host's depthwise taps over vectors
-  of channels),
+  of channels), Winograd (a host's 3 x 3 convolution of a block of rows by minimal filtering),
   ReduceTile, Store, loops that are serial, parallel or pipelined with a number of
   stages, and If on a tile-uniform condition.
 
@@ -264,6 +264,51 @@ class LaneTaps(Stmt):
     row_step: int
     col_step: int
     offsets: tuple[int, ...]
+
+
+# Winograd's minimal filtering F(4 x 4, 3 x 3) (Lavin and Gray, 2016): an output tile
+# Y = A^T [(G g G^T) * (B^T d B)] A of a 6 x 6 input patch d and a 3 x 3 filter g
+WINOGRAD_TILE = 4  # output rows and columns a tile
+WINOGRAD_BT = ((4, 0, -5, 0, 1, 0), (0, -4, -4, 1, 1, 0), (0, 4, -4, -1, 1, 0),
+               (0, -2, -1, 2, 1, 0), (0, 2, -1, -2, 1, 0), (0, 4, 0, -5, 0, 1))
+WINOGRAD_G = ((1 / 4, 0, 0), (-1 / 6, -1 / 6, -1 / 6), (-1 / 6, 1 / 6, -1 / 6),
+              (1 / 24, 1 / 12, 1 / 6), (1 / 24, -1 / 12, 1 / 6), (0, 0, 1))
+WINOGRAD_AT = ((1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0), (0, 1, -1, 8, -8, 1))
+
+
+@dataclass(frozen=True, slots=True)
+class Winograd(Stmt):
+    """A 3 x 3 convolution (unit strides and dilations, one group) of a block of output
+    rows by Winograd's minimal filtering F(4 x 4, 3 x 3), on a host without blocks:
+    ``c[k, r * width + q] = sum over (ch, a, b) of g[k0 + k, ch, a, b] * x[image, ch, row0
+    + r + a, col0 + q + b]`` for ``k`` < c's rows, ``r < rows``, ``q < width``, elements
+    outside ``x`` [N, C, H, W] reading zero (its padding). The filter ``g`` comes
+    transformed, G g G^T per (output, input) channel, in the order the products read it:
+    ``u[Cout / n, C / k_chunk, 36, n, k_chunk]`` for blocks of ``n`` (c's rows) output
+    channels, of which ``k0`` starts one (``conv_winograd.weight``). The rows and columns are cut into 4 x 4 tiles (those past
+    ``rows`` and ``width`` computed, not stored); each tile's 6 x 6 input patch of a
+    channel becomes B^T d B in ``v[36, k_chunk, tiles]``, ``k_chunk`` channels at a time;
+    ``m[36, c's rows, tiles]`` sums the 36 products of ``u`` by ``v`` over the channels
+    (the host's tap product core); each tile's outputs are A^T m A. Four times fewer
+    multiplications than the convolution's, at a rounding error a few times its
+    (``conv_winograd``); the host runs it in ``WINOGRAD_PRELUDE`` (codegen/cpu/prelude.py)."""
+
+    x: Buffer
+    image: Expr
+    row0: Expr  # x's row under the block's first output row's first tap (the block's row - top padding)
+    col0: int  # x's column under the first output column's first tap (- left padding)
+    u: Buffer
+    k0: Expr  # the first output channel, u's row
+    v: Buffer
+    m: Buffer
+    c: Buffer
+    rows: int
+    width: int
+
+    @property
+    def tiles(self) -> tuple[int, int]:
+        """The block's tile rows and tile columns."""
+        return -(-self.rows // WINOGRAD_TILE), -(-self.width // WINOGRAD_TILE)
 
 
 def transpose_dims(r: Region) -> tuple[int, int, int]:

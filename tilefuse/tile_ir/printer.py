@@ -25,6 +25,7 @@ from tilefuse.tile_ir.ir import (
     TileProgram,
     Transpose,
     Var,
+    Winograd,
 )
 
 
@@ -90,6 +91,10 @@ def _stmt(s: object, indent: int, out: list[str]) -> None:
     elif isinstance(s, LaneTaps):
         out.append(f"{pad}lane_taps({s.x.name}, {s.w.name}, {s.out.name}, rows={s.rows}, width={s.width}, "
                    f"steps=({s.row_step}, {s.col_step}), offsets={list(s.offsets)})")
+    elif isinstance(s, Winograd):
+        out.append(f"{pad}winograd_f4x3({s.x.name}[{format_expr(s.image)}, :, {format_expr(s.row0)}:, {s.col0}:], "
+                   f"{s.u.name}[:, {format_expr(s.k0)}:], {s.c.name}, rows={s.rows}, width={s.width}, "
+                   f"scratch=({s.v.name}, {s.m.name}))")
     elif isinstance(s, ReduceTile):
         lanes = f", lanes={s.lanes}" if s.lanes != 1 else ""
         out.append(f"{pad}T.reduce_{s.fn.value}({s.src.name}, {s.dst.name}, dim={s.dim}, clear={s.clear}{lanes})")

@@ -148,6 +148,9 @@ class GemmSchedule(Schedule):
     # zero-padded on chip, this many wide (per column phase), its products' rows that far
     # apart in the tile (conv_rows.direct_product); 0: an im2col tile per K step
     direct_padded_width: int = 0
+    # on a host: a 3 x 3 convolution by Winograd's minimal filtering with output tiles this
+    # many positions on a side (conv_winograd.py: 4, F(4 x 4, 3 x 3)); 0: not
+    winograd: int = 0
 
 
 @dataclass(frozen=True, slots=True)

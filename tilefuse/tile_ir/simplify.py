@@ -35,6 +35,7 @@ from tilefuse.tile_ir.ir import (
     TileProgram,
     Transpose,
     Var,
+    Winograd,
     const_index,
     iop,
 )
@@ -225,6 +226,8 @@ class _Simplifier:
             return replace(s, a=self._region(s.a))
         if isinstance(s, Transpose):
             return Transpose(self._region(s.src), self._region(s.dst))
+        if isinstance(s, Winograd):
+            return replace(s, image=self.expr(s.image), row0=self.expr(s.row0), k0=self.expr(s.k0))
         return s
 
     def _region(self, r: Region) -> Region:

@@ -38,6 +38,7 @@ from tilefuse.tile_ir.ir import (
     TileProgram,
     Transpose,
     Var,
+    Winograd,
     dtype_of,
     statements,
     transpose_dims,
@@ -68,9 +69,9 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
     check_pipelines(p, None if target is None else target.device)
     if target is not None and target.device.max_block_threads:
         _check_block(p, target.device.max_block_threads)
-        if any(isinstance(x, (PanelGemm, StridedGemm, TapGemm, Transpose, LaneTaps)) for x in statements(p.body)):
-            raise GraphError(f"kernel {p.name}: a panel, strided or tap product, a block transpose or lane taps run on the host's "
-                             f"product core, not a {target.name} one")
+        if any(isinstance(x, (PanelGemm, StridedGemm, TapGemm, Transpose, LaneTaps, Winograd)) for x in statements(p.body)):
+            raise GraphError(f"kernel {p.name}: a panel, strided or tap product, a block transpose, lane taps or a Winograd "
+                             f"convolution run on the host's product core, not a {target.name} one")
     if target is not None and backends.for_target(target).tiles_on_chip:
         # an accumulator's shared mirror (passes/epilogues.py) holds the tile its registers
         # hold, counted once: the accumulator's
@@ -235,6 +236,32 @@ def _check_lane_taps(p: TileProgram, s: LaneTaps, known: dict[str, Buffer]) -> N
                          f"{s.w.name}{list(s.w.shape)}, {s.out.name}{list(s.out.shape)}")
 
 
+def _check_winograd(p: TileProgram, s: Winograd, known: dict[str, Buffer], bound: set[str]) -> None:
+    """What the host's helper takes: float32 buffers, an NCHW input, the transformed
+    weight [Cout / n, C / k_chunk, 36, n, k_chunk] of x's channels in blocks of c's ``n``
+    rows (a constant k0 is checked to start one), c [n, rows x width] at least, v [36,
+    k_chunk, tiles] and m [36, n, tiles] on chip."""
+    for buf in (s.x, s.u, s.v, s.m, s.c):
+        _check_buffer(p, buf, known)
+        if buf.dtype is not DType.FLOAT32:
+            raise GraphError(f"{p.name}: a Winograd convolution is float32, not {buf.name} ({buf.dtype})")
+    for e in (s.image, s.row0, s.k0):
+        _check_expr(p, e, known, bound)
+    th, tw = s.tiles
+    k = s.c.shape[0] if len(s.c.shape) == 2 else 0
+    kc = s.v.shape[1] if len(s.v.shape) == 3 else 0
+    fits = (len(s.x.shape) == 4 and len(s.c.shape) == 2 and kc > 0 and k > 0
+            and len(s.u.shape) == 5 and s.u.shape[1:] == (s.x.shape[1] // kc, 36, k, kc) and s.x.shape[1] % kc == 0
+            and s.c.shape[1] >= s.rows * s.width and min(s.rows, s.width) > 0
+            and s.v.shape == (36, kc, th * tw) and s.m.shape == (36, k, th * tw)
+            and not (isinstance(s.k0, Const) and (int(s.k0.value) % k or int(s.k0.value) // k >= s.u.shape[0]))
+            and s.x.scope is Scope.GLOBAL and Scope.GLOBAL not in (s.v.scope, s.m.scope, s.c.scope))
+    if not fits:
+        raise GraphError(f"{p.name}: Winograd convolution of {s.x.name}{list(s.x.shape)} by {s.u.name}{list(s.u.shape)} over "
+                         f"{s.rows} x {s.width} positions into {s.c.name}{list(s.c.shape)} (scratch {s.v.name}{list(s.v.shape)}, "
+                         f"{s.m.name}{list(s.m.shape)}) does not fit")
+
+
 def _check_tap_gemm(p: TileProgram, s: TapGemm, known: dict[str, Buffer], bound: set[str]) -> None:
     """What the host's core takes from an on-chip buffer: float32 rows of A (a region of
     unit extents but its last two, K = one column per offset) and K rows of B, each
@@ -307,6 +334,8 @@ def _check_stmt(p: TileProgram, s: object, known: dict[str, Buffer], bound: set[
         _check_transpose(p, s, known, bound)
     elif isinstance(s, LaneTaps):
         _check_lane_taps(p, s, known)
+    elif isinstance(s, Winograd):
+        _check_winograd(p, s, known, bound)
     elif isinstance(s, ReduceTile):
         _check_buffer(p, s.src, known)
         _check_buffer(p, s.dst, known)

@@ -10,7 +10,7 @@ parallel loop of plain stores gets ``omp simd`` (in whole steps with the last mo
 where a costly loop's tail would be scalar: ``CpuOptions.overlap_tail``). A kernel with a
 parallel loop carries the thread pool its loops run on (``threads``), so it needs no OpenMP
 runtime. Tile statements (Copy, Fill, Gemm, the host's products, Transpose, LaneTaps,
-ReduceTile) are rendered by ``emit_tiles``.
+Winograd, ReduceTile) are rendered by ``emit_tiles``.
 
 The result is a ``CSource``: text, symbol and params, built from the IR. The symbol is
 the program's name without its group index plus a hash of everything else, so identical
@@ -27,7 +27,8 @@ from tilefuse.codegen.artifact import ParamSpec
 from tilefuse.codegen.cpu import accumulate, block_epilogues, emit_tiles, first_products
 from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
-from tilefuse.codegen.cpu.prelude import INDEX_PRELUDE, INT8_PANEL_PRELUDE, PANEL_PRELUDE, PRELUDE, TAP_PRELUDE, TRANSPOSE_PRELUDE
+from tilefuse.codegen.cpu.prelude import (INDEX_PRELUDE, INT8_PANEL_PRELUDE, PANEL_PRELUDE, PRELUDE, TAP_PRELUDE, TRANSPOSE_PRELUDE,
+                                         WINOGRAD_PRELUDE)
 from tilefuse.codegen.cpu.flat_access import flatten_accesses
 from tilefuse.codegen.cpu.threads import THREAD_POOL
 from tilefuse.codegen.launch import CpuLaunch
@@ -35,7 +36,7 @@ from tilefuse.codegen.options import CpuOptions
 from tilefuse.codegen.toolchain import kernel_stem, param_specs
 from tilefuse.ir.prims import ScalarFn
 from tilefuse.tile_ir.ir import (STATUS, Buffer, Call, Copy, Expr, Fill, Gemm, If, LaneTaps, Loop, LoopKind, PanelGemm, ReduceTile,
-                                 Stmt, Store, StridedGemm, TapGemm, TileProgram, Transpose, statements, subexpressions)
+                                 Stmt, Store, StridedGemm, TapGemm, TileProgram, Transpose, Winograd, statements, subexpressions)
 from tilefuse.tile_ir.nests import stmt_reads
 
 @dataclass(frozen=True)
@@ -61,8 +62,10 @@ def emit_program(program: TileProgram, options: CpuOptions = CpuOptions()) -> CS
         prelude += PANEL_PRELUDE
     if any(s.k_group > 1 for s in panel_products):
         prelude += INT8_PANEL_PRELUDE
-    if any(isinstance(s, TapGemm) for s in statements(program.body)):
+    if any(isinstance(s, (TapGemm, Winograd)) for s in statements(program.body)):
         prelude += TAP_PRELUDE
+    if any(isinstance(s, Winograd) for s in statements(program.body)):
+        prelude += WINOGRAD_PRELUDE
     if any(isinstance(s, (Transpose, LaneTaps)) for s in statements(program.body)):
         prelude += TRANSPOSE_PRELUDE
     if program.index_sites:
@@ -230,6 +233,8 @@ class _Emitter:
         if isinstance(s, LaneTaps):
             self.tables += 1
             return emit_tiles.lane_taps(s, f"tf_taps{self.tables}")
+        if isinstance(s, Winograd):
+            return emit_tiles.winograd(s, self.exprs(levels, (s.image, s.row0, s.k0)))
         if isinstance(s, ReduceTile):
             return emit_tiles.reduce(s)
         if isinstance(s, If):
@@ -360,6 +365,8 @@ def _collect_writes(body: Sequence[Stmt], out: set[str]) -> None:
             out.add(s.dst.buffer.name)
         elif isinstance(s, LaneTaps):
             out.add(s.out.name)
+        elif isinstance(s, Winograd):
+            out.update((s.v.name, s.m.name, s.c.name))
         elif isinstance(s, (Gemm, PanelGemm, StridedGemm, TapGemm)):
             out.add(s.c.name)
         elif isinstance(s, ReduceTile):
@@ -411,6 +418,8 @@ def _work(s: Stmt) -> int:
         return math.prod(s.dst.extents)
     if isinstance(s, LaneTaps):
         return s.rows * s.width * len(s.offsets) * s.out.shape[-1]
+    if isinstance(s, Winograd):
+        return math.prod(s.m.shape) * s.u.shape[2]
     if isinstance(s, (Fill,)):
         return math.prod(s.buffer.shape)
     if isinstance(s, ReduceTile):

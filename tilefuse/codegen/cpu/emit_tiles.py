@@ -15,7 +15,7 @@ from tilefuse.codegen.cpu.c_types import compute, convert, literal, load, round_
 from tilefuse.codegen.cpu.emit_expr import Names, StmtExprs, cident, flat_index
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn
-from tilefuse.tile_ir.ir import (Copy, Fill, Gemm, LaneTaps, PanelGemm, ReduceTile, StridedGemm, TapGemm, Transpose,
+from tilefuse.tile_ir.ir import (Copy, Fill, Gemm, LaneTaps, PanelGemm, ReduceTile, StridedGemm, TapGemm, Transpose, Winograd,
                                  transpose_dims)
 
 
@@ -222,6 +222,18 @@ def lane_taps(s: LaneTaps, table: str) -> list[str]:
     return [*_offset_table(table, s.offsets),
             f"tf_lane_taps_f32({cident(s.x.name)}, {cident(s.w.name)}, {cident(s.out.name)}, {s.rows}, {s.width}, "
             f"{s.row_step}, {s.col_step}, {table}, {k});"]
+
+
+def winograd(s: Winograd, se: StmtExprs) -> list[str]:
+    """The prelude's F(4 x 4, 3 x 3) convolution (``WINOGRAD_PRELUDE``); ``se`` renders
+    the image, the first input row and the first output channel. x [N, C, H, W] and u
+    in blocks of c's rows (``Winograd.u``) are dense, so the image's planes and the block
+    of ``k0`` are offsets."""
+    _, chans, h, w = s.x.shape
+    image, row0, k0 = se.root(0), se.root(1), se.root(2)
+    return [*se.lines, f"tf_winograd43_f32({cident(s.x.name)} + ({image}) * {chans * h * w}, {chans}, {h}, {w}, {row0}, {s.col0}, "
+            f"{cident(s.u.name)} + ({k0}) * {36 * chans}, {s.c.shape[0]}, {cident(s.v.name)}, {s.v.shape[1]}, "
+            f"{cident(s.m.name)}, {cident(s.c.name)}, {s.c.shape[1]}, {s.rows}, {s.width});"]
 
 
 def _offset_table(name: str, offsets: Sequence[int]) -> list[str]:

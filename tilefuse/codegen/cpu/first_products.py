@@ -27,7 +27,7 @@ import numpy as np
 
 from tilefuse.ir.dtypes import DType
 from tilefuse.tile_ir.ir import (Buffer, Const, Expr, Fill, Gemm, If, IndexOp, IOp, Loop, LoopKind, PanelGemm, Stmt, Store,
-                                 StridedGemm, TapGemm, TileProgram, Transpose, Var, statements)
+                                 StridedGemm, TapGemm, TileProgram, Transpose, Var, Winograd, statements)
 from tilefuse.tile_ir.nests import stmt_reads
 
 
@@ -61,6 +61,8 @@ def _written_first(body: tuple[Stmt, ...], b: Buffer) -> bool:
     first = touching[0] if touching else None
     if isinstance(first, Fill):
         return first.buffer == b
+    if isinstance(first, Winograd):  # its scratch, and its product tile where the block fills it
+        return b in (first.v, first.m) or (b == first.c and first.rows * first.width == b.shape[1])
     if isinstance(first, Transpose):  # the whole of b turned from another buffer
         return (first.dst.buffer == b and first.src.buffer != b and first.dst.extents == b.shape
                 and all(isinstance(o, Const) and o.value == 0 for o in first.dst.offsets))

@@ -704,3 +704,105 @@ static void tf_lane_taps_f32(const float *restrict x, const float *restrict w, f
         }
 }
 """
+
+WINOGRAD_PRELUDE = r"""
+/* -- a 3 x 3 convolution by minimal filtering F(4 x 4, 3 x 3) (Winograd) -------------- */
+/* c[k * ldc + r * width + q] (k < kn, r < rows, q < width) = the 3 x 3 convolution of x's
+ * planes (chans of h x w, zero outside) at rows row0 + r, columns col0 + q, by the filter
+ * whose transform G g G^T is u, in the order the products read it (one stream):
+ * u[((ch / kc) * 36 + xi) * kn * kc + k * kc + ch % kc] for xi < 36, kc dividing chans.
+ * The rows and columns are cut into 4 x 4 tiles; chunk by chunk of kc channels, each tile's 6 x 6 patch
+ * is turned (B^T d B: columns along whole padded rows, then rows) into v[36][kc][tiles],
+ * the 36 products u_xi @ v_xi run on the tap core into m[36][kn][tiles] (the first chunk
+ * starts them at zero), and each tile is turned back (A^T m A) into c. Matrices: Lavin and
+ * Gray's points 0, +-1, +-2 (tile_ir/ir.py, WINOGRAD_BT/G/AT). */
+static void tf_winograd43_f32(const float *restrict x, int64_t chans, int64_t h, int64_t w, int64_t row0, int64_t col0,
+        const float *restrict u, int64_t kn, float *restrict v, int64_t kc, float *restrict m,
+        float *restrict c, int64_t ldc, int64_t rows, int64_t width) {
+    const int64_t th = (rows + 3) / 4, tw = (width + 3) / 4, tiles = th * tw, pw = 4 * tw + 2;
+    int64_t qa = col0 < 0 ? -col0 : 0, qb = w - col0;  /* the patch columns inside x: [qa, qb) */
+    if (qa > pw) qa = pw;
+    if (qb > pw) qb = pw;
+    if (qb < qa) qb = qa;
+    int32_t *off = (int32_t *)tf_alloc_raw((size_t)kc * sizeof(int32_t));
+    float *d = (float *)tf_alloc_raw((size_t)12 * pw * sizeof(float)), *e = d + 6 * pw;
+    float *q = (float *)tf_alloc_raw((size_t)28 * tw * sizeof(float)), *row = q + 24 * tw;
+    for (int64_t p = 0; p < kc; ++p) off[p] = (int32_t)(p * tiles);
+    const int64_t vs = kc * tiles, ms = kn * tiles;
+    for (int64_t c0 = 0; c0 < chans; c0 += kc) {
+        const int64_t kk = chans - c0 < kc ? chans - c0 : kc;
+        for (int64_t ch = 0; ch < kk; ++ch) {
+            const float *xc = x + (c0 + ch) * h * w;
+            for (int64_t ty = 0; ty < th; ++ty) {
+                for (int a = 0; a < 6; ++a) {  /* the tile row's six input rows, zero-padded */
+                    const int64_t y = row0 + 4 * ty + a;
+                    float *dr = d + a * pw;
+                    if (y < 0 || y >= h) { memset(dr, 0, (size_t)pw * sizeof(float)); continue; }
+                    memset(dr, 0, (size_t)qa * sizeof(float));
+                    memcpy(dr + qa, xc + y * w + col0 + qa, (size_t)(qb - qa) * sizeof(float));
+                    memset(dr + qb, 0, (size_t)(pw - qb) * sizeof(float));
+                }
+                const float *d0 = d, *d1 = d + pw, *d2 = d + 2 * pw, *d3 = d + 3 * pw, *d4 = d + 4 * pw, *d5 = d + 5 * pw;
+                #pragma omp simd
+                for (int64_t b = 0; b < pw; ++b) {  /* B^T d: along whole rows */
+                    e[b] = 4 * d0[b] - 5 * d2[b] + d4[b];
+                    e[pw + b] = -4 * d1[b] - 4 * d2[b] + d3[b] + d4[b];
+                    e[2 * pw + b] = 4 * d1[b] - 4 * d2[b] - d3[b] + d4[b];
+                    e[3 * pw + b] = -2 * d1[b] - d2[b] + 2 * d3[b] + d4[b];
+                    e[4 * pw + b] = 2 * d1[b] - d2[b] - 2 * d3[b] + d4[b];
+                    e[5 * pw + b] = 4 * d1[b] - 5 * d3[b] + d5[b];
+                }
+                for (int a = 0; a < 6; ++a) {  /* (B^T d) B: each tile's six columns */
+                    const float *r = e + a * pw;
+                    float *vv = v + a * 6 * vs + ch * tiles + ty * tw;
+                    #pragma omp simd
+                    for (int64_t t = 0; t < tw; ++t) {
+                        const float r0 = r[4 * t], r1 = r[4 * t + 1], r2 = r[4 * t + 2], r3 = r[4 * t + 3],
+                                    r4 = r[4 * t + 4], r5 = r[4 * t + 5];
+                        vv[t] = 4 * r0 - 5 * r2 + r4;
+                        vv[vs + t] = -4 * r1 - 4 * r2 + r3 + r4;
+                        vv[2 * vs + t] = 4 * r1 - 4 * r2 - r3 + r4;
+                        vv[3 * vs + t] = -2 * r1 - r2 + 2 * r3 + r4;
+                        vv[4 * vs + t] = 2 * r1 - r2 - 2 * r3 + r4;
+                        vv[5 * vs + t] = 4 * r1 - 5 * r3 + r5;
+                    }
+                }
+            }
+        }
+        for (int64_t xi = 0; xi < 36; ++xi)
+            tf_tap_gemm_f32(kn, tiles, kk, u + (c0 / kc * 36 + xi) * kn * kc, kc, v + xi * vs, off, m + xi * ms, tiles, c0 == 0);
+    }
+    for (int64_t k = 0; k < kn; ++k) {
+        for (int64_t ty = 0; ty < th; ++ty) {
+            const float *mk = m + k * tiles + ty * tw;
+            for (int j = 0; j < 6; ++j) {  /* A^T m: the tile's four output rows of column j */
+                const float *m0 = mk + j * ms, *m1 = mk + (6 + j) * ms, *m2 = mk + (12 + j) * ms, *m3 = mk + (18 + j) * ms,
+                            *m4 = mk + (24 + j) * ms, *m5 = mk + (30 + j) * ms;
+                #pragma omp simd
+                for (int64_t t = 0; t < tw; ++t) {
+                    q[(0 * 6 + j) * tw + t] = m0[t] + m1[t] + m2[t] + m3[t] + m4[t];
+                    q[(1 * 6 + j) * tw + t] = m1[t] - m2[t] + 2 * m3[t] - 2 * m4[t];
+                    q[(2 * 6 + j) * tw + t] = m1[t] + m2[t] + 4 * m3[t] + 4 * m4[t];
+                    q[(3 * 6 + j) * tw + t] = m1[t] - m2[t] + 8 * m3[t] - 8 * m4[t] + m5[t];
+                }
+            }
+            for (int i = 0; i < 4 && 4 * ty + i < rows; ++i) {  /* (A^T m) A: a row of outputs */
+                const float *qi = q + i * 6 * tw;
+                #pragma omp simd
+                for (int64_t t = 0; t < tw; ++t) {
+                    const float a0 = qi[t], a1 = qi[tw + t], a2 = qi[2 * tw + t], a3 = qi[3 * tw + t], a4 = qi[4 * tw + t],
+                                a5 = qi[5 * tw + t];
+                    row[4 * t] = a0 + a1 + a2 + a3 + a4;
+                    row[4 * t + 1] = a1 - a2 + 2 * a3 - 2 * a4;
+                    row[4 * t + 2] = a1 + a2 + 4 * a3 + 4 * a4;
+                    row[4 * t + 3] = a1 - a2 + 8 * a3 - 8 * a4 + a5;
+                }
+                memcpy(c + k * ldc + (4 * ty + i) * width, row, (size_t)width * sizeof(float));
+            }
+        }
+    }
+    free(off);
+    free(d);
+    free(q);
+}
+"""

@@ -46,12 +46,13 @@ from tilefuse.tile_ir.ir import (
     Store,
     TileProgram,
     Var,
+    WINOGRAD_TILE,
     const_index,
     iop,
     statements,
     subexpressions,
 )
-from tilefuse.tile_ir.lower import conv_rows, conv_tiles, gemm_tiles, gemm_weights, panels
+from tilefuse.tile_ir.lower import conv_rows, conv_tiles, conv_winograd, gemm_tiles, gemm_weights, panels
 from tilefuse.tile_ir.lower.common import (
     COMBINE,
     Names,
@@ -140,6 +141,7 @@ class _Builder:
                      and math.prod(cs[0].outputs[0].type.shape[2:]) >= target.conv.min_positions)
         self.depthwise = depthwise
         self.flip = self.flip or self.depthwise
+        self.winograd: conv_winograd.WinogradTile | None = None  # set by _build (conv_winograd.tile)
         # a grouped convolution (not depthwise), transposed or not: an implicit GEMM whose
         # column tiles each lie inside one group, so a tile reads its group's input channels only
         self.groups = 1 if self.depthwise or not isinstance(cs[0].op, (Conv, ConvTranspose)) else cs[0].op.groups
@@ -232,6 +234,11 @@ class _Builder:
             lead = math.prod(self.batch) * self.groups * -(-self.cols // bn) * (self.m // (out_rows * inner))
             (tile_rows,) = fill_cores((out_rows,), [want_rows], lead, self.cores, 1)
             bm = tile_rows * inner
+        # a 3 x 3 convolution by minimal filtering: its own blocks of rows and channels
+        self.winograd = conv_winograd.tile(self) if self.flip else None
+        if self.winograd is not None:
+            bm = self.winograd.rows * math.prod(self.c.outputs[0].type.shape[3:])
+            bn = self.winograd.channels
         if self.depthwise:  # a few channels per tile: the grid has tiles for every core
             bn = dw_lanes or divisor_tile(self.n, self.target.conv.depthwise_channels)
             if self.target.device.max_block_threads and len(self.c.outputs[0].type.shape) in (3, 4):
@@ -319,8 +326,9 @@ class _Builder:
 
         # a convolution from its input rows copied zero-padded, its products' rows that far
         # apart in the tile (conv_rows.direct_product); else a pointwise one read in place
-        direct = 0 if len(self.cs) > 1 else conv_rows.direct_width(self, bn)
-        in_place = not direct and conv_rows.in_place(self, bn)
+        wino = self.winograd
+        direct = 0 if len(self.cs) > 1 or wino else conv_rows.direct_width(self, bn)
+        in_place = not direct and not wino and conv_rows.in_place(self, bn)
         ta = Buffer("a_tile", self.op_dtype, (bn, bk) if self.flip else (bm, bk), Scope.SHARED)
         sfx = [f"{s}" if accs > 1 else "" for s in range(accs)]
         tbs = [Buffer(f"b_tile{x}", self.op_dtype, (bk, bm) if self.flip else (bk, bn), Scope.SHARED) for x in sfx]
@@ -399,7 +407,9 @@ class _Builder:
 
         dw_allocs: tuple[Buffer, ...] = ()
         direct_allocs: tuple[Buffer, ...] = ()
-        if in_place:  # a pointwise convolution's weight rows by its input's planes, where they lie
+        if wino:  # the whole K inside one statement: no K loop below
+            direct_allocs, k_body = conv_winograd.product(self, buffers[id(self.c.inputs[0])], tcs[0], mt, n0, wino)
+        elif in_place:  # a pointwise convolution's weight rows by its input's planes, where they lie
             k_body = [conv_rows.in_place_product(self, buffers[id(self.c.inputs[0])], tcs[0], mt, n0, kt, ch_per_tile)]
         elif dw_lanes:
             dw_allocs, k_body = conv_rows.depthwise_lanes_tile(self, el, buffers[id(self.c.inputs[0])], tcs[0], mt, n0, bm)
@@ -431,6 +441,8 @@ class _Builder:
         body: list[Stmt] = [*(Fill(tc, Const(0, self.acc_dtype)) for tc in tcs)]
         if self.panel_width and not conv:  # the host's product core by packed weights: no weight tiles
             body += panels.products(self, buffers, ta, th, tcs, tuple(bvars), m0, nt, kt, fill_a)
+        elif wino:
+            body += k_body
         else:
             body.append(Loop(kt, -(-self.k // (k_step or bk)), LoopKind.PIPELINED, tuple(k_body), stages=stages))
         for r in self.reductions:  # in group order: a variance reads the mean before it
@@ -471,6 +483,8 @@ class _Builder:
             wide += f", {dw_lanes} channels in vector lanes over a zero-padded grid of the input rows"
         if in_place:
             wide += ", the weight's rows by the input's channel planes where they lie (no operand tiles)"
+        if wino:
+            wide += conv_winograd.describe(wino)
         if direct:
             wide += f", input rows copied zero-padded to {direct} per K step, a product row per channel and tap (no im2col)"
         if self.groups > 1:
@@ -480,11 +494,13 @@ class _Builder:
         if row_tail:
             wide += f", last row tile {row_tail} high"
         notes = (f"gemm+epilogue: tiles {bm}x{bn}x{bk}, grid {grid}{wide}, {stages}-stage K loop",)
-        if self.panel_width:
+        if wino:  # (its K is the statement's: no K loop)
+            notes = (f"gemm+epilogue: tiles {bm}x{bn}, grid {grid}{wide}",)
+        elif self.panel_width:
             notes = (f"gemm+epilogue: tiles {bm}x{bn}, grid {grid}{wide}, the weight packed in {self.panel_width}-column panels, "
                      f"A read in place, K in blocks of {bk}",)
         n_in = len(params) - len(self.group.outputs)
-        operand_tiles = (() if self.depthwise or in_place or direct or (self.panel_width and self.first is None and not conv)
+        operand_tiles = (() if self.depthwise or in_place or direct or wino or (self.panel_width and self.first is None and not conv)
                          else (ta,) if self.panel_width else (ta, *tbs))
         allocs = (*operand_tiles, *dw_allocs, *direct_allocs, *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()),
                   *staging)
@@ -499,7 +515,8 @@ class _Builder:
             channel_rows=self.flip, depthwise=self.depthwise, channels_per_k_tile=ch_per_tile if conv else 0,
             padded_columns=self.pad_to, accumulator=self.acc_dtype, operands=self.op_dtype, tf32=self.tf32, occupancy=0,
             positions_inner=self.positions_inner, groups=self.groups, panel_width=self.panel_width,
-            depthwise_padded_width=dw_width, depthwise_lanes=dw_lanes, operands_in_place=in_place, direct_padded_width=direct)
+            depthwise_padded_width=dw_width, depthwise_lanes=dw_lanes, operands_in_place=in_place, direct_padded_width=direct,
+            winograd=WINOGRAD_TILE if wino else 0)
         order = self._host_order(grid)
         if order:
             notes = (notes[0] + ", column tiles outermost on a host (each weight panel read once)",)

@@ -23,7 +23,7 @@ from tilefuse.ir.graph import Value
 from tilefuse.ir.prims import Conv, MatMul
 from tilefuse.ir.types import TensorType
 from tilefuse.tile_ir.ir import Buffer, Scope
-from tilefuse.tile_ir.lower import panels
+from tilefuse.tile_ir.lower import conv_winograd, panels
 from tilefuse.tile_ir.lower.params import DROP, kernel_params
 
 if TYPE_CHECKING:
@@ -47,6 +47,8 @@ def bind_params(b: _Builder) -> tuple[list[Buffer], dict[int, Buffer]]:
         return Value(f"{v.name}.{value_tag}", TensorType(dtype, data.shape), data=data), b.packed
 
     def pack(k: int, v: Value) -> tuple[Value, Buffer] | None:
+        if v is w and b.winograd is not None:  # [36, Cout, Cin]: turned for minimal filtering
+            return bind(k, v, conv_winograd.weight(v.data, b.winograd), "wino43", "winograd43")  # type: ignore[arg-type]
         if v is w and packs_conv_rows(b):  # [Cout, K]: a weight tile's rows are runs of K
             rows = np.ascontiguousarray(v.data.reshape(v.type.shape[0], -1))  # type: ignore[union-attr]
             return bind(k, v, rows, "rows", "rows")
