@@ -196,3 +196,66 @@ def test_feeds_not_in_a_dict_go_the_full_way(session):
         sess.run(None, [t])
     y, _ = sess.run(None, MappingProxyType({"ids": t}))
     np.testing.assert_array_equal(_host(y), TABLE[[1, 2, 3, 4]])
+
+
+class RawFake:
+    """``RawCalls`` over the stand-in driver: handles become ints, each call is recorded
+    and does what the driver's would (``fail``: the call whose CUresult is an error)."""
+
+    def __init__(self, driver) -> None:
+        self.driver, self.objects, self.log, self.fail = driver, {}, [], None
+
+    def handle(self, h):
+        self.objects[1000 + len(self.objects)] = h
+        return 999 + len(self.objects)
+
+    def _obj(self, key):
+        return self.objects[key]
+
+    def ensure_current(self, ctx):
+        self.log.append(("current", self._obj(ctx)))
+        return 0
+
+    def order(self, event, caller, stream):
+        self.log.append(("order", self._obj(event), caller, self._obj(stream)))
+        return 0
+
+    def launch(self, graph, stream):
+        self.log.append(("launch", self._obj(stream)))
+        if self.fail == "launch":
+            return 719  # CUDA_ERROR_LAUNCH_FAILED
+        self.driver.cuGraphLaunch(self._obj(graph), self._obj(stream))
+        return 0
+
+    def synchronize(self, stream):
+        self.log.append(("sync", self._obj(stream)))
+        return 0
+
+
+def test_a_steady_run_makes_its_driver_calls_raw_where_it_can(session, torch_stream):
+    """With raw calls (runtime/cuda_raw.py), the steady run's context, ordering, launch and
+    wait go through them, with the handles cuda-bindings gave, and nothing through
+    cuda-bindings; the outputs are the same. A failed raw launch is the ExecutionError
+    cuda-bindings' would be, its output blocks stay free, and the next run succeeds."""
+    sess, driver, checked = session
+    ex = sess._executor
+    raw = RawFake(driver)
+    ex.use_raw(raw)
+    keep, t = _tensor([1, 2, 3, 4])
+    sess.run(None, {"ids": t})  # the full path: it records the steady run
+    view(t.data_ptr(), np.int64, (N,))[:] = [3, 0, 2, 1]
+    driver.calls.clear()
+    y, y2 = sess.run(None, {"ids": t})
+    assert checked == [1] and driver.calls == []
+    assert raw.log == [("current", "ctx"), ("order", "event1", 0x5555_0000, 7), ("launch", 7), ("sync", 7)]
+    np.testing.assert_array_equal(_host(y), TABLE[[3, 0, 2, 1]])
+    blocks = sorted((y.ptr, y2.ptr))
+    del y, y2
+    raw.fail, raw.log = "launch", []
+    with pytest.raises(ExecutionError, match="cuGraphLaunch failed: CUDA_ERROR_FAKE"):
+        sess.run(None, {"ids": t})
+    raw.fail = None
+    view(t.data_ptr(), np.int64, (N,))[:] = [1, 1, 2, 2]
+    y, y2 = sess.run(None, {"ids": t})
+    assert checked == [1] and sorted((y.ptr, y2.ptr)) == blocks  # steady again, on the same blocks
+    np.testing.assert_array_equal(_host(y2), TABLE[[1, 1, 2, 2]])
