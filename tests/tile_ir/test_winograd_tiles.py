@@ -56,3 +56,21 @@ def test_the_policy_turns_it_off():
         assert any(isinstance(s, TapGemm) for s in body) != minimal
         assert low.program.schedule.winograd == (4 if minimal else 0)
         assert [p.shape for p in low.program.params][1] == ((1, 1, 36, 64, 64) if minimal else (64, 576))
+
+
+def test_rows_too_wide_for_the_scratch_keep_the_direct_schedule():
+    """A 3 x 3 convolution over rows 8,000 wide (2,000 tiles a row of tiles): a block's
+    scratch for even 16 channels outgrows the core's cache, so it is not taken; the same
+    convolution over rows 64 wide is."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng().standard_normal((16, 16, 3, 3)).astype(np.float32), "w")
+    for width, minimal in ((8000, 0), (64, 4)):
+        shape = [1, 16, 8, width]
+        graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])],
+                                  "rows", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], [w])
+        g = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+        (group,) = partition_graph(g, CPU).groups
+        assert lower_group(group, CPU).program.schedule.winograd == minimal, width

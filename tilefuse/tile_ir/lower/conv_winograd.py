@@ -58,7 +58,10 @@ def tile(b: "_Builder") -> WinogradTile | None:
     weight read by it alone, at least ``winograd_min_channels`` input and output channels
     (few channels leave the products too short to pay for the turns), and a block of whole
     output rows that holds at least ``winograd_min_tiles`` 4 x 4 tiles (a product's columns:
-    fewer leave the core's vectors part empty; 7 x 7 maps hold 4)."""
+    fewer leave the core's vectors part empty; 7 x 7 maps hold 4), where the scratch of
+    such a block leaves room in the core's cache for ``winograd_min_channels`` output and
+    input channels at a time (rows thousands wide do not: their products would be a few
+    channels deep)."""
     policy = b.target.conv
     op, x, w = b.c.op, b.c.inputs[0], b.c.inputs[1]
     if not (policy.winograd and isinstance(op, Conv) and len(b.cs) == 1 and b.first is None and b.flip
@@ -75,11 +78,12 @@ def tile(b: "_Builder") -> WinogradTile | None:
     def tiles_of(rows: int) -> int:
         return -(-rows // WINOGRAD_TILE) * across
 
-    # blocks of whole rows dividing the map: the fewest rows computed past it, then the fewest tiles
+    # blocks of whole rows dividing the map: the fewest rows computed past it (a block of
+    # r rows computes whole tiles' rows), then the fewest tiles
     fits = [r for r in range(1, height + 1) if height % r == 0 and tiles_of(r) >= policy.winograd_min_tiles]
     if not fits:
         return None
-    rows = min(fits, key=lambda r: (tiles_of(r) * WINOGRAD_TILE ** 2 / (r * across * WINOGRAD_TILE), tiles_of(r)))
+    rows = min(fits, key=lambda r: (-(-r // WINOGRAD_TILE) * WINOGRAD_TILE / r, tiles_of(r)))
     tiles = tiles_of(rows)
     # the 36 sums of a tile's channels take at most half the core's cache, and the grid
     # has a tile for every core where channels can be split
@@ -89,6 +93,8 @@ def tile(b: "_Builder") -> WinogradTile | None:
     while blocks * (cout // channels) < b.cores and channels % 2 == 0 and channels // 2 >= policy.winograd_min_channels:
         channels //= 2
     k_chunk = divisor_tile(cin, max(1, b.onchip // 4 // per_channel))
+    if min(channels, k_chunk) < policy.winograd_min_channels:
+        return None
     return WinogradTile(rows, channels, k_chunk, tiles)
 
 
