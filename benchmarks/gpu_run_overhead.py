@@ -10,10 +10,8 @@ alike): a graph replay launched and waited for as a hand-written server would
 (``cuGraphLaunch`` and ``cuStreamSynchronize``: the floor of any call that returns with
 its outputs written), ``sess.run(None, feeds)`` with the feeds as torch CUDA tensors (each
 run's outputs dropped before the next, as a server does), and a run of buffers bound once
-(``sess.bind(feeds)``: no per-run feed handling), the drop-in session's
-``run_with_iobinding`` of the same memory (onnxruntime's IOBinding), and ``run()`` of a
-second session whose steady runs make their driver calls through cuda-bindings
-(``run_bindings``: what runtime/cuda_raw.py's ctypes calls replaced). The headline: each call's host time
+(``sess.bind(feeds)``: no per-run feed handling), and the drop-in session's
+``run_with_iobinding`` of the same memory (onnxruntime's IOBinding). The headline: each call's host time
 beyond the device time of the graph it launched (events around the launch), run() and
 bound against the replay: what they add, whatever clock the GPU ran each graph at. Also
 the medians of the host times against the replay's device time (CUDA events, the
@@ -78,19 +76,15 @@ class _GraphClock:
             return result
 
         self.proxy.cuGraphLaunch = launch
-        self.raws = [ex.raw for ex in executors]
 
     def __enter__(self) -> "_GraphClock":
-        for ex, raw in zip(self.executors, self.raws):
+        for ex in self.executors:
             ex.cu = self.proxy
-            if raw is not None:  # a steady run's launch through ctypes (runtime/cuda_raw.py): timed alike
-                ex.raw = _RawClock(raw, self)
         return self
 
     def __exit__(self, *exc) -> None:
-        for ex, raw in zip(self.executors, self.raws):
+        for ex in self.executors:
             ex.cu = self.real
-            ex.raw = raw
         self.real.cuEventDestroy(self.start)
         self.real.cuEventDestroy(self.end)
 
@@ -98,21 +92,6 @@ class _GraphClock:
         """The device time (ms) of the graph launched last."""
         self.real.cuEventSynchronize(self.end)
         return float(self.real.cuEventElapsedTime(self.start, self.end)[1])
-
-
-class _RawClock:
-    """A steady run's raw calls whose launch records the clock's events around it."""
-
-    def __init__(self, raw, clock: _GraphClock) -> None:
-        self.raw, self.clock = raw, clock
-        self.handle, self.ensure_current, self.order, self.synchronize = raw.handle, raw.ensure_current, raw.order, raw.synchronize
-
-    def launch(self, graph: int, stream: int) -> int:
-        cu = self.clock.real
-        cu.cuEventRecord(self.clock.start, stream)
-        result = self.raw.launch(graph, stream)
-        cu.cuEventRecord(self.clock.end, stream)
-        return result
 
 
 def _rounds(forms: dict, repeats: int, clock: _GraphClock, warm_s: float = 0.0, warm: int = 20) -> dict[str, tuple[list, list]]:
@@ -319,25 +298,17 @@ def main() -> int:
             ex.cu.cuStreamSynchronize(ex.stream)
 
         dropin, io = _io_binding(plan_dir, gpu)
-        # the same run() with its steady driver calls through cuda-bindings, as before
-        # runtime/cuda_raw.py (a second session on the plan: its own graphs and memory)
-        from tilefuse.runtime import InferenceSession
-
-        legacy = InferenceSession(plan_dir)
-        legacy._executor.use_raw(None)
-        legacy.run(None, gpu)
         forms = {"replay": replay_and_wait, "run": lambda: sess.run(None, gpu), "bound": binding.run,
-                 "io_binding": lambda: dropin.run_with_iobinding(io), "run_bindings": lambda: legacy.run(None, gpu)}
+                 "io_binding": lambda: dropin.run_with_iobinding(io)}
         sets = []  # each set's times; the headline pools them
-        with _GraphClock(ex, dropin._fixed._executor, legacy._executor) as clock:
+        with _GraphClock(ex, dropin._fixed._executor) as clock:
             for k in range(max(1, args.sets)):
                 sets.append(_rounds(forms, args.repeats, clock, args.warmup if k == 0 else 0.0))
         waited = {k: tuple(sum((s[k][i] for s in sets), []) for i in (0, 1)) for k in forms}
         per_set = [{f"{k}_over_replay_us": 1e3 * (statistics.median(s[k][1]) - statistics.median(s["replay"][1]))
-                    for k in ("run", "run_bindings", "bound", "io_binding")} for s in sets]
+                    for k in ("run", "bound", "io_binding")} for s in sets]
         io_same = all((o.numpy() == h).all() for o, h in zip(io.get_outputs(), host))
         dropin = io = None
-        legacy.close()
         replay_after = statistics.median(ex.timed(args.repeats))
         reuse = _reuse(sess, ex, gpu, 100)
         walls, bound = waited["run"][0], waited["bound"][0]
@@ -380,7 +351,6 @@ def main() -> int:
                "beyond_graph_us": beyond, "run_over_replay_us": beyond["run"] - beyond["replay"],
                "bound_over_replay_us": beyond["bound"] - beyond["replay"],
                "io_binding_over_replay_us": beyond["io_binding"] - beyond["replay"], "io_binding_outputs_equal_host": io_same,
-               "run_bindings_over_replay_us": beyond["run_bindings"] - beyond["replay"], "raw_calls": ex.raw is not None,
                "warmup_s": args.warmup, "sets": per_set,
                "replay_and_wait_ms": host_replay, "run_over_replay_and_wait_us": 1e3 * (run_ms - host_replay),
                "bound_over_replay_and_wait_us": 1e3 * (statistics.median(bound) - host_replay),
@@ -414,8 +384,7 @@ def main() -> int:
               + (f"; no direct graph: {ex.direct_reason}" if ex.direct_reason else ""), flush=True)
         print(f"{'':28s} beyond its graph's device time: replay launched and waited for {beyond['replay']:.1f} us, "
               f"run() {beyond['run']:.1f} us, bound {beyond['bound']:.1f} us, io_binding {beyond['io_binding']:.1f} us: "
-              f"run() adds {row['run_over_replay_us']:.1f} us to the replay (raw calls: {row['raw_calls']}; through "
-              f"cuda-bindings {row['run_bindings_over_replay_us']:.1f}), bound {row['bound_over_replay_us']:.1f} us, "
+              f"run() adds {row['run_over_replay_us']:.1f} us to the replay, bound {row['bound_over_replay_us']:.1f} us, "
               f"the drop-in's io_binding {row['io_binding_over_replay_us']:.1f} us (outputs equal host: {io_same})",
               flush=True)
         if len(per_set) > 1:

@@ -49,7 +49,6 @@ from tilefuse.plan.verify import check_kernel_identity
 from tilefuse.runtime import cuda_timing
 from tilefuse.runtime.cuda_direct import DirectGraph, Unavailable, run_direct
 from tilefuse.runtime.cuda_launch import Handle, KernelLaunch, kernel_launch, launch_kernel, set_up_function
-from tilefuse.runtime.cuda_raw import RawCalls, RawDriver
 from tilefuse.runtime.device_array import DeviceArray
 from tilefuse.torch_feeds import CU_STREAM_LEGACY
 
@@ -82,10 +81,6 @@ class CudaExecutor:
     direct_reason = ""
     _unwaited = False  # a run not waited for may have left status words unread
     _steady: SteadyRun | None = None  # the last direct run, to repeat on the same memory
-    # a steady run's driver calls through ctypes (runtime/cuda_raw.py), and the context,
-    # stream and feed event as its ints; None: through cuda-bindings
-    raw: RawCalls | None = None
-    raw_handles: tuple[int, int, int] = (0, 0, 0)
 
     def __init__(self, plan: Plan, device: int = 0, launch: str = "as-built") -> None:
         if launch not in LAUNCH_MODES:
@@ -142,8 +137,6 @@ class CudaExecutor:
             else:
                 self.ptr[buf.id] = self._alloc(buf.nbytes)
         self._check(cu.cuStreamSynchronize(self.stream), "uploading the weights")
-        # the driver library cuda-bindings loaded (not a stand-in module of the tests)
-        self.use_raw(RawDriver.load() if getattr(cu, "__name__", "") == "cuda.bindings.driver" else None)
         self._inputs = {b.name: b.buffer for b in plan.inputs}
         self._outputs = {b.name: b.buffer for b in plan.outputs}
         # name -> (buffer id, bytes, dtype, shape): what a direct run asks of each output, once
@@ -251,18 +244,6 @@ class CudaExecutor:
             raise ExecutionError(f"CUDA {what} failed: {name.decode() if isinstance(name, bytes) else name}")
         return rest[0] if len(rest) == 1 else (rest or None)
 
-    def check_raw(self, code: int, what: str) -> None:
-        """A raw call's CUresult (``runtime/cuda_raw.py``) checked as ``_check`` checks one."""
-        if code:
-            result = self.cu.CUresult
-            self._check((result(code) if callable(result) else code,), what)
-
-    def use_raw(self, raw: RawCalls | None) -> None:
-        """Make a steady run's driver calls through ``raw`` (None: through cuda-bindings)."""
-        self.raw = raw
-        if raw is not None:
-            self.raw_handles = (raw.handle(self.ctx), raw.handle(self.stream), raw.handle(self._feed_event))
-
     def _alloc(self, nbytes: int) -> int:
         ptr = int(self._check(self.cu.cuMemAlloc(max(nbytes, 256)), "cuMemAlloc"))
         self._allocs.append(ptr)
@@ -349,14 +330,10 @@ class CudaExecutor:
         self._status_to_host()
         self._waited()
 
-    def _waited(self, raw: RawCalls | None = None) -> None:
-        """Wait for the plan's stream (through ``raw`` where given); raise the first index
-        error found by the runs it held (the status words stay set until read, so a run
-        not waited for reports here)."""
-        if raw is None:
-            self._check(self.cu.cuStreamSynchronize(self.stream), "running the plan")
-        else:
-            self.check_raw(raw.synchronize(self.raw_handles[1]), "running the plan")
+    def _waited(self) -> None:
+        """Wait for the plan's stream; raise the first index error found by the runs it
+        held (the status words stay set until read, so a run not waited for reports here)."""
+        self._check(self.cu.cuStreamSynchronize(self.stream), "running the plan")
         unwaited, self._unwaited = self._unwaited, False
         if self._status_set():
             raise self._index_error(unwaited)

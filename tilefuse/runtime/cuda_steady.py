@@ -15,10 +15,7 @@ direct graph's pointers as they were. A later waited run whose feeds match it ex
 it accepted), whose output blocks are free again and whose graph still points there
 launches the graph and waits. Anything else (a new address or shape, a view, another
 stream, an output still held, a run not waited for in flight) returns None before
-anything is changed, and the full path runs, which may keep a new ``SteadyRun``. Its
-driver calls (the context, the ordering after the caller's stream, the launch, the wait)
-go straight through ctypes where the executor could load the driver library's entry
-points (``runtime/cuda_raw.py``), else through cuda-bindings.
+anything is changed, and the full path runs, which may keep a new ``SteadyRun``.
 """
 from __future__ import annotations
 
@@ -36,7 +33,7 @@ if TYPE_CHECKING:
 class SteadyRun:
     """What a run that copied nothing read and wrote, to repeat it on the same memory."""
 
-    __slots__ = ("names", "feeds", "tensor_type", "index", "raw_stream", "current", "order", "outputs", "where", "graph")
+    __slots__ = ("names", "feeds", "tensor_type", "index", "raw_stream", "current", "order", "outputs", "where")
 
     def __init__(self, feeds: Sequence[tuple[str, Any, int]], names: list[str], raw_stream: Callable[[int], int],
                  ours: int, outputs: Sequence[DeviceArray], where: object) -> None:
@@ -52,7 +49,6 @@ class SteadyRun:
         # (block, bytes, dtype, shape) of each output, in ``names``' order
         self.outputs = tuple((a.ptr, a.nbytes, a.dtype, a.shape) for a in outputs)
         self.where = where  # the direct graph's pointers then (compared by identity)
-        self.graph = 0  # the direct graph's handle as an int, for raw calls (set at the first)
 
     @classmethod
     def of(cls, views: Mapping[str, object], in_place: set[str], names: list[str], ours: int,
@@ -109,22 +105,12 @@ class SteadyRun:
                     return None
             for ptr, nbytes, _, _ in self.outputs:
                 spare[nbytes].remove(ptr)
-            raw = ex.raw
             try:
-                if raw is not None:  # the same calls through ctypes (runtime/cuda_raw.py)
-                    ctx, stream, event = ex.raw_handles
-                    ex.check_raw(raw.ensure_current(ctx), "cuCtxSetCurrent")
-                    if self.order:
-                        ex.check_raw(raw.order(event, self.current, stream), "ordering after a feed's stream")
-                    if not self.graph:
-                        self.graph = raw.handle(direct.exec)
-                    ex.check_raw(raw.launch(self.graph, stream), "cuGraphLaunch")
-                else:
-                    ex._check(cu.cuCtxSetCurrent(ex.ctx), "cuCtxSetCurrent")
-                    if self.order:  # a stream of the caller's: the run comes after its work
-                        ex._check(cu.cuEventRecord(ex._feed_event, cu.CUstream(self.current)), "recording a feed's stream")
-                        ex._check(cu.cuStreamWaitEvent(ex.stream, ex._feed_event, 0), "waiting for a feed's stream")
-                    ex._check(cu.cuGraphLaunch(direct.exec, ex.stream), "cuGraphLaunch")
+                ex._check(cu.cuCtxSetCurrent(ex.ctx), "cuCtxSetCurrent")
+                if self.order:  # a stream of the caller's: the run comes after its work
+                    ex._check(cu.cuEventRecord(ex._feed_event, cu.CUstream(self.current)), "recording a feed's stream")
+                    ex._check(cu.cuStreamWaitEvent(ex.stream, ex._feed_event, 0), "waiting for a feed's stream")
+                ex._check(cu.cuGraphLaunch(direct.exec, ex.stream), "cuGraphLaunch")
             except BaseException:
                 for ptr, nbytes, _, _ in self.outputs:  # nothing launched: the blocks stay free
                     spare[nbytes].append(ptr)
@@ -134,5 +120,5 @@ class SteadyRun:
                 ex._sizes[ptr] = nbytes
                 ex._outstanding += 1
                 results.append(DeviceArray.made(ptr, dtype, shape, ex, ex.device))
-            ex._waited(raw)
+            ex._waited()
             return results
