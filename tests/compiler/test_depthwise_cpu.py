@@ -3,14 +3,10 @@ and the reference executor, on fresh random inputs: every case of ``depthwise_co
 model, each one kernel with its epilogue, computed from zero-padded rows on chip."""
 import random
 
-import onnxruntime as ort
-
 import tilefuse
 from tests.compiler import depthwise_convs
-from tilefuse.compare import compare_output
+from tests.tile_ir.compiled import outputs_mismatch
 from tilefuse.compiler import compile_model
-from tilefuse.frontend import import_onnx
-from tilefuse.reference import run_graph
 from tilefuse.tile_ir.schedule import GemmSchedule
 
 
@@ -44,12 +40,5 @@ def test_depthwise_convolutions_match_onnxruntime_and_the_reference_on_cpu(tmp_p
     assert (padded, lanes) == (len(depthwise_convs.STRIDE_1) - want_lanes, want_lanes)
     outs = [f"y_{n}" for n in names]
     got = dict(zip(outs, tilefuse.InferenceSession(compiled.plan.save(tmp_path / "d.tfplan")).run(None, x)))
-    want = dict(zip(outs, ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)))
-    ref = run_graph(import_onnx(model), x)
-    bad = []
-    for name in outs:
-        for what, expected in (("onnxruntime", want[name]), ("reference", ref[name])):
-            c = compare_output(name, got[name], expected)
-            if not c.ok:
-                bad.append(f"{name} against {what}: {c.problem}")
+    bad = outputs_mismatch(got, model, x)
     assert not bad, f"seed={seed}:\n" + "\n".join(bad)

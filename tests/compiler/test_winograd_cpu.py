@@ -4,15 +4,11 @@ model, those for minimal filtering computed by it (the schedule says so), the ot
 before."""
 import random
 
-import onnxruntime as ort
-
 import tilefuse
 from tests.compiler import winograd_convs
-from tilefuse.compare import compare_output
+from tests.tile_ir.compiled import outputs_mismatch
 from tilefuse.compiler import compile_model
-from tilefuse.frontend import import_onnx
 from tilefuse.ir.prims import Conv
-from tilefuse.reference import run_graph
 from tilefuse.tile_ir.schedule import GemmSchedule
 
 
@@ -31,12 +27,5 @@ def test_winograd_convolutions_match_onnxruntime_and_the_reference_on_cpu(tmp_pa
     assert took == {n: winograd_convs.winograd(n) for n in names}
     outs = [f"y_{n}" for n in names]
     got = dict(zip(outs, tilefuse.InferenceSession(compiled.plan.save(tmp_path / "w.tfplan")).run(None, x)))
-    want = dict(zip(outs, ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)))
-    ref = run_graph(import_onnx(model), x)
-    bad = []
-    for name in outs:
-        for what, expected in (("onnxruntime", want[name]), ("reference", ref[name])):
-            c = compare_output(name, got[name], expected)
-            if not c.ok:
-                bad.append(f"{name} against {what}: {c.problem}")
+    bad = outputs_mismatch(got, model, x)
     assert not bad, f"seed={seed}:\n" + "\n".join(bad)

@@ -17,3 +17,20 @@ def cpu_plan_matches(name: str, model: onnx.ModelProto, graph, feeds: dict) -> N
     for what, want in (("onnxruntime", want_ort), ("reference", want_ref)):
         c = compare_output("y", got, want)
         assert c.ok, f"{name} against {what}: {c.problem}"
+
+
+def outputs_mismatch(got: dict, model: onnx.ModelProto, feeds: dict) -> list[str]:
+    """A plan's outputs by name (``got``) against onnxruntime's and the reference's on the
+    same feeds: a line per output and peer beyond tolerance."""
+    from tilefuse.frontend import import_onnx
+
+    want = dict(zip([o.name for o in model.graph.output],
+                    ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)))
+    ref = run_graph(import_onnx(model), feeds)
+    bad = []
+    for name, out in got.items():
+        for what, expected in (("onnxruntime", want[name]), ("reference", ref[name])):
+            c = compare_output(name, out, expected)
+            if not c.ok:
+                bad.append(f"{name} against {what}: {c.problem}")
+    return bad

@@ -7,8 +7,7 @@ import random
 import onnxruntime as ort
 
 from tests.compiler import depthwise_convs
-from tests.tile_ir.interpreted import interpret
-from tilefuse.compare import compare_output
+from tests.tile_ir.interpreted import mismatches
 from tilefuse.frontend import import_onnx
 from tilefuse.ir.prims import Conv
 from tilefuse.partition import partition_graph
@@ -44,10 +43,6 @@ def test_depthwise_programs_interpret_like_the_reference_and_onnxruntime():
         assert s.depthwise and s.depthwise_lanes == lanes, (conv.name, s)
         assert s.depthwise_padded_width == (0 if lanes else -(-padded // conv.op.strides[1])), (conv.name, s)
         seen += 1
-        for v, got in interpret(low, values):
-            for what, expected in (("reference", values[id(v)]), ("onnxruntime", want.get(v.name))):
-                c = compare_output(v.name, got, expected) if expected is not None else None
-                if c is not None and not c.ok:
-                    bad.append(f"{v.name} against {what} ({low.program.notes[0]}): {c.problem}")
+        bad += mismatches(low, values, want)
     assert seen == len(NAMES)
     assert not bad, f"seed={seed}:\n" + "\n".join(bad)

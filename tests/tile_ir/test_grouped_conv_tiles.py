@@ -11,8 +11,7 @@ import onnxruntime as ort
 import pytest
 
 from tests.compiler import grouped_convs
-from tests.tile_ir.interpreted import interpret
-from tilefuse.compare import compare_output
+from tests.tile_ir.interpreted import mismatches
 from tilefuse.frontend import import_onnx
 from tilefuse.ir.prims import Conv
 from tilefuse.partition import partition_graph
@@ -50,11 +49,7 @@ def _check(target, dtype, names):
         assert s.family == "gemm" and s.groups == groups and not s.depthwise, (conv.name, s)
         assert cols % s.tile_n == 0 and p.grid[-1] == groups * cols // s.tile_n, (conv.name, p.notes)
         programs.append((conv, p))
-        for v, got in interpret(low, values):
-            for what, expected in (("reference", values[id(v)]), ("onnxruntime", want.get(v.name))):
-                c = compare_output(v.name, got, expected) if expected is not None else None
-                if c is not None and not c.ok:
-                    bad.append(f"{v.name} against {what} ({p.notes[0]}): {c.problem}")
+        bad += mismatches(low, values, want)
     assert len(programs) == len(names)
     assert not bad, f"{target.name} {np.dtype(dtype).name} seed={seed}:\n" + "\n".join(bad)
     return programs

@@ -7,8 +7,7 @@ import random
 import onnxruntime as ort
 
 from tests.compiler import winograd_convs
-from tests.tile_ir.interpreted import interpret
-from tilefuse.compare import compare_output
+from tests.tile_ir.interpreted import mismatches
 from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
 from tilefuse.reference import evaluate_all
@@ -35,11 +34,7 @@ def test_winograd_programs_interpret_like_the_reference_and_onnxruntime():
         (w,) = [s for s in statements(low.program.body) if isinstance(s, Winograd)]
         assert w.c.shape[1] == w.rows * w.width  # every position of a block's rows
         seen += 1
-        for v, got in interpret(low, values):
-            for what, expected in (("reference", values[id(v)]), ("onnxruntime", want.get(v.name))):
-                c = compare_output(v.name, got, expected) if expected is not None else None
-                if c is not None and not c.ok:
-                    bad.append(f"{v.name} against {what} ({low.program.notes[0]}): {c.problem}")
+        bad += mismatches(low, values, want)
     assert seen == len(NAMES)
     assert not bad, f"seed={seed}:\n" + "\n".join(bad)
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from tilefuse.tile_ir.lower.gemm_epilogue import _Builder
 
 
-def _origin(b: "_Builder", mt: Var, rows: int) -> tuple[Expr, Expr]:
+def origin(b: "_Builder", mt: Var, rows: int) -> tuple[Expr, Expr]:
     """The image and first output row of position tile ``mt``."""
     blocks = b.c.outputs[0].type.shape[2] // rows
     if blocks == 1:
@@ -66,7 +66,7 @@ def in_place_product(b: "_Builder", x_param: Buffer, tc: Buffer, mt: Var, n0: Ex
     assert b.packed is not None
     bn, bm = tc.shape
     shape = _tile_shape(b, bm)
-    img, row0 = _origin(b, mt, shape[0])
+    img, row0 = origin(b, mt, shape[0])
     ch0 = iop(IOp.MUL, kt, chans)
     spatial = x_param.shape[2:]
     a = Region(b.packed, (n0, ch0), (bn, chans))
@@ -85,7 +85,7 @@ def fills(b: "_Builder", el: ElementBuilder, ta: Buffer, tb: Buffer, mt: Var, n0
     spatial, taps, cin = out[2:], w.type.shape[2:], w.type.shape[1]
     dt = b.acc_dtype
     shape = _tile_shape(b, tb.shape[1])
-    img, row0 = _origin(b, mt, shape[0])
+    img, row0 = origin(b, mt, shape[0])
     ch0 = iop(IOp.MUL, kt, chans)
     guards = [
         window_needs_guard(out[2 + d], taps[d], op.strides[d], op.dilations[d], op.pads[d], x.type.shape[2 + d])
@@ -161,7 +161,7 @@ def _tap_runs(b: "_Builder", mt: Var, shape: tuple[int, ...], op: Conv, taps_las
             runs.append((lo_t, max(lo_t, min(n, hi - first))))
         return tuple(runs)
 
-    tile = iop(IOp.MOD, mt, blocks)  # the tile's block within its image, as _origin counts it
+    tile = iop(IOp.MOD, mt, blocks)  # the tile's block within its image, as origin counts it
     out: list[tuple[Expr | None, Runs]] = []
     first = 0
     for runs, same in itertools.groupby(runs_from(t * n) for t in range(blocks)):
@@ -212,7 +212,7 @@ def stores(b: "_Builder", el: ElementBuilder, v: Value, ob: Buffer, mt: Var, n0:
     With ``pitch``, the product tile holds a 2-D tile's output rows that far apart
     (``direct_product``, ``depthwise_padded``)."""
     shape = _tile_shape(b, bm)
-    img, row0 = _origin(b, mt, shape[0])
+    img, row0 = origin(b, mt, shape[0])
     if pitch:
         def at_pitch(idx: Index) -> list[Stmt]:
             j, r, col = idx
@@ -262,7 +262,7 @@ def depthwise(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0: Expr) 
     spatial, taps = out[2:], w.type.shape[2:]
     dt = b.acc_dtype
     shape = _tile_shape(b, tc.shape[1])
-    img, row0 = _origin(b, mt, shape[0])
+    img, row0 = origin(b, mt, shape[0])
     guards = [
         window_needs_guard(out[2 + d], taps[d], op.strides[d], op.dilations[d], op.pads[d], x.type.shape[2 + d])
         for d in range(len(spatial))
@@ -362,7 +362,7 @@ def _padded_copy(b: "_Builder", el: ElementBuilder, x_pad: Buffer, geo: _Padded,
     in_h, in_w = x.type.shape[2:]
     top, left = op.pads[0], op.pads[1]
     dt = b.acc_dtype
-    img, row0 = _origin(b, mt, rows)
+    img, row0 = origin(b, mt, rows)
     wc, rows_ph = geo.wc, geo.rows_ph
     last_src = (c.outputs[0].type.shape[2] - rows) * sy - top + rows_ph * sy - 1  # the last tile's last row read
     row_guard = top > 0 or last_src >= in_h
@@ -517,7 +517,7 @@ def depthwise_lanes_tile(b: "_Builder", el: ElementBuilder, x_param: Buffer, tc:
     (kh, kw), (dy, dx), (sy, sx) = w.type.shape[2:], op.dilations, op.strides
     top, left, right = op.pads[0], op.pads[1], op.pads[3]
     in_h, in_w = x.type.shape[2:]
-    img, row0 = _origin(b, mt, rows)
+    img, row0 = origin(b, mt, rows)
     rows_in = (rows - 1) * sy + (kh - 1) * dy + 1
     wp = left + in_w + right
     x_lanes = Buffer("x_lanes", dt, (rows_in * wp, lanes), Scope.FRAGMENT)

@@ -31,8 +31,8 @@ import numpy as np
 
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import Conv
-from tilefuse.tile_ir.ir import WINOGRAD_G, WINOGRAD_TILE, Buffer, Expr, IOp, Scope, Stmt, Var, Winograd, const_index, iop
-from tilefuse.tile_ir.lower import gemm_weights
+from tilefuse.tile_ir.ir import WINOGRAD_G, WINOGRAD_TILE, Buffer, Expr, IOp, Scope, Stmt, Var, Winograd, iop
+from tilefuse.tile_ir.lower import conv_rows, gemm_weights
 from tilefuse.tile_ir.lower.common import divisor_tile
 
 if TYPE_CHECKING:
@@ -116,14 +116,12 @@ def product(b: "_Builder", x_param: Buffer, tc: Buffer, mt: Var, n0: Expr, t: Wi
     [channels, rows x width]: one ``Winograd`` statement and its scratch buffers."""
     assert b.packed is not None
     op: Conv = b.c.op  # type: ignore[assignment]
-    height, width = b.c.outputs[0].type.shape[2:]
-    blocks = height // t.rows
-    image: Expr = mt if blocks == 1 else iop(IOp.FLOORDIV, mt, blocks)
+    width = b.c.outputs[0].type.shape[3]
+    image, first = conv_rows.origin(b, mt, t.rows)
     top, left = op.pads[0], op.pads[1]
-    row0 = iop(IOp.SUB, iop(IOp.MUL, iop(IOp.MOD, mt, blocks), t.rows), top) if blocks > 1 else const_index(-top)
     v = Buffer("wino_v", DType.FLOAT32, (36, t.k_chunk, t.tiles), Scope.FRAGMENT)
     m = Buffer("wino_m", DType.FLOAT32, (36, t.channels, t.tiles), Scope.FRAGMENT)
-    return (v, m), [Winograd(x_param, image, row0, -left, b.packed, n0, v, m, tc, t.rows, width)]
+    return (v, m), [Winograd(x_param, image, iop(IOp.SUB, first, top), -left, b.packed, n0, v, m, tc, t.rows, width)]
 
 
 def describe(t: WinogradTile) -> str:
