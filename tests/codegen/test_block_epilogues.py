@@ -5,7 +5,8 @@ A float32 pointwise convolution read in place over at most ``in_place_max_k`` in
 whose input planes take at most half a core's cache (1 MB on the default CPU target), takes tiles of a few output channels by whole planes; its product then runs in register
 blocks, each followed at once by the epilogue's rows and columns of that block (a residual,
 a bias, an activation), and its accumulator tile is never allocated. Tiles of more rows
-keep the tile-wide epilogue. Plans match onnxruntime and the reference on fresh random
+run so too, a row of blocks at a time, where the product's B part (K x the tile's columns)
+fits the first-level cache; the others keep the tile-wide epilogue. Plans match onnxruntime and the reference on fresh random
 inputs: odd planes (columns past the last whole block), a batch, K in several steps,
 channels that are not a multiple of a block's rows."""
 from __future__ import annotations
@@ -28,17 +29,19 @@ from tilefuse.target import CPU
 from tilefuse.tile_ir.ir import Load, Loop, Store, StridedGemm, const_index, statements
 from tilefuse.tile_ir.lower import lower_group
 
-TALLEST = CpuOptions().block_epilogue_rows
+LIMITS = block_epilogues.Limits(CpuOptions().block_epilogue_rows, CpuOptions().block_epilogue_b_bytes)
 
 CASES = {
-    # name: (x shape [N, C, H, W], Cout, residual, activation, per block, whole planes)
-    "projection_56x56_residual": ((1, 32, 56, 56), 128, True, "Relu", True, True),
-    "odd_plane_batch2_clip": ((2, 24, 15, 17), 36, False, "Clip", True, True),
-    "mobilenet_expansion_56x56": ((1, 24, 56, 56), 144, False, "Clip", True, True),
-    "planes_past_half_the_cache": ((1, 16, 112, 112), 96, False, "Clip", False, False),
-    "channels_of_10_sigmoid": ((1, 40, 20, 20), 50, True, "Sigmoid", True, True),
-    "few_channels_many_k_steps": ((1, 600, 9, 9), 20, False, "Sigmoid", True, False),
-    "wide_k_keeps_wide_tiles": ((1, 256, 14, 14), 128, True, "Relu", False, False),
+    # name: (x shape [N, C, H, W], Cout, residual, activation, per block (None: no; "rows":
+    # a row of blocks at a time), whole planes)
+    "projection_56x56_residual": ((1, 32, 56, 56), 128, True, "Relu", "columns", True),
+    "odd_plane_batch2_clip": ((2, 24, 15, 17), 36, False, "Clip", "columns", True),
+    "mobilenet_expansion_56x56": ((1, 24, 56, 56), 144, False, "Clip", "columns", True),
+    "planes_past_half_the_cache": ((1, 16, 112, 112), 96, False, "Clip", "rows", False),
+    "channels_of_10_sigmoid": ((1, 40, 20, 20), 50, True, "Sigmoid", "columns", True),
+    "few_channels_many_k_steps": ((1, 600, 9, 9), 20, False, "Sigmoid", "columns", False),
+    "wide_k_keeps_wide_tiles": ((1, 256, 14, 14), 128, True, "Relu", None, False),
+    "tall_tile_odd_columns_sigmoid": ((1, 8, 131, 127), 72, True, "Sigmoid", "rows", False),
 }
 
 
@@ -81,9 +84,10 @@ def test_a_pointwise_epilogue_runs_per_register_block(name):
     text = emit_program(program).text
     body = text[text.index("(void **args)\n{"):]
     flat = flatten_accesses(program)  # (as the printer plans it)
-    fused = block_epilogues.plan(flat, first_products.plan(flat), TALLEST)
-    assert bool(fused) == per_block, (name, program.notes)
-    assert ("c_tile[" not in body and "_cb" in body) == per_block, body
+    fused = block_epilogues.plan(flat, first_products.plan(flat), LIMITS)
+    order = None if not fused else ("rows" if next(iter(fused.values())).rows_outer else "columns")
+    assert order == per_block, (name, product.c.shape, program.notes)
+    assert ("c_tile[" not in body and "_cb" in body) == bool(per_block), body
     feeds = {"x": rng.standard_normal(x_shape).astype(np.float32)}
     if residual:
         feeds["r"] = rng.standard_normal((x_shape[0], cout, *x_shape[2:])).astype(np.float32)
@@ -96,7 +100,7 @@ def test_an_epilogue_reading_other_elements_keeps_the_tile():
     model = _model((1, 32, 16, 16), 24, False, "Relu", np.random.default_rng(0))
     program = flatten_accesses(_program(model)[1])
     starts = first_products.plan(program)
-    assert block_epilogues.plan(program, starts, TALLEST)
+    assert block_epilogues.plan(program, starts, LIMITS)
     (product,) = [s for s in statements(program.body) if isinstance(s, StridedGemm)]
     c = product.c
 
@@ -113,7 +117,7 @@ def test_an_epilogue_reading_other_elements_keeps_the_tile():
         return s
 
     shifted = replace(program, body=tuple(rewrite(s) for s in program.body))
-    assert not block_epilogues.plan(shifted, first_products.plan(shifted), TALLEST)
+    assert not block_epilogues.plan(shifted, first_products.plan(shifted), LIMITS)
 
 
 def _map(e, fn):

@@ -39,6 +39,12 @@ class CpuOptions:
     # the next; over more rows, too many runs at once outrun the hardware's prefetch
     # (ResNet-50's 1 x 1 reductions in tiles of 64-128 channels took 1.1-1.2x as long)
     block_epilogue_rows: int = 24
+    # and on tiles of any rows whose product reads at most this much of B (K x the tile's
+    # columns, in bytes: it stays in the first-level cache), a row of blocks at a time:
+    # the epilogue then writes a few runs at once, each a whole tile row long (MobileNetV2's
+    # expansions of 16-32 channels; ResNet-50's reductions above, 64-128 channels deep, read
+    # 50-500 KB of B and keep the tile-wide form)
+    block_epilogue_b_bytes: int = 32 * 1024
     # an element loop (``omp simd``, stores only, computing exp, erf, a division...) over
     # more than this many elements, whose tail the compiler's vectors of a half and a quarter
     # of this many would leave to scalar code, runs in steps of this many, the last step

@@ -102,7 +102,8 @@ class _Emitter:
         # products that start their tile at zero instead of a zeroing pass (first_products.py)
         self.starts = first_products.plan(self.p)
         # products whose epilogue runs block by block, and whose tile is never allocated
-        self.fusions = block_epilogues.plan(self.p, self.starts, options.block_epilogue_rows)
+        limits = block_epilogues.Limits(options.block_epilogue_rows, options.block_epilogue_b_bytes)
+        self.fusions = block_epilogues.plan(self.p, self.starts, limits)
         self.unallocated = {f.c.name for f in self.fusions.values()}
         self.blocks: dict[str, tuple[str, str]] = {}  # loop variable -> C start, stop of the block it runs over
         self.parallel = False  # whether an ``omp parallel`` loop was emitted
@@ -179,34 +180,56 @@ class _Emitter:
         se = self.exprs(inner, (*s.a.offsets, *s.b.offsets))
         a, lda, b, ldb = emit_tiles.strided_operands(s, se)
         zero = "1" if kt is None else f"{cident(kt.var.name)} == 0"
-        product = se.lines + [f"tf_gemm_f32({r}, {w}, {s.a.extents[-1]}, {a} + {i0} * {lda}, {lda}, {b} + {j0}, {ldb}, "
-                              f"{buf}, {width}, {zero});"]
-        if kt is not None:
-            var = cident(kt.var.name)
-            product = inner[-1].pre + [f"for (int64_t {var} = 0; {var} < {kt.extent}; ++{var}) {{",
-                                       *["    " + x for x in product], "}"]
-            self.ranges.pop(var, None)
+        tall = block_epilogues.BLOCK_ROWS
         rows = replace(f.rows, body=(replace(f.columns, body=tuple(
             replace(x, value=block_epilogues.block_view(x.value, c, view),
                     indices=tuple(block_epilogues.block_view(e, c, view) for e in x.indices))
             for x in f.columns.body if isinstance(x, Store))),))
-        self.blocks = {cident(f.rows.var.name): (i0, f"{i0} + {r}"), cident(f.columns.var.name): (j0, f"{j0} + {w}")}
-        try:  # (the bounds analysis keeps the loops' whole ranges, which hold the block)
-            epilogue = self.nest([rows], levels, "")
-        finally:
-            self.blocks = {}
+
+        def product(height: str, span: str) -> list[str]:
+            return se.lines + [f"tf_gemm_f32({height}, {span}, {s.a.extents[-1]}, {a} + {i0} * {lda}, {lda}, "
+                               f"{b} + {j0}, {ldb}, {buf}, {width}, {zero});"]
+        k_pre: list[str] = []
+        if kt is not None:
+            k_pre = list(inner[-1].pre)
+            self.ranges.pop(cident(kt.var.name), None)
+
+        def block(height: str, span: str) -> list[str]:
+            """A block of ``height`` rows and ``span`` columns: its product, then its epilogue."""
+            lines = product(height, span)
+            if kt is not None:
+                var = cident(kt.var.name)
+                lines = k_pre + [f"for (int64_t {var} = 0; {var} < {kt.extent}; ++{var}) {{", *["    " + x for x in lines], "}"]
+            self.blocks = {cident(f.rows.var.name): (i0, f"{i0} + {height}"),
+                           cident(f.columns.var.name): (j0, f"{j0} + {span}")}
+            try:  # (the bounds analysis keeps the loops' whole ranges, which hold the block)
+                epilogue = self.nest([rows], levels, "")
+            finally:
+                self.blocks = {}
+            return [*lines, view_at, *epilogue]
+
         view_at = (f"float *{cident(view.name)} = (float *)((uintptr_t){buf} - "
                    f"(uintptr_t)({i0} * {width} + {j0}) * sizeof(float));")
+        # a whole register block (most of them on a tile of 12+ rows and 32+ columns) with
+        # its sizes as constants: the product is one call of the core's block, the epilogue
+        # loops have fixed trip counts (vectors, no tails); the block at an edge, generally
+        whole = m >= tall and n >= width
+        body = block(r, w) if not whole else [
+            f"if ({r} == {tall} && {w} == {width}) {{", *["    " + x for x in block(str(tall), str(width))],
+            "} else {", *["    " + x for x in block(r, w)], "}"]
         # rows of the next block: the product core's rule (tf_strip_32), so that a block is
         # one register block: the tallest, the last 13 to 23 rows as two near-equal ones
-        tall = block_epilogues.BLOCK_ROWS
         rows_rule = f"{r} = {m} - {i0} >= {2 * tall} ? {tall} : ({m} - {i0} > {tall} ? ({m} - {i0} + 1) / 2 : {m} - {i0});"
-        body = [rows_rule, *product, view_at, *epilogue]
-        return ["{", f"    float {buf}[{block_epilogues.BLOCK_ROWS * width}] __attribute__((aligned(64)));",
-                f"    for (int64_t {j0} = 0; {j0} < {n}; {j0} += {width}) {{",
-                f"        const int64_t {w} = {n} - {j0} < {width} ? {n} - {j0} : {width};",
-                f"        for (int64_t {i0} = 0, {r} = 0; {i0} < {m}; {i0} += {r}) {{",
-                *["            " + x for x in body], "        }", "    }", "}"]
+        columns = [f"for (int64_t {j0} = 0; {j0} < {n}; {j0} += {width}) {{",
+                   f"    const int64_t {w} = {n} - {j0} < {width} ? {n} - {j0} : {width};"]
+        if f.rows_outer:  # a row of blocks at a time (block_epilogues.py)
+            loops = [f"for (int64_t {i0} = 0, {r} = 0; {i0} < {m}; {i0} += {r}) {{", f"    {rows_rule}",
+                     *["    " + x for x in columns]]
+        else:
+            loops = [*columns, f"    for (int64_t {i0} = 0, {r} = 0; {i0} < {m}; {i0} += {r}) {{",
+                     f"        {rows_rule}"]
+        return ["{", f"    float {buf}[{tall * width}] __attribute__((aligned(64)));",
+                *["    " + x for x in loops], *["            " + x for x in body], "        }", "    }", "}"]
 
     def stmt(self, s: Stmt, levels: list[LoopLevel], in_parallel: bool) -> list[str]:
         if isinstance(s, Loop):

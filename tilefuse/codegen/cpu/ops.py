@@ -7,6 +7,7 @@ the tile IR's ``IOp`` (see ``tilefuse.tile_ir.interpret``).
 """
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 from tilefuse.codegen.cpu.c_types import compute, convert, literal, round_to, unsigned_wide
@@ -83,7 +84,14 @@ def _float(fn: ScalarFn, a: Sequence[str], dtypes: Sequence[DType], d: DType) ->
     if fn in simple:
         return simple[fn]
     if fn in (ScalarFn.MAX, ScalarFn.MIN):
-        return f"tf_{fn.name.lower()}_{w}({a[0]}, {a[1]})"
+        # an operand that is a constant, never NaN (ReLU's 0, Clip's bounds): a form of one
+        # compare and one select (the prelude's), equal to the general one
+        name = fn.name.lower()
+        if _ordered_literal(a[1]):
+            name += "k"
+        elif _ordered_literal(a[0]):
+            name = "k" + name
+        return f"tf_{name}_{w}({a[0]}, {a[1]})"
     if fn is ScalarFn.MOD:
         return f"tf_mod_{w}({a[0]}, {a[1]})"
     if fn is ScalarFn.FMOD:
@@ -92,6 +100,15 @@ def _float(fn: ScalarFn, a: Sequence[str], dtypes: Sequence[DType], d: DType) ->
         exp = a[1] if dtypes[1] is d else convert(a[1], dtypes[1], DType.FLOAT64 if sfx == "" else DType.FLOAT32)
         return f"pow{sfx}({a[0]}, {exp})"
     raise UnsupportedScalar(f"{fn.name} on {d}")
+
+
+# a float literal as ``c_types.literal`` prints it, NaN excepted: 1.5f, (-2.0f), 1e-05, INFINITY
+_ORDERED = re.compile(r"\(?-?(?:\d+(?:\.\d*)?(?:e[+-]?\d+)?f?|INFINITY|\(\(double\)INFINITY\))\)?")
+
+
+def _ordered_literal(text: str) -> bool:
+    """Whether ``text`` is a float constant that is never NaN."""
+    return _ORDERED.fullmatch(text) is not None
 
 
 def _bool(fn: ScalarFn, a: Sequence[str]) -> str:

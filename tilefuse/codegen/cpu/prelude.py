@@ -78,6 +78,18 @@ static inline float tf_max_f32(float a, float b) { return (a > b || a != a) ? a 
 static inline float tf_min_f32(float a, float b) { return (a < b || a != a) ? a : b; }
 static inline double tf_max_f64(double a, double b) { return (a > b || a != a) ? a : b; }
 static inline double tf_min_f64(double a, double b) { return (a < b || a != a) ? a : b; }
+/* the same where b is never NaN (a constant: ReLU's 0, Clip's bounds): one compare and one
+ * select a lane, where the forms above take three compares (a ReLU6 epilogue's clip was
+ * nine vector instructions); equal to them for every a, NaNs and signed zeros included */
+static inline float tf_maxk_f32(float a, float b) { return b >= a ? b : a; }
+static inline float tf_mink_f32(float a, float b) { return b <= a ? b : a; }
+static inline double tf_maxk_f64(double a, double b) { return b >= a ? b : a; }
+static inline double tf_mink_f64(double a, double b) { return b <= a ? b : a; }
+/* and where a is never NaN */
+static inline float tf_kmax_f32(float a, float b) { return a > b ? a : b; }
+static inline float tf_kmin_f32(float a, float b) { return a < b ? a : b; }
+static inline double tf_kmax_f64(double a, double b) { return a > b ? a : b; }
+static inline double tf_kmin_f64(double a, double b) { return a < b ? a : b; }
 static inline float tf_sign_f32(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : (x == 0 ? 0.0f : x)); }
 static inline double tf_sign_f64(double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : (x == 0 ? 0.0 : x)); }
 static inline float tf_mod_f32(float a, float b) {  /* sign of the divisor, like numpy */
