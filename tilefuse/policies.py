@@ -49,9 +49,15 @@ class GemmPolicy:
     # SiLU's sigmoid 10, a GELU's erf 16) is computed in the tile's own order into a
     # staging tile, vectorised along its columns, then copied out; 0: computed in the
     # store's order (a strided read per element, no vector math: EfficientNet's 7 x 7
-    # expansions spent 60% of their time so). Cheap epilogues (a norm, ReLU, a residual)
-    # keep the store's order: the copy would cost what the vectors save
+    # expansions spent 60% of their time so). Cheap epilogues (a norm, a residual) keep
+    # the store's order: the copy would cost what the vectors save (MobileNetV2's 7 x 7
+    # projection with its residual: 0.19 ms so, 0.21 staged)
     staged_epilogue_flops: int = 0
+    # ... and so is one that selects (max, min, where: ReLU, Clip), whatever its flops: in
+    # the store's order the compiler leaves it scalar, a branch an element, which data of
+    # both signs mispredicts (MobileNetV2's 7 x 7 ReLU6 expansions, 160 -> 960 channels:
+    # 0.46-0.50 ms so, 0.16 staged; NOTES.md, session 32)
+    staged_epilogue_selects: bool = False
     # quantized (QDQ) products by constant 8-bit weights run as integer products, summed
     # exactly in int32 and rescaled in float (frontend/qdq.py), instead of on dequantized
     # floats; a host's u8 x s8 ones read packed int8 panels (lower/panels.py)

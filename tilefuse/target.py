@@ -126,7 +126,8 @@ CPU = Target(
     # product's row tile of 128 (128 tokens in one tile: each K block of a panel, in the
     # first-level cache, meets twice the rows): LLaMA 0.973, bert 0.981, GPT-2 0.987 at
     # 2 threads against 64 (NOTES.md, session 26)
-    gemm=GemmPolicy(row_tile=64, rows=128, panel_width=32, staged_epilogue_flops=8, integer_products=True),
+    gemm=GemmPolicy(row_tile=64, rows=128, panel_width=32, staged_epilogue_flops=8, staged_epilogue_selects=True,
+                    integer_products=True),
     # keys of a sequence up to 256 in one step (no rescaling pass), rows of whole 16-float vectors
     attention=AttentionPolicy(max_head_dim=512, key_tile=256, key_align=16),
     # depthwise_run: a 16-float vector (AVX-512; two 8-float ones elsewhere)

@@ -77,6 +77,9 @@ from tilefuse.tile_ir.lower.forward import Forward, forward_index
 from tilefuse.tile_ir.lower.checks import IndexSites
 from tilefuse.tile_ir.schedule import GemmSchedule
 
+# functions whose scalar C is a branch an element (GemmPolicy.staged_epilogue_selects)
+_SELECTS = frozenset({ScalarFn.MAX, ScalarFn.MIN, ScalarFn.WHERE})
+
 
 def lower_gemm_epilogue(group: FusedGroup, match: GemmMatch, name: str,
                         target: Target = CPU) -> tuple[TileProgram, tuple[Value, ...]] | None:
@@ -547,21 +550,20 @@ class _Builder:
     def _staged_epilogue(self, ob: Buffer, store: Callable[[Index], list[Stmt]], bm: int, bn: int,
                          k: int) -> tuple[Buffer, list[Stmt]] | None:
         """On a host, an output stored across the tile whose epilogue calls a costly
-        function (``GemmPolicy.staged_epilogue_flops``): its staging tile, and the two nests that
-        compute the epilogue in the tile's order (columns innermost: the accumulator read
-        in place, the math in whole vectors) and copy it out in the store's order; None
-        to store it as it is computed."""
-        least = self.target.gemm.staged_epilogue_flops
-        if not least or self.target.device.max_block_threads:
+        function (``GemmPolicy.staged_epilogue_flops``) or selects (``staged_epilogue_selects``):
+        its staging tile, and the two nests that compute the epilogue in the tile's order
+        (columns innermost: the accumulator read in place, the math in whole vectors) and
+        copy it out in the store's order; None to store it as it is computed."""
+        policy = self.target.gemm
+        if not (policy.staged_epilogue_flops or policy.staged_epilogue_selects) or self.target.device.max_block_threads:
             return None
         def stores(ij: Index) -> list[Store]:
             return [s for s in store(ij) if isinstance(s, Store)]
 
-        costliest = 0  # the flops of the costliest function the epilogue calls, an element
-        for s in stores((Var("_i"), Var("_j"))):
-            for x in subexpressions(s.value):
-                costliest = max(costliest, x.fn.value.flops if isinstance(x, Call) else 0)
-        if costliest < least:
+        calls = [x.fn for s in stores((Var("_i"), Var("_j"))) for x in subexpressions(s.value) if isinstance(x, Call)]
+        costly = policy.staged_epilogue_flops and max((fn.value.flops for fn in calls), default=0) >= policy.staged_epilogue_flops
+        selects = policy.staged_epilogue_selects and any(fn in _SELECTS for fn in calls)
+        if not (costly or selects):
             return None
         et = Buffer(f"e_tile{k}", ob.dtype, (bm, bn), Scope.FRAGMENT)
         compute = parallel(self.names, (bm, bn), lambda ij: [Store(et, ij, s.value) for s in stores(ij)])
