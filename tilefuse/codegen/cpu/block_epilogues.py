@@ -30,8 +30,9 @@ then writes a few runs at once, each a whole row of the tile long, and B, which 
 of blocks reads whole, stays in the first-level cache. MobileNetV2's 112 x 112 expansion
 (16 -> 96 channels, tiles of 96 x 224, one thread) took 0.53 ms tile-wide, 0.56 block by
 block down the columns, 0.49 along the rows, with caches warm; 0.96 / 1.02 / 0.82 cold
-(NOTES.md, session 32). A block whose sizes are the register block's (most of them) is
-printed with them as constants: one call of the core's block, epilogue loops without tails.
+(NOTES.md, session 32). The tile's sizes are constants, and so is every block's
+(``row_runs``: the core's rule, unrolled at compile time): each block is printed with its
+own, one call of the core's register block and epilogue loops of fixed trip counts.
 """
 from __future__ import annotations
 
@@ -152,6 +153,24 @@ def _epilogue(s: Stmt, c: Buffer) -> Loop | None:
 def _reads_only_at(e: Expr, c: Buffer, at: tuple[Var, Var]) -> bool:
     """Whether every load of ``c`` in ``e`` is at exactly ``at``."""
     return all(x.indices == at for x in subexpressions(e) if isinstance(x, Load) and x.buffer == c)
+
+
+def row_runs(m: int) -> list[tuple[int, int, int]]:
+    """The register blocks over ``m`` rows, by the product core's rule (``tf_strip_32``: the
+    tallest, the last 13 to 23 rows as two near-equal blocks), as runs of equal blocks:
+    (first row, blocks, rows each)."""
+    runs: list[tuple[int, int, int]] = []
+    i = 0
+    while i < m:
+        left = m - i
+        r = BLOCK_ROWS if left >= 2 * BLOCK_ROWS else ((left + 1) // 2 if left > BLOCK_ROWS else left)
+        if runs and runs[-1][2] == r:
+            first, count, _ = runs[-1]
+            runs[-1] = (first, count + 1, r)
+        else:
+            runs.append((i, 1, r))
+        i += r
+    return runs
 
 
 def block_view(e: Expr, c: Buffer, view: Buffer) -> Expr:

@@ -170,7 +170,7 @@ class _Emitter:
         and columns of that block, reading the buffer where it read the tile."""
         s, c = f.product, f.c
         (m, n), width = c.shape, block_epilogues.BLOCK_COLUMNS
-        buf, j0, w, i0, r = (self.names.temp(x) for x in ("_cb", "_j", "_w", "_i", "_r"))
+        buf, j0, i0 = (self.names.temp(x) for x in ("_cb", "_j", "_i"))
         view = Buffer(self.names.temp(f"{c.name}_block"), c.dtype, (m, width), c.scope)
         inner = list(levels)
         kt = f.k_loop
@@ -180,7 +180,6 @@ class _Emitter:
         se = self.exprs(inner, (*s.a.offsets, *s.b.offsets))
         a, lda, b, ldb = emit_tiles.strided_operands(s, se)
         zero = "1" if kt is None else f"{cident(kt.var.name)} == 0"
-        tall = block_epilogues.BLOCK_ROWS
         rows = replace(f.rows, body=(replace(f.columns, body=tuple(
             replace(x, value=block_epilogues.block_view(x.value, c, view),
                     indices=tuple(block_epilogues.block_view(e, c, view) for e in x.indices))
@@ -210,26 +209,28 @@ class _Emitter:
 
         view_at = (f"float *{cident(view.name)} = (float *)((uintptr_t){buf} - "
                    f"(uintptr_t)({i0} * {width} + {j0}) * sizeof(float));")
-        # a whole register block (most of them on a tile of 12+ rows and 32+ columns) with
-        # its sizes as constants: the product is one call of the core's block, the epilogue
-        # loops have fixed trip counts (vectors, no tails); the block at an edge, generally
-        whole = m >= tall and n >= width
-        body = block(r, w) if not whole else [
-            f"if ({r} == {tall} && {w} == {width}) {{", *["    " + x for x in block(str(tall), str(width))],
-            "} else {", *["    " + x for x in block(r, w)], "}"]
-        # rows of the next block: the product core's rule (tf_strip_32), so that a block is
-        # one register block: the tallest, the last 13 to 23 rows as two near-equal ones
-        rows_rule = f"{r} = {m} - {i0} >= {2 * tall} ? {tall} : ({m} - {i0} > {tall} ? ({m} - {i0} + 1) / 2 : {m} - {i0});"
-        columns = [f"for (int64_t {j0} = 0; {j0} < {n}; {j0} += {width}) {{",
-                   f"    const int64_t {w} = {n} - {j0} < {width} ? {n} - {j0} : {width};"]
+
+        def over(var: str, start: int, count: int, step: int, body: list[str]) -> list[str]:
+            """``body`` for ``var`` = start, start + step, ... (``count`` of them)."""
+            if count == 1:
+                return ["{", f"    const int64_t {var} = {start};", *["    " + x for x in body], "}"]
+            return [f"for (int64_t {var} = {start}; {var} < {start + count * step}; {var} += {step}) {{",
+                    *["    " + x for x in body], "}"]
+
+        # every block with its sizes as constants (the tile's are): the product is one call
+        # of the core's register block, the epilogue's loops have fixed trip counts
+        runs = block_epilogues.row_runs(m)  # (first row, blocks, rows each)
+        spans = [(0, n // width, width)] if n >= width else []
+        if n % width:
+            spans.append((n - n % width, 1, n % width))
         if f.rows_outer:  # a row of blocks at a time (block_epilogues.py)
-            loops = [f"for (int64_t {i0} = 0, {r} = 0; {i0} < {m}; {i0} += {r}) {{", f"    {rows_rule}",
-                     *["    " + x for x in columns]]
+            loops = [x for first, count, height in runs for x in over(i0, first, count, height, [
+                y for j, cols, span in spans for y in over(j0, j, cols, width, block(str(height), str(span)))])]
         else:
-            loops = [*columns, f"    for (int64_t {i0} = 0, {r} = 0; {i0} < {m}; {i0} += {r}) {{",
-                     f"        {rows_rule}"]
-        return ["{", f"    float {buf}[{tall * width}] __attribute__((aligned(64)));",
-                *["    " + x for x in loops], *["            " + x for x in body], "        }", "    }", "}"]
+            loops = [x for j, cols, span in spans for x in over(j0, j, cols, width, [
+                y for first, count, height in runs for y in over(i0, first, count, height, block(str(height), str(span)))])]
+        return ["{", f"    float {buf}[{block_epilogues.BLOCK_ROWS * width}] __attribute__((aligned(64)));",
+                *["    " + x for x in loops], "}"]
 
     def stmt(self, s: Stmt, levels: list[LoopLevel], in_parallel: bool) -> list[str]:
         if isinstance(s, Loop):
