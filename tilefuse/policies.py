@@ -58,6 +58,11 @@ class GemmPolicy:
     # both signs mispredicts (MobileNetV2's 7 x 7 ReLU6 expansions, 160 -> 960 channels:
     # 0.46-0.50 ms so, 0.16 staged; NOTES.md, session 32)
     staged_epilogue_selects: bool = False
+    # ... or, before either, any such epilogue reads the float32 accumulator tile turned by
+    # the host's block transpose (Transpose) into the store's order: the math in vectors and
+    # the residual read as runs, for one pass of 16 x 16 blocks (MobileNetV2's 7 x 7
+    # layers: 1-5% each against the staging tile or the store's order; NOTES.md, session 32)
+    turned_epilogue: bool = False
     # quantized (QDQ) products by constant 8-bit weights run as integer products, summed
     # exactly in int32 and rescaled in float (frontend/qdq.py), instead of on dequantized
     # floats; a host's u8 x s8 ones read packed int8 panels (lower/panels.py)

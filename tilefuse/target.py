@@ -127,7 +127,7 @@ CPU = Target(
     # first-level cache, meets twice the rows): LLaMA 0.973, bert 0.981, GPT-2 0.987 at
     # 2 threads against 64 (NOTES.md, session 26)
     gemm=GemmPolicy(row_tile=64, rows=128, panel_width=32, staged_epilogue_flops=8, staged_epilogue_selects=True,
-                    integer_products=True),
+                    turned_epilogue=True, integer_products=True),
     # keys of a sequence up to 256 in one step (no rescaling pass), rows of whole 16-float vectors
     attention=AttentionPolicy(max_head_dim=512, key_tile=256, key_align=16),
     # depthwise_run: a 16-float vector (AVX-512; two 8-float ones elsewhere)

@@ -1,10 +1,11 @@
 """The C printer addresses an access at its flat offset where the per-dim indices divide the
 innermost loop's variable and linearising cancels that (codegen/cpu/flat_access.py): a
 channels-as-rows convolution's epilogue runs along a channel's whole plane, its stores
-and its residual's loads plain runs, no division per element. A store whose loop reads a
-tile transposed (positions-as-rows convolutions) keeps its per-dim indices: made a run,
-GCC would vectorise it with gathers. Both compiled plans match onnxruntime and the
-reference on fresh random inputs."""
+and its residual's loads plain runs, no division per element. A positions-as-rows
+convolution's epilogue reads its tile turned into the store's order (GemmPolicy.
+turned_epilogue): its stores are runs too. Where it reads the tile transposed (that
+policy off), the store keeps its per-dim indices: made a run, GCC would vectorise it with
+gathers. The compiled plans match onnxruntime and the reference on fresh random inputs."""
 from __future__ import annotations
 
 import re
@@ -17,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tilefuse.codegen.cpu.emit import emit_program
 from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
-from tilefuse.target import CPU
+from tilefuse.target import CPU, Target, adjust
 from tilefuse.tile_ir.lower import lower_group
 
 from tests.tile_ir.compiled import cpu_plan_matches
@@ -37,10 +38,10 @@ def _conv_residual(channels: int, size: int, k: int, rng) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _stores_to_out(name: str, model: onnx.ModelProto) -> tuple[list[str], bool]:
+def _stores_to_out(name: str, model: onnx.ModelProto, target: Target = CPU) -> tuple[list[str], bool]:
     graph = import_onnx(model)
-    (g,) = [g for g in partition_graph(graph, CPU).groups if str(g.kind) != "opaque"]
-    program = lower_group(g, CPU).program
+    (g,) = [g for g in partition_graph(graph, target).groups if str(g.kind) != "opaque"]
+    program = lower_group(g, target).program
     text = emit_program(program).text
     body = text[text.index("(void **args)\n{"):]
     return re.findall(r"out0\[(.*?)\] = ", body), program.schedule.channel_rows
@@ -58,10 +59,16 @@ def test_a_channel_rows_epilogue_stores_and_reads_runs(size, k):
                      {"x": rng.standard_normal((1, 32, size, size)).astype(np.float32)})
 
 
-def test_a_store_from_a_transposed_tile_keeps_its_dims():
+def test_a_store_from_a_turned_tile_is_a_run_and_from_a_transposed_one_keeps_its_dims():
     rng = np.random.default_rng()
-    model = _conv_residual(64, 7, 1, rng)  # 7 x 7: positions as rows, the tile read transposed
+    model = _conv_residual(64, 7, 1, rng)  # 7 x 7: positions as rows
     stores, channel_rows = _stores_to_out("conv", model)
     assert not channel_rows and stores
+    assert not any(re.search(r"\* 7\b", index) for index in stores), stores  # the turned tile: one run
+    transposed = adjust(CPU, gemm__turned_epilogue=False)  # the tile read transposed
+    stores, channel_rows = _stores_to_out("conv", model, transposed)
+    assert not channel_rows and stores
     assert all(re.search(r"\* 7\b", index) for index in stores), stores  # its row's term: per-dim indices
-    cpu_plan_matches("conv7x7", model, import_onnx(model), {"x": rng.standard_normal((1, 64, 7, 7)).astype(np.float32)})
+    feeds = {"x": rng.standard_normal((1, 64, 7, 7)).astype(np.float32)}
+    for target in (CPU, transposed):
+        cpu_plan_matches("conv7x7", model, import_onnx(model), feeds, target=target)

@@ -7,11 +7,13 @@ import onnxruntime as ort
 import tilefuse
 from tilefuse.compare import compare_output
 from tilefuse.reference import run_graph
+from tilefuse.target import Target
 
 
-def cpu_plan_matches(name: str, model: onnx.ModelProto, graph, feeds: dict) -> None:
-    """The compiled CPU plan's one output ``y`` against onnxruntime's and the reference's."""
-    (got,) = tilefuse.InferenceSession(tilefuse.compile(model.SerializeToString(), target="cpu")).run(None, feeds)
+def cpu_plan_matches(name: str, model: onnx.ModelProto, graph, feeds: dict, target: str | Target = "cpu") -> None:
+    """The compiled CPU plan's (``target``: the CPU target or a variant of it) one output ``y``
+    against onnxruntime's and the reference's."""
+    (got,) = tilefuse.InferenceSession(tilefuse.compile(model.SerializeToString(), target=target)).run(None, feeds)
     (want_ort,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     (want_ref,) = run_graph(graph, feeds).values()
     for what, want in (("onnxruntime", want_ort), ("reference", want_ref)):

@@ -1,9 +1,11 @@
 """On the CPU a convolution with positions as rows (a 7 x 7 map) writes each output channel
 across its tile: the store's order reads the accumulator with a stride and GCC leaves the
-epilogue's math scalar. Where the epilogue is costly (GemmPolicy.staged_epilogue_flops: a
-SiLU's sigmoid, a GELU's erf) or selects (staged_epilogue_selects: ReLU, Clip, a branch
-an element in scalar code), the host computes it in the tile's order into a staging tile
-and then copies it out; a cheap one (a bias, a residual) and the GPU store as before. The
+epilogue's math scalar. The host turns the accumulator tile into the store's order with
+its block transpose (GemmPolicy.turned_epilogue) and computes every such epilogue there,
+in vectors. With that off, an epilogue that is costly (staged_epilogue_flops: a SiLU's
+sigmoid, a GELU's erf) or selects (staged_epilogue_selects: ReLU, Clip, a branch an
+element in scalar code) is computed in the tile's order into a staging tile and then
+copied out; a cheap one (a bias, a residual) and the GPU store as before. The
 lowered program interprets like the reference, and the compiled plan matches onnxruntime
 and the reference on fresh random inputs, with a residual input read in the epilogue, a
 column tail and a partial row tile."""
@@ -18,11 +20,13 @@ from tilefuse.compare import compare_output
 from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
 from tilefuse.reference import evaluate_all
-from tilefuse.target import CPU, CUDA_SM90A
+from tilefuse.target import CPU, CUDA_SM90A, adjust
 from tilefuse.tile_ir.lower import lower_group
 
 from tests.tile_ir.compiled import cpu_plan_matches
 from tests.tile_ir.interpreted import interpret
+
+STAGED = adjust(CPU, gemm__turned_epilogue=False)  # the staging tile where the epilogue is costly or selects
 
 CASES = {
     # name: (x shape [N, C, H, W], Cout, activation, residual)
@@ -66,7 +70,7 @@ def _model(x_shape, cout, act, residual, rng) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_a_costly_epilogue_across_the_tile_is_computed_in_the_tiles_order(name):
+def test_an_epilogue_across_the_tile_reads_the_accumulator_turned_or_staged(name):
     x_shape, cout, act, residual = CASES[name]
     rng = np.random.default_rng()
     model = _model(x_shape, cout, act, residual, rng)
@@ -75,15 +79,18 @@ def test_a_costly_epilogue_across_the_tile_is_computed_in_the_tiles_order(name):
         feeds["r"] = rng.standard_normal((x_shape[0], cout, *x_shape[2:])).astype(np.float32)
     graph = import_onnx(model)
     values = evaluate_all(graph, feeds)
-    for target in (CPU, CUDA_SM90A):
+    for target in (CPU, STAGED, CUDA_SM90A):
         (g,) = [g for g in partition_graph(graph, target).groups if str(g.kind) != "opaque"]
         low = lower_group(g, target)
         assert not low.program.schedule.channel_rows, low.program.notes  # positions as rows: the case under test
         staged = [b.name for b in low.program.allocs if b.name.startswith("e_tile")]
-        assert bool(staged) == (target is CPU and act != "none"), (target.name, staged)
-        if target is CPU:
+        turned = [b.name for b in low.program.allocs if b.name.startswith("t_c_tile")]
+        assert (bool(turned), bool(staged)) == (target is CPU, target is STAGED and act != "none"), (target.name, staged, turned)
+        assert len(turned) <= 1
+        if target is not CUDA_SM90A:
             for v, got in interpret(low, values):
                 c = compare_output(v.name, got, values[id(v)])
                 assert c.ok, f"{name} interpreted: {c.problem}"
 
     cpu_plan_matches(name, model, graph, feeds)
+    cpu_plan_matches(name, model, graph, feeds, target=STAGED)

@@ -14,6 +14,7 @@ match it is given.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from tilefuse.ir.dtypes import HALF_FLOATS, DType
@@ -37,14 +38,18 @@ from tilefuse.tile_ir.ir import (
     Fill,
     Gemm,
     If,
+    IndexCheck,
+    IndexOp,
     IOp,
     Load,
     Loop,
     LoopKind,
+    Region,
     Scope,
     Stmt,
     Store,
     TileProgram,
+    Transpose,
     Var,
     WINOGRAD_TILE,
     const_index,
@@ -79,6 +84,20 @@ from tilefuse.tile_ir.schedule import GemmSchedule
 
 # functions whose scalar C is a branch an element (GemmPolicy.staged_epilogue_selects)
 _SELECTS = frozenset({ScalarFn.MAX, ScalarFn.MIN, ScalarFn.WHERE})
+
+
+def _reading_turned(e: Expr, tc: Buffer, ct: Buffer) -> Expr:
+    """``e`` reading ``ct``, ``tc`` transposed, where it read ``tc``."""
+    if isinstance(e, Load):
+        indices = tuple(_reading_turned(i, tc, ct) for i in e.indices)
+        return Load(ct, indices[::-1]) if e.buffer == tc else Load(e.buffer, indices)
+    if isinstance(e, IndexOp):
+        return IndexOp(e.op, _reading_turned(e.a, tc, ct), _reading_turned(e.b, tc, ct))
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(_reading_turned(a, tc, ct) for a in e.args), e.dtype)
+    if isinstance(e, IndexCheck):
+        return IndexCheck(_reading_turned(e.index, tc, ct), e.extent, e.site)
+    return e
 
 
 def lower_gemm_epilogue(group: FusedGroup, match: GemmMatch, name: str,
@@ -453,6 +472,7 @@ class _Builder:
         outs = params[len(params) - len(self.group.outputs):]
         epilogues: list[list[Stmt]] = [[] for _ in self.cs] if packed else [body]
         staging: list[Buffer] = []  # outputs' staging tiles (``_staged_epilogue``)
+        turned_tiles: dict[str, Buffer] = {}  # the accumulator tile turned (``_turned_epilogue``)
         for v, ob in zip(self.group.outputs, outs):
             def store(ij: Index, v: Value = v, ob: Buffer = ob) -> list[Stmt]:
                 g = self._product_index(tuple(bvars), row(ij[0]), column(ij[1]))
@@ -463,8 +483,12 @@ class _Builder:
             if self.flip:
                 out += conv_rows.stores(self, el, v, ob, mt, n0, bn, bm, pitch)
             elif self._rows_innermost(v, bvars, row, column):  # e.g. K written transposed for attention
-                staged = self._staged_epilogue(ob, store, bm, bn, len(staging))
-                if staged is not None:
+                acc = tcs[0] if len(tcs) == 1 else None
+                turned = self._turned_epilogue(store, bm, bn, acc, turned_tiles) if acc is not None else None
+                staged = None if turned is not None else self._staged_epilogue(ob, store, bm, bn, len(staging))
+                if turned is not None:
+                    out += turned
+                elif staged is not None:
                     staging.append(staged[0])
                     out += staged[1]
                 else:
@@ -506,7 +530,7 @@ class _Builder:
         operand_tiles = (() if self.depthwise or in_place or direct or wino or (self.panel_width and self.first is None and not conv)
                          else (ta,) if self.panel_width else (ta, *tbs))
         allocs = (*operand_tiles, *dw_allocs, *direct_allocs, *tcs, *rows.values(), *((th, *chain_allocs) if self.first is not None else ()),
-                  *staging)
+                  *staging, *turned_tiles.values())
         # two warpgroups for 128 rows of at least 128 accumulator columns (siblings together)
         threads = self.asked_threads(bm, accs * bn)
         if producer:
@@ -546,6 +570,28 @@ class _Builder:
         """Threads a tile of ``bm`` rows and ``columns`` accumulator columns asks for: two
         warpgroups for 128 rows of at least 128 columns (siblings together), else one."""
         return self.max_threads if bm >= 128 and columns >= 128 else 128
+
+    def _turned_epilogue(self, store: Callable[[Index], list[Stmt]], bm: int, bn: int, tc: Buffer,
+                         turned: dict[str, Buffer]) -> list[Stmt] | None:
+        """On a host (``GemmPolicy.turned_epilogue``), an output stored across the tile: the
+        float32 accumulator tile turned by the host's block transpose into the store's
+        order (once, for every such output: ``turned``), then the epilogue computed in the
+        store's order reading it, and any residual, as runs: vector math, no strided
+        reads. None where the policy is off or the tile is not float32."""
+        if not self.target.gemm.turned_epilogue or self.target.device.max_block_threads or tc.dtype is not DType.FLOAT32:
+            return None
+        head: list[Stmt] = []
+        ct = turned.get(tc.name)
+        if ct is None:
+            ct = turned[tc.name] = Buffer(f"t_{tc.name}", DType.FLOAT32, (bn, bm), Scope.FRAGMENT)
+            zero = const_index(0)
+            head.append(Transpose(Region(tc, (zero, zero), (bm, bn)), Region(ct, (zero, zero), (bn, bm))))
+
+        def turned_store(ji: Index) -> list[Stmt]:
+            return [replace(x, value=_reading_turned(x.value, tc, ct),
+                            indices=tuple(_reading_turned(e, tc, ct) for e in x.indices)) if isinstance(x, Store) else x
+                    for x in store((ji[1], ji[0]))]
+        return [*head, *parallel(self.names, (bn, bm), turned_store)]
 
     def _staged_epilogue(self, ob: Buffer, store: Callable[[Index], list[Stmt]], bm: int, bn: int,
                          k: int) -> tuple[Buffer, list[Stmt]] | None:
