@@ -122,6 +122,11 @@ class ConvPolicy:
     channel_rows: bool = False
     min_positions: int = 64  # output positions per image below which channels stay columns
     depthwise_channels: int = 8  # channels per depthwise tile
+    # output positions of a depthwise tile of output rows at most (0: as any other
+    # convolution's, 256): a whole plane reads each input plane as one run, where tiles of
+    # 2-4 rows read runs of 224-448 bytes that the prefetcher barely follows (MobileNetV2
+    # 0.977, EfficientNet-B0 0.982 at 4096 with 4 channels against 256 with 8; NOTES.md, session 32)
+    depthwise_positions: int = 0
     # a depthwise convolution over 2-D maps computed from a zero-padded copy of its input
     # rows on chip (split by stride phase), every tap summed per position in one loop along
     # the padded rows (conv_rows.depthwise_padded) whose length is a multiple of this many positions,

@@ -12,7 +12,7 @@ from tilefuse.ir import Builder, DType, TensorType
 from tilefuse.ir.prims import Conv
 from tilefuse.partition import partition_graph
 from tilefuse.reference import evaluate_all
-from tilefuse.target import CPU, CUDA_SM90A
+from tilefuse.target import CPU, CUDA_SM90A, adjust
 from tilefuse.tile_ir import lower_group
 from tilefuse.tile_ir.ir import If, statements
 
@@ -38,8 +38,12 @@ def _check(graph, target, x_shape):
     return low.program
 
 
+# the CPU's depthwise tiles of 256 positions (its default takes up to 4096: one tile here)
+CPU_256 = adjust(CPU, conv__depthwise_positions=0)
+
+
 # the GPU tiles plain convolutions with positions as rows (the last test), depthwise ones so
-@pytest.mark.parametrize("target,depthwise", [(CPU, False), (CPU, True), (CUDA_SM90A, True)],
+@pytest.mark.parametrize("target,depthwise", [(CPU, False), (CPU_256, True), (CUDA_SM90A, True)],
                          ids=["cpu-plain", "cpu-depthwise", "cuda-depthwise"])
 def test_1d_position_tiles_bound_their_taps_from_where_they_start(target, depthwise):
     """[2, 8, 1000], kernel 3, pads 1 / 1 and 2 / 0: four 250-position tiles per image.

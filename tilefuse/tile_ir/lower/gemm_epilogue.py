@@ -243,8 +243,9 @@ class _Builder:
             inner = math.prod(self.c.outputs[0].type.shape[3:])
             # fewer rows a tile while the grid leaves a core idle (a 14 x 14 projection of
             # 112 channels was one tile: one of two threads worked)
-            want_rows = divisor_tile(out_rows, max(1, 256 // inner))
             policy = self.target.conv
+            positions = policy.depthwise_positions if self.depthwise and policy.depthwise_positions else 256
+            want_rows = divisor_tile(out_rows, max(1, positions // inner))
             few = policy.in_place_channels
             planes = self.k * out_rows * inner * self.op_dtype.itemsize
             if (few and self.k <= policy.in_place_max_k and planes <= self.onchip // 2
