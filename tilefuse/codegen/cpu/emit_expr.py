@@ -234,7 +234,8 @@ class StmtExprs:
 
     # -- simplification by ranges ---------------------------------------------------------
     def simplify(self, nid: int) -> int:
-        """``a % d`` with ``0 <= a < d`` is ``a``; ``a // d`` is 0 there (d a constant)."""
+        """``a % d`` with ``0 <= a < d`` is ``a``; ``a // d`` is 0 there (d a constant);
+        ``min(a, c)`` with ``a <= c`` and ``max(a, c)`` with ``a >= c`` are ``a``."""
         if nid in self._simple:
             return self._simple[nid]
         n, out = self.t.nodes[nid], nid
@@ -243,6 +244,11 @@ class StmtExprs:
             ab = self.bounds(n.kids[0])
             if b.kind is Const and ab is not None and 0 <= ab[0] and ab[1] < int(b.value):
                 out = self.simplify(n.kids[0]) if n.op is IOp.MOD else self.t.const(0, DType.INT64)
+        elif n.kind is IndexOp and n.op in (IOp.MIN, IOp.MAX):
+            b = self.t.nodes[n.kids[1]]
+            ab = self.bounds(n.kids[0])
+            if b.kind is Const and ab is not None and (ab[1] <= int(b.value) if n.op is IOp.MIN else ab[0] >= int(b.value)):
+                out = self.simplify(n.kids[0])
         self._simple[nid] = out
         return out
 
