@@ -324,7 +324,8 @@ class _Emitter:
             self.parallel = True
             return self.nest(nest[:k], levels, f"#pragma omp parallel for{simd}{collapse} schedule(static)")
         pragma = "#pragma omp simd" if s.kind is LoopKind.PARALLEL and _simd_ok(s) else ""
-        cut = self._clamp_cut(s) if pragma else None
+        # (a loop a block epilogue already runs over a block of is left as it is)
+        cut = self._clamp_cut(s) if pragma and cident(s.var.name) not in self.blocks else None
         if cut is not None:  # below the cut no index clamps: two loops (``_clamp_cut``)
             name = cident(s.var.name)
             out: list[str] = []
