@@ -5,9 +5,9 @@ A float32 pointwise convolution read in place over at most ``in_place_max_k`` in
 whose input planes take at most half a core's cache (1 MB on the default CPU target), takes tiles of a few output channels by whole planes; its product then runs in register
 blocks, each followed at once by the epilogue's rows and columns of that block (a residual,
 a bias, an activation), and its accumulator tile is never allocated. Tiles of more rows
-run so too, a row of blocks at a time, where the product's B part (K x the tile's columns)
-fits the first-level cache; the others keep the tile-wide epilogue. Plans match onnxruntime and the reference on fresh random
-inputs: odd planes (columns past the last whole block), a batch, K in several steps,
+run so too, a row of blocks at a time, where the product's B part (K x the tile's
+columns) fits the first-level cache; the others keep the tile-wide epilogue. Plans match
+onnxruntime and the reference on fresh random inputs: odd planes (columns past the last whole block), a batch, K in several steps,
 channels that are not a multiple of a block's rows."""
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ from tilefuse.tile_ir.lower import lower_group
 LIMITS = block_epilogues.Limits(CpuOptions().block_epilogue_rows, CpuOptions().block_epilogue_b_bytes)
 
 CASES = {
-    # name: (x shape [N, C, H, W], Cout, residual, activation, per block (None: no; "rows":
-    # a row of blocks at a time), whole planes)
+    # name: (x shape [N, C, H, W], Cout, residual, activation, per block (None: no;
+    # "columns": a column of blocks at a time; "rows": a row of them), whole planes)
     "projection_56x56_residual": ((1, 32, 56, 56), 128, True, "Relu", "columns", True),
     "odd_plane_batch2_clip": ((2, 24, 15, 17), 36, False, "Clip", "columns", True),
     "mobilenet_expansion_56x56": ((1, 24, 56, 56), 144, False, "Clip", "columns", True),
