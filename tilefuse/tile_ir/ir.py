@@ -577,6 +577,19 @@ def substitute(e: Expr, env: dict[Var, Expr]) -> Expr:
     return e
 
 
+def map_loads(e: Expr, fn: Callable[[Load], Expr]) -> Expr:
+    """``e`` with each load (indices mapped first) replaced by ``fn`` of it."""
+    if isinstance(e, Load):
+        return fn(Load(e.buffer, tuple(map_loads(i, fn) for i in e.indices)))
+    if isinstance(e, IndexOp):
+        return IndexOp(e.op, map_loads(e.a, fn), map_loads(e.b, fn))
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(map_loads(a, fn) for a in e.args), e.dtype)
+    if isinstance(e, IndexCheck):
+        return IndexCheck(map_loads(e.index, fn), e.extent, e.site)
+    return e
+
+
 def dtype_of(e: Expr) -> DType:
     """The scalar type of an expression: index arithmetic is int64 (comparisons bool)."""
     if isinstance(e, (Const, Call)):

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 
 from tilefuse.codegen.cpu.first_products import Starts
 from tilefuse.ir.dtypes import DType
-from tilefuse.tile_ir.ir import (Buffer, Call, Expr, Fill, If, IndexCheck, IndexOp, Load, Loop, LoopKind, Stmt, Store,
-                                 StridedGemm, TileProgram, Var, statements, subexpressions)
+from tilefuse.tile_ir.ir import (Buffer, Expr, Fill, If, Load, Loop, LoopKind, Stmt, Store, StridedGemm, TileProgram, Var,
+                                 map_loads, statements, subexpressions)
 from tilefuse.tile_ir.nests import stmt_reads
 
 # the product core's register block (codegen/cpu/prelude.py): columns, one AVX-512
@@ -175,13 +175,4 @@ def row_runs(m: int) -> list[tuple[int, int, int]]:
 
 def block_view(e: Expr, c: Buffer, view: Buffer) -> Expr:
     """``e`` with its loads of ``c`` reading ``view`` at the same indices."""
-    if isinstance(e, Load):
-        indices = tuple(block_view(i, c, view) for i in e.indices)
-        return Load(view if e.buffer == c else e.buffer, indices)
-    if isinstance(e, IndexOp):
-        return IndexOp(e.op, block_view(e.a, c, view), block_view(e.b, c, view))
-    if isinstance(e, Call):
-        return Call(e.fn, tuple(block_view(a, c, view) for a in e.args), e.dtype)
-    if isinstance(e, IndexCheck):
-        return IndexCheck(block_view(e.index, c, view), e.extent, e.site)
-    return e
+    return map_loads(e, lambda x: Load(view, x.indices) if x.buffer == c else x)

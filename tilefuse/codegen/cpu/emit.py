@@ -325,7 +325,7 @@ class _Emitter:
             return self.nest(nest[:k], levels, f"#pragma omp parallel for{simd}{collapse} schedule(static)")
         pragma = "#pragma omp simd" if s.kind is LoopKind.PARALLEL and _simd_ok(s) else ""
         # (a loop a block epilogue already runs over a block of is left as it is)
-        cut = self._clamp_cut(s) if pragma and cident(s.var.name) not in self.blocks else None
+        cut = self._clamp_cut(s, levels) if pragma and cident(s.var.name) not in self.blocks else None
         if cut is not None:  # below the cut no index clamps: two loops (``_clamp_cut``)
             name = cident(s.var.name)
             out: list[str] = []
@@ -344,7 +344,7 @@ class _Emitter:
             return self.nest([s], levels, pragma, in_parallel=in_parallel, overlap=step)
         return self.nest([s], levels, pragma, in_parallel=in_parallel)
 
-    def _clamp_cut(self, s: Loop) -> int | None:
+    def _clamp_cut(self, s: Loop, levels: list[LoopLevel]) -> int | None:
         """Where an element loop's indices stop needing a clamp: the first iteration at
         which ``min(i + a, c)`` (``i`` the loop's variable, ``a`` of one known value, ``c``
         a constant: a tile's last lanes reading the last real element again) clamps, when
@@ -358,14 +358,14 @@ class _Emitter:
                 for m in subexpressions(e):
                     if not (isinstance(m, IndexOp) and m.op is IOp.MIN and isinstance(m.b, Const)):
                         continue
-                    offset = self._offset_from(m.a, s.var)
+                    offset = self._offset_from(m.a, s.var, levels)
                     if offset is not None and 0 < int(m.b.value) - offset + 1 < s.extent:
                         cuts.append(int(m.b.value) - offset + 1)
         return min(cuts) if cuts else None
 
-    def _offset_from(self, e: Expr, var: Var) -> int | None:
+    def _offset_from(self, e: Expr, var: Var, levels: list[LoopLevel]) -> int | None:
         """``a`` where ``e`` is ``var + a`` (or ``var``) and ``a`` takes one value over the
-        enclosing loops' ranges; else None."""
+        enclosing loops' ranges (the printer's own bounds, ``StmtExprs.bounds``); else None."""
         if e == var:
             return 0
         if not (isinstance(e, IndexOp) and e.op is IOp.ADD):
@@ -373,27 +373,9 @@ class _Emitter:
         other = e.b if e.a == var else e.a if e.b == var else None
         if other is None:
             return None
-        lo_hi = self._value_range(other)
+        se = self.exprs(levels, (other,))
+        lo_hi = se.bounds(se.roots[0])
         return lo_hi[0] if lo_hi is not None and lo_hi[0] == lo_hi[1] else None
-
-    def _value_range(self, e: Expr) -> tuple[int, int] | None:
-        """[lo, hi] of an index expression of constants, +, - and * over the variables'
-        known ranges (``self.ranges``); None where unknown."""
-        if isinstance(e, Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
-            return (e.value, e.value)
-        if isinstance(e, Var):
-            return self.ranges.get(cident(e.name))
-        if not (isinstance(e, IndexOp) and e.op in (IOp.ADD, IOp.SUB, IOp.MUL)):
-            return None
-        a, b = self._value_range(e.a), self._value_range(e.b)
-        if a is None or b is None:
-            return None
-        if e.op is IOp.ADD:
-            return (a[0] + b[0], a[1] + b[1])
-        if e.op is IOp.SUB:
-            return (a[0] - b[1], a[1] - b[0])
-        p = [x * y for x in a for y in b]
-        return (min(p), max(p))
 
     def nest(self, loops: list[Loop], levels: list[LoopLevel], pragma: str, in_parallel: bool = True,
              overlap: int = 0) -> list[str]:

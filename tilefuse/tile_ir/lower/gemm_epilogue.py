@@ -54,6 +54,7 @@ from tilefuse.tile_ir.ir import (
     WINOGRAD_TILE,
     const_index,
     iop,
+    map_loads,
     statements,
     subexpressions,
 )
@@ -88,16 +89,7 @@ _SELECTS = frozenset({ScalarFn.MAX, ScalarFn.MIN, ScalarFn.WHERE})
 
 def _reading_turned(e: Expr, tc: Buffer, ct: Buffer) -> Expr:
     """``e`` reading ``ct``, ``tc`` transposed, where it read ``tc``."""
-    if isinstance(e, Load):
-        indices = tuple(_reading_turned(i, tc, ct) for i in e.indices)
-        return Load(ct, indices[::-1]) if e.buffer == tc else Load(e.buffer, indices)
-    if isinstance(e, IndexOp):
-        return IndexOp(e.op, _reading_turned(e.a, tc, ct), _reading_turned(e.b, tc, ct))
-    if isinstance(e, Call):
-        return Call(e.fn, tuple(_reading_turned(a, tc, ct) for a in e.args), e.dtype)
-    if isinstance(e, IndexCheck):
-        return IndexCheck(_reading_turned(e.index, tc, ct), e.extent, e.site)
-    return e
+    return map_loads(e, lambda x: Load(ct, x.indices[::-1]) if x.buffer == tc else x)
 
 
 def lower_gemm_epilogue(group: FusedGroup, match: GemmMatch, name: str,
