@@ -1,6 +1,7 @@
 """The prelude's register-blocked product core ``tf_gemm_f32`` (c += a @ b on float32 tiles
 with leading dimensions) against a float64 product, at every column tail a strip leaves
-(AVX-512: strips of 32, then 16-wide ones, the last masked; AVX2: strips of 16, 8 and a
+(AVX-512: strips of 32, then 16-wide ones, the last masked, or as dot products along k
+where 8 columns or fewer are left, in blocks of 256 k; AVX2: strips of 16, 8 and a
 zero-padded copy), odd row counts and leading dimensions past the tile, for the host's
 instruction set and for x86-64-v3. Columns past n and rows past m are never written. With
 its ``zero`` flag it computes c = a @ b without reading c (codegen/cpu/first_products.py),
@@ -16,6 +17,7 @@ from tilefuse.codegen.cpu.prelude import PRELUDE
 from tilefuse.cpu_isa import host_level
 
 SHAPES = [(m, n, k) for m in (1, 5, 12, 13, 25) for n in (1, 4, 15, 16, 17, 31, 32, 33, 49, 63, 64, 70, 196) for k in (1, 7, 64)]
+SHAPES += [(m, n, k) for m in (5, 13) for n in (4, 8, 33, 196) for k in (300, 256)] + [(25, 49, 513)]  # K past a block
 
 
 def _isas() -> list[str]:
