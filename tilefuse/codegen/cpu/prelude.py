@@ -89,11 +89,12 @@ static inline double tf_kmin_f64(double a, double b) { return a < b ? a : b; }
  * call, never the NaN-ness of a select's result, which GCC would thread through a chain of
  * them (max over a window's taps) into a select of masks it cannot vectorise; and the
  * scalar remainder of a vector loop takes no branch (the `a > b || a != a` form branched
- * twice an element: a 3 x 3 max pool 2.6x slower) */
-static inline float tf_max_f32(float a, float b) { return b != b ? b : tf_maxk_f32(a, b); }
-static inline float tf_min_f32(float a, float b) { return b != b ? b : tf_mink_f32(a, b); }
-static inline double tf_max_f64(double a, double b) { return b != b ? b : tf_maxk_f64(a, b); }
-static inline double tf_min_f64(double a, double b) { return b != b ? b : tf_mink_f64(a, b); }
+ * twice an element: a 3 x 3 max pool 2.6x slower). The first select is computed before
+ * the second, not nested in it: nested, GCC merges the two conditions and branches again */
+static inline float tf_max_f32(float a, float b) { float m = b >= a ? b : a; return b != b ? b : m; }
+static inline float tf_min_f32(float a, float b) { float m = b <= a ? b : a; return b != b ? b : m; }
+static inline double tf_max_f64(double a, double b) { double m = b >= a ? b : a; return b != b ? b : m; }
+static inline double tf_min_f64(double a, double b) { double m = b <= a ? b : a; return b != b ? b : m; }
 static inline float tf_sign_f32(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : (x == 0 ? 0.0f : x)); }
 static inline double tf_sign_f64(double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : (x == 0 ? 0.0 : x)); }
 static inline float tf_mod_f32(float a, float b) {  /* sign of the divisor, like numpy */
