@@ -1,11 +1,11 @@
 """The prelude's register-blocked product core ``tf_gemm_f32`` (c += a @ b on float32 tiles
 with leading dimensions) against a float64 product, at every column tail a strip leaves
-(AVX-512: strips of 32, then 16-wide ones, the last masked, or as dot products along k
-where 8 columns or fewer are left, in blocks of 256 k; AVX2: strips of 16, 8 and a
-zero-padded copy), odd row counts and leading dimensions past the tile, for the host's
+(AVX-512: strips of 32, then 16-wide ones, the last masked, or, where 8 columns or fewer
+are left, 16 rows in vector lanes, a turned block of 256 k at a time; AVX2: strips of 16, 8
+and a zero-padded copy), odd row counts and leading dimensions past the tile, for the host's
 instruction set and for x86-64-v3. Columns past n and rows past m are never written. With
 its ``zero`` flag it computes c = a @ b without reading c (codegen/cpu/first_products.py),
-also with no K at all (c zeroed)."""
+also with no K at all (c zeroed). A tail column's sums are bit for bit a strip's."""
 import ctypes
 import subprocess
 
@@ -58,3 +58,24 @@ def test_the_product_core_matches_a_float64_product(core, m, n, k, zero):
     assert np.array_equal(c[m], want[m].astype(np.float32)), "a row past m was written"
     err = np.abs(c[:m, :n] - want[:m, :n]).max(initial=0.0)
     assert err <= 1e-5 * max(1.0, np.abs(want[:m, :n]).max()) * np.sqrt(k), (m, n, k, err)
+
+
+@pytest.mark.parametrize("zero", [0, 1])
+@pytest.mark.parametrize("m, tail, k", [(13, 4, 7), (25, 8, 300), (5, 1, 64), (17, 5, 513)])
+def test_a_column_tail_sums_as_the_strips_do(core, m, tail, k, zero):
+    """Columns past the last whole strip come out bit for bit as they do inside a strip
+    (every element summed over k in order, one fused multiply-add a step): a product's
+    values do not depend on where its column tiles cut it."""
+    rng = np.random.default_rng(m * 31 + tail * 7 + k)
+    n = 32 + tail
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    as_tail, in_strip = c0.copy(), np.ascontiguousarray(c0[:, tail:])
+    ptr = ctypes.c_void_p
+    core(ctypes.c_long(m), ctypes.c_long(n), ctypes.c_long(k), a.ctypes.data_as(ptr), ctypes.c_long(k),
+         b.ctypes.data_as(ptr), ctypes.c_long(n), as_tail.ctypes.data_as(ptr), ctypes.c_long(n), ctypes.c_int(zero))
+    shifted = np.ascontiguousarray(b[:, tail:])  # the same last columns, now the strip's last
+    core(ctypes.c_long(m), ctypes.c_long(32), ctypes.c_long(k), a.ctypes.data_as(ptr), ctypes.c_long(k),
+         shifted.ctypes.data_as(ptr), ctypes.c_long(32), in_strip.ctypes.data_as(ptr), ctypes.c_long(32), ctypes.c_int(zero))
+    np.testing.assert_array_equal(as_tail[:, 32:], in_strip[:, 32 - tail:])

@@ -345,44 +345,86 @@ static inline __attribute__((always_inline)) void tf_strip_masked(int64_t m, int
     for (; i < m; ++i) tf_masked_1(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, mask, zero);
 }
 
-/* the last w <= 8 columns of c[m x w] += a @ b as dot products along k: b's columns turned
- * into rows once a block of 256 k, then blocks of 4 rows x 4 columns of 16-float partial
- * sums. A masked strip would broadcast every a value for those few columns and cost what
- * 16 columns cost (a 14 x 14 map's last 4 of 196 positions: a tenth of a 1 x 1
- * convolution's time); these sums add k in another order than the strips do */
-static inline void tf_tail_dots(int64_t m, int64_t k, const float *restrict a, int64_t lda,
-        const float *restrict b, int64_t ldb, float *restrict c, int64_t ldc, int64_t w, int zero) {
-    float bt[8 * 256] __attribute__((aligned(64)));
-    for (int64_t p0 = 0; p0 < k; p0 += 256) {
-        const int64_t kc = k - p0 < 256 ? k - p0 : 256, kv = kc & ~(int64_t)15;
-        const int first = zero && p0 == 0;
-        for (int64_t p = 0; p < kc; ++p)
-            for (int64_t q = 0; q < w; ++q) bt[q * 256 + p] = b[(p0 + p) * ldb + q];
-        for (int64_t i = 0; i < m; i += 4) {
-            const int64_t mr = m - i < 4 ? m - i : 4;
-            for (int64_t q0 = 0; q0 < w; q0 += 4) {
-                const int64_t nr = w - q0 < 4 ? w - q0 : 4;
-                __m512 acc[4][4];
-                _Pragma("GCC unroll 4") for (int r = 0; r < 4; ++r)
-                    _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_setzero_ps();
-                for (int64_t p = 0; p < kv; p += 16) {  /* rows and columns past mr, nr repeat the last */
-                    __m512 av[4], bv[4];
-                    _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q)
-                        bv[q] = _mm512_load_ps(bt + (q0 + (q < nr ? q : nr - 1)) * 256 + p);
-                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; ++r)
-                        av[r] = _mm512_loadu_ps(a + (i + (r < mr ? r : mr - 1)) * lda + p0 + p);
-                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; ++r)
-                        _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_fmadd_ps(av[r], bv[q], acc[r][q]);
-                }
-                for (int64_t r = 0; r < mr; ++r)
-                    for (int64_t q = 0; q < nr; ++q) {
-                        float sum = _mm512_reduce_add_ps(acc[r][q]);
-                        for (int64_t p = kv; p < kc; ++p) sum += a[(i + r) * lda + p0 + p] * bt[(q0 + q) * 256 + p];
-                        float *cq = c + (i + r) * ldc + q0 + q;
-                        *cq = first ? sum : *cq + sum;
-                    }
+/* a 2-D block turned over, rows, cols <= 16 (d[j * ds + i] = s[i * ss + j]): sixteen masked row loads, the 16 x 16 turned in registers (pairs of
+ * floats, then of doubles, then 128-bit quarters twice), rows masked stores */
+static inline void tf_transpose16_f32(const float *restrict s, int64_t ss, float *restrict d, int64_t ds,
+                                      int64_t rows, int64_t cols) {
+    const __mmask16 cm = (__mmask16)((1u << cols) - 1u), rm = (__mmask16)((1u << rows) - 1u);
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_maskz_loadu_ps(cm, s + i * ss) : _mm512_setzero_ps();
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    }
+    for (int i = 0; i < 4; ++i) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 4; ++i) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+        r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
+    }
+    for (int j = 0; j < 16; ++j)
+        if (j < cols) _mm512_mask_storeu_ps(d + j * ds, rm, r[j]);
+}
+/* the last w <= 8 columns of c[m x w] += a @ b with rows in vector lanes: 16 rows of a
+ * turned into columns a block of 256 k (at[p][r] = a[r][p]), then one 16-row vector a
+ * column summed over k in order, b's value broadcast: each element's sum the strips' own,
+ * bit for bit. A masked strip would broadcast every a value for those few columns and cost
+ * what 16 columns cost (a 14 x 14 map's last 4 of 196 positions: a tenth of a 1 x 1
+ * convolution's time) */
+static inline __attribute__((always_inline)) void tf_tail_rows_w(int64_t m, int64_t k, const float *restrict a,
+        int64_t lda, const float *restrict b, int64_t ldb, float *restrict c, int64_t ldc, int64_t w, int zero) {
+    float at[256 * 16] __attribute__((aligned(64)));
+    for (int64_t i = 0; i < m; i += 16) {
+        const int64_t mr = m - i < 16 ? m - i : 16;
+        const __mmask16 rows = (__mmask16)((1u << mr) - 1u);
+        if (mr < 16) memset(at, 0, sizeof at);  /* the lanes past the rows: no stale values (nor subnormals) */
+        __m512 acc[8];
+        for (int64_t q = 0; q < w; ++q) {  /* column q of the 16 rows */
+            float col[16] __attribute__((aligned(64)));
+            for (int64_t r = 0; r < 16; ++r) col[r] = r < mr && !zero ? c[(i + r) * ldc + q] : 0.0f;
+            acc[q] = _mm512_load_ps(col);
+        }
+        for (int64_t p0 = 0; p0 < k; p0 += 256) {
+            const int64_t kc = k - p0 < 256 ? k - p0 : 256;
+            for (int64_t p = 0; p < kc; p += 16)  /* (lanes past mr: zero, never stored) */
+                tf_transpose16_f32(a + i * lda + p0 + p, lda, at + p * 16, 16, mr, kc - p < 16 ? kc - p : 16);
+            for (int64_t p = 0; p < kc; ++p) {
+                const __m512 av = _mm512_load_ps(at + p * 16);
+                const float *bp = b + (p0 + p) * ldb;
+                for (int64_t q = 0; q < w; ++q) acc[q] = _mm512_fmadd_ps(av, _mm512_set1_ps(bp[q]), acc[q]);
             }
         }
+        for (int64_t q = 0; q < w; ++q) {
+            float col[16] __attribute__((aligned(64)));
+            _mm512_mask_store_ps(col, rows, acc[q]);
+            for (int64_t r = 0; r < mr; ++r) c[(i + r) * ldc + q] = col[r];
+        }
+    }
+}
+/* (each width its own copy: the accumulators in registers) */
+static void tf_tail_rows(int64_t m, int64_t k, const float *restrict a, int64_t lda, const float *restrict b,
+        int64_t ldb, float *restrict c, int64_t ldc, int64_t w, int zero) {
+    switch (w) {
+    case 1: tf_tail_rows_w(m, k, a, lda, b, ldb, c, ldc, 1, zero); break;
+    case 2: tf_tail_rows_w(m, k, a, lda, b, ldb, c, ldc, 2, zero); break;
+    case 3: tf_tail_rows_w(m, k, a, lda, b, ldb, c, ldc, 3, zero); break;
+    case 4: tf_tail_rows_w(m, k, a, lda, b, ldb, c, ldc, 4, zero); break;
+    case 5: tf_tail_rows_w(m, k, a, lda, b, ldb, c, ldc, 5, zero); break;
+    case 6: tf_tail_rows_w(m, k, a, lda, b, ldb, c, ldc, 6, zero); break;
+    case 7: tf_tail_rows_w(m, k, a, lda, b, ldb, c, ldc, 7, zero); break;
+    default: tf_tail_rows_w(m, k, a, lda, b, ldb, c, ldc, 8, zero); break;
     }
 }
 #endif
@@ -399,9 +441,9 @@ static inline __attribute__((always_inline)) void tf_gemm_f32(int64_t m, int64_t
     }
 #ifdef __AVX512F__
     for (; j + 32 <= n; j += 32) tf_strip_32(m, k, a, lda, b + j, ldb, c + j, ldc, zero);
-    for (; j < n; j += 16) {  /* the last n - j < 32 columns: 16-wide strips, the last one masked or dots */
+    for (; j < n; j += 16) {  /* the last n - j < 32 columns: 16-wide strips, the last one masked or by rows */
         const int64_t w = n - j < 16 ? n - j : 16;
-        if (w <= 8) tf_tail_dots(m, k, a, lda, b + j, ldb, c + j, ldc, w, zero);
+        if (w <= 8) tf_tail_rows(m, k, a, lda, b + j, ldb, c + j, ldc, w, zero);
         else tf_strip_masked(m, k, a, lda, b + j, ldb, c + j, ldc, (__mmask16)((1u << w) - 1u), zero);
     }
     return;
@@ -684,7 +726,7 @@ static void tf_tap_gemm_f32(int64_t m, int64_t n, int64_t k, const float *restri
     int64_t j = 0;
     for (; j + TF_TAPS_WIDTH <= n; j += TF_TAPS_WIDTH) tf_taps_strip(m, k, a, lda, b + j, off, c + j, ldc, zero);
 #ifdef __AVX512F__
-    for (; j < n; j += 16) {  /* the last n - j < 32 columns: 16-wide strips, the last one masked or dots */
+    for (; j < n; j += 16) {  /* the last n - j < 32 columns: 16-wide strips, the last one masked or by rows */
         const int64_t w = n - j < 16 ? n - j : 16;
         const __mmask16 mask = (__mmask16)((1u << w) - 1u);
         int64_t i = 0;
@@ -705,41 +747,8 @@ static void tf_tap_gemm_f32(int64_t m, int64_t n, int64_t k, const float *restri
 
 
 TRANSPOSE_PRELUDE = r"""
-/* -- a 2-D block turned over (Transpose): d[j * ds + i] = s[i * ss + j] ------------------- */
-#ifdef __AVX512F__
-/* rows, cols <= 16: sixteen masked row loads, the 16 x 16 turned in registers (pairs of
- * floats, then of doubles, then 128-bit quarters twice), rows masked stores */
-static inline void tf_transpose16_f32(const float *restrict s, int64_t ss, float *restrict d, int64_t ds,
-                                      int64_t rows, int64_t cols) {
-    const __mmask16 cm = (__mmask16)((1u << cols) - 1u), rm = (__mmask16)((1u << rows) - 1u);
-    __m512 r[16], t[16];
-    for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_maskz_loadu_ps(cm, s + i * ss) : _mm512_setzero_ps();
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
-        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
-        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
-        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
-    }
-    for (int i = 0; i < 4; ++i) {
-        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
-        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
-    }
-    for (int i = 0; i < 4; ++i) {
-        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-        r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
-        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-        r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
-    }
-    for (int j = 0; j < 16; ++j)
-        if (j < cols) _mm512_mask_storeu_ps(d + j * ds, rm, r[j]);
-}
-#endif
+/* -- a 2-D block turned over (Transpose): d[j * ds + i] = s[i * ss + j], in 16 x 16 blocks
+ * where the host has AVX-512 (tf_transpose16_f32, PRELUDE) ----------------------------- */
 
 static void tf_transpose_f32(const float *restrict s, int64_t ss, float *restrict d, int64_t ds,
                              int64_t rows, int64_t cols) {
@@ -886,3 +895,4 @@ static void tf_winograd43_f32(const float *restrict x, int64_t chans, int64_t h,
     free(q);
 }
 """
+
