@@ -146,6 +146,13 @@ class ConvPolicy:
     # 0.85-1.23 (their two turns cost about what nine taps do)
     depthwise_lanes: int = 0
     depthwise_lanes_taps: int = 25
+    # such convolutions over wider rows, of at least this column stride (0: none), summed
+    # over their input planes where they lie (conv_rows.depthwise_planes_tile: a ring of
+    # padded input rows on the host's stack, of at most ``depthwise_planes_ring`` bytes), not
+    # from a padded copy of the tile. Stride 2: MobileNetV2 0.986, EfficientNet-B0 0.975;
+    # unstrided ones too: 0.997-1.013 and 0.979 (hot, a 56 x 56 one took 1.08x as long)
+    depthwise_planes: int = 0
+    depthwise_planes_ring: int = 32768
     # im2col tiles [positions x (channel, taps)] filled with positions as the innermost loop:
     # neighbouring threads read neighbouring input positions of one channel and tap (GPU:
     # coalesced; taps innermost read a warp's 32 values from 32 places, ResNet-50's 3 x 3

@@ -1,11 +1,13 @@
 """Depthwise convolutions (MobileNetV2, EfficientNet) for the tests of their CPU schedules
 (tile_ir/lower/conv_rows.py): from zero-padded input rows on chip, split by stride phase,
-every tap summed per position along them (``depthwise_padded``).
+every tap summed per position along them (``depthwise_padded``); with 16 channels in vector
+lanes (``depthwise_lanes_tile``); strided ones over wide rows summed over the input planes
+where they lie (``depthwise_planes_tile``).
 
 Each case is one depthwise Conv with a bias (a folded BatchNorm) and the epilogue the
 models put after it, at shapes none of the models has as well as theirs: 3 x 3 and 5 x 5,
-stride 1 and 2, dilation, one-sided and no padding, 8 to 1152 channels, maps of 7 x 7 to
-112 x 112 and odd widths (13, 29), batch 1 and 3.
+stride 1, 2 and 3, dilation, one-sided and no padding, 8 to 1152 channels, maps of 7 x 7 to
+112 x 112 and odd widths (13, 29, 75, 81), batch 1 to 3.
 """
 from __future__ import annotations
 
@@ -34,8 +36,35 @@ CASES: dict[str, tuple[tuple[int, ...], dict, str]] = {
     # pads; a map of two row tiles (the rows above and below the input found per tile)
     "k5_d2_lanes": ((1, 16, 17, 19), dict(kernel_shape=[5, 5], dilations=[2, 2], pads=[4, 3, 4, 5]), "clip"),
     "k5_lanes_tall": ((1, 16, 40, 10), dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2]), "relu6"),
+    # strided over rows 32 wide or more: summed over the input planes where they lie (the
+    # CPU's ConvPolicy.depthwise_planes), with asymmetric pads, dilation, stride 3, batch 2
+    "k5_s2_planes_asym_b2": ((2, 12, 70, 81), dict(kernel_shape=[5, 5], strides=[2, 2], pads=[2, 1, 1, 2]), "silu"),
+    "k3_s2_planes_dilated": ((1, 8, 33, 75), dict(kernel_shape=[3, 3], strides=[2, 2], dilations=[2, 2],
+                                                  pads=[2, 2, 2, 2]), "residual_pool"),
+    "k3_s3_planes": ((1, 8, 20, 100), dict(kernel_shape=[3, 3], strides=[3, 3], pads=[1, 1, 1, 1]), "relu6"),
 }
-STRIDE_1 = list(CASES)  # every case runs from padded rows (strided ones by phase)
+
+
+def out_width(name: str) -> int:
+    shape, attrs, _ = CASES[name]
+    pads, k = attrs.get("pads", [0, 0, 0, 0]), attrs["kernel_shape"][1]
+    span = (k - 1) * attrs.get("dilations", [1, 1])[1] + 1
+    return (shape[3] + pads[1] + pads[3] - span) // attrs.get("strides", [1, 1])[1] + 1
+
+
+def in_lanes(name: str) -> bool:
+    """Whether case ``name``'s rows are under 32 wide, its channels a multiple of 16 and it
+    is strided or of 25 taps or more (what ``ConvPolicy.depthwise_lanes`` computes in lanes
+    on the CPU)."""
+    shape, attrs, _ = CASES[name]
+    k = attrs["kernel_shape"]
+    return out_width(name) < 32 and shape[1] % 16 == 0 and (attrs.get("strides", [1, 1])[1] > 1 or k[0] * k[1] >= 25)
+
+
+def in_planes(name: str) -> bool:
+    """Whether case ``name`` is strided with rows 32 wide or more (what
+    ``ConvPolicy.depthwise_planes`` sums over the input planes where they lie on the CPU)."""
+    return CASES[name][1].get("strides", [1, 1])[1] >= 2 and out_width(name) >= 32
 
 
 def _epilogue(name: str, kind: str) -> list[onnx.NodeProto]:
@@ -46,6 +75,8 @@ def _epilogue(name: str, kind: str) -> list[onnx.NodeProto]:
         return [helper.make_node("Clip", [c, "lo", "six"], [y])]
     if kind == "silu":
         return [helper.make_node("Sigmoid", [c], [f"s_{name}"]), helper.make_node("Mul", [c, f"s_{name}"], [y])]
+    if kind == "residual_pool":  # a strided convolution's residual: another input of its output's shape
+        return [helper.make_node("Add", [c, f"r_{name}"], [y])]
     return [helper.make_node("Add", [c, f"x_{name}"], [y])]  # residual: same shape at stride 1
 
 
@@ -64,11 +95,23 @@ def model(names: list[str], seed: int) -> onnx.ModelProto:
         nodes += [helper.make_node("Conv", [f"x_{name}", f"w_{name}", f"b_{name}"], [f"c_{name}"], group=ch, **attrs),
                   *_epilogue(name, kind)]
         inputs.append(helper.make_tensor_value_info(f"x_{name}", TensorProto.FLOAT, list(x_shape)))
+        if kind == "residual_pool":
+            inputs.append(helper.make_tensor_value_info(f"r_{name}", TensorProto.FLOAT, list(_out_shape(name))))
         outputs.append(helper.make_tensor_value_info(f"y_{name}", TensorProto.FLOAT, [None] * len(x_shape)))
     graph = helper.make_graph(nodes, "depthwise_convs", inputs, outputs, inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _out_shape(name: str) -> tuple[int, ...]:
+    shape, attrs, _ = CASES[name]
+    pads, (kh, _) = attrs.get("pads", [0, 0, 0, 0]), attrs["kernel_shape"]
+    span = (kh - 1) * attrs.get("dilations", [1, 1])[0] + 1
+    height = (shape[2] + pads[0] + pads[2] - span) // attrs.get("strides", [1, 1])[0] + 1
+    return (shape[0], shape[1], height, out_width(name))
+
+
 def feeds(names: list[str], seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {f"x_{n}": rng.standard_normal(CASES[n][0]).astype(np.float32) for n in names}
+    out = {f"x_{n}": rng.standard_normal(CASES[n][0]).astype(np.float32) for n in names}
+    out.update({f"r_{n}": rng.standard_normal(_out_shape(n)).astype(np.float32) for n in names if CASES[n][2] == "residual_pool"})
+    return out

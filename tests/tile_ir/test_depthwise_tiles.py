@@ -1,7 +1,8 @@
 """Depthwise convolutions' CPU programs (tile_ir/lower/conv_rows.py) run by the tile
-interpreter on fresh random inputs, against the reference executor and onnxruntime: stride
-from zero-padded input rows on chip, split by stride phase (every tap summed along them in
-whole vectors), or, for rows under 32 wide, with 16 channels in vector lanes."""
+interpreter on fresh random inputs, against the reference executor and onnxruntime: from
+zero-padded input rows on chip, split by stride phase (every tap summed along them in whole
+vectors); for rows under 32 wide, with 16 channels in vector lanes; strided ones over wider
+rows summed over the input planes where they lie."""
 import random
 
 import onnxruntime as ort
@@ -18,7 +19,7 @@ from tilefuse.tile_ir import lower_group
 # the big maps cost the interpreter most; the compiled test runs every case
 NAMES = ["k5_s1_7_1152", "k5_s1_14_b3", "k3_s1_odd13", "k5_s1_odd29_asym", "k3_s1_dilated", "k3_s1_nopad",
          "k3_s1_28_rows", "k5_s2_odd29", "k3_s2_14", "k5_s2_asym_b2", "k3_d2_asym",
-         "k5_d2_lanes", "k5_lanes_tall"]
+         "k5_d2_lanes", "k5_lanes_tall", "k3_s3_planes"]
 
 
 def test_depthwise_programs_interpret_like_the_reference_and_onnxruntime():
@@ -34,14 +35,14 @@ def test_depthwise_programs_interpret_like_the_reference_and_onnxruntime():
         (conv,) = [n for n in group.nodes if isinstance(n.op, Conv)]
         low = lower_group(group, CPU)
         s = low.program.schedule
-        # rows under 32 wide, whole vectors of channels, strided or 5 x 5: channels in lanes; else the padded
-        # rows hold the input row and both pads, split in stride phases
+        # rows under 32 wide, whole vectors of channels, strided or 5 x 5: channels in lanes; strided over
+        # wider rows: the input planes; else the padded rows hold the input row and both pads, split in stride phases
         padded = conv.inputs[0].type.shape[3] + conv.op.pads[1] + conv.op.pads[3]
-        out = conv.outputs[0].type.shape
-        many = conv.inputs[1].type.shape[2] * conv.inputs[1].type.shape[3] >= 25 or conv.op.strides[1] > 1
-        lanes = 16 if out[3] < 32 and out[1] % 16 == 0 and many else 0
-        assert s.depthwise and s.depthwise_lanes == lanes, (conv.name, s)
-        assert s.depthwise_padded_width == (0 if lanes else -(-padded // conv.op.strides[1])), (conv.name, s)
+        name = conv.inputs[0].name.removeprefix("x_")  # (the case's input is x_<case>)
+        lanes = 16 if depthwise_convs.in_lanes(name) else 0
+        planes = depthwise_convs.in_planes(name)
+        assert s.depthwise and s.depthwise_lanes == lanes and s.depthwise_planes == planes, (conv.name, s)
+        assert s.depthwise_padded_width == (0 if lanes or planes else -(-padded // conv.op.strides[1])), (conv.name, s)
         seen += 1
         bad += mismatches(low, values, want)
     assert seen == len(NAMES)

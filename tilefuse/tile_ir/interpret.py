@@ -31,6 +31,7 @@ from tilefuse.tile_ir.ir import (
     Loop,
     LoopKind,
     PanelGemm,
+    PlaneTaps,
     ReduceTile,
     Region,
     Store,
@@ -117,6 +118,8 @@ class _State:
             self.transpose(s)
         elif isinstance(s, LaneTaps):
             self.lane_taps(s)
+        elif isinstance(s, PlaneTaps):
+            self.plane_taps(s)
         elif isinstance(s, Winograd):
             self.winograd(s)
         elif isinstance(s, ReduceTile):
@@ -223,6 +226,24 @@ class _State:
         for t, off in enumerate(s.offsets):
             total = total + x[at + off].astype(np.float32) * w[t].astype(np.float32)
         out[:s.rows * s.width] = total.astype(out.dtype)
+
+    def plane_taps(self, s: PlaneTaps) -> None:
+        x, w, out = self.buffers[s.x.name], self.buffers[s.w.name], self.buffers[s.out.name]
+        img, ch0, row0 = int(self.expr(s.image)), int(self.expr(s.channel0)), int(self.expr(s.row0))
+        (kh, kw), (sy, sx), (dy, dx), (top, left) = s.kernel, s.strides, s.dilations, s.pads
+        chans = w.shape[0]
+        h, wd = x.shape[2:]
+        iy = (row0 + np.arange(s.rows))[:, None] * sy + np.arange(kh)[None, :] * dy - top  # [row, ty]
+        ix = np.arange(s.width)[:, None] * sx + np.arange(kw)[None, :] * dx - left  # [col, tx]
+        planes = x[img, ch0:ch0 + chans].astype(np.float32)
+        total: np.ndarray = np.zeros((chans, s.rows, s.width), np.float32)
+        for ty, tx in itertools.product(range(kh), range(kw)):
+            ry, cx = iy[:, ty], ix[:, tx]
+            vals = planes[:, np.clip(ry, 0, h - 1)][:, :, np.clip(cx, 0, wd - 1)]
+            inside = ((ry >= 0) & (ry < h))[:, None] & ((cx >= 0) & (cx < wd))[None, :]
+            term = np.where(inside, vals, np.float32(0)) * w[:, ty * kw + tx].astype(np.float32)[:, None, None]
+            total = (total + term).astype(np.float32)
+        out[:, :s.rows * s.width] = total.reshape(chans, -1).astype(out.dtype)
 
     def winograd(self, s: Winograd) -> None:
         """F(4 x 4, 3 x 3) as the statement states it, in float32: every tile's patches

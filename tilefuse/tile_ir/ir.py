@@ -8,7 +8,7 @@ Its vocabulary follows TileLang so that the CUDA lowering is close to one-to-one
   packed weight), StridedGemm (a host's product of two operands where they lie),
   TapGemm (a host's product whose B rows lie at constant offsets of one on-chip buffer),
   Transpose (a host's 2-D block turned over), LaneTaps (a host's depthwise taps over vectors
-  of channels), Winograd (a host's 3 x 3 convolution of a block of rows by minimal filtering),
+  of channels), PlaneTaps (a host's depthwise taps over channel planes read where they lie), Winograd (a host's 3 x 3 convolution of a block of rows by minimal filtering),
   ReduceTile, Store, loops that are serial, parallel or pipelined with a number of
   stages, and If on a tile-uniform condition.
 
@@ -264,6 +264,32 @@ class LaneTaps(Stmt):
     row_step: int
     col_step: int
     offsets: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PlaneTaps(Stmt):
+    """A depthwise convolution's taps over channel planes read where they lie, on a host
+    without blocks: ``out[j, r * width + c] = sum over taps (ty, tx), in tap order, of
+    w[j, ty * kw + tx] * x[image, channel0 + j, iy, ix]`` with ``iy = (row0 + r) * sy + ty
+    * dy - top`` and ``ix = c * sx + tx * dx - left``, zero outside x's [H, W] plane (its
+    padding), for ``j`` < w's rows, ``r < rows`` and ``c < width``. The host copies each
+    input row a channel's output rows read once, split by column phase and zero padded,
+    into a ring of rows on its stack, and sums a row's positions a few vectors at a time
+    over the taps (codegen/cpu/prelude.py, ``PLANE_TAPS_PRELUDE``): no padded copy of the
+    tile (``conv_rows.depthwise_planes``)."""
+
+    x: Buffer
+    image: Expr
+    channel0: Expr
+    w: Buffer
+    out: Buffer
+    row0: Expr
+    rows: int
+    width: int
+    kernel: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads: tuple[int, int]  # top, left
 
 
 # Winograd's minimal filtering F(4 x 4, 3 x 3) (Lavin and Gray, 2016): an output tile

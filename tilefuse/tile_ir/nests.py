@@ -11,7 +11,7 @@ import math
 
 from tilefuse.ir.dtypes import DType
 from tilefuse.tile_ir.ir import (Buffer, Const, Copy, Expr, Gemm, If, IndexOp, IOp, LaneTaps, Load, Loop, LoopKind, PanelGemm,
-                                 ReduceTile, Stmt, Store, StridedGemm, TapGemm, Transpose, Var, Winograd, subexpressions)
+                                 PlaneTaps, ReduceTile, Stmt, Store, StridedGemm, TapGemm, Transpose, Var, Winograd, subexpressions)
 
 
 def parallel_nest(s: Loop) -> list[Loop]:
@@ -89,6 +89,8 @@ def stmt_reads(s: Stmt, buffer: Buffer) -> bool:
         return buffer in (s.src.buffer, s.dst.buffer)
     if isinstance(s, LaneTaps):
         return buffer in (s.x, s.w, s.out)
+    if isinstance(s, PlaneTaps):
+        return buffer in (s.x, s.w, s.out) or any(reads(e, buffer) for e in (s.image, s.channel0, s.row0))
     if isinstance(s, Winograd):
         return buffer in (s.x, s.u, s.v, s.m, s.c) or any(reads(e, buffer) for e in (s.image, s.row0, s.k0))
     if isinstance(s, ReduceTile):

@@ -12,6 +12,7 @@ from tilefuse.tile_ir.ir import (
     IndexCheck,
     IndexOp,
     LaneTaps,
+    PlaneTaps,
     Load,
     Loop,
     LoopKind,
@@ -91,6 +92,10 @@ def _stmt(s: object, indent: int, out: list[str]) -> None:
     elif isinstance(s, LaneTaps):
         out.append(f"{pad}lane_taps({s.x.name}, {s.w.name}, {s.out.name}, rows={s.rows}, width={s.width}, "
                    f"steps=({s.row_step}, {s.col_step}), offsets={list(s.offsets)})")
+    elif isinstance(s, PlaneTaps):
+        out.append(f"{pad}plane_taps({s.x.name}[{format_expr(s.image)}, {format_expr(s.channel0)}:+{s.w.shape[0]}], "
+                   f"{s.w.name}, {s.out.name}, rows={format_expr(s.row0)}:+{s.rows}, width={s.width}, kernel={s.kernel}, "
+                   f"strides={s.strides}, dilations={s.dilations}, pads={s.pads})")
     elif isinstance(s, Winograd):
         out.append(f"{pad}winograd_f4x3({s.x.name}[{format_expr(s.image)}, :, {format_expr(s.row0)}:, {s.col0}:], "
                    f"{s.u.name}[:, {format_expr(s.k0)}:], {s.c.name}, rows={s.rows}, width={s.width}, "

@@ -138,6 +138,9 @@ class GemmSchedule(Schedule):
     # this many wide (per column phase of a strided one), every tap summed per position along them (conv_rows.depthwise_padded);
     # 0: tap by tap over runs of output rows
     depthwise_padded_width: int = 0
+    # on a host: a depthwise convolution summed over its input's channel planes where they
+    # lie, each input row copied once into a ring of padded rows (conv_rows.depthwise_planes_tile)
+    depthwise_planes: bool = False
     # a depthwise convolution with this many channels in vector lanes, from its input rows
     # copied into a zero-padded grid of channel vectors (conv_rows.depthwise_lanes_tile)
     depthwise_lanes: int = 0

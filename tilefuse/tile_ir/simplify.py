@@ -27,6 +27,7 @@ from tilefuse.tile_ir.ir import (
     Load,
     Loop,
     PanelGemm,
+    PlaneTaps,
     Region,
     Stmt,
     Store,
@@ -228,6 +229,8 @@ class _Simplifier:
             return Transpose(self._region(s.src), self._region(s.dst))
         if isinstance(s, Winograd):
             return replace(s, image=self.expr(s.image), row0=self.expr(s.row0), k0=self.expr(s.k0))
+        if isinstance(s, PlaneTaps):
+            return replace(s, image=self.expr(s.image), channel0=self.expr(s.channel0), row0=self.expr(s.row0))
         return s
 
     def _region(self, r: Region) -> Region:

@@ -26,6 +26,7 @@ from tilefuse.tile_ir.ir import (
     IndexCheck,
     IndexOp,
     LaneTaps,
+    PlaneTaps,
     Load,
     Loop,
     PanelGemm,
@@ -69,9 +70,10 @@ def verify_program(p: TileProgram, target: Target | None = None) -> None:
     check_pipelines(p, None if target is None else target.device)
     if target is not None and target.device.max_block_threads:
         _check_block(p, target.device.max_block_threads)
-        if any(isinstance(x, (PanelGemm, StridedGemm, TapGemm, Transpose, LaneTaps, Winograd)) for x in statements(p.body)):
-            raise GraphError(f"kernel {p.name}: a panel, strided or tap product, a block transpose, lane taps or a Winograd "
-                             f"convolution run on the host's product core, not a {target.name} one")
+        if any(isinstance(x, (PanelGemm, StridedGemm, TapGemm, Transpose, LaneTaps, PlaneTaps, Winograd))
+               for x in statements(p.body)):
+            raise GraphError(f"kernel {p.name}: a panel, strided or tap product, a block transpose, lane or plane taps or a "
+                             f"Winograd convolution run on the host's product core, not a {target.name} one")
     if target is not None and backends.for_target(target).tiles_on_chip:
         # an accumulator's shared mirror (passes/epilogues.py) holds the tile its registers
         # hold, counted once: the accumulator's
@@ -236,6 +238,27 @@ def _check_lane_taps(p: TileProgram, s: LaneTaps, known: dict[str, Buffer]) -> N
                          f"{s.w.name}{list(s.w.shape)}, {s.out.name}{list(s.out.shape)}")
 
 
+def _check_plane_taps(p: TileProgram, s: PlaneTaps, known: dict[str, Buffer], bound: set[str]) -> None:
+    """What the host's helper takes: float32 buffers, a dense NCHW input, a weight row of
+    kh x kw taps a channel and an output row of ``rows x width`` sums a channel, positive
+    sizes, strides and dilations, pads inside the kernel's reach."""
+    for buf in (s.x, s.w, s.out):
+        _check_buffer(p, buf, known)
+        if buf.dtype is not DType.FLOAT32:
+            raise GraphError(f"{p.name}: plane taps are float32, not {buf.name} ({buf.dtype})")
+    for e in (s.image, s.channel0, s.row0):
+        _check_expr(p, e, known, bound)
+    (kh, kw), (sy, sx), (dy, dx), (top, left) = s.kernel, s.strides, s.dilations, s.pads
+    fits = (len(s.x.shape) == 4 and len(s.w.shape) == 2 and len(s.out.shape) == 2
+            and s.w.shape[1] == kh * kw and s.out.shape[0] == s.w.shape[0] <= s.x.shape[1]
+            and s.out.shape[1] >= s.rows * s.width and min(s.rows, s.width, kh, kw, sy, sx, dy, dx) > 0
+            and 0 <= top < (kh - 1) * dy + 1 and 0 <= left < (kw - 1) * dx + 1)
+    if not fits:
+        raise GraphError(f"{p.name}: plane taps of {s.x.name}{list(s.x.shape)} by {s.w.name}{list(s.w.shape)} "
+                         f"({kh} x {kw}, strides {s.strides}, dilations {s.dilations}, pads {s.pads}) over {s.rows} x "
+                         f"{s.width} positions into {s.out.name}{list(s.out.shape)} do not fit")
+
+
 def _check_winograd(p: TileProgram, s: Winograd, known: dict[str, Buffer], bound: set[str]) -> None:
     """What the host's helper takes: float32 buffers, an NCHW input, the transformed
     weight [Cout / n, C / k_chunk, 36, n, k_chunk] of x's channels in blocks of c's ``n``
@@ -334,6 +357,8 @@ def _check_stmt(p: TileProgram, s: object, known: dict[str, Buffer], bound: set[
         _check_transpose(p, s, known, bound)
     elif isinstance(s, LaneTaps):
         _check_lane_taps(p, s, known)
+    elif isinstance(s, PlaneTaps):
+        _check_plane_taps(p, s, known, bound)
     elif isinstance(s, Winograd):
         _check_winograd(p, s, known, bound)
     elif isinstance(s, ReduceTile):

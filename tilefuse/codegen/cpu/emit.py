@@ -9,7 +9,7 @@ and not already inside one, becomes ``omp parallel for collapse(k)``; an innermo
 parallel loop of plain stores gets ``omp simd`` (in whole steps with the last moved back,
 where a costly loop's tail would be scalar: ``CpuOptions.overlap_tail``). A kernel with a
 parallel loop carries the thread pool its loops run on (``threads``), so it needs no OpenMP
-runtime. Tile statements (Copy, Fill, Gemm, the host's products, Transpose, LaneTaps,
+runtime. Tile statements (Copy, Fill, Gemm, the host's products, Transpose, LaneTaps, PlaneTaps,
 Winograd, ReduceTile) are rendered by ``emit_tiles``.
 
 The result is a ``CSource``: text, symbol and params, built from the IR. The symbol is
@@ -27,8 +27,8 @@ from tilefuse.codegen.artifact import ParamSpec
 from tilefuse.codegen.cpu import accumulate, block_epilogues, emit_tiles, first_products
 from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
-from tilefuse.codegen.cpu.prelude import (INDEX_PRELUDE, INT8_PANEL_PRELUDE, PANEL_PRELUDE, PRELUDE, TAP_PRELUDE, TRANSPOSE_PRELUDE,
-                                         WINOGRAD_PRELUDE)
+from tilefuse.codegen.cpu.prelude import (INDEX_PRELUDE, INT8_PANEL_PRELUDE, PANEL_PRELUDE, PLANE_TAPS_PRELUDE, PRELUDE, TAP_PRELUDE,
+                                         TRANSPOSE_PRELUDE, WINOGRAD_PRELUDE)
 from tilefuse.codegen.cpu.flat_access import flatten_accesses
 from tilefuse.codegen.cpu.threads import THREAD_POOL
 from tilefuse.codegen.launch import CpuLaunch
@@ -36,7 +36,7 @@ from tilefuse.codegen.options import CpuOptions
 from tilefuse.codegen.toolchain import kernel_stem, param_specs
 from tilefuse.ir.prims import ScalarFn
 from tilefuse.tile_ir.ir import (STATUS, Buffer, Call, Const, Copy, Expr, Fill, Gemm, If, IndexOp, IOp, LaneTaps, Loop, LoopKind,
-                                 PanelGemm, ReduceTile, Stmt, Store, StridedGemm, TapGemm, TileProgram, Transpose, Var, Winograd,
+                                 PanelGemm, PlaneTaps, ReduceTile, Stmt, Store, StridedGemm, TapGemm, TileProgram, Transpose, Var, Winograd,
                                  statements, subexpressions)
 from tilefuse.tile_ir.nests import stmt_reads
 
@@ -69,6 +69,8 @@ def emit_program(program: TileProgram, options: CpuOptions = CpuOptions()) -> CS
         prelude += WINOGRAD_PRELUDE
     if any(isinstance(s, (Transpose, LaneTaps)) for s in statements(program.body)):
         prelude += TRANSPOSE_PRELUDE
+    if any(isinstance(s, PlaneTaps) for s in statements(program.body)):
+        prelude += PLANE_TAPS_PRELUDE
     if program.index_sites:
         prelude += INDEX_PRELUDE
     digest = hashlib.sha256("\n".join([stem, header, prelude, *body]).encode()).hexdigest()[:10]
@@ -260,6 +262,8 @@ class _Emitter:
             return emit_tiles.lane_taps(s, f"tf_taps{self.tables}")
         if isinstance(s, Winograd):
             return emit_tiles.winograd(s, self.exprs(levels, (s.image, s.row0, s.k0)))
+        if isinstance(s, PlaneTaps):
+            return emit_tiles.plane_taps(s, self.exprs(levels, (s.image, s.channel0, s.row0)))
         if isinstance(s, ReduceTile):
             return emit_tiles.reduce(s)
         if isinstance(s, If):
@@ -435,7 +439,7 @@ def _collect_writes(body: Sequence[Stmt], out: set[str]) -> None:
             out.add(s.dst.buffer.name)
         elif isinstance(s, Transpose):
             out.add(s.dst.buffer.name)
-        elif isinstance(s, LaneTaps):
+        elif isinstance(s, (LaneTaps, PlaneTaps)):
             out.add(s.out.name)
         elif isinstance(s, Winograd):
             out.update((s.v.name, s.m.name, s.c.name))
@@ -490,6 +494,8 @@ def _work(s: Stmt) -> int:
         return math.prod(s.dst.extents)
     if isinstance(s, LaneTaps):
         return s.rows * s.width * len(s.offsets) * s.out.shape[-1]
+    if isinstance(s, PlaneTaps):
+        return s.rows * s.width * s.kernel[0] * s.kernel[1] * s.w.shape[0]
     if isinstance(s, Winograd):
         return math.prod(s.m.shape) * s.u.shape[2]
     if isinstance(s, (Fill,)):

@@ -15,7 +15,7 @@ from tilefuse.codegen.cpu.c_types import compute, convert, literal, load, round_
 from tilefuse.codegen.cpu.emit_expr import Names, StmtExprs, cident, flat_index
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.prims import ReduceFn
-from tilefuse.tile_ir.ir import (Copy, Fill, Gemm, LaneTaps, PanelGemm, ReduceTile, StridedGemm, TapGemm, Transpose, Winograd,
+from tilefuse.tile_ir.ir import (Copy, Fill, Gemm, LaneTaps, PanelGemm, PlaneTaps, ReduceTile, StridedGemm, TapGemm, Transpose, Winograd,
                                  transpose_dims)
 
 
@@ -222,6 +222,18 @@ def lane_taps(s: LaneTaps, table: str) -> list[str]:
     return [*_offset_table(table, s.offsets),
             f"tf_lane_taps_f32({cident(s.x.name)}, {cident(s.w.name)}, {cident(s.out.name)}, {s.rows}, {s.width}, "
             f"{s.row_step}, {s.col_step}, {table}, {k});"]
+
+
+def plane_taps(s: PlaneTaps, se: StmtExprs) -> list[str]:
+    """The prelude's depthwise taps over channel planes (``PLANE_TAPS_PRELUDE``); ``se``
+    renders the image, the first channel and the first output row. x [N, C, H, W] is
+    dense, so the channels' planes lie ``H * W`` apart from the first one's."""
+    _, chans, h, w = s.x.shape
+    image, ch0, row0 = se.root(0), se.root(1), se.root(2)
+    (kh, kw), (sy, sx), (dy, dx), (top, left) = s.kernel, s.strides, s.dilations, s.pads
+    return [*se.lines, f"tf_plane_taps_f32({cident(s.x.name)} + (({image}) * {chans} + ({ch0})) * {h * w}, {s.w.shape[0]}, "
+            f"{h}, {w}, {cident(s.w.name)}, {kh}, {kw}, {sy}, {sx}, {dy}, {dx}, {top}, {left}, {row0}, {s.rows}, {s.width}, "
+            f"{cident(s.out.name)}, {s.out.shape[1]});"]
 
 
 def winograd(s: Winograd, se: StmtExprs) -> list[str]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilefuse.ir.dtypes import DType
-from tilefuse.tile_ir.ir import (Buffer, Const, Expr, Fill, Gemm, If, IndexOp, IOp, Loop, LoopKind, PanelGemm, Stmt, Store,
+from tilefuse.tile_ir.ir import (Buffer, Const, Expr, Fill, Gemm, If, IndexOp, IOp, Loop, LoopKind, PanelGemm, PlaneTaps, Stmt, Store,
                                  StridedGemm, TapGemm, TileProgram, Transpose, Var, Winograd, statements)
 from tilefuse.tile_ir.nests import stmt_reads
 
@@ -63,6 +63,8 @@ def _written_first(body: tuple[Stmt, ...], b: Buffer) -> bool:
         return first.buffer == b
     if isinstance(first, Winograd):  # its scratch, and its product tile where the block fills it
         return b in (first.v, first.m) or (b == first.c and first.rows * first.width == b.shape[1])
+    if isinstance(first, PlaneTaps):  # its sums, where they fill the tile
+        return b == first.out and first.rows * first.width == b.shape[1] and b not in (first.x, first.w)
     if isinstance(first, Transpose):  # the whole of b turned from another buffer
         return (first.dst.buffer == b and first.src.buffer != b and first.dst.extents == b.shape
                 and all(isinstance(o, Const) and o.value == 0 for o in first.dst.offsets))

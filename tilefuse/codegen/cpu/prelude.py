@@ -896,3 +896,112 @@ static void tf_winograd43_f32(const float *restrict x, int64_t chans, int64_t h,
 }
 """
 
+
+PLANE_TAPS_PRELUDE = r"""
+/* -- a depthwise convolution's taps over channel planes read where they lie (PlaneTaps) --- */
+/* A row of a plane split by column phase: phase p's q-th value is src[q * sx + p - left],
+ * zero outside [0, iw); each phase row pw long, phases pw apart. */
+typedef float tf_vq __attribute__((vector_size(64), aligned(4)));
+static inline void tf_plane_row_f32(float *restrict dst, const float *restrict src, int64_t iw, int64_t sx,
+        int64_t left, int64_t pw) {
+    if (sx == 1) {
+        const int64_t lo = left < pw ? left : pw, hi = left + iw < pw ? left + iw : pw;
+        for (int64_t q = 0; q < lo; ++q) dst[q] = 0.0f;
+        if (hi > lo) memcpy(dst + lo, src + lo - left, (size_t)(hi - lo) * sizeof(float));
+        for (int64_t q = hi > lo ? hi : lo; q < pw; ++q) dst[q] = 0.0f;
+        return;
+    }
+    for (int64_t p = 0; p < sx; ++p) {
+        float *d = dst + p * pw;
+        int64_t lo = left - p > 0 ? (left - p + sx - 1) / sx : 0;
+        int64_t hi = iw - 1 + left - p >= 0 ? (iw - 1 + left - p) / sx + 1 : 0;
+        lo = lo < pw ? lo : pw;
+        hi = hi < pw ? (hi > lo ? hi : lo) : pw;
+        for (int64_t q = 0; q < lo; ++q) d[q] = 0.0f;
+        const float *s = src + p - left;
+        if (sx == 2) {  /* a constant stride: the compiler's interleaved loads */
+            #pragma omp simd
+            for (int64_t q = lo; q < hi; ++q) d[q] = s[2 * q];
+        } else {
+            for (int64_t q = lo; q < hi; ++q) d[q] = s[q * sx];
+        }
+        for (int64_t q = hi; q < pw; ++q) d[q] = 0.0f;
+    }
+}
+/* NV vectors of a row's sums from column c, in registers over the taps (the tap rows at
+ * tap[t], weights w[t]); the first n of them stored at o + c */
+#define TF_PLANE_SUMS(NV)                                                                          \
+static inline __attribute__((always_inline)) void tf_plane_sums##NV(const float *const *tap,     \
+        const float *w, int64_t taps, int64_t c, float *restrict o, int64_t n) {                   \
+    tf_vq a[NV];                                                                                   \
+    _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) a[v] = (tf_vq){0};                         \
+    for (int64_t t = 0; t < taps; ++t) {                                                           \
+        const float wt = w[t], *p = tap[t] + c;                                                    \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) a[v] += wt * *(const tf_vq *)(p + 16 * v); \
+    }                                                                                              \
+    if (n >= 16 * NV) {                                                                            \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) *(tf_vq *)(o + c + 16 * v) = a[v];    \
+    } else {                                                                                       \
+        float part[16 * NV] __attribute__((aligned(64)));                                          \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) *(tf_vq *)(part + 16 * v) = a[v];     \
+        for (int64_t i = 0; i < n; ++i) o[c + i] = part[i];                                        \
+    }                                                                                              \
+}
+TF_PLANE_SUMS(4) TF_PLANE_SUMS(3) TF_PLANE_SUMS(2) TF_PLANE_SUMS(1)
+/* out[j * ldo + r * ow + c] = sum over taps (ty, tx) of w[j * kh * kw + ty * kw + tx] *
+ * x[j * ih * iw + iy * iw + ix], iy = (row0 + r) * sy + ty * dy - top, ix = c * sx + tx * dx -
+ * left, zero outside the plane; channels j < chans, rows r < rows, columns c < ow. Each
+ * input row a channel's output rows read is copied once into a ring of (kh - 1) * dy + 1
+ * rows on the stack, split by column phase, zero padded to what the last vector reads */
+static inline __attribute__((always_inline)) void tf_plane_taps_body(const float *restrict x, int64_t chans,
+        int64_t ih, int64_t iw, const float *restrict w, int64_t kh, int64_t kw, int64_t sy, int64_t sx, int64_t dy,
+        int64_t dx, int64_t top, int64_t left, int64_t row0, int64_t rows, int64_t ow, float *restrict out, int64_t ldo) {
+    const int64_t span = (kh - 1) * dy + 1, reach = ((kw - 1) * dx) / sx, taps = kh * kw;
+    const int64_t pw = ((((ow + 15) & ~(int64_t)15) + reach) + 15) & ~(int64_t)15;
+    float ring[span * sx * pw] __attribute__((aligned(64)));
+    int64_t held[span];
+    const float *tap[taps];
+    for (int64_t j = 0; j < chans; ++j) {
+        const float *xp = x + j * ih * iw, *wj = w + j * taps;
+        for (int64_t s = 0; s < span; ++s) held[s] = INT64_MIN;
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t iy0 = (row0 + r) * sy - top;
+            for (int64_t ty = 0; ty < kh; ++ty) {
+                const int64_t iy = iy0 + ty * dy, s = ((iy % span) + span) % span;
+                float *row = ring + s * sx * pw;
+                if (held[s] != iy) {
+                    held[s] = iy;
+                    if (iy < 0 || iy >= ih) memset(row, 0, (size_t)(sx * pw) * sizeof(float));
+                    else tf_plane_row_f32(row, xp + iy * iw, iw, sx, left, pw);
+                }
+                for (int64_t tx = 0; tx < kw; ++tx) tap[ty * kw + tx] = row + ((tx * dx) % sx) * pw + (tx * dx) / sx;
+            }
+            float *o = out + j * ldo + r * ow;
+            int64_t c = 0;
+            for (; c + 64 <= ow; c += 64) tf_plane_sums4(tap, wj, taps, c, o, 64);
+            switch ((ow - c + 15) / 16) {
+            case 4: tf_plane_sums4(tap, wj, taps, c, o, ow - c); break;
+            case 3: tf_plane_sums3(tap, wj, taps, c, o, ow - c); break;
+            case 2: tf_plane_sums2(tap, wj, taps, c, o, ow - c); break;
+            case 1: tf_plane_sums1(tap, wj, taps, c, o, ow - c); break;
+            default: break;
+            }
+        }
+    }
+}
+/* the common kernels with their taps known to the compiler, so the sums unroll over them */
+static void tf_plane_taps_f32(const float *restrict x, int64_t chans, int64_t ih, int64_t iw,
+        const float *restrict w, int64_t kh, int64_t kw, int64_t sy, int64_t sx, int64_t dy, int64_t dx,
+        int64_t top, int64_t left, int64_t row0, int64_t rows, int64_t ow, float *restrict out, int64_t ldo) {
+    if (kh == 3 && kw == 3 && dy == 1 && dx == 1 && sx == 1)
+        tf_plane_taps_body(x, chans, ih, iw, w, 3, 3, sy, 1, 1, 1, top, left, row0, rows, ow, out, ldo);
+    else if (kh == 3 && kw == 3 && dy == 1 && dx == 1 && sx == 2)
+        tf_plane_taps_body(x, chans, ih, iw, w, 3, 3, sy, 2, 1, 1, top, left, row0, rows, ow, out, ldo);
+    else if (kh == 5 && kw == 5 && dy == 1 && dx == 1 && sx == 1)
+        tf_plane_taps_body(x, chans, ih, iw, w, 5, 5, sy, 1, 1, 1, top, left, row0, rows, ow, out, ldo);
+    else if (kh == 5 && kw == 5 && dy == 1 && dx == 1 && sx == 2)
+        tf_plane_taps_body(x, chans, ih, iw, w, 5, 5, sy, 2, 1, 1, top, left, row0, rows, ow, out, ldo);
+    else
+        tf_plane_taps_body(x, chans, ih, iw, w, kh, kw, sy, sx, dy, dx, top, left, row0, rows, ow, out, ldo);
+}
+"""

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Value
 from tilefuse.ir.prims import Conv, ScalarFn
-from tilefuse.tile_ir.ir import (Buffer, Call, Const, Expr, If, IOp, LaneTaps, Load, Region, Scope, Stmt, Store, StridedGemm, TapGemm,
-                                 Transpose, Var, const_index, iop)
+from tilefuse.tile_ir.ir import (Buffer, Call, Const, Expr, If, IOp, LaneTaps, Load, PlaneTaps, Region, Scope, Stmt, Store, StridedGemm,
+                                 TapGemm, Transpose, Var, const_index, iop)
 from tilefuse.tile_ir.lower import gemm_weights
 from tilefuse.tile_ir.lower.common import narrow, parallel, serial, widen
 from tilefuse.tile_ir.lower.elements import ElementBuilder, Index, linearize, window_needs_guard, window_source
@@ -416,7 +416,7 @@ def depthwise_pitch(b: "_Builder") -> int:
     """The distance of a depthwise tile's output rows in its product tile where the sums
     stay where they are computed (``padded_width``, for rows at least
     ``ConvPolicy.depthwise_pitch_width`` wide), else 0: packed into runs of positions."""
-    width = _phase_width(b) if padded_width(b) else 0
+    width = _phase_width(b) if padded_width(b) and not depthwise_planes(b) else 0
     return width if width and b.c.outputs[0].type.shape[-1] >= b.target.conv.depthwise_pitch_width else 0
 
 
@@ -476,6 +476,59 @@ def depthwise_padded(b: "_Builder", el: ElementBuilder, tc: Buffer, mt: Var, n0:
     if pitched:
         return (x_pad,), body
     return (x_pad, sums), [*body, *parallel(b.names, (bn, rows, width), pack)]
+
+
+def depthwise_planes(b: "_Builder") -> bool:
+    """Whether a depthwise convolution that ``depthwise_padded`` would compute sums its
+    taps over its input's channel planes where they lie instead (``depthwise_planes_tile``):
+    float32 on a host whose policy asks for it at its column stride
+    (``ConvPolicy.depthwise_planes``), its input a kernel input, output rows at least
+    ``ConvPolicy.depthwise_pitch_width`` wide (14-wide ones took 2-3x as long: each row's
+    ring and tap setup for one vector of sums), and the helper's ring of padded input rows
+    (one output row's reach of rows, per column phase) within
+    ``ConvPolicy.depthwise_planes_ring`` bytes."""
+    op = b.c.op
+    x, w = b.c.inputs
+    policy = b.target.conv
+    if not (b.depthwise and policy.depthwise_planes and isinstance(op, Conv) and len(op.strides) == 2
+            and not b.target.device.max_block_threads and padded_width(b)):
+        return False
+    if {b.acc_dtype, b.op_dtype, x.type.dtype} != {DType.FLOAT32} or not any(x is v for v in b.group.inputs):
+        return False
+    (kh, kw), (dy, dx), sx = w.type.shape[2:], op.dilations, op.strides[1]
+    width = b.c.outputs[0].type.shape[-1]
+    if width < policy.depthwise_pitch_width or sx < policy.depthwise_planes:
+        return False
+    phase_row = -(-(-(-width // 16) * 16 + (kw - 1) * dx // sx) // 16) * 16  # the helper's padded row
+    return ((kh - 1) * dy + 1) * sx * phase_row * 4 <= policy.depthwise_planes_ring
+
+
+def depthwise_planes_tile(b: "_Builder", el: ElementBuilder, x_param: Buffer, tc: Buffer, mt: Var, n0: Expr,
+                          bm: int) -> tuple[tuple[Buffer, ...], list[Stmt]]:
+    """A depthwise convolution of the tile's channels summed over their input planes where
+    they lie (``PlaneTaps``): the tile's taps copied into ``w_taps`` ([channel, tap]), the
+    sums packed into ``tc`` ([channel, position], its rows of whole output rows), where the
+    epilogue reads them. The host copies each input row once into a small ring of padded
+    rows, where ``depthwise_padded`` copies the tile's rows into phase planes first (its
+    strided copy and separate pass over the tile: a third of MobileNetV2's stride-2 layer's
+    time). Returns the on-chip buffers and statements."""
+    c = b.c
+    op: Conv = c.op  # type: ignore[assignment]
+    w = c.inputs[1]
+    kh, kw = w.type.shape[2:]
+    rows, width = _tile_shape(b, bm)
+    img, row0 = origin(b, mt, rows)
+    chans = tc.shape[0]
+    w_taps = Buffer("w_taps", b.acc_dtype, (chans, kh * kw), Scope.FRAGMENT)
+
+    def weights(i: Index) -> list[Stmt]:
+        j, ty, tx = i
+        return [Store(w_taps, (j, iop(IOp.ADD, iop(IOp.MUL, ty, const_index(kw)), tx)),
+                      widen(el.at(w, (iop(IOp.ADD, n0, j), const_index(0), ty, tx)), b.acc_dtype))]
+
+    taps = PlaneTaps(x_param, img, n0, w_taps, tc, row0, rows, width, (kh, kw), tuple(op.strides),  # type: ignore[arg-type]
+                     tuple(op.dilations), (op.pads[0], op.pads[1]))  # type: ignore[arg-type]
+    return (w_taps,), [*parallel(b.names, (chans, kh, kw), weights), taps]
 
 
 def depthwise_lanes(b: "_Builder") -> int:

@@ -350,6 +350,7 @@ class _Builder:
         sfx = [f"{s}" if accs > 1 else "" for s in range(accs)]
         tbs = [Buffer(f"b_tile{x}", self.op_dtype, (bk, bm) if self.flip else (bk, bn), Scope.SHARED) for x in sfx]
         dw_width = conv_rows.padded_width(self) if self.depthwise and not dw_lanes else 0
+        dw_planes = bool(dw_width) and conv_rows.depthwise_planes(self)  # its sums packed as positions
         c_cols = (conv_rows.direct_length(self, bm) if direct else conv_rows.depthwise_length(self, bm) if dw_width else bm)
         # the product tile's output rows this far apart (0: packed as positions)
         pitch = direct or (conv_rows.depthwise_pitch(self) if dw_width else 0)
@@ -430,6 +431,8 @@ class _Builder:
             k_body = [conv_rows.in_place_product(self, buffers[id(self.c.inputs[0])], tcs[0], mt, n0, kt, ch_per_tile)]
         elif dw_lanes:
             dw_allocs, k_body = conv_rows.depthwise_lanes_tile(self, el, buffers[id(self.c.inputs[0])], tcs[0], mt, n0, bm)
+        elif dw_planes:
+            dw_allocs, k_body = conv_rows.depthwise_planes_tile(self, el, buffers[id(self.c.inputs[0])], tcs[0], mt, n0, bm)
         elif dw_width:
             dw_allocs, k_body = conv_rows.depthwise_padded(self, el, tcs[0], mt, n0, bm)
         elif self.depthwise:
@@ -548,7 +551,8 @@ class _Builder:
             channel_rows=self.flip, depthwise=self.depthwise, channels_per_k_tile=ch_per_tile if conv else 0,
             padded_columns=self.pad_to, accumulator=self.acc_dtype, operands=self.op_dtype, tf32=self.tf32, occupancy=0,
             positions_inner=self.positions_inner, groups=self.groups, panel_width=self.panel_width,
-            depthwise_padded_width=dw_width, depthwise_lanes=dw_lanes, operands_in_place=in_place, direct_padded_width=direct,
+            depthwise_padded_width=0 if dw_planes else dw_width, depthwise_planes=dw_planes, depthwise_lanes=dw_lanes,
+            operands_in_place=in_place, direct_padded_width=direct,
             winograd=WINOGRAD_TILE if wino else 0)
         order = self._host_order(grid)
         if order:
