@@ -118,12 +118,13 @@ static inline double tf_mod_f64(double a, double b) {
  * exp(-inf) = 0, exp(inf) = inf, results below FLT_MIN are subnormal, tanh(-0) = -0. */
 static inline float tf_bits_f32(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
 static inline int32_t tf_f32_bits(float f) { int32_t i; memcpy(&i, &f, 4); return i; }
-static inline float tf_exp_f32(float x) {
-    float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);  /* beyond: 0 and inf anyway */
-    float k = xc * 1.44269504088896341f + 12582912.0f;  /* + 1.5 * 2^23 rounds to an integer n */
-    int32_t n = tf_f32_bits(k) - 0x4B400000;  /* (no float-to-int conversion: it would not vectorise) */
+/* exp's reduction and polynomial: p with e^x = 2^n * p, n returned through ``n``; x must be
+ * clamped to where 2^n can be formed (NaN's bits give any n: the caller keeps NaN) */
+static inline float tf_exp_poly_f32(float x, uint32_t *n) {
+    float k = x * 1.44269504088896341f + 12582912.0f;  /* + 1.5 * 2^23 rounds to an integer n */
+    *n = (uint32_t)tf_f32_bits(k) - 0x4B400000u;  /* (no float-to-int conversion: it would not vectorise) */
     float fn = k - 12582912.0f;
-    float r = xc - fn * 0.693359375f;  /* ln 2 in two parts: the first exact in n * it */
+    float r = x - fn * 0.693359375f;  /* ln 2 in two parts: the first exact in n * it */
     r = r - fn * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
@@ -131,28 +132,25 @@ static inline float tf_exp_f32(float x) {
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int32_t h = n >> 1;  /* 2^n as 2^h * 2^(n-h): both normal for n in [-150, 128] */
+    return p * r * r + r + 1.0f;
+}
+static inline float tf_exp_f32(float x) {
+    float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);  /* beyond: 0 and inf anyway */
+    uint32_t un;
+    float p = tf_exp_poly_f32(xc, &un);
+    int32_t n = (int32_t)un, h = n >> 1;  /* 2^n as 2^h * 2^(n-h): both normal for n in [-150, 128] */
     float y = p * tf_bits_f32((h + 127) << 23) * tf_bits_f32((n - h + 127) << 23);
     return x != x ? x : y;
 }
-/* exp's reduction and polynomial alone, for callers whose argument lies in [-87, 88] (2^n
- * normal) or is NaN (then so is the result): tanh's and erf's, whose own selects keep the
- * special values. No clamps, no split power, no NaN select: a third of tanh's and erf's time. */
+/* p * 2^(n + bias - 127) in one power: for callers whose argument keeps that power normal
+ * (bias 127: x in [-87, 88]) or is NaN (then so is the result): tanh's and erf's, whose own
+ * selects keep the special values, and sigmoid's e^x for x in [-104, 0] with bias 191 (then
+ * scaled by 2^-64). No clamps, no split power, no NaN select: a third of tanh's and erf's
+ * time. */
 static inline float tf_exp_core_f32(float x, uint32_t bias) {
-    float k = x * 1.44269504088896341f + 12582912.0f;
-    uint32_t n = (uint32_t)tf_f32_bits(k) - 0x4B400000u;  /* unsigned: NaN's bits may wrap */
-    float fn = k - 12582912.0f;
-    float r = x - fn * 0.693359375f;
-    r = r - fn * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    return p * tf_bits_f32((int32_t)((n + bias) << 23));  /* 2^(n + bias - 127) */
+    uint32_t n;
+    float p = tf_exp_poly_f32(x, &n);
+    return p * tf_bits_f32((int32_t)((n + bias) << 23));
 }
 static inline float tf_tanh_f32(float x) {
     float ax = fabsf(x);
@@ -345,8 +343,9 @@ static inline __attribute__((always_inline)) void tf_strip_masked(int64_t m, int
     for (; i < m; ++i) tf_masked_1(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, mask, zero);
 }
 
-/* a 2-D block turned over, rows, cols <= 16 (d[j * ds + i] = s[i * ss + j]): sixteen masked row loads, the 16 x 16 turned in registers (pairs of
- * floats, then of doubles, then 128-bit quarters twice), rows masked stores */
+/* a 2-D block turned over, rows, cols <= 16 (d[j * ds + i] = s[i * ss + j]): sixteen
+ * masked row loads, the 16 x 16 turned in registers (pairs of floats, then of doubles,
+ * then 128-bit quarters twice), rows masked stores */
 static inline void tf_transpose16_f32(const float *restrict s, int64_t ss, float *restrict d, int64_t ds,
                                       int64_t rows, int64_t cols) {
     const __mmask16 cm = (__mmask16)((1u << cols) - 1u), rm = (__mmask16)((1u << rows) - 1u);
