@@ -1,8 +1,9 @@
 """The host's block transpose and depthwise lane taps (``Transpose``, ``LaneTaps``: tile_ir/ir.py,
 codegen/cpu/prelude.py ``TRANSPOSE_PRELUDE``): C kernels against the tile interpreter on fresh
 random inputs, over block sizes around the 16 x 16 blocks' edges, regions at offsets inside
-larger buffers, and tap rows of every length around the helper's blocks of 8 positions; and
-the verifier's refusals of what the helpers cannot take."""
+larger buffers, rows of whole planes (a 1 x 1 convolution's input turned), and tap rows of
+every length around the helper's blocks of 8 positions; and the verifier's refusals of what
+the helpers cannot take."""
 from __future__ import annotations
 
 import numpy as np
@@ -78,3 +79,31 @@ def test_the_verifier_refuses_what_the_helpers_cannot_take():
     too_far = LaneTaps(xs, ws, outs, 3, 3, 5, 1, tuple(range(9)))  # reads position 2 * 5 + 2 + 8 = 20
     with pytest.raises(GraphError, match="do not fit"):
         verify_program(program("bad_taps", [xs, ws], [outs], [too_far]), CPU)
+
+
+@pytest.mark.parametrize("chans, h, w", [(24, 7, 7), (16, 5, 9), (33, 3, 1)])
+def test_block_transposes_of_whole_planes_match_the_interpreter(chans, h, w):
+    """Rows of whole H x W planes ([1, C, H, W] -> C rows of H * W, a 1 x 1 convolution's
+    im2col tile): turned into a tile at an offset, as the interpreter turns them."""
+    x = param("x", F32, (2, chans + 7, h, w))
+    out = param("out", F32, (h * w + 2, chans))
+    origin = (const_index(1), const_index(5), const_index(0), const_index(0))
+    body = [Transpose(Region(x, origin, (1, chans, h, w)), Region(out, (const_index(2), const_index(0)), (h * w, chans)))]
+    p = program(f"planes_{chans}_{h}_{w}", [x], [out], body)
+    assert verify_program(p, CPU) is None
+    (artifact,) = build_all([p])
+    xs = np.random.default_rng().standard_normal(x.shape).astype(np.float32)
+    got, want = run_both(p, artifact, [xs])
+    assert_same(p, got, want)
+    np.testing.assert_array_equal(got[0][2:], xs[1, 5:5 + chans].reshape(chans, h * w).T)
+
+
+def test_the_verifier_refuses_rows_that_are_not_runs():
+    x, out = param("x", F32, (1, 8, 7, 7)), param("out", F32, (21, 8))
+    zero = const_index(0)
+    part_planes = Transpose(Region(x, (zero, zero, zero, zero), (1, 8, 3, 7)), Region(out, (zero, zero), (21, 8)))
+    assert verify_program(program("runs", [x], [out], [part_planes]), CPU) is None  # 3 whole rows of each plane: runs
+    o2 = param("o2", F32, (18, 8))
+    gaps = Transpose(Region(x, (zero, zero, zero, zero), (1, 8, 3, 6)), Region(o2, (zero, zero), (18, 8)))
+    with pytest.raises(GraphError, match="rows of runs"):  # rows of 3 x 6 of 7-wide rows: not one run
+        verify_program(program("gaps", [x], [o2], [gaps]), CPU)

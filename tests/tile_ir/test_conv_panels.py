@@ -4,7 +4,9 @@ rows: 7 x 7, odd sizes) reads its weight from panels packed at compile time
 im2col tile, filled per K step as before, goes through the host's panel core. At 1 x 1
 and 3 x 3, strided and padded, with column tails (channels past the last panel) and K
 steps of part of the input channels, the lowered program interprets like the reference
-and the compiled plan matches onnxruntime and the reference on fresh random inputs.
+and the compiled plan matches onnxruntime and the reference on fresh random inputs. A
+pointwise one's im2col tile (unit strides, no padding) is its input's planes turned over by
+the host's block transpose.
 Depthwise, grouped and channels-as-rows convolutions and the GPU keep their tiles."""
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
 from tilefuse.reference import evaluate_all
 from tilefuse.target import CPU, CUDA_SM90A
-from tilefuse.tile_ir.ir import PanelGemm, statements
+from tilefuse.tile_ir.ir import PanelGemm, Transpose, statements
 from tilefuse.tile_ir.lower import lower_group
 
 from tests.tile_ir.compiled import cpu_plan_matches
@@ -32,7 +34,13 @@ CASES = {
     "k3_stride2_odd_map": ((2, 24, 15, 13), 40, 3, 2, 1, 1),
     "k3_many_channels_k_steps": ((1, 512, 7, 7), 64, 3, 1, 1, 1),
     "grouped_keeps_tiles": ((1, 32, 7, 7), 64, 3, 1, 1, 2),
+    "pointwise_7x7_batch_2": ((2, 96, 7, 7), 64, 1, 1, 0, 1),
+    "pointwise_odd_map_k_steps": ((1, 768, 5, 9), 40, 1, 1, 0, 1),
+    "pointwise_strided": ((1, 64, 14, 14), 96, 1, 2, 0, 1),
 }
+# pointwise, unit strides, no padding, whole channel steps: the im2col tile is the input's
+# planes turned over, filled by the host's block transpose (conv_tiles.turned_input)
+TURNED = {"pointwise_7x7_192_to_1152", "pointwise_7x7_column_tail", "pointwise_7x7_batch_2", "pointwise_odd_map_k_steps"}
 
 
 def _model(x_shape, cout, k, stride, pad, group, rng) -> onnx.ModelProto:
@@ -67,6 +75,8 @@ def test_a_host_convolution_reads_its_weight_from_panels(name):
         assert bool(panels) == want_panels and (schedule.panel_width == 32) == want_panels, (target.name, low.program.notes)
         if want_panels:  # the weight is not copied into a tile: only the im2col tile is on chip
             assert [b.name for b in low.program.allocs if b.name.startswith(("a_tile", "b_tile"))] == ["a_tile"]
+        turns = [s for s in statements(low.program.body) if isinstance(s, Transpose) and s.dst.buffer.name == "a_tile"]
+        assert bool(turns) == (target is CPU and name in TURNED), (target.name, [str(t) for t in turns])
         if target is CPU:
             for v, got in interpret(low, values):
                 c = compare_output(v.name, got, values[id(v)])

@@ -21,6 +21,7 @@ Everything is a frozen dataclass: programs are values, hashable and printable.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -338,11 +339,22 @@ class Winograd(Stmt):
 
 
 def transpose_dims(r: Region) -> tuple[int, int, int]:
-    """A Transpose region's (row dim, rows, columns): its one non-unit dim before the
-    last (the one before the last where there is none), and the last dim's extent."""
+    """A Transpose region's (row dim, rows, columns): its first non-unit dim before the
+    last (the one before the last where there is none), and the elements of the dims
+    after it, one run a row where ``transpose_rows_are_runs`` holds (a 1 x 1 convolution's
+    input channels as rows of whole H x W planes: [1, C, H, W] -> C rows of H * W)."""
     dims = [d for d, e in enumerate(r.extents[:-1]) if e != 1]
     row = dims[0] if dims else len(r.extents) - 2
-    return row, r.extents[row], r.extents[-1]
+    return row, r.extents[row], math.prod(r.extents[row + 1:])
+
+
+def transpose_rows_are_runs(r: Region) -> bool:
+    """Whether a region's rows (``transpose_dims``) each lie in one run of its buffer: every
+    dim after the row dim is of unit extent but the last, or the dims after the first such
+    non-unit one are whole."""
+    row = transpose_dims(r)[0]
+    inner = [d for d in range(row + 1, len(r.extents) - 1) if r.extents[d] != 1]
+    return not inner or all(r.extents[d] == r.buffer.shape[d] for d in range(inner[0] + 1, len(r.extents)))
 
 
 @dataclass(frozen=True, slots=True)

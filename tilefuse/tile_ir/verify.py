@@ -43,6 +43,7 @@ from tilefuse.tile_ir.ir import (
     dtype_of,
     statements,
     transpose_dims,
+    transpose_rows_are_runs,
 )
 
 
@@ -208,16 +209,16 @@ def _check_strided_gemm(p: TileProgram, s: StridedGemm, known: dict[str, Buffer]
 
 
 def _check_transpose(p: TileProgram, s: Transpose, known: dict[str, Buffer], bound: set[str]) -> None:
-    """What the host's block transpose takes: two float32 regions of unit extents but two
-    dims each, the second of them the buffer's last dim (rows are runs), extents swapped."""
+    """What the host's block transpose takes: two float32 regions whose rows are runs
+    (``transpose_dims``: unit extents but two dims, the second of them the buffer's last;
+    or the dims after a row dim whole but the first of them), rows and columns swapped."""
     for r in (s.src, s.dst):
         _check_buffer(p, r.buffer, known)
         for o in r.offsets:
             _check_expr(p, o, known, bound)
         if len(r.offsets) != len(r.buffer.shape) or len(r.extents) != len(r.buffer.shape):
             raise GraphError(f"{p.name}: transpose region rank does not match {r.buffer.name}")
-        if (r.buffer.dtype is not DType.FLOAT32 or len(r.extents) < 2
-                or sum(e != 1 for e in r.extents[:-1]) > 1):
+        if r.buffer.dtype is not DType.FLOAT32 or len(r.extents) < 2 or not transpose_rows_are_runs(r):
             raise GraphError(f"{p.name}: a transpose turns float32 rows of runs, not {r.buffer.name}"
                              f"{list(r.buffer.shape)} {r.buffer.dtype} {r.extents}")
     if transpose_dims(s.src)[1:] != transpose_dims(s.dst)[1:][::-1]:

@@ -443,7 +443,9 @@ class _Builder:
             k_body = conv_rows.fills(self, el, ta, tbs[0], mt, n0, kt, ch_per_tile)
             k_body.append(Gemm(ta, tbs[0], tcs[0], tf32=self.tf32))
         elif conv and self.panel_width:  # the im2col tile by the weight's panels
-            k_body = conv_tiles.fills(self, el, ta, tbs[0], row, column, kt, ch_per_tile, weights=False)
+            turned_x = conv_tiles.turned_input(self, buffers.get(id(self.c.inputs[0])), ta, mt, kt, ch_per_tile)
+            k_body = (turned_x if turned_x is not None
+                      else conv_tiles.fills(self, el, ta, tbs[0], row, column, kt, ch_per_tile, weights=False))
             k_body.append(panels.conv_product(self, ta, tcs[0], nt, kt))
         elif conv:
             k_body = conv_tiles.fills(self, el, ta, tbs[0], row, column, kt, ch_per_tile)
