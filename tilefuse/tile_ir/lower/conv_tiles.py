@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Callable
 
+from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Node
 from tilefuse.ir.prims import Conv, ConvTranspose, ScalarFn
-from tilefuse.ir.dtypes import DType
 from tilefuse.tile_ir.ir import Buffer, Call, Const, Expr, IOp, Load, Region, Stmt, Store, Transpose, Var, const_index, iop
 from tilefuse.tile_ir.lower import gemm_weights
 from tilefuse.tile_ir.lower.common import narrow, parallel, widen
@@ -143,13 +143,17 @@ def turned_input(b: "_Builder", x_param: Buffer | None, ta: Buffer, mt: Var, kt:
     if ({ta.dtype, x.type.dtype, x_param.dtype} != {DType.FLOAT32} or ta.shape[1] != chans or rows % plane
             or b.m % rows or c.inputs[1].type.shape[1] % chans):
         return None
-    per_tile = rows // plane
+    per_tile = rows // plane  # images a tile holds
     first = iop(IOp.MUL, mt, per_tile) if b.m > rows else const_index(0)
-    zeros = (const_index(0),) * (x.type.rank - 2)
-    return [Transpose(Region(x_param, (iop(IOp.ADD, first, const_index(i)) if i else first, iop(IOp.MUL, kt, chans), *zeros),
-                             (1, chans, *x.type.shape[2:])),
-                      Region(ta, (const_index(i * plane), const_index(0)), (plane, chans)))
-            for i in range(per_tile)]
+    ch0, zeros = iop(IOp.MUL, kt, chans), (const_index(0),) * (x.type.rank - 2)
+    src: Buffer = x_param
+
+    def image(i: int) -> Stmt:
+        n = iop(IOp.ADD, first, const_index(i)) if i else first
+        return Transpose(Region(src, (n, ch0, *zeros), (1, chans, *x.type.shape[2:])),
+                         Region(ta, (const_index(i * plane), const_index(0)), (plane, chans)))
+
+    return [image(i) for i in range(per_tile)]
 
 
 def transposed_operands(b: "_Builder", el: ElementBuilder, c: Node) -> tuple[Operand, Operand]:
