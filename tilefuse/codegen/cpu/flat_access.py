@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tilefuse.tile_ir.ir import (Buffer, Call, Const, Expr, If, IndexCheck, IndexOp, IOp, Load, Loop, Stmt, Store, TileProgram, Var,
-                                 const_index, iop, subexpressions)
+                                 const_index, iop, map_loads, subexpressions)
 from tilefuse.tile_ir.nests import mentions
 from tilefuse.tile_ir.simplify import simplify_expr
 
@@ -78,15 +78,7 @@ def _value(e: Expr, v: Var, x: int) -> int | None:
 
 
 def _expr(e: Expr, inner: Var | None) -> Expr:
-    if isinstance(e, Load):
-        return Load(e.buffer, _flat(e.buffer, tuple(_expr(i, inner) for i in e.indices), inner))
-    if isinstance(e, IndexOp):
-        return iop(e.op, _expr(e.a, inner), _expr(e.b, inner))
-    if isinstance(e, Call):
-        return Call(e.fn, tuple(_expr(x, inner) for x in e.args), e.dtype)
-    if isinstance(e, IndexCheck):
-        return IndexCheck(_expr(e.index, inner), e.extent, e.site)
-    return e
+    return map_loads(e, lambda x: Load(x.buffer, _flat(x.buffer, x.indices, inner)))
 
 
 def _flat(buffer: Buffer, indices: tuple[Expr, ...], inner: Var | None) -> tuple[Expr, ...]:
