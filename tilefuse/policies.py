@@ -174,6 +174,10 @@ class ConvPolicy:
     # epilogue's streams, and wide tiles read the input once (ResNet-50's 1 x 1
     # reductions of 256-1024 channels took 1.3-2.1x as long in 8-channel tiles)
     in_place_max_k: int = 128
+    # a host's in-place pointwise convolution's weight bound in the product core's row
+    # blocks of its tiles (tile_ir/row_blocks.py: a K step of a register block one run,
+    # the tile one stream): ResNet-50's 1024 -> 256 one took 0.8 of its time cold
+    row_blocks: bool = False
     # on a host: an ungrouped 2-D convolution with channels as rows computed from its input
     # rows copied zero-padded on chip, each (channel, tap) a row of the product at a
     # constant offset of the copy (conv_rows.direct_product), instead of an im2col tile of

@@ -141,7 +141,7 @@ def test_a_pointwise_convolution_in_place_starts_at_zero():
     rng = np.random.default_rng()
     model = _pointwise(32, 64, 28, rng)
     body = _kernel_body(model)
-    assert re.search(r"tf_gemm_f32\([^;]*, (1|kt\d* == 0)\);", body) and "memset(c_tile" not in body, body
+    assert re.search(r"tf_gemm_blocks_f32\([^;]*, (1|kt\d* == 0)\);", body) and "memset(c_tile" not in body, body
     cpu_plan_matches("pointwise", model, import_onnx(model), {"x": rng.standard_normal((1, 32, 28, 28)).astype(np.float32)})
 
 

@@ -17,7 +17,7 @@ from tilefuse.errors import GraphError
 from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
 from tilefuse.reference import evaluate_all
-from tilefuse.target import CPU, CUDA_SM90A
+from tilefuse.target import CPU, CUDA_SM90A, adjust
 from tilefuse.tile_ir.ir import Region, StridedGemm, statements
 from tilefuse.tile_ir.lower import lower_group
 from tilefuse.tile_ir.verify import verify_program as verify
@@ -68,7 +68,9 @@ def test_a_pointwise_convolution_reads_its_operands_in_place(name):
         strided = [s for s in statements(low.program.body) if isinstance(s, StridedGemm)]
         want = in_place and target is CPU
         assert bool(strided) == want and low.program.schedule.operands_in_place == want, (target.name, low.program.notes)
-        if want:
+        if want:  # the weight bound in the core's row blocks of each tile (row_blocks.py)
+            assert all(s.a_blocks == s.c.shape[0] == s.a.extents[0] for s in strided), strided
+            assert any(v.name.endswith(f".rowblocks{strided[0].a_blocks}") for v in low.bindings), low.bindings
             assert low.program.schedule.channel_rows
             assert not [b.name for b in low.program.allocs if b.name.startswith(("a_tile", "b_tile"))]
             assert "where they lie" in low.program.notes[0]
@@ -78,6 +80,39 @@ def test_a_pointwise_convolution_reads_its_operands_in_place(name):
                     c = compare_output(v.name, got, values[id(v)])
                     assert c.ok, f"{name} interpreted: {c.problem}"
     cpu_plan_matches(name, model, graph, feeds)
+
+
+def test_without_row_blocks_the_weight_is_read_as_its_rows():
+    """``ConvPolicy.row_blocks`` off: the same product on the weight's rows as stored
+    (a_blocks 0), interpreted and compiled alike."""
+    x_shape, cout = (1, 40, 14, 14), 100
+    rng = np.random.default_rng()
+    model = _model(x_shape, cout, 1, 1, False, rng)
+    feeds = {"x": rng.standard_normal(x_shape).astype(np.float32)}
+    graph = import_onnx(model)
+    rows = adjust(CPU, conv__row_blocks=False)
+    (g,) = [g for g in partition_graph(graph, rows).groups if str(g.kind) != "opaque"]
+    low = lower_group(g, rows)
+    strided = [s for s in statements(low.program.body) if isinstance(s, StridedGemm)]
+    assert strided and all(s.a_blocks == 0 for s in strided)
+    assert any(v.name.endswith(".rows") for v in low.bindings), low.bindings
+    values = evaluate_all(graph, feeds)
+    for v, got in interpret(low, values):
+        c = compare_output(v.name, got, values[id(v)])
+        assert c.ok, c.problem
+    cpu_plan_matches("pointwise_rows", model, graph, feeds, target=rows)
+
+
+def test_verify_names_a_row_blocked_product_that_is_not_one_tile():
+    model = _model((1, 40, 14, 14), 100, 1, 1, False, np.random.default_rng(0))
+    graph = import_onnx(model)
+    (g,) = [g for g in partition_graph(graph, CPU).groups if str(g.kind) != "opaque"]
+    program = lower_group(g, CPU).program
+    (s,) = [s for s in statements(program.body) if isinstance(s, StridedGemm)]
+    assert s.a_blocks
+    bad = _replace(program, s, StridedGemm(s.a, s.b, s.k_axis, s.c, a_blocks=s.a_blocks + 1))
+    with pytest.raises(GraphError, match="not one whole tile"):
+        verify(bad, CPU)
 
 
 def test_verify_names_a_strided_product_whose_rows_are_not_runs():

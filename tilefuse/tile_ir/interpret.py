@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tilefuse.ir.prims import Map, ReduceFn, ScalarFn
+from tilefuse.tile_ir import row_blocks
 from tilefuse.tile_ir.ir import (
     Call,
     Const,
@@ -91,6 +92,8 @@ class _State:
         self.status = np.zeros(2, np.int64) if status is None else status
         self.env: dict[str, np.ndarray | np.int64] = {}
         self.depth = 0  # number of enclosing parallel loops (= vector axes)
+        # row-blocked buffers (StridedGemm.a_blocks) as rows: (buffer, tile) -> (array, rows)
+        self._unblocked: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
     # -- statements -------------------------------------------------------------------
     def run(self, body: Sequence[object]) -> None:
@@ -201,6 +204,11 @@ class _State:
 
     def strided_gemm(self, s: StridedGemm) -> None:
         a, b, c = self.buffers[s.a.buffer.name], self.buffers[s.b.buffer.name], self.buffers[s.c.name]
+        if s.a_blocks:  # (a constant weight: turned back into rows once)
+            key = (id(a), s.a_blocks)
+            if key not in self._unblocked:
+                self._unblocked[key] = (a, row_blocks.unpack(a, s.a_blocks))
+            a = self._unblocked[key][1]
         a_rows = a[self._window(s.a)].reshape(s.a.extents[-2:])
         b_rows = b[self._window(s.b)].reshape(s.b.extents[s.k_axis], -1)
         c[...] = (c + np.matmul(a_rows.astype(np.float32), b_rows.astype(np.float32))).astype(c.dtype)

@@ -226,12 +226,16 @@ class StridedGemm(Stmt):
     after the first of them span their whole dim, so a row of B is one run in memory
     (rows ``stride(k_axis)`` apart). A pointwise convolution with channels as rows: the
     weight's [Cout, Cin] rows by the input's channel planes (whole output rows of them).
-    The host's register-blocked core (codegen/cpu/prelude.py) runs it."""
+    The host's register-blocked core (codegen/cpu/prelude.py) runs it. With ``a_blocks``
+    (> 0), A's buffer is bound in row blocks of tiles of that many rows (``row_blocks.py``:
+    the same [rows, K] values, each tile's register blocks stored in turn) and ``a`` is one
+    whole tile of them; 0: rows as stored."""
 
     a: Region
     b: Region
     k_axis: int
     c: Buffer
+    a_blocks: int = 0
 
 
 @dataclass(frozen=True, slots=True)

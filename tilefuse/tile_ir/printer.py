@@ -82,7 +82,8 @@ def _stmt(s: object, indent: int, out: list[str]) -> None:
         out.append(f"{pad}panel_gemm({_region(s.a)}, {s.b.name}[{format_expr(s.panel0)}:+{s.c.shape[1] // s.width}, "
                    f"{format_expr(s.k0)}:], {s.c.name}, k_block={s.k_block})")
     elif isinstance(s, StridedGemm):
-        out.append(f"{pad}strided_gemm({_region(s.a)}, {_region(s.b)}, {s.c.name}, k_axis={s.k_axis})")
+        blocks = f", a_blocks={s.a_blocks}" if s.a_blocks else ""
+        out.append(f"{pad}strided_gemm({_region(s.a)}, {_region(s.b)}, {s.c.name}, k_axis={s.k_axis}{blocks})")
     elif isinstance(s, TapGemm):
         offs = ", ".join(map(str, s.offsets)) if len(s.offsets) <= 12 else \
             ", ".join(map(str, (*s.offsets[:6], "...", *s.offsets[-3:])))

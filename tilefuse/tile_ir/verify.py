@@ -206,6 +206,9 @@ def _check_strided_gemm(p: TileProgram, s: StridedGemm, known: dict[str, Buffer]
         raise GraphError(f"{p.name}: strided product {s.a.extents} x {s.b.extents} -> {c.name}{list(c.shape)} does not fit")
     if {a.dtype, b.dtype, c.dtype} != {DType.FLOAT32}:
         raise GraphError(f"{p.name}: a strided product is float32 ({a.dtype}, {b.dtype}, {c.dtype})")
+    if s.a_blocks and (s.a_blocks < 0 or len(a.shape) != 2 or a.shape[0] % s.a_blocks or s.a.extents[0] != s.a_blocks):
+        raise GraphError(f"{p.name}: a strided product reads {s.a.extents} of {a.name}{list(a.shape)} bound in row "
+                         f"blocks of tiles of {s.a_blocks} rows: not one whole tile")
 
 
 def _check_transpose(p: TileProgram, s: Transpose, known: dict[str, Buffer], bound: set[str]) -> None:

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 from tilefuse.codegen.cpu.first_products import Starts
 from tilefuse.ir.dtypes import DType
+from tilefuse.tile_ir import row_blocks
 from tilefuse.tile_ir.ir import (Buffer, Expr, Fill, If, Load, Loop, LoopKind, Stmt, Store, StridedGemm, TileProgram, Var,
                                  map_loads, statements, subexpressions)
 from tilefuse.tile_ir.nests import stmt_reads
@@ -47,7 +48,7 @@ from tilefuse.tile_ir.nests import stmt_reads
 # the product core's register block (codegen/cpu/prelude.py): columns, one AVX-512
 # register pair (two AVX2 strips), and rows at most
 BLOCK_COLUMNS = 32
-BLOCK_ROWS = 12
+BLOCK_ROWS = row_blocks.BLOCK_ROWS
 
 
 @dataclass(frozen=True)
@@ -160,16 +161,12 @@ def row_runs(m: int) -> list[tuple[int, int, int]]:
     tallest, the last 13 to 23 rows as two near-equal blocks), as runs of equal blocks:
     (first row, blocks, rows each)."""
     runs: list[tuple[int, int, int]] = []
-    i = 0
-    while i < m:
-        left = m - i
-        r = BLOCK_ROWS if left >= 2 * BLOCK_ROWS else ((left + 1) // 2 if left > BLOCK_ROWS else left)
+    for i, r in row_blocks.blocks(m):  # (a weight in row blocks: the same blocks)
         if runs and runs[-1][2] == r:
             first, count, _ = runs[-1]
             runs[-1] = (first, count + 1, r)
         else:
             runs.append((i, 1, r))
-        i += r
     return runs
 
 

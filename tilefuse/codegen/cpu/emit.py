@@ -27,8 +27,8 @@ from tilefuse.codegen.artifact import ParamSpec
 from tilefuse.codegen.cpu import accumulate, block_epilogues, emit_tiles, first_products
 from tilefuse.codegen.cpu.c_types import storage, store_as
 from tilefuse.codegen.cpu.emit_expr import ExprTable, LoopLevel, Names, StmtExprs, cident, flat_index
-from tilefuse.codegen.cpu.prelude import (INDEX_PRELUDE, INT8_PANEL_PRELUDE, PANEL_PRELUDE, PLANE_TAPS_PRELUDE, PRELUDE, TAP_PRELUDE,
-                                         TRANSPOSE_PRELUDE, WINOGRAD_PRELUDE)
+from tilefuse.codegen.cpu.prelude import (INDEX_PRELUDE, INT8_PANEL_PRELUDE, PANEL_PRELUDE, PLANE_TAPS_PRELUDE, PRELUDE,
+                                         ROW_BLOCKS_PRELUDE, TAP_PRELUDE, TRANSPOSE_PRELUDE, WINOGRAD_PRELUDE)
 from tilefuse.codegen.cpu.flat_access import flatten_accesses
 from tilefuse.codegen.cpu.threads import THREAD_POOL
 from tilefuse.codegen.launch import CpuLaunch
@@ -71,6 +71,8 @@ def emit_program(program: TileProgram, options: CpuOptions = CpuOptions()) -> CS
         prelude += TRANSPOSE_PRELUDE
     if any(isinstance(s, PlaneTaps) for s in statements(program.body)):
         prelude += PLANE_TAPS_PRELUDE
+    if any(isinstance(s, StridedGemm) and s.a_blocks for s in statements(program.body)):
+        prelude += ROW_BLOCKS_PRELUDE
     if program.index_sites:
         prelude += INDEX_PRELUDE
     digest = hashlib.sha256("\n".join([stem, header, prelude, *body]).encode()).hexdigest()[:10]
@@ -189,8 +191,8 @@ class _Emitter:
             for x in f.columns.body if isinstance(x, Store))),))
 
         def product(height: str, span: str) -> list[str]:
-            return se.lines + [f"tf_gemm_f32({height}, {span}, {s.a.extents[-1]}, {a} + {i0} * {lda}, {lda}, "
-                               f"{b} + {j0}, {ldb}, {buf}, {width}, {zero});"]
+            return se.lines + [emit_tiles.strided_call(s, se, height, span, f"{a} + {i0} * {lda}", lda, f"{b} + {j0}", ldb,
+                                                       buf, width, zero)]
         k_pre: list[str] = []
         if kt is not None:
             k_pre = list(inner[-1].pre)

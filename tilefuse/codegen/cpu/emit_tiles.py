@@ -172,21 +172,40 @@ def panel_gemm(s: PanelGemm, se: StmtExprs, zero: str = "0") -> list[str]:
 
 def strided_operands(s: StridedGemm, se: StmtExprs) -> tuple[str, int, str, int]:
     """C for a StridedGemm's operands where they lie: A's first element and row stride,
-    B's first element and row stride; ``se`` renders A's region offsets, then B's."""
+    B's first element and row stride; ``se`` renders A's region offsets, then B's. A in
+    row blocks (``a_blocks``): its tile's first element and the blocks' length (K), the
+    region's first K step apart (``strided_a_step``)."""
     a, b = s.a.buffer, s.b.buffer
     ra = len(a.shape)
-    a_at = flat_index([se.root(i) for i in range(ra)], a.shape)
+    a_idx = [se.root(i) for i in range(ra)]
+    a_at = flat_index(a_idx[:-1] + ["0"] if s.a_blocks else a_idx, a.shape)
     b_at = flat_index([se.root(ra + i) for i in range(len(b.shape))], b.shape)
     return (f"{cident(a.name)} + {a_at}", a.shape[-1], f"{cident(b.name)} + {b_at}",
             math.prod(b.shape[s.k_axis + 1:]))
+
+
+def strided_a_step(s: StridedGemm, se: StmtExprs) -> str:
+    """C for the first K step of a StridedGemm's A region (its last offset)."""
+    return se.root(len(s.a.buffer.shape) - 1)
+
+
+def strided_call(s: StridedGemm, se: StmtExprs, m: str, n: str, a: str, lda: int, b: str, ldb: int, c: str, ldc: int,
+                 zero: str) -> str:
+    """The core's call for rows [0, m) x columns [0, n) of a StridedGemm: ``a`` its first
+    row (of A as stored: rows lda apart; in row blocks: the first row of a block, K = lda
+    long), ``b`` its first column, into ``c`` (rows ldc apart)."""
+    k = s.a.extents[-1]
+    if s.a_blocks:
+        return f"tf_gemm_blocks_f32({m}, {n}, {k}, {a}, {lda}, {strided_a_step(s, se)}, {b}, {ldb}, {c}, {ldc}, {zero});"
+    return f"tf_gemm_f32({m}, {n}, {k}, {a}, {lda}, {b}, {ldb}, {c}, {ldc}, {zero});"
 
 
 def strided_gemm(s: StridedGemm, se: StmtExprs, zero: str = "0") -> list[str]:
     """The prelude's register-blocked core on both operands where they lie; ``se``
     renders A's region offsets, then B's; ``zero``: as for ``gemm``."""
     a, lda, b, ldb = strided_operands(s, se)
-    (m, n), k = s.c.shape, s.a.extents[-1]
-    return list(se.lines) + [f"tf_gemm_f32({m}, {n}, {k}, {a}, {lda}, {b}, {ldb}, {cident(s.c.name)}, {n}, {zero});"]
+    m, n = s.c.shape
+    return list(se.lines) + [strided_call(s, se, str(m), str(n), a, lda, b, ldb, cident(s.c.name), n, zero)]
 
 
 def tap_gemm(s: TapGemm, se: StmtExprs, table: str, zero: str = "0") -> list[str]:

@@ -517,6 +517,117 @@ static void tf_panel_gemm_f32(int64_t m, int64_t n, int64_t k, const float *rest
 }
 """
 
+ROW_BLOCKS_PRELUDE = r"""
+/* -- the product core by a weight bound in row blocks (StridedGemm.a_blocks) ---------- */
+/* A tile of m rows of A stored as the core's register blocks of it (tf_strip_32's rule:
+ * blocks of 12 rows, the last 13 to 23 as two near-equal ones), block by block, each of
+ * r rows as [kp][r]: a K step of a block is one run of r floats, and the whole tile one
+ * stream, where rows as stored are r streams kp floats apart (a cold weight's rows
+ * defeat the prefetcher: ResNet-50's 1024 -> 256 pointwise convolution took 1.2x as
+ * long; benchmarks/NOTES.md, session 34). A block starting at row i of the tile lies
+ * at i * kp, its K step p at p * r. Sums run over k in order, element by element, as
+ * the core adds them on rows as stored: the same values, bit for bit. */
+#define TF_BMICRO_V(NAME, VT, W, MR, NV)                                                       \
+static inline __attribute__((always_inline)) void NAME(int64_t k, const float *restrict a,     \
+        const float *restrict b, int64_t ldb, float *restrict c, int64_t ldc, int zero) {       \
+    VT acc[MR][NV];                                                                             \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r)                                       \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                                    \
+            acc[r][v] = zero ? (VT){0} : *(const VT *)(c + r * ldc + W * v);                    \
+    for (int64_t p = 0; p < k; ++p) {                                                           \
+        VT bv[NV];                                                                              \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) bv[v] = *(const VT *)(b + p * ldb + W * v); \
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r) {                                 \
+            const float ar = a[p * MR + r];                                                     \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) acc[r][v] += ar * bv[v];       \
+        }                                                                                       \
+    }                                                                                           \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; ++r)                                       \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                                    \
+            *(VT *)(c + r * ldc + W * v) = acc[r][v];                                           \
+}
+#ifdef __AVX512F__
+#define TF_BMICRO32(MR) TF_BMICRO_V(tf_bmicro32_##MR, tf_v16, 16, MR, 2)
+TF_BMICRO32(12) TF_BMICRO32(11) TF_BMICRO32(10) TF_BMICRO32(9) TF_BMICRO32(8) TF_BMICRO32(7)
+TF_BMICRO32(6) TF_BMICRO32(5) TF_BMICRO32(4) TF_BMICRO32(3) TF_BMICRO32(2) TF_BMICRO32(1)
+
+/* one block of r rows (a: its K step 0) by one 32-column strip */
+static inline void tf_block_strip_32(int64_t r, int64_t k, const float *restrict a, const float *restrict b,
+        int64_t ldb, float *restrict c, int64_t ldc, int zero) {
+    switch (r) {
+    case 12: tf_bmicro32_12(k, a, b, ldb, c, ldc, zero); break;
+    case 11: tf_bmicro32_11(k, a, b, ldb, c, ldc, zero); break;
+    case 10: tf_bmicro32_10(k, a, b, ldb, c, ldc, zero); break;
+    case 9: tf_bmicro32_9(k, a, b, ldb, c, ldc, zero); break;
+    case 8: tf_bmicro32_8(k, a, b, ldb, c, ldc, zero); break;
+    case 7: tf_bmicro32_7(k, a, b, ldb, c, ldc, zero); break;
+    case 6: tf_bmicro32_6(k, a, b, ldb, c, ldc, zero); break;
+    case 5: tf_bmicro32_5(k, a, b, ldb, c, ldc, zero); break;
+    case 4: tf_bmicro32_4(k, a, b, ldb, c, ldc, zero); break;
+    case 3: tf_bmicro32_3(k, a, b, ldb, c, ldc, zero); break;
+    case 2: tf_bmicro32_2(k, a, b, ldb, c, ldc, zero); break;
+    default: tf_bmicro32_1(k, a, b, ldb, c, ldc, zero); break;
+    }
+}
+
+/* one block of r <= 12 rows by the last w < 32 columns, 16 at a time: one vector of the
+ * block's rows (its K step, one masked load) per column, b's value broadcast, as
+ * tf_tail_rows sums them */
+static inline void tf_block_tail(int64_t r, int64_t k, const float *restrict a, const float *restrict b,
+        int64_t ldb, float *restrict c, int64_t ldc, int64_t w, int zero) {
+    const __mmask16 rows = (__mmask16)((1u << r) - 1u);
+    for (int64_t j = 0; j < w; j += 8) {
+        const int64_t cols = w - j < 8 ? w - j : 8;
+        __m512 acc[8];
+        for (int64_t q = 0; q < cols; ++q) {
+            float col[16] __attribute__((aligned(64))) = {0};
+            for (int64_t i = 0; i < r && !zero; ++i) col[i] = c[i * ldc + j + q];
+            acc[q] = _mm512_load_ps(col);
+        }
+        for (int64_t p = 0; p < k; ++p) {
+            const __m512 av = _mm512_maskz_loadu_ps(rows, a + p * r);
+            const float *bp = b + p * ldb + j;
+            for (int64_t q = 0; q < cols; ++q) acc[q] = _mm512_fmadd_ps(av, _mm512_set1_ps(bp[q]), acc[q]);
+        }
+        for (int64_t q = 0; q < cols; ++q) {
+            float col[16] __attribute__((aligned(64)));
+            _mm512_store_ps(col, acc[q]);
+            for (int64_t i = 0; i < r; ++i) c[i * ldc + j + q] = col[i];
+        }
+    }
+}
+#endif
+
+/* c[m x n] += rows [k0, k0 + k) of A's tile of m rows in row blocks at a (each block kp
+ * long) @ b[k x n] (rows ldb apart); with ``zero``, c = that product (c is not read) */
+static void tf_gemm_blocks_f32(int64_t m, int64_t n, int64_t k, const float *restrict a, int64_t kp, int64_t k0,
+        const float *restrict b, int64_t ldb, float *restrict c, int64_t ldc, int zero) {
+    if (k <= 0) {
+        if (zero) for (int64_t i = 0; i < m; ++i) memset(c + i * ldc, 0, (size_t)(n > 0 ? n : 0) * sizeof(float));
+        return;
+    }
+    for (int64_t i = 0; i < m;) {
+        const int64_t left = m - i, r = left >= 24 ? 12 : (left > 12 ? (left + 1) / 2 : left);
+        const float *ab = a + i * kp + k0 * r;
+        float *ci = c + i * ldc;
+#ifdef __AVX512F__
+        int64_t j = 0;
+        for (; j + 32 <= n; j += 32) tf_block_strip_32(r, k, ab, b + j, ldb, ci + j, ldc, zero);
+        if (j < n) tf_block_tail(r, k, ab, b + j, ldb, ci + j, ldc, n - j, zero);
+#else  /* a block turned back into rows, 256 K steps at a time, by the plain core */
+        float at[12 * 256] __attribute__((aligned(64)));
+        for (int64_t p0 = 0; p0 < k; p0 += 256) {
+            const int64_t kc = k - p0 < 256 ? k - p0 : 256;
+            for (int64_t p = 0; p < kc; ++p)
+                for (int64_t q = 0; q < r; ++q) at[q * kc + p] = ab[(p0 + p) * r + q];
+            tf_gemm_f32(r, n, kc, at, kc, b + p0 * ldb, ldb, ci, ldc, zero && p0 == 0);
+        }
+#endif
+        i += r;
+    }
+}
+"""
+
 INT8_PANEL_PRELUDE = r"""
 /* -- the integer product core (PanelGemm of int8 panels): c += a @ panels, exactly ----- */
 /* uint8 rows of a by a weight of int8 values bound as panels of 32 columns in groups of 4

@@ -71,7 +71,7 @@ def in_place_product(b: "_Builder", x_param: Buffer, tc: Buffer, mt: Var, n0: Ex
     spatial = x_param.shape[2:]
     a = Region(b.packed, (n0, ch0), (bn, chans))
     planes = Region(x_param, (img, ch0, row0, *(const_index(0) for _ in spatial[1:])), (1, chans, *shape))
-    return StridedGemm(a, planes, 1, tc)
+    return StridedGemm(a, planes, 1, tc, a_blocks=b.row_blocks)
 
 
 def fills(b: "_Builder", el: ElementBuilder, ta: Buffer, tb: Buffer, mt: Var, n0: Expr, kt: Var, chans: int) -> list[Stmt]:
@@ -629,6 +629,25 @@ def depthwise_lanes_tile(b: "_Builder", el: ElementBuilder, x_param: Buffer, tc:
     return (x_lanes, w_lanes, sums), body
 
 
+def _pointwise(b: "_Builder") -> bool:
+    return math.prod(b.c.inputs[1].type.shape[2:]) == 1
+
+
+def _direct_pointwise(b: "_Builder") -> bool:
+    """A pointwise convolution that ``direct_width`` may copy: unit strides, no padding,
+    over more than ``in_place_max_k`` channels whose planes outgrow the core's cache."""
+    op, x = b.c.op, b.c.inputs[0]
+    planes = math.prod(x.type.shape[1:]) * x.type.dtype.itemsize
+    return (isinstance(op, Conv) and all(s == 1 for s in op.strides) and not any(op.pads)
+            and b.k > b.target.conv.in_place_max_k and planes > b.onchip)
+
+
+def in_place_blocks(b: "_Builder", bn: int) -> bool:
+    """Whether a convolution's tiles of ``bn`` channels will be read in place (``in_place``:
+    neither Winograd's nor copied by ``direct_width``), asked before its weight is bound."""
+    return b.winograd is None and in_place(b, bn) and not (b.target.conv.direct and _direct_pointwise(b))
+
+
 def direct_width(b: "_Builder", bn: int) -> int:
     """The padded row width (per column phase) of a convolution computed K step by K step
     from its input rows copied zero-padded on chip (``direct_product``), or 0 where it is
@@ -645,12 +664,8 @@ def direct_width(b: "_Builder", bn: int) -> int:
     every set of the first-level cache (``_Padded``)."""
     op = b.c.op
     x = b.c.inputs[0]
-    if not isinstance(op, Conv):
+    if not isinstance(op, Conv) or (_pointwise(b) and not _direct_pointwise(b)):
         return 0
-    if math.prod(b.c.inputs[1].type.shape[2:]) == 1:
-        planes = math.prod(x.type.shape[1:]) * x.type.dtype.itemsize
-        if any(s != 1 for s in op.strides) or any(op.pads) or b.k <= b.target.conv.in_place_max_k or planes <= b.onchip:
-            return 0
     if not (b.flip and not b.depthwise and b.groups == 1 and b.target.conv.direct and len(op.strides) == 2
             and gemm_weights.packs_conv_rows(b) and b.packed is not None
             and {b.acc_dtype, b.op_dtype, x.type.dtype} == {DType.FLOAT32} and b.n % bn == 0):

@@ -132,6 +132,7 @@ class _Builder:
     # and the kernel's bindings and index sites
     packed: Buffer | None
     panel_bufs: dict[int, Buffer]
+    row_blocks: int = 0  # a pointwise convolution's weight in row blocks of tiles of this many rows (0: rows)
     bindings: list[Value]
     sites: IndexSites
 
@@ -308,6 +309,9 @@ class _Builder:
         elif self.panel_width:
             bk, stages = self.chunk or min(self.k, self.tile_k), 1
             self.panel_columns, self.panel_k = -(-self.n // bn) * bn, bk
+        # a pointwise convolution read in place (below): its weight bound in row blocks of
+        # the tile's rows where the target asks (row_blocks.py)
+        self.row_blocks = bn if self.target.conv.row_blocks and conv_rows.in_place_blocks(self, bn) else 0
         params, buffers = gemm_weights.bind_params(self)
         bvars = [Var(f"b{i}") for i in range(len(self.batch))]
         mt, nt = Var("bm"), Var("bn")
@@ -346,6 +350,7 @@ class _Builder:
         wino = self.winograd
         direct = 0 if len(self.cs) > 1 or wino else conv_rows.direct_width(self, bn)
         in_place = not direct and not wino and conv_rows.in_place(self, bn)
+        assert in_place or not self.row_blocks, "a weight in row blocks is read in place"
         ta = Buffer("a_tile", self.op_dtype, (bn, bk) if self.flip else (bm, bk), Scope.SHARED)
         sfx = [f"{s}" if accs > 1 else "" for s in range(accs)]
         tbs = [Buffer(f"b_tile{x}", self.op_dtype, (bk, bm) if self.flip else (bk, bn), Scope.SHARED) for x in sfx]

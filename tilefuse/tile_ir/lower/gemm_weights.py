@@ -3,7 +3,8 @@ from it at compile time (the weights are known), in the layout the tiles read.
 
 - a convolution's weight that only it reads: a [K, M] copy (weight tiles are contiguous
   rows; K steps padded to the matrix unit's depth carry zero rows), or on a host whose
-  convolution takes channels as rows, its [Cout, K] view (``conv_rows.fills``);
+  convolution takes channels as rows, its [Cout, K] view (``conv_rows.fills``), a pointwise
+  one's in the product core's row blocks (``row_blocks.py``) where its target asks;
 - sibling products' weights side by side (one packed operand, ``patterns/gemm.py``);
 - a product's [K, N] weight padded to whole column tiles of 16-byte vectors;
 - a host product's weight as panels (``panels.py``).
@@ -22,6 +23,7 @@ from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Value
 from tilefuse.ir.prims import Conv, MatMul
 from tilefuse.ir.types import TensorType
+from tilefuse.tile_ir import row_blocks
 from tilefuse.tile_ir.ir import Buffer, Scope
 from tilefuse.tile_ir.lower import conv_winograd, panels
 from tilefuse.tile_ir.lower.params import DROP, kernel_params
@@ -51,6 +53,8 @@ def bind_params(b: _Builder) -> tuple[list[Buffer], dict[int, Buffer]]:
             return bind(k, v, conv_winograd.weight(v.data, b.winograd), "wino43", "winograd43")  # type: ignore[arg-type]
         if v is w and packs_conv_rows(b):  # [Cout, K]: a weight tile's rows are runs of K
             rows = np.ascontiguousarray(v.data.reshape(v.type.shape[0], -1))  # type: ignore[union-attr]
+            if b.row_blocks:  # ... stored as the product core's register blocks of each tile
+                return bind(k, v, row_blocks.pack(rows, b.row_blocks), "blocks", f"rowblocks{b.row_blocks}")
             return bind(k, v, rows, "rows", "rows")
         if v is not w or not packs_conv_weight(b):
             return None
