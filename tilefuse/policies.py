@@ -148,9 +148,11 @@ class ConvPolicy:
     depthwise_lanes_taps: int = 25
     # such convolutions over wider rows, of at least this column stride (0: none), summed
     # over their input planes where they lie (conv_rows.depthwise_planes_tile: a ring of
-    # padded input rows on the host's stack, of at most ``depthwise_planes_ring`` bytes), not
-    # from a padded copy of the tile. Stride 2: MobileNetV2 0.986, EfficientNet-B0 0.975;
-    # unstrided ones too: 0.997-1.013 and 0.979 (hot, a 56 x 56 one took 1.08x as long)
+    # padded input rows on the host's stack, of at most ``depthwise_planes_ring`` bytes; with
+    # AVX-512, unit strides read the rows in place, lanes past their ends masked), not from a
+    # padded copy of the tile. Stride 2: MobileNetV2 0.986, EfficientNet-B0 0.975; unstrided
+    # ones through the ring 0.997-1.013 and 0.979, read in place MobileNetV2 0.974 / 0.945 (1 /
+    # 2 threads), EfficientNet-B0 0.952 / 0.962 (NOTES.md, session 34)
     depthwise_planes: int = 0
     depthwise_planes_ring: int = 32768
     # im2col tiles [positions x (channel, taps)] filled with positions as the innermost loop:

@@ -2,8 +2,9 @@
 tile_ir/ir.py, codegen/cpu/prelude.py ``PLANE_TAPS_PRELUDE``): the C helper against the tile
 interpreter on fresh random inputs, over kernels the helper unrolls (3 x 3, 5 x 5 at strides 1
 and 2) and ones it does not (1 x 1, 7 x 7, 3 x 5, dilated, stride 3), pads of every side, rows
-of 1 to 100 positions around its blocks of 16 and 64, blocks of rows that start inside the
-plane, channels and images past the first; and the verifier's refusals."""
+of 1 to 129 positions around its blocks of 16 and 64, blocks of rows that start inside the
+plane, channels and images past the first, unit strides both read in place (AVX-512) and
+through the ring (x86-64-v3); and the verifier's refusals."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,6 +12,8 @@ import pytest
 
 from tests.codegen.cpu_programs import assert_same, param, program, run_both
 from tilefuse.codegen.cpu import build_all
+from tilefuse.codegen.options import CpuOptions
+from tilefuse.cpu_isa import host_level
 from tilefuse.errors import GraphError
 from tilefuse.ir.dtypes import DType
 from tilefuse.target import CPU, CUDA_SM90A
@@ -33,6 +36,14 @@ CASES = {
     "dilated": ((14, 40), (3, 3), (1, 1), (2, 3), (2, 3), 40, (1, 12)),
     "stride_3": ((16, 50), (3, 3), (3, 3), (1, 1), (1, 1), 17, (0, 6)),
     "one_position": ((3, 1), (3, 3), (1, 1), (1, 1), (1, 1), 1, (0, 3)),
+    # unit strides on AVX-512 read the rows where they lie, lanes past their ends masked:
+    # widths around the blocks of 16 and 64, no left pad, a pad past the kernel's reach
+    "3x3_s1_width_17": ((6, 17), (3, 3), (1, 1), (1, 1), (1, 1), 17, (0, 6)),
+    "3x3_s1_width_64": ((5, 64), (3, 3), (1, 1), (1, 1), (1, 1), 64, (1, 3)),
+    "3x3_s1_width_129": ((4, 129), (3, 3), (1, 1), (1, 1), (1, 1), 129, (0, 4)),
+    "5x5_s1_right_pad_only": ((9, 40), (5, 5), (1, 1), (1, 1), (0, 0), 38, (0, 5)),
+    "3x3_s1_wide_pads": ((7, 30), (3, 3), (1, 1), (1, 1), (2, 2), 32, (0, 9)),
+    "5x5_s1_narrow": ((7, 7), (5, 5), (1, 1), (1, 1), (2, 2), 7, (0, 7)),
 }
 
 
@@ -47,11 +58,17 @@ def _taps_program(name, hw, kernel, strides, dilations, pads, width, block, chan
     return program(f"plane_taps_{name}", [x, wt], [out], body)
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_plane_taps_match_the_interpreter(name):
+UNIT_STRIDES = [n for n, c in CASES.items() if c[2] == (1, 1) and c[3] == (1, 1)]
+
+
+@pytest.mark.parametrize("name, isa", [(n, "native") for n in CASES] + [(n, "x86-64-v3") for n in UNIT_STRIDES])
+def test_plane_taps_match_the_interpreter(name, isa):
+    """(x86-64-v3: the ring of padded rows for unit strides too, as hosts without AVX-512 take them)"""
+    if isa != "native" and host_level() not in ("x86-64-v3", "x86-64-v4"):
+        pytest.skip(f"this machine does not run {isa} code")
     p = _taps_program(name, *CASES[name])
     assert verify_program(p, CPU) is None
-    (artifact,) = build_all([p])
+    (artifact,) = build_all([p], options=CpuOptions(isa=isa))
     rng = np.random.default_rng()
     x, w = p.params[0], p.params[1]
     got, want = run_both(p, artifact, [rng.standard_normal(x.shape).astype(np.float32),

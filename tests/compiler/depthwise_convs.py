@@ -62,9 +62,9 @@ def in_lanes(name: str) -> bool:
 
 
 def in_planes(name: str) -> bool:
-    """Whether case ``name`` is strided with rows 32 wide or more (what
-    ``ConvPolicy.depthwise_planes`` sums over the input planes where they lie on the CPU)."""
-    return CASES[name][1].get("strides", [1, 1])[1] >= 2 and out_width(name) >= 32
+    """Whether case ``name`` has rows 32 wide or more (what ``ConvPolicy.depthwise_planes``
+    sums over the input planes where they lie on the CPU, strided or not)."""
+    return out_width(name) >= 32
 
 
 def _epilogue(name: str, kind: str) -> list[onnx.NodeProto]:

@@ -25,8 +25,8 @@ def test_depthwise_convolutions_match_onnxruntime_and_the_reference_on_cpu(tmp_p
         lanes += s.depthwise_lanes == 16
         planes += s.depthwise_planes
     assert len(compiled.lowered) == len(names)
-    # rows under 32 wide with whole vectors of channels: channels in lanes; strided ones over
-    # wider rows: over the input planes; the rest from padded rows
+    # rows under 32 wide with whole vectors of channels: channels in lanes; wider rows: over
+    # the input planes; the rest from padded rows
     want_lanes = sum(depthwise_convs.in_lanes(n) for n in names)
     want_planes = sum(depthwise_convs.in_planes(n) for n in names)
     assert (padded, lanes, planes) == (len(names) - want_lanes - want_planes, want_lanes, want_planes)

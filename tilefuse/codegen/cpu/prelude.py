@@ -1099,10 +1099,95 @@ static inline __attribute__((always_inline)) void tf_plane_taps_body(const float
         }
     }
 }
+#ifdef __AVX512F__
+/* Unit strides and dilations: no ring. Each tap row is read where it lies, a vector's lanes
+ * outside the row masked to zero (masked-off lanes are not read), rows outside the plane
+ * read from a row of zeros: the ring's values and sums, in the same order, without its
+ * copy (EfficientNet-B0's 3 x 3 over 112 x 112: 0.92 of the ring's time hot, 0.89 of the
+ * padded tile's; benchmarks/NOTES.md, session 34) */
+static inline __mmask16 tf_lanes_in(int64_t first, int64_t iw) {  /* lanes l with 0 <= first + l < iw */
+    const int64_t lo = -first, hi = iw - first;
+    uint32_t m = 0xFFFFu;
+    if (lo > 0) m = lo >= 16 ? 0u : (m << lo) & 0xFFFFu;
+    if (hi < 16) m &= hi <= 0 ? 0u : (1u << hi) - 1u;
+    return (__mmask16)m;
+}
+/* NV vectors of a row's sums from column c over the tap rows row[ty] (input column c + tx -
+ * left for tap tx); the first n of them stored at o + c */
+#define TF_PLANE_DIRECT(NV)                                                                        \
+static inline __attribute__((always_inline)) void tf_plane_direct##NV(const float *const *row,   \
+        const float *w, int64_t kh, int64_t kw, int64_t left, int64_t iw, int64_t c, float *restrict o, int64_t n) { \
+    __m512 a[NV];                                                                                  \
+    _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) a[v] = _mm512_setzero_ps();               \
+    if (c - left < 0 || c + 16 * NV + kw - 1 - left > iw) {  /* lanes past the row's ends */       \
+        for (int64_t ty = 0; ty < kh; ++ty)                                                        \
+            for (int64_t tx = 0; tx < kw; ++tx) {                                                  \
+                const __m512 wt = _mm512_set1_ps(w[ty * kw + tx]);                                 \
+                const float *p = row[ty] + c + tx - left;                                          \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) a[v] = _mm512_fmadd_ps(wt,     \
+                    _mm512_maskz_loadu_ps(tf_lanes_in(c + 16 * v + tx - left, iw), p + 16 * v), a[v]); \
+            }                                                                                      \
+    } else {                                                                                       \
+        for (int64_t ty = 0; ty < kh; ++ty)                                                        \
+            for (int64_t tx = 0; tx < kw; ++tx) {                                                  \
+                const __m512 wt = _mm512_set1_ps(w[ty * kw + tx]);                                 \
+                const float *p = row[ty] + c + tx - left;                                          \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v)                               \
+                    a[v] = _mm512_fmadd_ps(wt, _mm512_loadu_ps(p + 16 * v), a[v]);                 \
+            }                                                                                      \
+    }                                                                                              \
+    _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) {                                         \
+        const int64_t rest = n - 16 * v;                                                           \
+        if (rest >= 16) _mm512_storeu_ps(o + c + 16 * v, a[v]);                                    \
+        else if (rest > 0) _mm512_mask_storeu_ps(o + c + 16 * v, (__mmask16)((1u << rest) - 1u), a[v]); \
+    }                                                                                              \
+}
+TF_PLANE_DIRECT(4) TF_PLANE_DIRECT(3) TF_PLANE_DIRECT(2) TF_PLANE_DIRECT(1)
+static inline __attribute__((always_inline)) void tf_plane_direct_body(const float *restrict x, int64_t chans,
+        int64_t ih, int64_t iw, const float *restrict w, int64_t kh, int64_t kw, int64_t top, int64_t left,
+        int64_t row0, int64_t rows, int64_t ow, float *restrict out, int64_t ldo) {
+    /* a row of zeros for rows outside the plane, read from up to kw - 1 - left + 15 past
+     * its ends (those lanes masked): its own reads stay inside it */
+    float zeros[iw + 2 * (kw + 16)] __attribute__((aligned(64)));
+    memset(zeros, 0, sizeof zeros);
+    const float *row[kh];
+    for (int64_t j = 0; j < chans; ++j) {
+        const float *xp = x + j * ih * iw, *wj = w + j * kh * kw;
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t iy0 = row0 + r - top;
+            for (int64_t ty = 0; ty < kh; ++ty) {
+                const int64_t iy = iy0 + ty;
+                row[ty] = iy < 0 || iy >= ih ? zeros + kw + 16 : xp + iy * iw;
+            }
+            float *o = out + j * ldo + r * ow;
+            int64_t c = 0;
+            for (; c + 64 <= ow; c += 64) tf_plane_direct4(row, wj, kh, kw, left, iw, c, o, 64);
+            switch ((ow - c + 15) / 16) {
+            case 4: tf_plane_direct4(row, wj, kh, kw, left, iw, c, o, ow - c); break;
+            case 3: tf_plane_direct3(row, wj, kh, kw, left, iw, c, o, ow - c); break;
+            case 2: tf_plane_direct2(row, wj, kh, kw, left, iw, c, o, ow - c); break;
+            case 1: tf_plane_direct1(row, wj, kh, kw, left, iw, c, o, ow - c); break;
+            default: break;
+            }
+        }
+    }
+}
+#endif
 /* the common kernels with their taps known to the compiler, so the sums unroll over them */
 static void tf_plane_taps_f32(const float *restrict x, int64_t chans, int64_t ih, int64_t iw,
         const float *restrict w, int64_t kh, int64_t kw, int64_t sy, int64_t sx, int64_t dy, int64_t dx,
         int64_t top, int64_t left, int64_t row0, int64_t rows, int64_t ow, float *restrict out, int64_t ldo) {
+#ifdef __AVX512F__
+    if (kh == 3 && kw == 3 && dy == 1 && dx == 1 && sx == 1 && sy == 1)
+        tf_plane_direct_body(x, chans, ih, iw, w, 3, 3, top, left, row0, rows, ow, out, ldo);
+    else if (kh == 5 && kw == 5 && dy == 1 && dx == 1 && sx == 1 && sy == 1)
+        tf_plane_direct_body(x, chans, ih, iw, w, 5, 5, top, left, row0, rows, ow, out, ldo);
+    else if (kh == 7 && kw == 7 && dy == 1 && dx == 1 && sx == 1 && sy == 1)  /* (ConvNeXt's) */
+        tf_plane_direct_body(x, chans, ih, iw, w, 7, 7, top, left, row0, rows, ow, out, ldo);
+    else if (dy == 1 && dx == 1 && sx == 1 && sy == 1)
+        tf_plane_direct_body(x, chans, ih, iw, w, kh, kw, top, left, row0, rows, ow, out, ldo);
+    else
+#endif
     if (kh == 3 && kw == 3 && dy == 1 && dx == 1 && sx == 1)
         tf_plane_taps_body(x, chans, ih, iw, w, 3, 3, sy, 1, 1, 1, top, left, row0, rows, ow, out, ldo);
     else if (kh == 3 && kw == 3 && dy == 1 && dx == 1 && sx == 2)
