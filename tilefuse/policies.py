@@ -43,6 +43,13 @@ class GemmPolicy:
     # weight packed in panels of this many columns and reads A in place (lower/panels.py);
     # 0: operand tiles
     panel_width: int = 0
+    # ... and where the nearest tile of whole panels leaves a partial last one or cores
+    # with fewer tiles than others, takes the width whose grid costs least, its
+    # accumulators within this many bytes (panels.column_tile; 0: the nearest tile);
+    # a convolution's column tile counts as this many columns more (its A tile filled
+    # again: 3-4 columns' work by hand, NOTES.md session 35)
+    panel_grid_bytes: int = 0
+    panel_fill_columns: int = 4
     # on a host: an output stored across the tile (its contiguous axis along the tile's
     # rows: a convolution with positions as rows, written per channel) whose epilogue
     # calls a function of at least this many flops an element (ScalarFn flops: exp 8, a

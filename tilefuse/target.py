@@ -125,9 +125,10 @@ CPU = Target(
     # panel_width: two 16-float registers (or four 8-float ones) a K step; rows: a
     # product's row tile of 128 (128 tokens in one tile: each K block of a panel, in the
     # first-level cache, meets twice the rows): LLaMA 0.973, bert 0.981, GPT-2 0.987 at
-    # 2 threads against 64 (NOTES.md, session 26)
-    gemm=GemmPolicy(row_tile=64, rows=128, panel_width=32, staged_epilogue_flops=8, staged_epilogue_selects=True,
-                    turned_epilogue=True, integer_products=True),
+    # 2 threads against 64 (NOTES.md, session 26); panel_grid_bytes: a 7 x 7 map's 49
+    # rows by 320 columns (MobileNetV2's 960 -> 320 in 2 tiles of 160, not 5 of 64)
+    gemm=GemmPolicy(row_tile=64, rows=128, panel_width=32, panel_grid_bytes=64 * 1024, staged_epilogue_flops=8,
+                    staged_epilogue_selects=True, turned_epilogue=True, integer_products=True),
     # keys of a sequence up to 256 in one step (no rescaling pass), rows of whole 16-float vectors
     attention=AttentionPolicy(max_head_dim=512, key_tile=256, key_align=16),
     # depthwise_run: a 16-float vector (AVX-512; two 8-float ones elsewhere)

@@ -194,13 +194,14 @@ class _State:
         kc = max(0, min(s.a.extents[-1], s.k_rows - k0))
         where: tuple[int | slice, ...] = (*at[:-2], slice(at[-2], at[-2] + rows), slice(at[-1], at[-1] + kc))
         a_rows = a[where]
-        chosen = b[p0:p0 + c.shape[1] // width]
+        n = c.shape[1] if s.columns is None else int(self.expr(s.columns))
+        chosen = b[p0:p0 + n // width]
         if s.k_group > 1:  # int8 panels [P, K / 4, width * 4] -> [P, K, width]
             p, groups = chosen.shape[:2]
             chosen = chosen.reshape(p, groups, width, s.k_group).transpose(0, 1, 3, 2).reshape(p, groups * s.k_group, width)
         w = chosen[:, k0:k0 + kc].transpose(1, 0, 2).reshape(kc, -1)  # [panels, kc, width] -> kc x columns
         wide = np.int64 if c.dtype.kind == "i" else np.float32
-        c[:rows] = (c[:rows] + np.matmul(a_rows.astype(wide), w.astype(wide))).astype(c.dtype)
+        c[:rows, :n] = (c[:rows, :n] + np.matmul(a_rows.astype(wide), w.astype(wide))).astype(c.dtype)
 
     def strided_gemm(self, s: StridedGemm) -> None:
         a, b, c = self.buffers[s.a.buffer.name], self.buffers[s.b.buffer.name], self.buffers[s.c.name]

@@ -191,7 +191,9 @@ class PanelGemm(Stmt):
     ``width``), and B's rows from ``k0`` meet A's columns in order (those past B's K rows,
     and A's columns there, are not read). The host's product core walks them ``k_block``
     at a time: a panel's block stays in the first-level cache while the rows go by
-    (codegen/cpu/prelude.py)."""
+    (codegen/cpu/prelude.py). ``columns``, where set, is how many of ``c``'s first
+    columns the product computes (whole panels: a partial last column tile stops at the
+    panel holding B's last column); the others are left as they were."""
 
     a: Region
     b: Buffer
@@ -199,6 +201,7 @@ class PanelGemm(Stmt):
     k0: Expr
     c: Buffer
     k_block: int
+    columns: Expr | None = None
 
     @property
     def k_group(self) -> int:

@@ -79,8 +79,9 @@ def _stmt(s: object, indent: int, out: list[str]) -> None:
     elif isinstance(s, Gemm):
         out.append(f"{pad}T.gemm({s.a.name}, {s.b.name}, {s.c.name}, transpose_A={s.trans_a}, transpose_B={s.trans_b})")
     elif isinstance(s, PanelGemm):
+        columns = "" if s.columns is None else f", columns={format_expr(s.columns)}"
         out.append(f"{pad}panel_gemm({_region(s.a)}, {s.b.name}[{format_expr(s.panel0)}:+{s.c.shape[1] // s.width}, "
-                   f"{format_expr(s.k0)}:], {s.c.name}, k_block={s.k_block})")
+                   f"{format_expr(s.k0)}:], {s.c.name}, k_block={s.k_block}{columns})")
     elif isinstance(s, StridedGemm):
         blocks = f", a_blocks={s.a_blocks}" if s.a_blocks else ""
         out.append(f"{pad}strided_gemm({_region(s.a)}, {_region(s.b)}, {s.c.name}, k_axis={s.k_axis}{blocks})")

@@ -220,7 +220,8 @@ class _Simplifier:
         if isinstance(s, Copy):
             return Copy(self._region(s.src), self._region(s.dst), s.bulk)
         if isinstance(s, PanelGemm):
-            return replace(s, a=self._region(s.a), panel0=self.expr(s.panel0), k0=self.expr(s.k0))
+            return replace(s, a=self._region(s.a), panel0=self.expr(s.panel0), k0=self.expr(s.k0),
+                           columns=None if s.columns is None else self.expr(s.columns))
         if isinstance(s, StridedGemm):
             return replace(s, a=self._region(s.a), b=self._region(s.b))
         if isinstance(s, TapGemm):

@@ -161,7 +161,7 @@ def _check_panel_gemm(p: TileProgram, s: PanelGemm, known: dict[str, Buffer], bo
     a, b, c = s.a.buffer, s.b, s.c
     for buf in (a, b, c):
         _check_buffer(p, buf, known)
-    for o in (*s.a.offsets, s.panel0, s.k0):
+    for o in (*s.a.offsets, s.panel0, s.k0, *(() if s.columns is None else (s.columns,))):
         _check_expr(p, o, known, bound)
     rank = len(a.shape)
     if len(s.a.offsets) != rank or len(s.a.extents) != rank or rank < 2:

@@ -251,7 +251,8 @@ class _Emitter:
             self.parallel |= parallel
             return emit_tiles.gemm(s, parallel=parallel, zero=self.zero(s))
         if isinstance(s, PanelGemm):
-            return emit_tiles.panel_gemm(s, self.exprs(levels, (*s.a.offsets, s.panel0, s.k0)), self.zero(s))
+            columns = () if s.columns is None else (s.columns,)
+            return emit_tiles.panel_gemm(s, self.exprs(levels, (*s.a.offsets, s.panel0, s.k0, *columns)), self.zero(s))
         if isinstance(s, StridedGemm):
             return emit_tiles.strided_gemm(s, self.exprs(levels, (*s.a.offsets, *s.b.offsets)), self.zero(s))
         if isinstance(s, TapGemm):

@@ -143,12 +143,16 @@ def panel_gemm(s: PanelGemm, se: StmtExprs, zero: str = "0") -> list[str]:
     ``INT8_PANEL_PRELUDE``); ``se`` renders
     the region's offsets, then the first panel and the first weight row. Rows of the
     region past the end of A are not passed (a partial last row tile): where they may not
-    all be, a product that starts its tile at zero (``zero``) zeroes the tile first."""
+    all be, a product that starts its tile at zero (``zero``) zeroes the tile first.
+    ``columns`` (rendered after the first weight row) is the core's column count where
+    set: a partial last column tile's columns past it are not computed (nor zeroed), and
+    no store takes them."""
     a = s.a.buffer
     rank = len(a.shape)
     offsets = [se.root(k) for k in range(rank)]
     first, k0 = se.root(rank), se.root(rank + 1)
     (bm, n), lda, rows_of_a = s.c.shape, a.shape[-1], a.shape[-2]
+    cols = str(n) if s.columns is None else se.root(rank + 2)
     k, kp = s.a.extents[-1], s.k_rows
     lines = list(se.lines)
     bounds = se.bounds(se.roots[rank - 2])
@@ -166,7 +170,7 @@ def panel_gemm(s: PanelGemm, se: StmtExprs, zero: str = "0") -> list[str]:
         core, flag = "tf_panel_gemm_u8s8", ""
     else:
         core, flag = "tf_panel_gemm_f32", f", {zero}"
-    return lines + [f"{core}({rows}, {n}, {k}, {cident(a.name)} + {flat_index(offsets, a.shape)}, {lda}, {panel}, "
+    return lines + [f"{core}({rows}, {cols}, {k}, {cident(a.name)} + {flat_index(offsets, a.shape)}, {lda}, {panel}, "
                     f"{kp}, {k0}, {cident(s.c.name)}, {n}, {s.k_block}{flag});"]
 
 

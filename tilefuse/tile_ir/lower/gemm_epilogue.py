@@ -207,7 +207,7 @@ class _Builder:
             self.sibling_of = None
             bm, bn = gemm_tiles.tiles(self)
         if producer is None:
-            bn = panels.column_tile(self, bn)
+            bn = panels.column_tile(self, bm, bn)
         packed = self.sibling_of is not None
         accs = 1 if packed else len(self.cs)  # accumulators a tile holds
         tail = self.n % bn  # the last column tile is partial: its columns clamp to the last one

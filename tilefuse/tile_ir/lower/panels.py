@@ -21,6 +21,7 @@ per K step, is the A the panel core reads on chip (``conv_product``).
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -39,19 +40,64 @@ if TYPE_CHECKING:
 INT8_GROUP = 4  # K values an int8 panel keeps together a column (a 32-bit lane of u8 x s8 dot products)
 
 
-def column_tile(b: "_Builder", bn: int) -> int:
+def column_tile(b: "_Builder", bm: int, bn: int) -> int:
     """``bn`` as whole panels where ``b``'s product takes them: the tile of whole panels
     nearest ``bn`` (from half of it to half as much again) that divides N, so that no
     tile computes columns past it (MobileNetV2's 960 channels: 96, not 120 rounded up to
     128, whose last tile computed 64 clamped columns again); else ``bn`` rounded up
     (columns past N in the last tile are the packed weight's zeros, clamped in the
     epilogue as any tail): a 1000-class head's divisor tile of 50 becomes 64, not
-    operand tiles."""
+    operand tiles. Where that tile leaves a partial last one, or a grid of ``bm``-row
+    tiles that some cores get more of than others, the width of whole panels whose grid
+    costs least (``_grid_cost``; the nearest on a tie) instead, its accumulators within
+    ``GemmPolicy.panel_grid_bytes``: MobileNetV2's 960 -> 320 at 7 x 7 took 5 tiles of 64
+    columns (3 on one core of two), now 2 of 160; its 960 -> 160 took 2 of 96, 192
+    columns, now 96 and a last one of 64 (``PanelGemm.columns``)."""
     width = takes_panels(b)
-    if not width or bn % width == 0:
+    if not width:
         return bn
-    whole = [t for t in range(width, b.n + 1, width) if b.n % t == 0 and bn // 2 <= t <= bn + bn // 2]
-    return min(whole, key=lambda t: (abs(t - bn), -t)) if whole else -(-bn // width) * width
+    tile = bn
+    if bn % width:
+        whole = [t for t in range(width, b.n + 1, width) if b.n % t == 0 and bn // 2 <= t <= bn + bn // 2]
+        tile = min(whole, key=lambda t: (abs(t - bn), -t)) if whole else -(-bn // width) * width
+    lead = math.prod(b.batch) * -(-b.m // bm)
+    policy = b.target.gemm
+    if (not policy.panel_grid_bytes or b.reductions or b.first is not None
+            or (b.n % tile == 0 and lead * (b.n // tile) % b.cores == 0)):
+        return tile  # whole rows (a row reduction's, a chain's); or whole tiles, as many for every core
+    most = policy.panel_grid_bytes // (max(1, len(b.cs)) * bm * 4) // width * width
+    widths = range(width, max(tile, min(most, -(-b.n // width) * width)) + 1, width)
+    own = policy.panel_fill_columns if isinstance(b.c.op, Conv) else 0  # a MatMul reads A in place
+    return min(widths, key=lambda t: (_grid_cost(b.n, width, t, lead, b.cores, own), abs(t - tile)))
+
+
+def _grid_cost(n: int, width: int, tile: int, lead: int, cores: int, own: int) -> int:
+    """Columns (each tile's, plus ``own``) the busiest core computes in a grid of
+    ``lead`` x column tiles of ``tile`` over ``n`` (the last one ending at the panel
+    holding column n - 1), shared as OpenMP's static schedule does (contiguous runs,
+    one more for the first ``tiles % cores`` cores), times the cores, plus all of them:
+    one core's time and the other cores' idle, weighed with the whole work (one thread
+    runs them all)."""
+    padded = -(-n // width) * width
+    per_row = [min(tile, padded - j) + own for j in range(0, padded, tile)]
+    loads = per_row * lead
+    q, r = divmod(len(loads), cores)
+    busiest, start = 0, 0
+    for core in range(cores):
+        count = q + (core < r)
+        busiest = max(busiest, sum(loads[start:start + count]))
+        start += count
+    return cores * busiest + sum(loads)
+
+
+def partial_columns(b: "_Builder", column_tile: Var, bn: int) -> Expr | None:
+    """The columns a product tile computes where the last column tile is partial (whole
+    panels, up to the one holding column N - 1): ``min(bn, padded - tile * bn)``; None
+    where every tile is whole, or the last one's panels fill it."""
+    padded = -(-b.n // b.panel_width) * b.panel_width
+    if b.n <= bn or padded % bn == 0:
+        return None
+    return iop(IOp.MIN, const_index(bn), iop(IOp.SUB, const_index(padded), iop(IOp.MUL, column_tile, bn)))
 
 
 def panel_width(b: "_Builder", bn: int) -> int:
@@ -174,7 +220,7 @@ def conv_product(b: "_Builder", a_tile: Buffer, c_tile: Buffer, column_tile: Var
     first_panel = iop(IOp.MUL, column_tile, bn // b.panel_width) if b.n > bn else const_index(0)
     bk = a_tile.shape[1]
     return PanelGemm(Region(a_tile, (const_index(0), const_index(0)), a_tile.shape), b.panel_bufs[id(b.c.inputs[1])],
-                     first_panel, iop(IOp.MUL, kt, bk), c_tile, bk)
+                     first_panel, iop(IOp.MUL, kt, bk), c_tile, bk, partial_columns(b, column_tile, bn))
 
 
 def columns(b: "_Builder", w: Value) -> int:
@@ -229,8 +275,9 @@ def products(b: "_Builder", buffers: dict[int, Buffer], a_tile: Buffer, h_tile: 
         a = integer_rows(b) if b.acc_dtype is DType.INT32 else b.c.inputs[0]
         assert a is not None
         rows = _rows(b, buffers[id(a)], bvars, m0, bm)
-        return [PanelGemm(rows, b.panel_bufs[id(weight_of(c))], panel0(weight_of(c), first_panel), const_index(0), tc, bk)
-                for c, tc in zip(b.cs, c_tiles)]
+        computed = partial_columns(b, column_tile, bn)
+        return [PanelGemm(rows, b.panel_bufs[id(weight_of(c))], panel0(weight_of(c), first_panel), const_index(0), tc, bk,
+                          computed) for c, tc in zip(b.cs, c_tiles)]
     x, w1 = b.first.inputs
     k1 = x.type.shape[-1]
     w2 = b.c.inputs[1]
