@@ -153,6 +153,10 @@ class ConvPolicy:
     # 0.85-1.23 (their two turns cost about what nine taps do)
     depthwise_lanes: int = 0
     depthwise_lanes_taps: int = 25
+    # ... their epilogue computed in the lanes where it reads nothing a position but the
+    # sums, and the tile stored by one transpose (conv_rows.lanes_epilogue), not turned
+    # back to channel rows first: EfficientNet's 5 x 5 ones over 7 x 7 and 14 x 14 0.91
+    lanes_epilogue: bool = False
     # such convolutions over wider rows, of at least this column stride (0: none), summed
     # over their input planes where they lie (conv_rows.depthwise_planes_tile: a ring of
     # padded input rows on the host's stack, of at most ``depthwise_planes_ring`` bytes; with

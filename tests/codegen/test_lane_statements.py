@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.codegen.cpu_programs import assert_same, param, program, run_both
-from tilefuse.codegen.cpu import build_all
+from tests.codegen.cpu_programs import assert_same, elementwise, load, param, program, run_both
+from tilefuse.codegen.cpu import build_all, emit_program
 from tilefuse.errors import GraphError
 from tilefuse.ir.dtypes import DType
 from tilefuse.target import CPU, CUDA_SM90A
@@ -64,6 +64,29 @@ def test_lane_taps_match_the_interpreter(rows, width, kh, kw, stride):
                                        rng.standard_normal((taps, 16)).astype(np.float32)])
     assert_same(p, got, want, rtol={"out": 1e-5})  # (fused multiply-adds round once)
     assert not got[0][rows * width:].any()  # rows past the sums are not written
+
+
+@pytest.mark.parametrize("extra", [0, 5])
+def test_a_tile_the_taps_fill_is_not_zeroed_first(extra):
+    """Lane taps overwrite their sums (no accumulation into the tile): a local tile they
+    fill whole is declared without ``= {0}`` (its zeroing was 3% of a 5 x 5 depthwise
+    layer over 14 x 14); one with rows they leave (``extra``) keeps it, and reads them."""
+    rows, width = 3, 7
+    x, w = param("x", F32, ((rows + 2) * (width + 2), 16)), param("w", F32, (9, 16))
+    out = param("out", F32, (rows * width + extra, 16))
+    sums = Buffer("dw_sums", F32, (rows * width + extra, 16), Scope.FRAGMENT)
+    offsets = tuple(ty * (width + 2) + tx for ty in range(3) for tx in range(3))
+    body = [LaneTaps(x, w, sums, rows, width, width + 2, 1, offsets),
+            elementwise(out, lambda i: load(sums, i))]
+    prog = program(f"filled_{extra}", [x, w], [out], body, allocs=[sums])
+    text = emit_program(prog).text
+    assert ("float dw_sums[" in text) and (("= {0};" in text.split("float dw_sums[")[1].split("\n")[0]) == bool(extra))
+    (artifact,) = build_all([prog])
+    rng = np.random.default_rng()
+    got, want = run_both(prog, artifact, [rng.standard_normal(x.shape).astype(np.float32),
+                                          rng.standard_normal(w.shape).astype(np.float32)])
+    assert_same(prog, got, want, rtol={"out": 1e-5})
+    assert not got[0][rows * width:].any()  # the rows the taps leave read as zeros
 
 
 def test_the_verifier_refuses_what_the_helpers_cannot_take():

@@ -36,6 +36,12 @@ CASES: dict[str, tuple[tuple[int, ...], dict, str]] = {
     # pads; a map of two row tiles (the rows above and below the input found per tile)
     "k5_d2_lanes": ((1, 16, 17, 19), dict(kernel_shape=[5, 5], dilations=[2, 2], pads=[4, 3, 4, 5]), "clip"),
     "k5_lanes_tall": ((1, 16, 40, 10), dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2]), "relu6"),
+    # rows of at most 8 (half a 16-float vector): in lanes unstrided 3 x 3 too, where the
+    # epilogue reads one value a channel (not a residual); a residual's in lanes at 5 x 5,
+    # its epilogue over channel rows
+    "k3_s1_7_lanes": ((1, 960, 7, 7), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), "relu6"),
+    "k3_s1_8_residual": ((2, 32, 8, 8), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), "residual"),
+    "k5_s1_9_residual": ((2, 16, 9, 9), dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2]), "residual"),
     # strided over rows 32 wide or more: summed over the input planes where they lie (the
     # CPU's ConvPolicy.depthwise_planes), with asymmetric pads, dilation, stride 3, batch 2
     "k5_s2_planes_asym_b2": ((2, 12, 70, 81), dict(kernel_shape=[5, 5], strides=[2, 2], pads=[2, 1, 1, 2]), "silu"),
@@ -54,11 +60,18 @@ def out_width(name: str) -> int:
 
 def in_lanes(name: str) -> bool:
     """Whether case ``name``'s rows are under 32 wide, its channels a multiple of 16 and it
-    is strided or of 25 taps or more (what ``ConvPolicy.depthwise_lanes`` computes in lanes
-    on the CPU)."""
+    is strided, of 25 taps or more, or of rows at most 8 wide whose epilogue stays in the
+    lanes (what ``ConvPolicy.depthwise_lanes`` computes in lanes on the CPU)."""
     shape, attrs, _ = CASES[name]
     k = attrs["kernel_shape"]
-    return out_width(name) < 32 and shape[1] % 16 == 0 and (attrs.get("strides", [1, 1])[1] > 1 or k[0] * k[1] >= 25)
+    return out_width(name) < 32 and shape[1] % 16 == 0 and (attrs.get("strides", [1, 1])[1] > 1 or k[0] * k[1] >= 25
+                                                           or (out_width(name) <= 8 and lanes_epilogue(name)))
+
+
+def lanes_epilogue(name: str) -> bool:
+    """Whether case ``name``'s epilogue reads nothing a position but the sums (not a
+    residual): in lanes, it is computed there (``ConvPolicy.lanes_epilogue``)."""
+    return CASES[name][2] not in ("residual", "residual_pool")
 
 
 def in_planes(name: str) -> bool:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilefuse.ir.dtypes import DType
-from tilefuse.tile_ir.ir import (Buffer, Const, Expr, Fill, Gemm, If, IndexOp, IOp, Loop, LoopKind, PanelGemm, PlaneTaps, Stmt, Store,
-                                 StridedGemm, TapGemm, TileProgram, Transpose, Var, Winograd, statements)
+from tilefuse.tile_ir.ir import (Buffer, Const, Expr, Fill, Gemm, If, IndexOp, IOp, LaneTaps, Loop, LoopKind, PanelGemm, PlaneTaps,
+                                 Stmt, Store, StridedGemm, TapGemm, TileProgram, Transpose, Var, Winograd, statements)
 from tilefuse.tile_ir.nests import stmt_reads
 
 
@@ -65,6 +65,8 @@ def _written_first(body: tuple[Stmt, ...], b: Buffer) -> bool:
         return b in (first.v, first.m) or (b == first.c and first.rows * first.width == b.shape[1])
     if isinstance(first, PlaneTaps):  # its sums, where they fill the tile
         return b == first.out and first.rows * first.width == b.shape[1] and b not in (first.x, first.w)
+    if isinstance(first, LaneTaps):  # its sums over channel vectors, where they fill the tile
+        return b == first.out and first.rows * first.width == b.shape[0] and b not in (first.x, first.w)
     if isinstance(first, Transpose):  # the whole of b turned from another buffer
         return (first.dst.buffer == b and first.src.buffer != b and first.dst.extents == b.shape
                 and all(isinstance(o, Const) and o.value == 0 for o in first.dst.offsets))

@@ -535,8 +535,10 @@ def depthwise_lanes(b: "_Builder") -> int:
     """The channels of a depthwise tile computed in vector lanes (``depthwise_lanes_tile``),
     or 0 where it is not: a 2-D float32 depthwise convolution on a host whose policy asks
     for it (``ConvPolicy.depthwise_lanes``), with output rows narrower than
-    ``ConvPolicy.depthwise_pitch_width``, strided or of ``depthwise_lanes_taps`` taps or
-    more, and whole tiles of that many channels. Along rows
+    ``ConvPolicy.depthwise_pitch_width``, strided, of ``depthwise_lanes_taps`` taps or
+    more, or with rows that fill at most half a vector (7 x 7 maps: unstrided 3 x 3 ones
+    0.77-0.79 of their time with the epilogue in the lanes), and whole tiles of that many
+    channels. Along rows
     of 7 or 14 positions a vector over positions is mostly padding, tails and masks; a
     vector over channels is whole at every position, and a strided convolution's taps are
     plain vector loads. Its input a kernel input (read where it lies)."""
@@ -547,25 +549,28 @@ def depthwise_lanes(b: "_Builder") -> int:
         return 0
     if {b.acc_dtype, b.op_dtype, x.type.dtype} != {DType.FLOAT32} or b.n % lanes or not any(x is v for v in b.group.inputs):
         return 0
-    many = math.prod(b.c.inputs[1].type.shape[2:]) >= b.target.conv.depthwise_lanes_taps or any(s > 1 for s in op.strides)
-    return lanes if many and b.c.outputs[0].type.shape[-1] < b.target.conv.depthwise_pitch_width else 0
+    width = b.c.outputs[0].type.shape[-1]
+    many = (math.prod(b.c.inputs[1].type.shape[2:]) >= b.target.conv.depthwise_lanes_taps or any(s > 1 for s in op.strides)
+            or (width <= lanes // 2 and lanes_epilogue(b)))
+    return lanes if many and width < b.target.conv.depthwise_pitch_width else 0
 
 
 def depthwise_lanes_tile(b: "_Builder", el: ElementBuilder, x_param: Buffer, tc: Buffer, mt: Var, n0: Expr,
-                         bm: int) -> tuple[tuple[Buffer, ...], list[Stmt]]:
+                         bm: int, in_lanes: bool = False) -> tuple[tuple[Buffer, ...], list[Stmt]]:
     """A depthwise convolution with its tile's channels in vector lanes: the tile's input
     rows copied into a zero-padded grid of positions, each a vector of the tile's channels
     (``x_lanes``, [padded position, channel]), the weights likewise (``w_lanes``, [tap,
     channel]); each output position's taps summed as whole vectors, at any stride or
     dilation, a row of positions' sums in registers (``LaneTaps`` into ``dw_lanes``,
     [position, channel]); the sums then turned back into ``tc`` ([channel, position]) for
-    the epilogue. The turns are 16 x 16 block transposes (``Transpose``). Returns the
-    on-chip buffers and statements."""
+    the epilogue, or (``in_lanes``: ``lanes_epilogue``) summed into ``tc`` itself,
+    [position, channel]. The turns are 16 x 16 block transposes (``Transpose``). Returns
+    the on-chip buffers and statements."""
     c = b.c
     op: Conv = c.op  # type: ignore[assignment]
     x, w = c.inputs
     dt = b.acc_dtype
-    lanes = tc.shape[0]
+    lanes = tc.shape[1] if in_lanes else tc.shape[0]
     rows, width = _tile_shape(b, bm)
     (kh, kw), (dy, dx), (sy, sx) = w.type.shape[2:], op.dilations, op.strides
     top, left, right = op.pads[0], op.pads[1], op.pads[3]
@@ -575,7 +580,7 @@ def depthwise_lanes_tile(b: "_Builder", el: ElementBuilder, x_param: Buffer, tc:
     wp = left + in_w + right
     x_lanes = Buffer("x_lanes", dt, (rows_in * wp, lanes), Scope.FRAGMENT)
     w_lanes = Buffer("w_lanes", dt, (kh * kw, lanes), Scope.FRAGMENT)
-    sums = Buffer("dw_lanes", dt, (bm, lanes), Scope.FRAGMENT)
+    sums = tc if in_lanes else Buffer("dw_lanes", dt, (bm, lanes), Scope.FRAGMENT)
     first = iop(IOp.SUB, iop(IOp.MUL, row0, const_index(sy)) if sy > 1 else row0, const_index(top))  # the tile's first input row
     last_src = (c.outputs[0].type.shape[2] - rows) * sy - top + rows_in - 1  # the last tile's last row read
     row_guard = top > 0 or last_src >= in_h
@@ -623,10 +628,61 @@ def depthwise_lanes_tile(b: "_Builder", el: ElementBuilder, x_param: Buffer, tc:
                  *(zeros(const_index(lo), hi - lo, left + in_w, right) if right else ())]
     offsets = tuple(ty * dy * wp + tx * dx for ty, tx in itertools.product(range(kh), range(kw)))
     body += [*parallel(b.names, (kh, kw, lanes), weights),
-             LaneTaps(x_lanes, w_lanes, sums, rows, width, sy * wp, sx, offsets),
-             Transpose(Region(sums, (const_index(0), const_index(0)), (bm, lanes)),
-                       Region(tc, (const_index(0), const_index(0)), (lanes, bm)))]
+             LaneTaps(x_lanes, w_lanes, sums, rows, width, sy * wp, sx, offsets)]
+    if in_lanes:
+        return (x_lanes, w_lanes), body
+    body.append(Transpose(Region(sums, (const_index(0), const_index(0)), (bm, lanes)),
+                          Region(tc, (const_index(0), const_index(0)), (lanes, bm))))
     return (x_lanes, w_lanes, sums), body
+
+
+def lanes_epilogue(b: "_Builder") -> bool:
+    """Whether a depthwise tile in lanes (``depthwise_lanes``) computes its epilogue in
+    the lanes too (``lanes_stores``): the group's one output is the convolution's, as it
+    is laid out (its epilogue elementwise), and every other input of the group is one
+    value a channel or one for all (a batch norm's scale and shift, an activation's
+    bounds): then each position's epilogue is whole vectors over the tile's channels,
+    and one transpose stores the tile. A 7 x 7 map's rows of 49 positions took four
+    16-float vectors each (a SiLU over 64 positions for 49), and the sums were turned
+    once more before it (NOTES.md, session 35)."""
+    if not (b.target.conv.lanes_epilogue and len(b.group.outputs) == 1):
+        return False
+    (v,) = b.group.outputs
+    out = b.c.outputs[0].type
+    if v.type.shape != out.shape or v.type.dtype is not DType.FLOAT32:
+        return False
+    g = tuple(Var(f"_lanes{d}") for d in range(len(out.shape)))
+    if tuple(b.fwd[id(v)](g)) != g:  # stored as the convolution lays it out
+        return False
+    x, w = b.c.inputs
+    for u in b.group.inputs:
+        if (u is x or u is w) and sum(y is u for n in b.group.nodes for y in n.inputs) == 1:
+            continue  # read by the convolution alone (a residual of x reads it a position)
+        shape = u.type.shape
+        if math.prod(shape) > 1 and (len(shape) < 3 or any(d != 1 for d in shape[-2:]) or math.prod(shape[:-3]) != 1):
+            return False  # a value a position (a residual): read across the lanes
+    return True
+
+
+def lanes_stores(b: "_Builder", el: ElementBuilder, v: Value, ob: Buffer, tc: Buffer, mt: Var, n0: Expr,
+                 bm: int) -> list[Stmt]:
+    """Output ``v`` of a tile whose sums are in lanes (``tc`` [position, channel]:
+    ``lanes_epilogue``): its epilogue computed in place over the tile, a position's
+    channels innermost (whole vectors), then the tile turned into the output's channel
+    planes by one block transpose: each channel's rows there are one run."""
+    rows, width = _tile_shape(b, bm)
+    img, row0 = origin(b, mt, rows)
+    lanes = tc.shape[1]
+
+    def store(idx: Index) -> list[Stmt]:
+        p, j = idx
+        r, col = delinearize(p, (rows, width))
+        g = (img, iop(IOp.ADD, n0, j), iop(IOp.ADD, row0, r), col)
+        return [Store(tc, (p, j), el.at(v, b.fwd[id(v)](g)))]  # (the builder reads the sums at [p, j])
+
+    zero = const_index(0)
+    turn = Transpose(Region(tc, (zero, zero), (bm, lanes)), Region(ob, (img, n0, row0, zero), (1, lanes, rows, width)))
+    return [*parallel(b.names, (bm, lanes), store), turn]
 
 
 def _pointwise(b: "_Builder") -> bool:

@@ -359,7 +359,10 @@ class _Builder:
         c_cols = (conv_rows.direct_length(self, bm) if direct else conv_rows.depthwise_length(self, bm) if dw_width else bm)
         # the product tile's output rows this far apart (0: packed as positions)
         pitch = direct or (conv_rows.depthwise_pitch(self) if dw_width else 0)
-        tcs = [Buffer(f"c_tile{x}", self.acc_dtype, (bn, c_cols) if self.flip else (bm, bn), Scope.FRAGMENT) for x in sfx]
+        # a depthwise tile in lanes whose epilogue stays there: its sums [position, channel]
+        lanes_out = bool(dw_lanes) and conv_rows.lanes_epilogue(self)
+        tcs = [Buffer(f"c_tile{x}", self.acc_dtype, (bm, bn) if lanes_out else (bn, c_cols) if self.flip else (bm, bn),
+                      Scope.FRAGMENT) for x in sfx]
         tile_of = {id(c.outputs[0]): tcs[0 if packed else s] for s, c in enumerate(self.cs)}
         # a row reduction accumulates in its own type (a norm of an integer product's float rescale: float32)
         rows = {id(r.outputs[0]): Buffer(f"row{k}", accumulator_dtype(r.outputs[0].type.dtype), (bm,), Scope.FRAGMENT)
@@ -387,7 +390,7 @@ class _Builder:
                     if pitch:  # output rows ``pitch`` apart in the tile
                         width = self.c.outputs[0].type.shape[-1]
                         q = iop(IOp.ADD, iop(IOp.MUL, iop(IOp.FLOORDIV, q, width), pitch), iop(IOp.MOD, q, width))
-                    at = (iop(IOp.SUB, col, n0), q)
+                    at = (q, iop(IOp.SUB, col, n0)) if lanes_out else (iop(IOp.SUB, col, n0), q)
                 load_t: Expr = Load(tc, at)
                 return load_t if tc.dtype is v.type.dtype else Call(ScalarFn.CAST, (load_t,), v.type.dtype)
             if tc is not None:
@@ -435,7 +438,8 @@ class _Builder:
         elif in_place:  # a pointwise convolution's weight rows by its input's planes, where they lie
             k_body = [conv_rows.in_place_product(self, buffers[id(self.c.inputs[0])], tcs[0], mt, n0, kt, ch_per_tile)]
         elif dw_lanes:
-            dw_allocs, k_body = conv_rows.depthwise_lanes_tile(self, el, buffers[id(self.c.inputs[0])], tcs[0], mt, n0, bm)
+            dw_allocs, k_body = conv_rows.depthwise_lanes_tile(self, el, buffers[id(self.c.inputs[0])], tcs[0], mt, n0, bm,
+                                                               in_lanes=lanes_out)
         elif dw_planes:
             dw_allocs, k_body = conv_rows.depthwise_planes_tile(self, el, buffers[id(self.c.inputs[0])], tcs[0], mt, n0, bm)
         elif dw_width:
@@ -485,7 +489,9 @@ class _Builder:
                 return [Store(ob, idx, el.at(v, idx))]
 
             out = epilogues[self.sibling_of[id(v)] if packed else 0]  # type: ignore[index]
-            if self.flip:
+            if lanes_out:
+                out += conv_rows.lanes_stores(self, el, v, ob, tcs[0], mt, n0, bm)
+            elif self.flip:
                 out += conv_rows.stores(self, el, v, ob, mt, n0, bn, bm, pitch)
             elif self._rows_innermost(v, bvars, row, column):  # e.g. K written transposed for attention
                 acc = tcs[0] if len(tcs) == 1 else None
@@ -524,6 +530,8 @@ class _Builder:
             wide += f", input rows zero-padded to {dw_width} on chip, every tap summed per position"
         if dw_lanes:
             wide += f", {dw_lanes} channels in vector lanes over a zero-padded grid of the input rows"
+            if lanes_out:
+                wide += ", the epilogue in the lanes, the tile stored by a transpose"
         if in_place:
             wide += ", the weight's rows by the input's channel planes where they lie (no operand tiles)"
         if wino:
