@@ -65,7 +65,7 @@ def column_tile(b: "_Builder", bm: int, bn: int) -> int:
     if (not policy.panel_grid_bytes or b.reductions or b.first is not None
             or (b.n % tile == 0 and lead * (b.n // tile) % b.cores == 0)):
         return tile  # whole rows (a row reduction's, a chain's); or whole tiles, as many for every core
-    most = policy.panel_grid_bytes // (max(1, len(b.cs)) * bm * 4) // width * width
+    most = policy.panel_grid_bytes // (max(1, len(b.cs)) * bm * b.acc_dtype.itemsize) // width * width
     widths = range(width, max(tile, min(most, -(-b.n // width) * width)) + 1, width)
     own = policy.panel_fill_columns if isinstance(b.c.op, Conv) else 0  # a MatMul reads A in place
     return min(widths, key=lambda t: (_grid_cost(b.n, width, t, lead, b.cores, own), abs(t - tile)))
