@@ -133,8 +133,8 @@ CPU = Target(
     attention=AttentionPolicy(max_head_dim=512, key_tile=256, key_align=16),
     # depthwise_run: a 16-float vector (AVX-512; two 8-float ones elsewhere)
     conv=ConvPolicy(channel_rows=True, channel_tile=128, depthwise_channels=4, depthwise_positions=4096, depthwise_run=16,
-                    depthwise_lanes=16, lanes_epilogue=True, depthwise_planes=1, in_place_channels=12, direct=True,
-                    winograd=True, row_blocks=True),
+                    depthwise_lanes=16, lanes_epilogue=True, depthwise_planes=1, depthwise_planes_width=16,
+                    in_place_channels=12, direct=True, winograd=True, row_blocks=True),
     rows=RowsPolicy(split_part=1 << 18, split_row=1 << 20),  # parts worth a thread's share of a region (regions from 1M elements)
     # pooling tiles of whole output planes (56 x 56): few tiles, loops without division;
     # global pools folded in a 16-float vector's lanes

@@ -75,9 +75,11 @@ def lanes_epilogue(name: str) -> bool:
 
 
 def in_planes(name: str) -> bool:
-    """Whether case ``name`` has rows 32 wide or more (what ``ConvPolicy.depthwise_planes``
-    sums over the input planes where they lie on the CPU, strided or not)."""
-    return out_width(name) >= 32
+    """Whether case ``name`` has rows 32 wide or more, or is unstrided with rows 16 or
+    more and not in lanes (what ``ConvPolicy.depthwise_planes`` and
+    ``depthwise_planes_width`` sum over the input planes where they lie on the CPU)."""
+    unstrided = CASES[name][1].get("strides", [1, 1])[1] == 1
+    return out_width(name) >= 32 or (unstrided and out_width(name) >= 16 and not in_lanes(name))
 
 
 def _epilogue(name: str, kind: str) -> list[onnx.NodeProto]:

@@ -484,7 +484,8 @@ def depthwise_planes(b: "_Builder") -> bool:
     float32 on a host whose policy asks for it at its column stride
     (``ConvPolicy.depthwise_planes``), its input a kernel input, output rows at least
     ``ConvPolicy.depthwise_pitch_width`` wide (14-wide ones took 2-3x as long: each row's
-    ring and tap setup for one vector of sums), and the helper's ring of padded input rows
+    ring and tap setup for one vector of sums; unstrided ones, read in place, from
+    ``depthwise_planes_width``), and the helper's ring of padded input rows
     (one output row's reach of rows, per column phase) within
     ``ConvPolicy.depthwise_planes_ring`` bytes."""
     op = b.c.op
@@ -497,7 +498,8 @@ def depthwise_planes(b: "_Builder") -> bool:
         return False
     (kh, kw), (dy, dx), sx = w.type.shape[2:], op.dilations, op.strides[1]
     width = b.c.outputs[0].type.shape[-1]
-    if width < policy.depthwise_pitch_width or sx < policy.depthwise_planes:
+    least = (policy.depthwise_planes_width or policy.depthwise_pitch_width) if sx == 1 else policy.depthwise_pitch_width
+    if width < least or sx < policy.depthwise_planes:
         return False
     phase_row = -(-(-(-width // 16) * 16 + (kw - 1) * dx // sx) // 16) * 16  # the helper's padded row
     return ((kh - 1) * dy + 1) * sx * phase_row * 4 <= policy.depthwise_planes_ring
