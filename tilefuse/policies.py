@@ -166,9 +166,10 @@ class ConvPolicy:
     # 2 threads), EfficientNet-B0 0.952 / 0.962 (NOTES.md, session 34)
     depthwise_planes: int = 0
     depthwise_planes_ring: int = 32768
-    # ... unstrided ones from rows this wide (0: ``depthwise_pitch_width``): the rows read
-    # in place (AVX-512) take rows of one vector and more (MobileNetV2's 3 x 3 over 28 x 28
-    # 0.82 of the padded tile's time in the model, 14-wide rows 1.08-1.27)
+    # ... unstrided ones from rows this wide where the helper reads them in place (AVX-512
+    # kernels; 0: ``depthwise_pitch_width``): rows of one vector and more (MobileNetV2's
+    # 3 x 3 over 28 x 28 0.82 of the padded tile's time in the model, 14-wide rows
+    # 1.08-1.27; through the ring of an x86-64-v3 build 4-8x)
     depthwise_planes_width: int = 0
     # im2col tiles [positions x (channel, taps)] filled with positions as the innermost loop:
     # neighbouring threads read neighbouring input positions of one channel and tap (GPU:

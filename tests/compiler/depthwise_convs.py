@@ -15,6 +15,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from tilefuse import cpu_isa
+
 CASES: dict[str, tuple[tuple[int, ...], dict, str]] = {
     # name: (x shape, Conv attributes, epilogue: relu6 | silu | clip | residual)
     "k3_s1_112": ((1, 32, 112, 112), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), "relu6"),
@@ -75,11 +77,14 @@ def lanes_epilogue(name: str) -> bool:
 
 
 def in_planes(name: str) -> bool:
-    """Whether case ``name`` has rows 32 wide or more, or is unstrided with rows 16 or
-    more and not in lanes (what ``ConvPolicy.depthwise_planes`` and
-    ``depthwise_planes_width`` sum over the input planes where they lie on the CPU)."""
-    unstrided = CASES[name][1].get("strides", [1, 1])[1] == 1
-    return out_width(name) >= 32 or (unstrided and out_width(name) >= 16 and not in_lanes(name))
+    """Whether case ``name`` has rows 32 wide or more, or, where this machine's kernels read
+    the rows in place (AVX-512), is unstrided and undilated with rows 16 or more and not
+    in lanes (what ``ConvPolicy.depthwise_planes`` and ``depthwise_planes_width`` sum over
+    the input planes where they lie on the CPU)."""
+    attrs = CASES[name][1]
+    in_place = (attrs.get("strides", [1, 1]) == [1, 1] and attrs.get("dilations", [1, 1]) == [1, 1]
+                and "avx512f" in cpu_isa.requires("native"))
+    return out_width(name) >= 32 or (in_place and out_width(name) >= 16 and not in_lanes(name))
 
 
 def _epilogue(name: str, kind: str) -> list[onnx.NodeProto]:

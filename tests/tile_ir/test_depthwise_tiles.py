@@ -47,3 +47,17 @@ def test_depthwise_programs_interpret_like_the_reference_and_onnxruntime():
         bad += mismatches(low, values, want)
     assert seen == len(NAMES)
     assert not bad, f"seed={seed}:\n" + "\n".join(bad)
+
+
+def test_narrow_rows_take_the_planes_only_where_they_are_read_in_place():
+    """Unstrided rows of 16 to 31 sum over the input planes where the plane helper reads
+    them in place (``ConvPolicy.depthwise_planes_width``: its AVX-512 path); built for
+    x86-64-v3 the helper copies each row into its ring (4-8x the padded tile's time), and
+    they keep the padded tile. 32-wide rows take the planes either way."""
+    from tilefuse.target import adjust
+
+    names = ["k3_s1_28_rows", "k3_s1_112"]
+    graph = import_onnx(depthwise_convs.model(names, 0))
+    for target, narrow in ((adjust(CPU, codegen__isa="x86-64-v3"), False), (adjust(CPU, codegen__isa="x86-64-v4"), True)):
+        planes = [lower_group(g, target).program.schedule.depthwise_planes for g in partition_graph(graph, target).groups]
+        assert planes == [narrow, True], (target.codegen, planes)

@@ -15,6 +15,7 @@ import itertools
 import math
 from typing import TYPE_CHECKING
 
+from tilefuse import cpu_isa
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Value
 from tilefuse.ir.prims import Conv, ScalarFn
@@ -484,8 +485,8 @@ def depthwise_planes(b: "_Builder") -> bool:
     float32 on a host whose policy asks for it at its column stride
     (``ConvPolicy.depthwise_planes``), its input a kernel input, output rows at least
     ``ConvPolicy.depthwise_pitch_width`` wide (14-wide ones took 2-3x as long: each row's
-    ring and tap setup for one vector of sums; unstrided ones, read in place, from
-    ``depthwise_planes_width``), and the helper's ring of padded input rows
+    ring and tap setup for one vector of sums; where the helper reads the rows in place,
+    from ``depthwise_planes_width``: ``_rows_in_place``), and the helper's ring of padded input rows
     (one output row's reach of rows, per column phase) within
     ``ConvPolicy.depthwise_planes_ring`` bytes."""
     op = b.c.op
@@ -498,11 +499,24 @@ def depthwise_planes(b: "_Builder") -> bool:
         return False
     (kh, kw), (dy, dx), sx = w.type.shape[2:], op.dilations, op.strides[1]
     width = b.c.outputs[0].type.shape[-1]
-    least = (policy.depthwise_planes_width or policy.depthwise_pitch_width) if sx == 1 else policy.depthwise_pitch_width
+    least = policy.depthwise_pitch_width
+    if policy.depthwise_planes_width and _rows_in_place(b):
+        least = policy.depthwise_planes_width
     if width < least or sx < policy.depthwise_planes:
         return False
     phase_row = -(-(-(-width // 16) * 16 + (kw - 1) * dx // sx) // 16) * 16  # the helper's padded row
     return ((kh - 1) * dy + 1) * sx * phase_row * 4 <= policy.depthwise_planes_ring
+
+
+def _rows_in_place(b: "_Builder") -> bool:
+    """Whether the plane helper reads ``b``'s input rows in place (its AVX-512 path for
+    unit strides and dilations, ``PLANE_TAPS_PRELUDE``) in the kernels built for the
+    target's instruction-set level; elsewhere it copies them into its ring (narrow rows
+    through the ring took 4-8x the padded tile's time built for x86-64-v3)."""
+    op: Conv = b.c.op  # type: ignore[assignment]
+    isa = getattr(b.target.codegen, "isa", "native")
+    return (all(s == 1 for s in op.strides) and all(d == 1 for d in op.dilations)
+            and "avx512f" in cpu_isa.requires(isa))
 
 
 def depthwise_planes_tile(b: "_Builder", el: ElementBuilder, x_param: Buffer, tc: Buffer, mt: Var, n0: Expr,
