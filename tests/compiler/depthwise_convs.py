@@ -72,8 +72,9 @@ def in_lanes(name: str) -> bool:
 
 def lanes_epilogue(name: str) -> bool:
     """Whether case ``name``'s epilogue reads nothing a position but the sums (not a
-    residual): in lanes, it is computed there (``ConvPolicy.lanes_epilogue``)."""
-    return CASES[name][2] not in ("residual", "residual_pool")
+    residual) and this machine's kernels have AVX-512's block transpose: in lanes, it is
+    computed there (``ConvPolicy.lanes_epilogue``)."""
+    return CASES[name][2] not in ("residual", "residual_pool") and "avx512f" in cpu_isa.requires("native")
 
 
 def in_planes(name: str) -> bool:

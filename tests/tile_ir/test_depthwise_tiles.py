@@ -49,15 +49,17 @@ def test_depthwise_programs_interpret_like_the_reference_and_onnxruntime():
     assert not bad, f"seed={seed}:\n" + "\n".join(bad)
 
 
-def test_narrow_rows_take_the_planes_only_where_they_are_read_in_place():
+def test_narrow_rows_take_the_planes_and_lanes_only_with_avx512():
     """Unstrided rows of 16 to 31 sum over the input planes where the plane helper reads
-    them in place (``ConvPolicy.depthwise_planes_width``: its AVX-512 path); built for
-    x86-64-v3 the helper copies each row into its ring (4-8x the padded tile's time), and
-    they keep the padded tile. 32-wide rows take the planes either way."""
+    them in place (``ConvPolicy.depthwise_planes_width``: its AVX-512 path), and a 7 x 7
+    map's 3 x 3 runs in lanes with its epilogue there (``lanes_epilogue``: AVX-512's block
+    transpose); built for x86-64-v3 (a ring copy, element-loop transposes: 2-8x slower)
+    both keep the padded tile. 32-wide rows take the planes either way."""
     from tilefuse.target import adjust
 
-    names = ["k3_s1_28_rows", "k3_s1_112"]
+    names = ["k3_s1_28_rows", "k3_s1_112", "k3_s1_7_lanes"]
     graph = import_onnx(depthwise_convs.model(names, 0))
-    for target, narrow in ((adjust(CPU, codegen__isa="x86-64-v3"), False), (adjust(CPU, codegen__isa="x86-64-v4"), True)):
-        planes = [lower_group(g, target).program.schedule.depthwise_planes for g in partition_graph(graph, target).groups]
-        assert planes == [narrow, True], (target.codegen, planes)
+    for target, avx512 in ((adjust(CPU, codegen__isa="x86-64-v3"), False), (adjust(CPU, codegen__isa="x86-64-v4"), True)):
+        schedules = [lower_group(g, target).program.schedule for g in partition_graph(graph, target).groups]
+        assert [s.depthwise_planes for s in schedules] == [avx512, True, False], (target.codegen, schedules)
+        assert [s.depthwise_lanes for s in schedules] == [0, 0, 16 if avx512 else 0], (target.codegen, schedules)
