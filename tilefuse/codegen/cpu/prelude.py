@@ -668,10 +668,50 @@ static inline __attribute__((always_inline)) void NAME(int64_t k, const uint8_t 
 TF_QMICRO(tf_qmicro_12, 12) TF_QMICRO(tf_qmicro_11, 11) TF_QMICRO(tf_qmicro_10, 10) TF_QMICRO(tf_qmicro_9, 9)
 TF_QMICRO(tf_qmicro_8, 8) TF_QMICRO(tf_qmicro_7, 7) TF_QMICRO(tf_qmicro_6, 6) TF_QMICRO(tf_qmicro_5, 5)
 TF_QMICRO(tf_qmicro_4, 4) TF_QMICRO(tf_qmicro_3, 3) TF_QMICRO(tf_qmicro_2, 2) TF_QMICRO(tf_qmicro_1, 1)
+#elif defined(__AVX2__)
+#include <immintrin.h>
+/* AVX2 without VNNI: both operands widened to int16 (vpmovzxbw / vpmovsxbw) and multiplied
+ * by vpmaddwd, which adds two exact products into an int32 lane (vpmaddubsw would be twice
+ * as dense but saturates its int16 pairs: 255 * 127 * 2 > 32767). Four columns' groups of
+ * 4 K values are one register of 16 int16s; a row's 4 a values, widened, are broadcast to
+ * each 64-bit lane. A column's sum lies in two adjacent int32 lanes (K values 0-1 and 2-3
+ * of each group) until the store adds them. MR rows x 16 columns (four such registers a
+ * row) over k values of K, the columns in [j0, j0 + 16) of the panel. */
+#define TF_QMICRO2(NAME, MR)                                                                    \
+static inline __attribute__((always_inline)) void NAME(int64_t k, const uint8_t *restrict a,   \
+        int64_t lda, const int8_t *restrict b, int32_t *restrict c, int64_t ldc) {              \
+    __m256i acc[MR][4];                                                                         \
+    _Pragma("GCC unroll 4") for (int r = 0; r < MR; ++r)                                        \
+        _Pragma("GCC unroll 4") for (int v = 0; v < 4; ++v) acc[r][v] = _mm256_setzero_si256(); \
+    const int64_t whole = k / 4;                                                                \
+    for (int64_t g = 0; g <= whole; ++g) {                                                      \
+        if (g == whole && k % 4 == 0) break;                                                    \
+        __m256i av[MR];                                                                         \
+        _Pragma("GCC unroll 4") for (int r = 0; r < MR; ++r) {                                  \
+            int32_t q;                                                                          \
+            if (g < whole) memcpy(&q, a + r * lda + g * 4, 4); else q = tf_u8x4(a + r * lda + g * 4, k % 4); \
+            av[r] = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(q)));          \
+        }                                                                                       \
+        _Pragma("GCC unroll 4") for (int v = 0; v < 4; ++v) {                                   \
+            const __m256i bv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + g * 128 + v * 16))); \
+            _Pragma("GCC unroll 4") for (int r = 0; r < MR; ++r)                                \
+                acc[r][v] = _mm256_add_epi32(acc[r][v], _mm256_madd_epi16(bv, av[r]));          \
+        }                                                                                       \
+    }                                                                                           \
+    _Pragma("GCC unroll 4") for (int r = 0; r < MR; ++r)                                        \
+        _Pragma("GCC unroll 2") for (int v = 0; v < 4; v += 2) {                                \
+            /* [c0 c0 c1 c1 | c2 c2 c3 c3] and the next four: pairs added, lanes in order */    \
+            const __m256i s = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[r][v], acc[r][v + 1]), 0xD8); \
+            int32_t *cr = c + r * ldc + v * 4;                                                  \
+            _mm256_storeu_si256((__m256i *)cr, _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)cr), s)); \
+        }                                                                                       \
+}
+TF_QMICRO2(tf_qmicro2_2, 2) TF_QMICRO2(tf_qmicro2_1, 1)
 #endif
 
-/* rows [0, m) by one panel's block of k values of K (blocks of 12 rows, the last 13..23 as
- * two near-equal blocks, as the float core); without VNNI a plain loop of int32 sums */
+/* rows [0, m) by one panel's block of k values of K: with VNNI blocks of 12 rows (the last
+ * 13..23 as two near-equal blocks, as the float core); with AVX2 alone pairs of rows by
+ * the widened core, a half panel at a time; without either a plain loop of int32 sums */
 static inline void tf_qpanel_rows(int64_t m, int64_t k, const uint8_t *restrict a, int64_t lda,
         const int8_t *restrict b, int32_t *restrict c, int64_t ldc) {
 #if defined(__AVX512VNNI__) && defined(__AVX512F__)
@@ -695,6 +735,13 @@ static inline void tf_qpanel_rows(int64_t m, int64_t k, const uint8_t *restrict 
         default: tf_qmicro_1(k, ai, lda, b, ci, ldc); break;
         }
         i += r;
+    }
+#elif defined(__AVX2__)
+    for (int64_t h = 0; h < 2; ++h) {  /* the panel's two halves of 16 columns */
+        const int8_t *bh = b + h * 64;
+        int64_t i = 0;
+        for (; i + 2 <= m; i += 2) tf_qmicro2_2(k, a + i * lda, lda, bh, c + i * ldc + h * 16, ldc);
+        if (i < m) tf_qmicro2_1(k, a + i * lda, lda, bh, c + i * ldc + h * 16, ldc);
     }
 #else
     for (int64_t i = 0; i < m; ++i) {
@@ -795,6 +842,35 @@ TF_TAPS_MASKED(tf_taps_masked_12, 12) TF_TAPS_MASKED(tf_taps_masked_4, 4) TF_TAP
 #define TF_TAPS_WIDTH 16
 TF_TAPS_V(tf_taps_6, tf_v8, 8, 6, 2) TF_TAPS_V(tf_taps_5, tf_v8, 8, 5, 2) TF_TAPS_V(tf_taps_4, tf_v8, 8, 4, 2)
 TF_TAPS_V(tf_taps_3, tf_v8, 8, 3, 2) TF_TAPS_V(tf_taps_2, tf_v8, 8, 2, 2) TF_TAPS_V(tf_taps_1, tf_v8, 8, 1, 2)
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+/* the last n - j < 16 columns: rows [0, MR) of an 8-column strip, the columns ``mask``
+ * marks (the others are not read nor written: vmaskmovps), or all eight; a fused
+ * multiply-add a step as the strips' (GCC leaves a lone accumulator's unfused) */
+#define TF_TAPS8(NAME, MR, LOAD, STORE)                                                         \
+static inline __attribute__((always_inline)) void NAME(int64_t k, const float *restrict a,     \
+        int64_t lda, const float *restrict b, const int32_t *restrict off, float *restrict c,   \
+        int64_t ldc, __m256i mask, int zero) {                                                  \
+    __m256 acc[MR];                                                                             \
+    (void)mask;                                                                                 \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r)                                        \
+        acc[r] = zero ? _mm256_setzero_ps() : LOAD(c + r * ldc);                                \
+    for (int64_t p = 0; p < k; ++p) {                                                           \
+        const __m256 bv = LOAD(b + off[p]);                                                     \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r)                                    \
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(a[r * lda + p]), bv, acc[r]);               \
+    }                                                                                           \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r) STORE(c + r * ldc, acc[r]);            \
+}
+#define TF_LOAD8(p) _mm256_loadu_ps(p)
+#define TF_STORE8(p, v) _mm256_storeu_ps(p, v)
+#define TF_MLOAD8(p) _mm256_maskload_ps(p, mask)
+#define TF_MSTORE8(p, v) _mm256_maskstore_ps(p, mask, v)
+TF_TAPS8(tf_taps8_8, 8, TF_LOAD8, TF_STORE8) TF_TAPS8(tf_taps8_4, 4, TF_LOAD8, TF_STORE8)
+TF_TAPS8(tf_taps8_1, 1, TF_LOAD8, TF_STORE8)
+TF_TAPS8(tf_taps_masked8_8, 8, TF_MLOAD8, TF_MSTORE8) TF_TAPS8(tf_taps_masked8_4, 4, TF_MLOAD8, TF_MSTORE8)
+TF_TAPS8(tf_taps_masked8_1, 1, TF_MLOAD8, TF_MSTORE8)
+#endif
 #endif
 
 /* rows [0, m) of a strip of TF_TAPS_WIDTH columns: blocks of TF_TAPS_ROWS rows, the last
@@ -843,6 +919,21 @@ static void tf_tap_gemm_f32(int64_t m, int64_t n, int64_t k, const float *restri
         for (; i + 12 <= m; i += 12) tf_taps_masked_12(k, a + i * lda, lda, b + j, off, c + i * ldc + j, ldc, mask, zero);
         for (; i + 4 <= m; i += 4) tf_taps_masked_4(k, a + i * lda, lda, b + j, off, c + i * ldc + j, ldc, mask, zero);
         for (; i < m; ++i) tf_taps_masked_1(k, a + i * lda, lda, b + j, off, c + i * ldc + j, ldc, mask, zero);
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    for (; j < n; j += 8) {  /* the last n - j < 16 columns: an 8-column strip, the last one masked */
+        const int64_t w = n - j < 8 ? n - j : 8;
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        int64_t i = 0;
+        if (w == 8) {
+            for (; i + 8 <= m; i += 8) tf_taps8_8(k, a + i * lda, lda, b + j, off, c + i * ldc + j, ldc, mask, zero);
+            for (; i + 4 <= m; i += 4) tf_taps8_4(k, a + i * lda, lda, b + j, off, c + i * ldc + j, ldc, mask, zero);
+            for (; i < m; ++i) tf_taps8_1(k, a + i * lda, lda, b + j, off, c + i * ldc + j, ldc, mask, zero);
+        } else {
+            for (; i + 8 <= m; i += 8) tf_taps_masked8_8(k, a + i * lda, lda, b + j, off, c + i * ldc + j, ldc, mask, zero);
+            for (; i + 4 <= m; i += 4) tf_taps_masked8_4(k, a + i * lda, lda, b + j, off, c + i * ldc + j, ldc, mask, zero);
+            for (; i < m; ++i) tf_taps_masked8_1(k, a + i * lda, lda, b + j, off, c + i * ldc + j, ldc, mask, zero);
+        }
     }
 #else
     for (int64_t i = 0; i < m && j < n; ++i)  /* the last n - j < 16 columns, one sum at a time */
