@@ -3,8 +3,9 @@ tile_ir/ir.py, codegen/cpu/prelude.py ``PLANE_TAPS_PRELUDE``): the C helper agai
 interpreter on fresh random inputs, over kernels the helper unrolls (3 x 3, 5 x 5 at strides 1
 and 2) and ones it does not (1 x 1, 7 x 7, 3 x 5, dilated, stride 3), pads of every side, rows
 of 1 to 129 positions around its blocks of 16 and 64, blocks of rows that start inside the
-plane, channels and images past the first, unit strides both read in place (AVX-512) and
-through the ring (x86-64-v3); and the verifier's refusals."""
+plane, channels and images past the first, unit strides both read in place (AVX-512 and
+AVX2: the native build and x86-64-v3) and through the ring (x86-64-v2); and the verifier's
+refusals."""
 from __future__ import annotations
 
 import numpy as np
@@ -61,10 +62,12 @@ def _taps_program(name, hw, kernel, strides, dilations, pads, width, block, chan
 UNIT_STRIDES = [n for n, c in CASES.items() if c[2] == (1, 1) and c[3] == (1, 1)]
 
 
-@pytest.mark.parametrize("name, isa", [(n, "native") for n in CASES] + [(n, "x86-64-v3") for n in UNIT_STRIDES])
+@pytest.mark.parametrize("name, isa", [(n, "native") for n in CASES]
+                         + [(n, level) for n in UNIT_STRIDES for level in ("x86-64-v3", "x86-64-v2")])
 def test_plane_taps_match_the_interpreter(name, isa):
-    """(x86-64-v3: the ring of padded rows for unit strides too, as hosts without AVX-512 take them)"""
-    if isa != "native" and host_level() not in ("x86-64-v3", "x86-64-v4"):
+    """(x86-64-v3: AVX2's masked lanes; x86-64-v2: the ring of padded rows for unit strides
+    too, as hosts without AVX2 take them)"""
+    if isa != "native" and host_level() not in ("x86-64-v2", "x86-64-v3", "x86-64-v4"):
         pytest.skip(f"this machine does not run {isa} code")
     p = _taps_program(name, *CASES[name])
     assert verify_program(p, CPU) is None

@@ -68,7 +68,9 @@ def test_rewrite_computes_what_the_qdq_model_does(column_scales):
     onnx.checker.check_model(rewritten)
     seed = random.randrange(2**31)
     x = np.random.default_rng(seed).standard_normal((9, 70)).astype(np.float32)
-    want, got = _run(model, {"x": x}), _run(rewritten, {"x": x})
+    # the rewritten model by the reference: onnxruntime's U8S8 kernel saturates its int16
+    # pairs on AVX2 hosts without VNNI (tests/tile_ir/test_int8_panels.py)
+    want, got = _run(model, {"x": x}), next(iter(run_graph(import_onnx(rewritten), {"x": x}).values()))
     # the same exact integer sum, rounded once instead of once a term
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max(), err_msg=f"seed={seed}")
 

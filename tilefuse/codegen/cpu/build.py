@@ -33,9 +33,24 @@ from tilefuse.errors import CompileError
 FLAGS = ("-fno-trapping-math", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
 
 
-def flags(isa: str) -> tuple[str, ...]:
-    """The compiler flags of a kernel built for ``isa`` (tilefuse/cpu_isa.py)."""
-    return ("-O3", march(isa), *FLAGS)
+# GCC tuned for AMD's Zen cores (``-march=native`` there) splits a lone accumulator's chain
+# of fused multiply-adds into multiplies and adds: sums then round differently by where a
+# product's tiles cut it and by host. Every chain stays fused, as on other hosts.
+GCC_FLAGS = ("--param=avoid-fma-max-bits=0",)
+
+
+def flags(isa: str, compiler: "Compiler | None" = None) -> tuple[str, ...]:
+    """The compiler flags of a kernel built for ``isa`` (tilefuse/cpu_isa.py) by
+    ``compiler`` (default: ``find_compiler()``)."""
+    gcc = _is_gcc(compiler or find_compiler())
+    return ("-O3", march(isa), *FLAGS, *(GCC_FLAGS if gcc else ()))
+
+
+def _is_gcc(compiler: "Compiler") -> bool:
+    version = compiler.version.lower()
+    return "clang" not in version and ("gcc" in version or "free software foundation" in version)
+
+
 COMPILE_TIMEOUT_S = 600
 
 
@@ -86,7 +101,7 @@ def cache_key(source: CSource, compiler: Compiler, isa: str = "native") -> str:
     builds, this machine (an x86-64 level builds the same anywhere)."""
     h = hashlib.sha256()
     host = _host() if isa == "native" else platform.machine()
-    for part in (source.text, compiler.version, " ".join(flags(isa)), host):
+    for part in (source.text, compiler.version, " ".join(flags(isa, compiler)), host):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -106,7 +121,7 @@ def compile_cached(source: CSource, compiler: Compiler, cache_dir: Path, isa: st
     fd, tmp = tempfile.mkstemp(prefix=f".{lib.stem}.", suffix=".so.tmp", dir=cache_dir)
     os.close(fd)
     try:
-        cmd = [*compiler.command, *flags(isa), "-o", tmp, str(c_file)]
+        cmd = [*compiler.command, *flags(isa, compiler), "-o", tmp, str(c_file)]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
         except subprocess.TimeoutExpired:

@@ -949,7 +949,29 @@ static void tf_tap_gemm_f32(int64_t m, int64_t n, int64_t k, const float *restri
 
 TRANSPOSE_PRELUDE = r"""
 /* -- a 2-D block turned over (Transpose): d[j * ds + i] = s[i * ss + j], in 16 x 16 blocks
- * where the host has AVX-512 (tf_transpose16_f32, PRELUDE) ----------------------------- */
+ * where the host has AVX-512 (tf_transpose16_f32, PRELUDE), in 8 x 8 blocks with AVX2 (the
+ * partial blocks at the edges element by element) ---------------------------------------- */
+#if !defined(__AVX512F__) && defined(__AVX2__)
+#include <immintrin.h>
+static inline void tf_transpose8_f32(const float *restrict s, int64_t ss, float *restrict d, int64_t ds) {
+    __m256 r[8], t[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(s + i * ss);
+    for (int i = 0; i < 8; i += 2) {  /* pairs of rows interleaved */
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {  /* then pairs of pairs: each 128-bit half holds 4 x 4 */
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; ++i) {  /* the halves of rows 0-3 and 4-7 brought together */
+        _mm256_storeu_ps(d + i * ds, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+        _mm256_storeu_ps(d + (i + 4) * ds, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+    }
+}
+#endif
 
 static void tf_transpose_f32(const float *restrict s, int64_t ss, float *restrict d, int64_t ds,
                              int64_t rows, int64_t cols) {
@@ -959,8 +981,14 @@ static void tf_transpose_f32(const float *restrict s, int64_t ss, float *restric
             tf_transpose16_f32(s + i * ss + j, ss, d + j * ds + i, ds, rows - i < 16 ? rows - i : 16,
                                cols - j < 16 ? cols - j : 16);
 #else
-    for (int64_t i = 0; i < rows; ++i)
-        for (int64_t j = 0; j < cols; ++j) d[j * ds + i] = s[i * ss + j];
+    int64_t r8 = 0, c8 = 0;
+#ifdef __AVX2__
+    r8 = rows & ~(int64_t)7, c8 = cols & ~(int64_t)7;
+    for (int64_t i = 0; i < r8; i += 8)
+        for (int64_t j = 0; j < c8; j += 8) tf_transpose8_f32(s + i * ss + j, ss, d + j * ds + i, ds);
+#endif
+    for (int64_t i = 0; i < rows; ++i)  /* what the blocks leave: the last rows, the last columns */
+        for (int64_t j = i < r8 ? c8 : 0; j < cols; ++j) d[j * ds + i] = s[i * ss + j];
 #endif
 }
 
@@ -1234,6 +1262,46 @@ static inline __attribute__((always_inline)) void tf_plane_direct##NV(const floa
     }                                                                                              \
 }
 TF_PLANE_DIRECT(4) TF_PLANE_DIRECT(3) TF_PLANE_DIRECT(2) TF_PLANE_DIRECT(1)
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+/* The same with AVX2: a 16-column group as two 8-lane vectors, the lanes outside the row
+ * masked by vmaskmovps (masked-off lanes are not read) */
+static inline __m256i tf_lanes_in8(int64_t first, int64_t iw) {  /* lanes l with 0 <= first + l < iw */
+    const __m256i at = _mm256_add_epi32(_mm256_set1_epi32((int)(first < -64 ? -64 : first > iw ? iw : first)),
+                                        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), at), _mm256_cmpgt_epi32(_mm256_set1_epi32((int)iw), at));
+}
+#define TF_PLANE_DIRECT(NV)                                                                        \
+static inline __attribute__((always_inline)) void tf_plane_direct##NV(const float *const *row,   \
+        const float *w, int64_t kh, int64_t kw, int64_t left, int64_t iw, int64_t c, float *restrict o, int64_t n) { \
+    __m256 a[2 * NV];                                                                              \
+    _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NV; ++v) a[v] = _mm256_setzero_ps();           \
+    if (c - left < 0 || c + 16 * NV + kw - 1 - left > iw) {  /* lanes past the row's ends */       \
+        for (int64_t ty = 0; ty < kh; ++ty)                                                        \
+            for (int64_t tx = 0; tx < kw; ++tx) {                                                  \
+                const __m256 wt = _mm256_set1_ps(w[ty * kw + tx]);                                 \
+                const float *p = row[ty] + c + tx - left;                                          \
+                _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NV; ++v) a[v] = _mm256_fmadd_ps(wt, \
+                    _mm256_maskload_ps(p + 8 * v, tf_lanes_in8(c + 8 * v + tx - left, iw)), a[v]);  \
+            }                                                                                      \
+    } else {                                                                                       \
+        for (int64_t ty = 0; ty < kh; ++ty)                                                        \
+            for (int64_t tx = 0; tx < kw; ++tx) {                                                  \
+                const __m256 wt = _mm256_set1_ps(w[ty * kw + tx]);                                 \
+                const float *p = row[ty] + c + tx - left;                                          \
+                _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NV; ++v)                           \
+                    a[v] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(p + 8 * v), a[v]);                  \
+            }                                                                                      \
+    }                                                                                              \
+    _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NV; ++v) {                                     \
+        const int64_t rest = n - 8 * v;                                                            \
+        if (rest >= 8) _mm256_storeu_ps(o + c + 8 * v, a[v]);                                      \
+        else if (rest > 0) _mm256_maskstore_ps(o + c + 8 * v, tf_lanes_in8(0, rest), a[v]);        \
+    }                                                                                              \
+}
+TF_PLANE_DIRECT(4) TF_PLANE_DIRECT(3) TF_PLANE_DIRECT(2) TF_PLANE_DIRECT(1)
+#endif
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 static inline __attribute__((always_inline)) void tf_plane_direct_body(const float *restrict x, int64_t chans,
         int64_t ih, int64_t iw, const float *restrict w, int64_t kh, int64_t kw, int64_t top, int64_t left,
         int64_t row0, int64_t rows, int64_t ow, float *restrict out, int64_t ldo) {
@@ -1268,7 +1336,7 @@ static inline __attribute__((always_inline)) void tf_plane_direct_body(const flo
 static void tf_plane_taps_f32(const float *restrict x, int64_t chans, int64_t ih, int64_t iw,
         const float *restrict w, int64_t kh, int64_t kw, int64_t sy, int64_t sx, int64_t dy, int64_t dx,
         int64_t top, int64_t left, int64_t row0, int64_t rows, int64_t ow, float *restrict out, int64_t ldo) {
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
     if (kh == 3 && kw == 3 && dy == 1 && dx == 1 && sx == 1 && sy == 1)
         tf_plane_direct_body(x, chans, ih, iw, w, 3, 3, top, left, row0, rows, ow, out, ldo);
     else if (kh == 5 && kw == 5 && dy == 1 && dx == 1 && sx == 1 && sy == 1)
