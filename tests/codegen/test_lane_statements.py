@@ -3,7 +3,9 @@ codegen/cpu/prelude.py ``TRANSPOSE_PRELUDE``): C kernels against the tile interp
 random inputs, over block sizes around the 16 x 16 blocks' edges, regions at offsets inside
 larger buffers, rows of whole planes (a 1 x 1 convolution's input turned), and tap rows of
 every length around the helper's blocks of 8 positions; and the verifier's refusals of what
-the helpers cannot take."""
+the helpers cannot take. Each helper is built for the host's instruction set and for the
+portable levels below it the host runs (AVX-512's 16 x 16 blocks, AVX2's 8 x 8 blocks and
+two 8-lane halves of the taps, plain C)."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,6 +13,8 @@ import pytest
 
 from tests.codegen.cpu_programs import assert_same, elementwise, load, param, program, run_both
 from tilefuse.codegen.cpu import build_all, emit_program
+from tilefuse.codegen.options import CpuOptions
+from tilefuse.cpu_isa import LEVELS, host_level
 from tilefuse.errors import GraphError
 from tilefuse.ir.dtypes import DType
 from tilefuse.target import CPU, CUDA_SM90A
@@ -18,6 +22,11 @@ from tilefuse.tile_ir.ir import Buffer, LaneTaps, Region, Scope, Transpose, cons
 from tilefuse.tile_ir.verify import verify_program
 
 F32 = DType.FLOAT32
+
+
+def _levels() -> list[str]:
+    host = host_level()
+    return ["native", *(list(LEVELS)[: list(LEVELS).index(host) + 1] if host in LEVELS else [])]
 
 
 def _turn_program(rows: int, cols: int):
@@ -33,10 +42,11 @@ def _turn_program(rows: int, cols: int):
     return program(f"turn_{rows}_{cols}", [x], [out], body, allocs=[t])
 
 
+@pytest.mark.parametrize("isa", _levels())
 @pytest.mark.parametrize("rows, cols", [(1, 1), (7, 16), (16, 7), (16, 16), (17, 33), (49, 16), (16, 196), (5, 40)])
-def test_block_transposes_match_the_interpreter(rows, cols):
+def test_block_transposes_match_the_interpreter(rows, cols, isa):
     p = _turn_program(rows, cols)
-    (artifact,) = build_all([p])
+    (artifact,) = build_all([p], options=CpuOptions(isa=isa))
     x = np.random.default_rng().standard_normal((3, rows + 2, 5, cols)).astype(np.float32)
     got, want = run_both(p, artifact, [x])
     assert_same(p, got, want)
@@ -56,9 +66,10 @@ def _taps_program(rows: int, width: int, kh: int, kw: int, stride: int):
 
 @pytest.mark.parametrize("rows, width, kh, kw, stride", [
     (1, 1, 1, 1, 1), (3, 7, 3, 3, 1), (2, 8, 5, 5, 1), (2, 9, 5, 5, 1), (4, 15, 3, 3, 2), (1, 17, 7, 7, 1), (5, 14, 5, 3, 2)])
-def test_lane_taps_match_the_interpreter(rows, width, kh, kw, stride):
+@pytest.mark.parametrize("isa", _levels())
+def test_lane_taps_match_the_interpreter(rows, width, kh, kw, stride, isa):
     p, (positions, taps) = _taps_program(rows, width, kh, kw, stride)
-    (artifact,) = build_all([p])
+    (artifact,) = build_all([p], options=CpuOptions(isa=isa))
     rng = np.random.default_rng()
     got, want = run_both(p, artifact, [rng.standard_normal((positions, 16)).astype(np.float32),
                                        rng.standard_normal((taps, 16)).astype(np.float32)])

@@ -999,6 +999,28 @@ static void tf_transpose_f32(const float *restrict s, int64_t ss, float *restric
 typedef float tf_lanes16 __attribute__((vector_size(64)));
 static void tf_lane_taps_f32(const float *restrict x, const float *restrict w, float *restrict out, int64_t rows,
                              int64_t width, int64_t rs, int64_t cs, const int32_t *restrict off, int64_t taps) {
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+    /* AVX2: the 16 channels as two halves of 8, each over all taps (eight 8-lane sums in
+     * registers; GCC spills 64-byte generic vectors here) */
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c0 = 0; c0 < width; c0 += 8) {
+            const int64_t n = width - c0 < 8 ? width - c0 : 8;
+            const float *xb = x + (r * rs + c0 * cs) * 16;
+            for (int h = 0; h < 16; h += 8) {
+                __m256 acc[8];
+                _Pragma("GCC unroll 8") for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+                for (int64_t t = 0; t < taps; ++t) {
+                    const __m256 wv = _mm256_loadu_ps(w + t * 16 + h);
+                    const float *xt = xb + (int64_t)off[t] * 16 + h;
+                    _Pragma("GCC unroll 8") for (int i = 0; i < 8; ++i)
+                        if (i < n) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(xt + i * cs * 16), wv, acc[i]);
+                }
+                _Pragma("GCC unroll 8") for (int i = 0; i < 8; ++i)
+                    if (i < n) _mm256_storeu_ps(out + (r * width + c0 + i) * 16 + h, acc[i]);
+            }
+        }
+    return;
+#endif
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t c0 = 0; c0 < width; c0 += 8) {
             const int64_t n = width - c0 < 8 ? width - c0 : 8;
@@ -1159,6 +1181,28 @@ static inline void tf_plane_row_f32(float *restrict dst, const float *restrict s
 }
 /* NV vectors of a row's sums from column c, in registers over the taps (the tap rows at
  * tap[t], weights w[t]); the first n of them stored at o + c */
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+/* (AVX2: 8-lane registers, two a group of 16; GCC spills 64-byte generic vectors here) */
+#define TF_PLANE_SUMS(NV)                                                                          \
+static inline __attribute__((always_inline)) void tf_plane_sums##NV(const float *const *tap,     \
+        const float *w, int64_t taps, int64_t c, float *restrict o, int64_t n) {                   \
+    __m256 a[2 * NV];                                                                              \
+    _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NV; ++v) a[v] = _mm256_setzero_ps();           \
+    for (int64_t t = 0; t < taps; ++t) {                                                           \
+        const __m256 wt = _mm256_set1_ps(w[t]);                                                    \
+        const float *p = tap[t] + c;                                                               \
+        _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NV; ++v)                                   \
+            a[v] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(p + 8 * v), a[v]);                          \
+    }                                                                                              \
+    _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NV; ++v) {                                     \
+        const int64_t rest = n - 8 * v;                                                            \
+        if (rest >= 8) _mm256_storeu_ps(o + c + 8 * v, a[v]);                                      \
+        else if (rest > 0) _mm256_maskstore_ps(o + c + 8 * v, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rest), \
+                                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), a[v]);     \
+    }                                                                                              \
+}
+#else
 #define TF_PLANE_SUMS(NV)                                                                          \
 static inline __attribute__((always_inline)) void tf_plane_sums##NV(const float *const *tap,     \
         const float *w, int64_t taps, int64_t c, float *restrict o, int64_t n) {                   \
@@ -1176,6 +1220,7 @@ static inline __attribute__((always_inline)) void tf_plane_sums##NV(const float 
         for (int64_t i = 0; i < n; ++i) o[c + i] = part[i];                                        \
     }                                                                                              \
 }
+#endif
 TF_PLANE_SUMS(4) TF_PLANE_SUMS(3) TF_PLANE_SUMS(2) TF_PLANE_SUMS(1)
 /* out[j * ldo + r * ow + c] = sum over taps (ty, tx) of w[j * kh * kw + ty * kw + tx] *
  * x[j * ih * iw + iy * iw + ix], iy = (row0 + r) * sy + ty * dy - top, ix = c * sx + tx * dx -
