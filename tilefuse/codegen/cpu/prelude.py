@@ -1374,6 +1374,14 @@ static inline __attribute__((always_inline)) void tf_plane_direct_body(const flo
             }
             float *o = out + j * ldo + r * ow;
             int64_t c = 0;
+#ifndef __AVX512F__
+            /* AVX2's masks cost a compare and a slower load a vector: only the groups of 16
+             * that cross the row's ends take them (a 112-wide row: 2 of 7, not all) */
+            for (; c < ow && c - left < 0; c += 16) tf_plane_direct1(row, wj, kh, kw, left, iw, c, o, ow - c);
+            for (; c + 64 <= ow && c + 64 + kw - 1 - left <= iw; c += 64)
+                tf_plane_direct4(row, wj, kh, kw, left, iw, c, o, 64);
+            for (; c < ow; c += 16) tf_plane_direct1(row, wj, kh, kw, left, iw, c, o, ow - c);
+#else
             for (; c + 64 <= ow; c += 64) tf_plane_direct4(row, wj, kh, kw, left, iw, c, o, 64);
             switch ((ow - c + 15) / 16) {
             case 4: tf_plane_direct4(row, wj, kh, kw, left, iw, c, o, ow - c); break;
@@ -1382,6 +1390,7 @@ static inline __attribute__((always_inline)) void tf_plane_direct_body(const flo
             case 1: tf_plane_direct1(row, wj, kh, kw, left, iw, c, o, ow - c); break;
             default: break;
             }
+#endif
         }
     }
 }
