@@ -156,7 +156,7 @@ class ConvPolicy:
     # ... their epilogue computed in the lanes where it reads nothing a position but the
     # sums, and the tile stored by one transpose (conv_rows.lanes_epilogue), not turned
     # back to channel rows first: EfficientNet's 5 x 5 ones over 7 x 7 and 14 x 14 0.91
-    # (where the kernels have AVX-512's block transpose: conv_rows._avx512)
+    # (where the kernels have AVX-512's block transpose: conv_rows.has_avx512)
     lanes_epilogue: bool = False
     # such convolutions over wider rows, of at least this column stride (0: none), summed
     # over their input planes where they lie (conv_rows.depthwise_planes_tile: a ring of

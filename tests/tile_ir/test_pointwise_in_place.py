@@ -2,9 +2,11 @@
 28 x 28, 14 x 14: MobileNet's and EfficientNet's expansions and projections, ResNet's
 1 x 1s) has no operand tiles: its weight, bound as [Cout, Cin] rows, and its input's
 channel planes are read where they lie by one StridedGemm per K step
-(conv_rows.in_place). The lowered program interprets like the reference, the compiled
-plan matches onnxruntime and the reference on fresh random inputs, and what does not
-qualify (a stride, taps, a computed input) keeps its tiles."""
+(conv_rows.in_place), the weight in the product core's row blocks where the kernels have
+AVX-512 (x86-64-v4 here, and native on such a host), as its rows elsewhere. The lowered
+program interprets like the reference, the compiled plan matches onnxruntime and the
+reference on fresh random inputs, and what does not qualify (a stride, taps, a computed
+input) keeps its tiles."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,6 +19,7 @@ from tilefuse.errors import GraphError
 from tilefuse.frontend import import_onnx
 from tilefuse.partition import partition_graph
 from tilefuse.reference import evaluate_all
+from tilefuse.cpu_isa import requires
 from tilefuse.target import CPU, CUDA_SM90A, adjust
 from tilefuse.tile_ir.ir import Region, StridedGemm, statements
 from tilefuse.tile_ir.lower import lower_group
@@ -24,6 +27,10 @@ from tilefuse.tile_ir.verify import verify_program as verify
 
 from tests.tile_ir.compiled import cpu_plan_matches
 from tests.tile_ir.interpreted import interpret
+
+# kernels built with AVX-512 (lowered and interpreted here, run only where the host has it)
+ROW_BLOCKS = adjust(CPU, codegen__isa="x86-64-v4")
+NATIVE_AVX512 = "avx512f" in requires("native")
 
 CASES = {
     # name: (x shape [N, C, H, W], Cout, kernel, stride, computed input, in place)
@@ -62,19 +69,23 @@ def test_a_pointwise_convolution_reads_its_operands_in_place(name):
     feeds = {"x": rng.standard_normal(x_shape).astype(np.float32)}
     graph = import_onnx(model)
     values = evaluate_all(graph, feeds)
-    for target in (CPU, CUDA_SM90A):
+    for target in (CPU, ROW_BLOCKS, CUDA_SM90A):
         groups = [g for g in partition_graph(graph, target).groups if str(g.kind) != "opaque"]
         low = lower_group(groups[-1], target)
         strided = [s for s in statements(low.program.body) if isinstance(s, StridedGemm)]
-        want = in_place and target is CPU
+        want = in_place and target is not CUDA_SM90A
         assert bool(strided) == want and low.program.schedule.operands_in_place == want, (target.name, low.program.notes)
-        if want:  # the weight bound in the core's row blocks of each tile (row_blocks.py)
+        if want and (target is ROW_BLOCKS or NATIVE_AVX512):  # the weight in the core's row blocks (row_blocks.py)
             assert all(s.a_blocks == s.c.shape[0] == s.a.extents[0] for s in strided), strided
             assert any(v.name.endswith(f".rowblocks{strided[0].a_blocks}") for v in low.bindings), low.bindings
+        elif want:  # the AVX2 core would turn each block back into rows: the weight's rows
+            assert all(s.a_blocks == 0 for s in strided), strided
+            assert any(v.name.endswith(".rows") for v in low.bindings), low.bindings
+        if want:
             assert low.program.schedule.channel_rows
             assert not [b.name for b in low.program.allocs if b.name.startswith(("a_tile", "b_tile"))]
             assert "where they lie" in low.program.notes[0]
-        if target is CPU:
+        if target is not CUDA_SM90A:
             for g in groups:
                 for v, got in interpret(lower_group(g, target), values):
                     c = compare_output(v.name, got, values[id(v)])
@@ -106,13 +117,13 @@ def test_without_row_blocks_the_weight_is_read_as_its_rows():
 def test_verify_names_a_row_blocked_product_that_is_not_one_tile():
     model = _model((1, 40, 14, 14), 100, 1, 1, False, np.random.default_rng(0))
     graph = import_onnx(model)
-    (g,) = [g for g in partition_graph(graph, CPU).groups if str(g.kind) != "opaque"]
-    program = lower_group(g, CPU).program
+    (g,) = [g for g in partition_graph(graph, ROW_BLOCKS).groups if str(g.kind) != "opaque"]
+    program = lower_group(g, ROW_BLOCKS).program
     (s,) = [s for s in statements(program.body) if isinstance(s, StridedGemm)]
     assert s.a_blocks
     bad = _replace(program, s, StridedGemm(s.a, s.b, s.k_axis, s.c, a_blocks=s.a_blocks + 1))
     with pytest.raises(GraphError, match="not one whole tile"):
-        verify(bad, CPU)
+        verify(bad, ROW_BLOCKS)
 
 
 def test_verify_names_a_strided_product_whose_rows_are_not_runs():

@@ -508,7 +508,7 @@ def depthwise_planes(b: "_Builder") -> bool:
     return ((kh - 1) * dy + 1) * sx * phase_row * 4 <= policy.depthwise_planes_ring
 
 
-def _avx512(b: "_Builder") -> bool:
+def has_avx512(b: "_Builder") -> bool:
     """Whether the kernels built for the target's instruction-set level have AVX-512F:
     the host helpers' in-place plane rows and 16 x 16 block transposes
     (``PLANE_TAPS_PRELUDE``, ``TRANSPOSE_PRELUDE``; elsewhere a ring copy and an element
@@ -521,7 +521,7 @@ def _rows_in_place(b: "_Builder") -> bool:
     unit strides and dilations); elsewhere it copies them into its ring (narrow rows
     through the ring took 4-8x the padded tile's time built for x86-64-v3)."""
     op: Conv = b.c.op  # type: ignore[assignment]
-    return all(s == 1 for s in op.strides) and all(d == 1 for d in op.dilations) and _avx512(b)
+    return all(s == 1 for s in op.strides) and all(d == 1 for d in op.dilations) and has_avx512(b)
 
 
 def depthwise_planes_tile(b: "_Builder", el: ElementBuilder, x_param: Buffer, tc: Buffer, mt: Var, n0: Expr,
@@ -666,9 +666,9 @@ def lanes_epilogue(b: "_Builder") -> bool:
     and one transpose stores the tile. A 7 x 7 map's rows of 49 positions took four
     16-float vectors each (a SiLU over 64 positions for 49), and the sums were turned
     once more before it (NOTES.md, session 35). Only where the block transpose that
-    stores the tile is the AVX-512 one (``_avx512``: built for x86-64-v3, 7 x 7 maps took
+    stores the tile is the AVX-512 one (``has_avx512``: built for x86-64-v3, 7 x 7 maps took
     1.17-4.2x as long)."""
-    if not (b.target.conv.lanes_epilogue and len(b.group.outputs) == 1 and _avx512(b)):
+    if not (b.target.conv.lanes_epilogue and len(b.group.outputs) == 1 and has_avx512(b)):
         return False
     (v,) = b.group.outputs
     out = b.c.outputs[0].type
