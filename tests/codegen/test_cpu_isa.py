@@ -125,3 +125,18 @@ def test_an_export_for_extensions_this_machine_lacks_is_refused_inside_onnxrunti
     with pytest.raises(Exception, match=r"built for CPU extensions this machine lacks \(fma4\)"):
         sess = ort.InferenceSession(str(result.model_path), so, providers=["CPUExecutionProvider"])
         sess.run(None, feeds)
+
+
+@pytest.mark.parametrize("version, fused", [("gcc (Debian 12.2.0-14+deb12u1) 12.2.0\nCopyright (C) 2022 Free Software "
+                                             "Foundation, Inc.", True),
+                                            ("cc (GCC) 13.2.1 20231205 (Red Hat 13.2.1-6)", True),
+                                            ("Debian clang version 14.0.6\nTarget: x86_64-pc-linux-gnu", False)])
+def test_gcc_keeps_every_fma_chain_fused(version, fused):
+    """GCC tuned for Zen splits a lone accumulator's fused multiply-add chain (tails then
+    sum unlike strips, by host): its kernels take ``--param=avoid-fma-max-bits=0``; clang,
+    which has no such param, does not get it."""
+    from tilefuse.codegen.cpu.build import GCC_FLAGS, Compiler, flags
+
+    got = flags("native", Compiler(("cc",), version))
+    assert all(f in got for f in GCC_FLAGS) == fused, got
+    assert "-march=native" in got and "-O3" in got
