@@ -675,8 +675,8 @@ TF_QMICRO(tf_qmicro_4, 4) TF_QMICRO(tf_qmicro_3, 3) TF_QMICRO(tf_qmicro_2, 2) TF
  * as dense but saturates its int16 pairs: 255 * 127 * 2 > 32767). Four columns' groups of
  * 4 K values are one register of 16 int16s; a row's 4 a values, widened, are broadcast to
  * each 64-bit lane. A column's sum lies in two adjacent int32 lanes (K values 0-1 and 2-3
- * of each group) until the store adds them. MR rows x 16 columns (four such registers a
- * row) over k values of K, the columns in [j0, j0 + 16) of the panel. */
+ * of each group) until the store adds them. MR rows x the 16 columns of a half panel at b
+ * (four such registers a row) over k values of K. */
 #define TF_QMICRO2(NAME, MR)                                                                    \
 static inline __attribute__((always_inline)) void NAME(int64_t k, const uint8_t *restrict a,   \
         int64_t lda, const int8_t *restrict b, int32_t *restrict c, int64_t ldc) {              \
@@ -845,8 +845,8 @@ TF_TAPS_V(tf_taps_3, tf_v8, 8, 3, 2) TF_TAPS_V(tf_taps_2, tf_v8, 8, 2, 2) TF_TAP
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 /* the last n - j < 16 columns: rows [0, MR) of an 8-column strip, the columns ``mask``
- * marks (the others are not read nor written: vmaskmovps), or all eight; a fused
- * multiply-add a step as the strips' (GCC leaves a lone accumulator's unfused) */
+ * marks (the others are not read nor written: vmaskmovps), or all eight; one fused
+ * multiply-add a K step, as the strips sum */
 #define TF_TAPS8(NAME, MR, LOAD, STORE)                                                         \
 static inline __attribute__((always_inline)) void NAME(int64_t k, const float *restrict a,     \
         int64_t lda, const float *restrict b, const int32_t *restrict off, float *restrict c,   \
