@@ -106,9 +106,10 @@ def test_compiled_integer_products_are_exact(shape, isa):
             np.testing.assert_array_equal(g, w, err_msg=f"{shape} seed={seed} <{high} {name} against onnxruntime")
 
 
-def test_the_x86_64_v4_build_compiles_the_portable_core():
-    """The kernel flags of x86-64-v4 leave VNNI's macro undefined, so the prelude's portable
-    core is what that plan ran above; a VNNI host's native build defines it."""
+def test_the_x86_64_v4_build_compiles_without_vnni():
+    """The kernel flags of x86-64-v4 leave VNNI's macro undefined, so that plan ran the
+    widened AVX2 core above (x86-64-v2's the plain loop); a VNNI host's native build
+    defines it."""
     def defines_vnni(isa: str) -> bool:
         out = subprocess.run([*find_compiler().command, *flags(isa), "-dM", "-E", "-x", "c", "-"], input="",
                              capture_output=True, text=True, check=True).stdout
