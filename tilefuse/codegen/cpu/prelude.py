@@ -1162,6 +1162,9 @@ PLANE_TAPS_PRELUDE = r"""
 /* A row of a plane split by column phase: phase p's q-th value is src[q * sx + p - left],
  * zero outside [0, iw); each phase row pw long, phases pw apart. */
 typedef float tf_vq __attribute__((vector_size(64), aligned(4)));
+#if !defined(__AVX512F__) && defined(__AVX2__)
+#include <immintrin.h>
+#endif
 static inline void tf_plane_row_f32(float *restrict dst, const float *restrict src, int64_t iw, int64_t sx,
         int64_t left, int64_t pw) {
     if (sx == 1) {
@@ -1171,6 +1174,36 @@ static inline void tf_plane_row_f32(float *restrict dst, const float *restrict s
         for (int64_t q = hi > lo ? hi : lo; q < pw; ++q) dst[q] = 0.0f;
         return;
     }
+#if !defined(__AVX512F__) && defined(__AVX2__)
+    if (sx == 2) {  /* both phases from the same two loads (AVX2: the compiler's strided
+                     * loads read the row once a phase, by vpermd) */
+        const float *s = src - left;  /* phase p's q-th value is s[2 * q + p] */
+        float *d0 = dst, *d1 = dst + pw;
+        const int64_t qa = (left + 1) / 2, qb = (iw + left) / 2 < pw ? (iw + left) / 2 : pw;
+        int64_t q = 0;
+        for (; q < qa && q < pw; ++q) {
+            const int64_t i = 2 * q - left;
+            d0[q] = i >= 0 && i < iw ? src[i] : 0.0f;
+            d1[q] = i + 1 >= 0 && i + 1 < iw ? src[i + 1] : 0.0f;
+        }
+        for (; q + 8 <= qb; q += 8) {  /* s[2q .. 2q + 15] inside the row */
+            const __m256 a = _mm256_loadu_ps(s + 2 * q), b = _mm256_loadu_ps(s + 2 * q + 8);
+            _mm256_storeu_ps(d0 + q, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8)));
+            _mm256_storeu_ps(d1 + q, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8)));
+        }
+        const int64_t qe = (iw + left + 1) / 2 < pw ? (iw + left + 1) / 2 : pw;  /* past it both are zeros */
+        for (; q < qe; ++q) {
+            const int64_t i = 2 * q - left;
+            d0[q] = i >= 0 && i < iw ? src[i] : 0.0f;
+            d1[q] = i + 1 >= 0 && i + 1 < iw ? src[i + 1] : 0.0f;
+        }
+        if (q < pw) {
+            memset(d0 + q, 0, (size_t)(pw - q) * sizeof(float));
+            memset(d1 + q, 0, (size_t)(pw - q) * sizeof(float));
+        }
+        return;
+    }
+#endif
     for (int64_t p = 0; p < sx; ++p) {
         float *d = dst + p * pw;
         int64_t lo = left - p > 0 ? (left - p + sx - 1) / sx : 0;
