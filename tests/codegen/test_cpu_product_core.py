@@ -7,35 +7,23 @@ instruction set and for x86-64-v3. Columns past n and rows past m are never writ
 its ``zero`` flag it computes c = a @ b without reading c (codegen/cpu/first_products.py),
 also with no K at all (c zeroed). A tail column's sums are bit for bit a strip's."""
 import ctypes
-import subprocess
 
 import numpy as np
 import pytest
 
-from tilefuse.codegen.cpu.build import find_compiler, flags
+from tests.codegen.prelude_builds import build_prelude, host_levels
 from tilefuse.codegen.cpu.prelude import PRELUDE
-from tilefuse.cpu_isa import host_level
 
 SHAPES = [(m, n, k) for m in (1, 5, 12, 13, 25) for n in (1, 4, 15, 16, 17, 31, 32, 33, 49, 63, 64, 70, 196) for k in (1, 7, 64)]
 SHAPES += [(m, n, k) for m in (5, 13) for n in (4, 8, 33, 196) for k in (300, 256)] + [(25, 49, 513)]  # K past a block
 
 
-def _isas() -> list[str]:
-    out = ["native"]
-    if host_level() in ("x86-64-v3", "x86-64-v4"):
-        out.append("x86-64-v3")
-    return out
-
-
-@pytest.fixture(scope="module", params=_isas())
+@pytest.fixture(scope="module", params=host_levels("x86-64-v3"))
 def core(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"core-{request.param}")
     entry = ("void gemm(long m, long n, long k, const float *a, long lda, const float *b, long ldb, float *c, long ldc, "
              "int zero) { tf_gemm_f32(m, n, k, a, lda, b, ldb, c, ldc, zero); }\n")
-    (tmp / "g.c").write_text(PRELUDE + entry)
-    subprocess.run([*find_compiler().command, *flags(request.param), "-o", str(tmp / "g.so"), str(tmp / "g.c"), "-lm"],
-                   check=True)
-    return ctypes.CDLL(str(tmp / "g.so")).gemm
+    return build_prelude(tmp, PRELUDE + entry, request.param).gemm
 
 
 @pytest.mark.parametrize("zero", [0, 1])

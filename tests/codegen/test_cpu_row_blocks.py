@@ -7,38 +7,26 @@ at every row count (blocks of 12, the last 13..23 rows split), every column tail
 instruction set and for x86-64-v3. Rows past m and columns past n are never written. And
 ``row_blocks.pack`` / ``unpack`` are inverse, tile by tile."""
 import ctypes
-import subprocess
 
 import numpy as np
 import pytest
 
-from tilefuse.codegen.cpu.build import find_compiler, flags
+from tests.codegen.prelude_builds import build_prelude, host_levels
 from tilefuse.codegen.cpu.prelude import PRELUDE, ROW_BLOCKS_PRELUDE
-from tilefuse.cpu_isa import host_level
 from tilefuse.tile_ir import row_blocks
 
 SHAPES = [(m, n, k) for m in (1, 5, 12, 13, 20, 23, 24, 25, 128) for n in (1, 4, 17, 31, 32, 49, 196) for k in (1, 7, 64)]
 SHAPES += [(m, n, k) for m in (13, 36) for n in (4, 33, 196) for k in (256, 300)] + [(25, 49, 513)]  # K past a block
 
 
-def _isas() -> list[str]:
-    out = ["native"]
-    if host_level() in ("x86-64-v3", "x86-64-v4"):
-        out.append("x86-64-v3")
-    return out
-
-
-@pytest.fixture(scope="module", params=_isas())
+@pytest.fixture(scope="module", params=host_levels("x86-64-v3"))
 def cores(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"blocks-{request.param}")
     entry = ("void rows(long m, long n, long k, const float *a, long lda, const float *b, long ldb, float *c, long ldc, "
              "int zero) { tf_gemm_f32(m, n, k, a, lda, b, ldb, c, ldc, zero); }\n"
              "void blocks(long m, long n, long k, const float *a, long kp, long k0, const float *b, long ldb, float *c, "
              "long ldc, int zero) { tf_gemm_blocks_f32(m, n, k, a, kp, k0, b, ldb, c, ldc, zero); }\n")
-    (tmp / "g.c").write_text(PRELUDE + ROW_BLOCKS_PRELUDE + entry)
-    subprocess.run([*find_compiler().command, *flags(request.param), "-o", str(tmp / "g.so"), str(tmp / "g.c"), "-lm"],
-                   check=True)
-    lib = ctypes.CDLL(str(tmp / "g.so"))
+    lib = build_prelude(tmp, PRELUDE + ROW_BLOCKS_PRELUDE + entry, request.param)
     return lib.rows, lib.blocks
 
 

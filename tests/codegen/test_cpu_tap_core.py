@@ -5,35 +5,23 @@ AVX2: strips of 16, one of 8, then an 8-wide masked one), for the host's instruc
 and for x86-64-v3. Columns past n and rows past m are never written; with ``zero`` c is
 not read. A tail column's sums are bit for bit a strip's."""
 import ctypes
-import subprocess
 
 import numpy as np
 import pytest
 
-from tilefuse.codegen.cpu.build import find_compiler, flags
+from tests.codegen.prelude_builds import build_prelude, host_levels
 from tilefuse.codegen.cpu.prelude import PRELUDE, TAP_PRELUDE
-from tilefuse.cpu_isa import host_level
 
 # n: Winograd's tile counts (28: ResNet-50's 56 x 56 blocks of 8 rows) and every tail
 SHAPES = [(m, n, k) for m in (1, 5, 7, 13, 64) for n in (1, 3, 8, 12, 15, 16, 17, 24, 28, 31, 33, 40, 49) for k in (1, 9, 64)]
 
 
-def _isas() -> list[str]:
-    out = ["native"]
-    if host_level() in ("x86-64-v3", "x86-64-v4"):
-        out.append("x86-64-v3")
-    return out
-
-
-@pytest.fixture(scope="module", params=_isas())
+@pytest.fixture(scope="module", params=host_levels("x86-64-v3"))
 def core(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"taps-{request.param}")
     entry = ("void taps(long m, long n, long k, const float *a, long lda, const float *b, const int *off, float *c, "
              "long ldc, int zero) { tf_tap_gemm_f32(m, n, k, a, lda, b, off, c, ldc, zero); }\n")
-    (tmp / "t.c").write_text(PRELUDE + TAP_PRELUDE + entry)
-    subprocess.run([*find_compiler().command, *flags(request.param), "-o", str(tmp / "t.so"), str(tmp / "t.c"), "-lm"],
-                   check=True)
-    return ctypes.CDLL(str(tmp / "t.so")).taps
+    return build_prelude(tmp, PRELUDE + TAP_PRELUDE + entry, request.param).taps
 
 
 def _call(core, m, n, k, a, b, off, c, ldc, zero):

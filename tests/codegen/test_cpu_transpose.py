@@ -4,33 +4,22 @@ every edge its blocks leave (AVX-512: 16 x 16 blocks, masked at the edges; AVX2:
 with leading dimensions past the block, for the host's instruction set and each portable
 level it runs. Nothing outside the rows x cols block of d is written."""
 import ctypes
-import subprocess
 
 import numpy as np
 import pytest
 
-from tilefuse.codegen.cpu.build import find_compiler, flags
+from tests.codegen.prelude_builds import build_prelude, host_levels
 from tilefuse.codegen.cpu.prelude import PRELUDE, TRANSPOSE_PRELUDE
-from tilefuse.cpu_isa import LEVELS, host_level
 
 SHAPES = [(r, c) for r in (1, 7, 8, 9, 16, 17, 49) for c in (1, 5, 8, 15, 16, 24, 33, 196)]
 
 
-def _isas() -> list[str]:
-    host = host_level()
-    below = list(LEVELS)[: list(LEVELS).index(host) + 1] if host in LEVELS else []
-    return ["native", *below]
-
-
-@pytest.fixture(scope="module", params=_isas())
+@pytest.fixture(scope="module", params=host_levels())
 def transpose(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"transpose-{request.param}")
     entry = ("void t(const float *s, long ss, float *d, long ds, long rows, long cols) "
              "{ tf_transpose_f32(s, ss, d, ds, rows, cols); }\n")
-    (tmp / "t.c").write_text(PRELUDE + TRANSPOSE_PRELUDE + entry)
-    subprocess.run([*find_compiler().command, *flags(request.param), "-o", str(tmp / "t.so"), str(tmp / "t.c"), "-lm"],
-                   check=True)
-    return ctypes.CDLL(str(tmp / "t.so")).t
+    return build_prelude(tmp, PRELUDE + TRANSPOSE_PRELUDE + entry, request.param).t
 
 
 @pytest.mark.parametrize("rows, cols", SHAPES)

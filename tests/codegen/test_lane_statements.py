@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from tests.codegen.cpu_programs import assert_same, elementwise, load, param, program, run_both
+from tests.codegen.prelude_builds import host_levels
 from tilefuse.codegen.cpu import build_all, emit_program
 from tilefuse.codegen.options import CpuOptions
-from tilefuse.cpu_isa import LEVELS, host_level
 from tilefuse.errors import GraphError
 from tilefuse.ir.dtypes import DType
 from tilefuse.target import CPU, CUDA_SM90A
@@ -22,11 +22,6 @@ from tilefuse.tile_ir.ir import Buffer, LaneTaps, Region, Scope, Transpose, cons
 from tilefuse.tile_ir.verify import verify_program
 
 F32 = DType.FLOAT32
-
-
-def _levels() -> list[str]:
-    host = host_level()
-    return ["native", *(list(LEVELS)[: list(LEVELS).index(host) + 1] if host in LEVELS else [])]
 
 
 def _turn_program(rows: int, cols: int):
@@ -42,7 +37,7 @@ def _turn_program(rows: int, cols: int):
     return program(f"turn_{rows}_{cols}", [x], [out], body, allocs=[t])
 
 
-@pytest.mark.parametrize("isa", _levels())
+@pytest.mark.parametrize("isa", host_levels())
 @pytest.mark.parametrize("rows, cols", [(1, 1), (7, 16), (16, 7), (16, 16), (17, 33), (49, 16), (16, 196), (5, 40)])
 def test_block_transposes_match_the_interpreter(rows, cols, isa):
     p = _turn_program(rows, cols)
@@ -66,7 +61,7 @@ def _taps_program(rows: int, width: int, kh: int, kw: int, stride: int):
 
 @pytest.mark.parametrize("rows, width, kh, kw, stride", [
     (1, 1, 1, 1, 1), (3, 7, 3, 3, 1), (2, 8, 5, 5, 1), (2, 9, 5, 5, 1), (4, 15, 3, 3, 2), (1, 17, 7, 7, 1), (5, 14, 5, 3, 2)])
-@pytest.mark.parametrize("isa", _levels())
+@pytest.mark.parametrize("isa", host_levels())
 def test_lane_taps_match_the_interpreter(rows, width, kh, kw, stride, isa):
     p, (positions, taps) = _taps_program(rows, width, kh, kw, stride)
     (artifact,) = build_all([p], options=CpuOptions(isa=isa))

@@ -21,8 +21,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tilefuse
+from tests.codegen.prelude_builds import host_levels
 from tilefuse.codegen.cpu.build import find_compiler, flags
-from tilefuse.cpu_isa import LEVELS, host_flags, host_level
+from tilefuse.cpu_isa import host_flags
 from tilefuse.frontend import import_onnx
 from tilefuse.ir.dtypes import DType
 from tilefuse.partition import partition_graph
@@ -55,13 +56,6 @@ def integer_product(lead: tuple[int, ...], m: int, k: int, n: int, *, siblings: 
 SHAPES = [((), 128, 768, 768), ((), 1, 64, 32), ((1,), 7, 13, 100), ((2,), 37, 301, 64), ((), 130, 770, 97),
           ((), 64, 3, 40)]
 
-def _levels() -> list[str]:
-    """native, and each portable level at or below the host's: x86-64-v4 (AVX-512 without
-    its dot-product extension), x86-64-v3 (AVX2: the widened core), x86-64-v2 (the loop)."""
-    host = host_level()
-    below = list(LEVELS)[: list(LEVELS).index(host) + 1] if host in LEVELS else []
-    return ["native", *reversed(below)]
-
 
 def _feeds(seed: int, lead: tuple[int, ...], m: int, k: int, high: int = 256) -> dict:
     return {"x": np.random.default_rng(seed).integers(0, high, (*lead, m, k)).astype(np.uint8)}
@@ -84,7 +78,7 @@ def test_integer_products_read_int8_panels_and_interpret_like_the_reference(shap
         np.testing.assert_array_equal(got, values[id(v)], err_msg=f"{shape} seed={seed}: interpreted {v.name}")
 
 
-@pytest.mark.parametrize("isa", _levels())
+@pytest.mark.parametrize("isa", host_levels())
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, (*s[0], *s[1:]))))
 def test_compiled_integer_products_are_exact(shape, isa):
     lead, m, k, n = shape

@@ -201,6 +201,14 @@ static inline double tf_sigmoid_f64(double x) {
     return e / (1.0 + e);
 }
 
+/* -- AVX2's masks (vmaskmovps): the first w of 8 lanes, for the helpers' last columns -- */
+#if !defined(__AVX512F__) && defined(__AVX2__)
+#include <immintrin.h>
+static inline __m256i tf_first8(int64_t w) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#endif
+
 /* -- tile buffers too big for the stack: 64-byte aligned; zeroed, or not (a tile whose
  * first use writes all of it: codegen/cpu/first_products.py) ---------------------------- */
 static void *tf_alloc_raw(size_t bytes) {
@@ -932,7 +940,7 @@ TF_TAPS_ENTRY void tf_tap_gemm_f32(int64_t m, int64_t n, int64_t k, const float 
 #elif defined(__AVX2__) && defined(__FMA__)
     for (; j < n; j += 8) {  /* the last n - j < 16 columns: an 8-column strip, the last one masked */
         const int64_t w = n - j < 8 ? n - j : 8;
-        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)w), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256i mask = tf_first8(w);
         int64_t i = 0;
         if (w == 8) {
             for (; i + 8 <= m; i += 8) tf_taps8_8(k, a + i * lda, lda, b + j, off, c + i * ldc + j, ldc, mask, zero);
@@ -1240,8 +1248,7 @@ static inline __attribute__((always_inline)) void tf_plane_sums##NV(const float 
     _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NV; ++v) {                                     \
         const int64_t rest = n - 8 * v;                                                            \
         if (rest >= 8) _mm256_storeu_ps(o + c + 8 * v, a[v]);                                      \
-        else if (rest > 0) _mm256_maskstore_ps(o + c + 8 * v, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rest), \
-                                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), a[v]);     \
+        else if (rest > 0) _mm256_maskstore_ps(o + c + 8 * v, tf_first8(rest), a[v]);              \
     }                                                                                              \
 }
 #else
@@ -1383,7 +1390,7 @@ static inline __attribute__((always_inline)) void tf_plane_direct##NV(const floa
     _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NV; ++v) {                                     \
         const int64_t rest = n - 8 * v;                                                            \
         if (rest >= 8) _mm256_storeu_ps(o + c + 8 * v, a[v]);                                      \
-        else if (rest > 0) _mm256_maskstore_ps(o + c + 8 * v, tf_lanes_in8(0, rest), a[v]);        \
+        else if (rest > 0) _mm256_maskstore_ps(o + c + 8 * v, tf_first8(rest), a[v]);              \
     }                                                                                              \
 }
 TF_PLANE_DIRECT(4) TF_PLANE_DIRECT(3) TF_PLANE_DIRECT(2) TF_PLANE_DIRECT(1)
