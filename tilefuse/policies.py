@@ -72,7 +72,7 @@ class GemmPolicy:
     turned_epilogue: bool = False
     # quantized (QDQ) products by constant 8-bit weights run as integer products, summed
     # exactly in int32 and rescaled in float (frontend/qdq.py), instead of on dequantized
-    # floats; a host's u8 x s8 ones read packed int8 panels (lower/panels.py)
+    # floats; a host's u8 x s8 ones read packed panels of int8 values (lower/panels.py)
     integer_products: bool = False
 
     def row_epilogue_bytes(self, row_elems: int) -> int:

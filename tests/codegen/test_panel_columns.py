@@ -1,6 +1,6 @@
 """A product by packed panels whose last column tile is partial computes only the panels
-that hold columns (``PanelGemm.columns``): the float core and the u8 x s8 integer core,
-each C kernel against the tile interpreter and a numpy product on fresh random inputs.
+that hold columns (``PanelGemm.columns``): the float core and the u8 x s8 integer cores
+(int8 panels, and int16 ones for kernels without VNNI), each C kernel against the tile interpreter and a numpy product on fresh random inputs.
 Two column tiles of 96 over 160 columns: the second computes 64; the stores clamp their
 columns to the last one, as a product's epilogue does, and read only computed columns."""
 from __future__ import annotations
@@ -21,8 +21,8 @@ from tilefuse.tile_ir.verify import verify_program
 M, K, N, TILE, WIDTH = 13, 40, 160, 96, 32
 
 
-def _program(integer: bool):
-    a_t, b_t, c_t = (DType.UINT8, DType.INT8, DType.INT32) if integer else (DType.FLOAT32,) * 3
+def _program(integer: DType | None):
+    a_t, b_t, c_t = (DType.UINT8, integer, DType.INT32) if integer else (DType.FLOAT32,) * 3
     tiles = -(-N // TILE)
     panels = tiles * TILE // WIDTH
     a = param("a", a_t, (M, K))
@@ -37,10 +37,10 @@ def _program(integer: bool):
                       const_index(0), c, 256, columns),
             Loop(i, M, LoopKind.PARALLEL, (Loop(j, TILE, LoopKind.PARALLEL, (
                 Store(out, (i, col), Load(c, (i, iop(IOp.SUB, col, iop(IOp.MUL, bx, TILE))))),)),))]
-    return program(f"panel_columns_{'int8' if integer else 'f32'}", [a, b], [out], body, allocs=[c], grid=(tiles,)), panels
+    return program(f"panel_columns_{integer.value if integer else 'f32'}", [a, b], [out], body, allocs=[c], grid=(tiles,)), panels
 
 
-@pytest.mark.parametrize("integer", [False, True], ids=["float32", "int8"])
+@pytest.mark.parametrize("integer", [None, DType.INT8, DType.INT16], ids=["float32", "int8", "int16"])
 def test_a_partial_last_column_tile_computes_its_panels(integer):
     p, panels = _program(integer)
     assert verify_program(p, CPU) is None
@@ -54,8 +54,9 @@ def test_a_partial_last_column_tile_computes_its_panels(integer):
         w = rng.standard_normal((K, N)).astype(np.float32)
         want = a.astype(np.float64) @ w
     b = pack(w, WIDTH, panels * WIDTH, integer=integer)
-    core = re.search(r"tf_panel_gemm_(?:f32|u8s8)\(13, ([^,]+),", emit_program(p).text)
-    assert core and core.group(1) != str(TILE), core  # the core's column count, not the tile's
+    core = re.search(r"tf_panel_gemm_(f32|u8s8|u8s16)\(13, ([^,]+),", emit_program(p).text)
+    assert core and core.group(1) == {None: "f32", DType.INT8: "u8s8", DType.INT16: "u8s16"}[integer], core
+    assert core.group(2) != str(TILE), core  # the core's column count, not the tile's
     (artifact,) = build_all([p])
     got, interpreted = run_both(p, artifact, [a, b])
     assert_same(p, got, interpreted, rtol=None if integer else {"out": 1e-5})  # (a float core sums in its own order)

@@ -196,7 +196,7 @@ class _State:
         a_rows = a[where]
         n = c.shape[1] if s.columns is None else int(self.expr(s.columns))
         chosen = b[p0:p0 + n // width]
-        if s.k_group > 1:  # int8 panels [P, K / 4, width * 4] -> [P, K, width]
+        if s.k_group > 1:  # integer panels [P, K / 4, width * 4] -> [P, K, width]
             p, groups = chosen.shape[:2]
             chosen = chosen.reshape(p, groups, width, s.k_group).transpose(0, 1, 3, 2).reshape(p, groups * s.k_group, width)
         w = chosen[:, k0:k0 + kc].transpose(1, 0, 2).reshape(kc, -1)  # [panels, kc, width] -> kc x columns

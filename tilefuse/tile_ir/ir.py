@@ -205,10 +205,11 @@ class PanelGemm(Stmt):
 
     @property
     def k_group(self) -> int:
-        """K values one column keeps together in ``b``: 4 in int8 panels (an integer
-        product, ``uint8 A x int8 B -> int32 c``: element (p, j) at ``b[j // width,
-        p // 4, (j % width) * 4 + p % 4]``, ``k0`` a multiple of 4), else 1."""
-        return 4 if self.b.dtype is DType.INT8 else 1
+        """K values one column keeps together in ``b``: 4 in an integer product's panels
+        (``uint8 A x int8 B -> int32 c``, B's int8 values stored as int8, or widened to
+        int16 for a core without VNNI: element (p, j) at ``b[j // width, p // 4,
+        (j % width) * 4 + p % 4]``, ``k0`` a multiple of 4), else 1."""
+        return 4 if self.b.dtype in (DType.INT8, DType.INT16) else 1
 
     @property
     def width(self) -> int:

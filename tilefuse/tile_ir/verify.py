@@ -156,8 +156,8 @@ def _check_expr(p: TileProgram, e: Expr, known: dict[str, Buffer], bound: set[st
 def _check_panel_gemm(p: TileProgram, s: PanelGemm, known: dict[str, Buffer], bound: set[str]) -> None:
     """What the host's product core takes: rows of A (contiguous columns) in a region of
     unit extents but its last two; a global [P, K, width] float32 weight and a float32 c
-    tile of whole panels, or uint8 rows, int8 panels [P, K / 4, width * 4] and an int32 c
-    tile."""
+    tile of whole panels, or uint8 rows, panels [P, K / 4, width * 4] of int8 values
+    (stored as int8 or int16) and an int32 c tile."""
     a, b, c = s.a.buffer, s.b, s.c
     for buf in (a, b, c):
         _check_buffer(p, buf, known)
@@ -173,10 +173,12 @@ def _check_panel_gemm(p: TileProgram, s: PanelGemm, known: dict[str, Buffer], bo
     if len(c.shape) != 2 or c.shape[0] != s.a.extents[-2] or c.shape[1] % s.width or s.k_block < 1:
         raise GraphError(f"{p.name}: panel product tile {c.name}{list(c.shape)} does not take {s.a.extents[-2]} rows of "
                          f"whole {s.width}-column panels")
-    if (a.dtype, b.dtype, c.dtype) not in ((DType.FLOAT32,) * 3, (DType.UINT8, DType.INT8, DType.INT32)):
-        raise GraphError(f"{p.name}: a panel product is float32, or uint8 x int8 -> int32 ({a.dtype}, {b.dtype}, {c.dtype})")
+    if (a.dtype, b.dtype, c.dtype) not in ((DType.FLOAT32,) * 3, (DType.UINT8, DType.INT8, DType.INT32),
+                                           (DType.UINT8, DType.INT16, DType.INT32)):
+        raise GraphError(f"{p.name}: a panel product is float32, or uint8 x int8 (int8 or int16 panels) -> int32 "
+                         f"({a.dtype}, {b.dtype}, {c.dtype})")
     if b.shape[2] % s.k_group:
-        raise GraphError(f"{p.name}: int8 panels {b.name}{list(b.shape)} are not of whole groups of {s.k_group} K values")
+        raise GraphError(f"{p.name}: integer panels {b.name}{list(b.shape)} are not of whole groups of {s.k_group} K values")
 
 
 def _check_strided_gemm(p: TileProgram, s: StridedGemm, known: dict[str, Buffer], bound: set[str]) -> None:

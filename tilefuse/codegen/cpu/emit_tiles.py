@@ -139,7 +139,7 @@ def gemm(s: Gemm, parallel: bool, zero: str = "0") -> list[str]:
 
 
 def panel_gemm(s: PanelGemm, se: StmtExprs, zero: str = "0") -> list[str]:
-    """The prelude's product core by a packed weight (``PANEL_PRELUDE``; int8 panels:
+    """The prelude's product core by a packed weight (``PANEL_PRELUDE``; integer panels:
     ``INT8_PANEL_PRELUDE``); ``se`` renders
     the region's offsets, then the first panel and the first weight row. Rows of the
     region past the end of A are not passed (a partial last row tile): where they may not
@@ -167,7 +167,7 @@ def panel_gemm(s: PanelGemm, se: StmtExprs, zero: str = "0") -> list[str]:
     panel = f"{cident(s.b.name)} + ({first}) * {kp * s.width}" if first != "0" else cident(s.b.name)
     if s.k_group > 1:
         assert zero == "0", "only the float product core starts a tile at zero"
-        core, flag = "tf_panel_gemm_u8s8", ""
+        core, flag = ("tf_panel_gemm_u8s16" if s.b.dtype is DType.INT16 else "tf_panel_gemm_u8s8"), ""
     else:
         core, flag = "tf_panel_gemm_f32", f", {zero}"
     return lines + [f"{core}({rows}, {cols}, {k}, {cident(a.name)} + {flat_index(offsets, a.shape)}, {lda}, {panel}, "

@@ -676,50 +676,11 @@ static inline __attribute__((always_inline)) void NAME(int64_t k, const uint8_t 
 TF_QMICRO(tf_qmicro_12, 12) TF_QMICRO(tf_qmicro_11, 11) TF_QMICRO(tf_qmicro_10, 10) TF_QMICRO(tf_qmicro_9, 9)
 TF_QMICRO(tf_qmicro_8, 8) TF_QMICRO(tf_qmicro_7, 7) TF_QMICRO(tf_qmicro_6, 6) TF_QMICRO(tf_qmicro_5, 5)
 TF_QMICRO(tf_qmicro_4, 4) TF_QMICRO(tf_qmicro_3, 3) TF_QMICRO(tf_qmicro_2, 2) TF_QMICRO(tf_qmicro_1, 1)
-#elif defined(__AVX2__)
-#include <immintrin.h>
-/* AVX2 without VNNI: both operands widened to int16 (vpmovzxbw / vpmovsxbw) and multiplied
- * by vpmaddwd, which adds two exact products into an int32 lane (vpmaddubsw would be twice
- * as dense but saturates its int16 pairs: 255 * 127 * 2 > 32767). Four columns' groups of
- * 4 K values are one register of 16 int16s; a row's 4 a values, widened, are broadcast to
- * each 64-bit lane. A column's sum lies in two adjacent int32 lanes (K values 0-1 and 2-3
- * of each group) until the store adds them. MR rows x the 16 columns of a half panel at b
- * (four such registers a row) over k values of K. */
-#define TF_QMICRO2(NAME, MR)                                                                    \
-static inline __attribute__((always_inline)) void NAME(int64_t k, const uint8_t *restrict a,   \
-        int64_t lda, const int8_t *restrict b, int32_t *restrict c, int64_t ldc) {              \
-    __m256i acc[MR][4];                                                                         \
-    _Pragma("GCC unroll 4") for (int r = 0; r < MR; ++r)                                        \
-        _Pragma("GCC unroll 4") for (int v = 0; v < 4; ++v) acc[r][v] = _mm256_setzero_si256(); \
-    const int64_t whole = k / 4;                                                                \
-    for (int64_t g = 0; g <= whole; ++g) {                                                      \
-        if (g == whole && k % 4 == 0) break;                                                    \
-        __m256i av[MR];                                                                         \
-        _Pragma("GCC unroll 4") for (int r = 0; r < MR; ++r) {                                  \
-            int32_t q;                                                                          \
-            if (g < whole) memcpy(&q, a + r * lda + g * 4, 4); else q = tf_u8x4(a + r * lda + g * 4, k % 4); \
-            av[r] = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(q)));          \
-        }                                                                                       \
-        _Pragma("GCC unroll 4") for (int v = 0; v < 4; ++v) {                                   \
-            const __m256i bv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + g * 128 + v * 16))); \
-            _Pragma("GCC unroll 4") for (int r = 0; r < MR; ++r)                                \
-                acc[r][v] = _mm256_add_epi32(acc[r][v], _mm256_madd_epi16(bv, av[r]));          \
-        }                                                                                       \
-    }                                                                                           \
-    _Pragma("GCC unroll 4") for (int r = 0; r < MR; ++r)                                        \
-        _Pragma("GCC unroll 2") for (int v = 0; v < 4; v += 2) {                                \
-            /* [c0 c0 c1 c1 | c2 c2 c3 c3] and the next four: pairs added, lanes in order */    \
-            const __m256i s = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[r][v], acc[r][v + 1]), 0xD8); \
-            int32_t *cr = c + r * ldc + v * 4;                                                  \
-            _mm256_storeu_si256((__m256i *)cr, _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)cr), s)); \
-        }                                                                                       \
-}
-TF_QMICRO2(tf_qmicro2_2, 2) TF_QMICRO2(tf_qmicro2_1, 1)
 #endif
 
 /* rows [0, m) by one panel's block of k values of K: with VNNI blocks of 12 rows (the last
- * 13..23 as two near-equal blocks, as the float core); with AVX2 alone pairs of rows by
- * the widened core, a half panel at a time; without either a plain loop of int32 sums */
+ * 13..23 as two near-equal blocks, as the float core); without it a plain loop of int32
+ * sums (a kernel built without VNNI is given int16 panels: tf_panel_gemm_u8s16) */
 static inline void tf_qpanel_rows(int64_t m, int64_t k, const uint8_t *restrict a, int64_t lda,
         const int8_t *restrict b, int32_t *restrict c, int64_t ldc) {
 #if defined(__AVX512VNNI__) && defined(__AVX512F__)
@@ -744,13 +705,6 @@ static inline void tf_qpanel_rows(int64_t m, int64_t k, const uint8_t *restrict 
         }
         i += r;
     }
-#elif defined(__AVX2__)
-    for (int64_t h = 0; h < 2; ++h) {  /* the panel's two halves of 16 columns */
-        const int8_t *bh = b + h * 64;
-        int64_t i = 0;
-        for (; i + 2 <= m; i += 2) tf_qmicro2_2(k, a + i * lda, lda, bh, c + i * ldc + h * 16, ldc);
-        if (i < m) tf_qmicro2_1(k, a + i * lda, lda, bh, c + i * ldc + h * 16, ldc);
-    }
 #else
     for (int64_t i = 0; i < m; ++i) {
         int32_t row[32];
@@ -774,6 +728,101 @@ static void tf_panel_gemm_u8s8(int64_t m, int64_t n, int64_t k, const uint8_t *r
         const int8_t *panel = bp + (j / 32) * kp * 32 + k0 * 32;
         for (int64_t p0 = 0; p0 < k; p0 += kb)
             tf_qpanel_rows(m, k - p0 < kb ? k - p0 : kb, a + p0, lda, panel + p0 * 32, c + j, ldc);
+    }
+}
+/* -- the same product by int16 panels, for kernels without VNNI ---------------------- */
+/* The panels' layout as the int8 ones' (groups of 4 K values a column, 32 columns a panel),
+ * each value widened to int16 at compile time, and the rows of a widened to int16 once per
+ * block, so the core's inner loop is loads and vpmaddwd: two exact u8 x s8 products added
+ * into an int32 lane (vpmaddubsw would be twice as dense but saturates its int16 pairs:
+ * 255 * 127 * 2 > 32767). Widening both operands in the loop took 1.6x as long (NOTES.md,
+ * session 37). */
+#if defined(__AVX2__)
+#include <immintrin.h>
+/* acc += t, acc kept in its register: written as an intrinsic, GCC put each sum in t's
+ * register and copied it back, 8 moves a group of 16 vector ops (5.8 -> 5.2 ms on
+ * bert-base's first FFN product, NOTES.md session 37) */
+#define TF_ADD32(acc, t) do { const __m256i tf_t_ = (t); __asm__("vpaddd %1, %0, %0" : "+x"(acc) : "x"(tf_t_)); } while (0)
+/* MR rows x the 16 columns of a half panel at b (four registers a row) over whole groups
+ * of 4 K values: a row's 4 widened values broadcast to each 64-bit lane, so a column's sum
+ * lies in two adjacent int32 lanes (K values 0-1 and 2-3 of each group) until the store
+ * adds them */
+#define TF_QMICRO16(NAME, MR)                                                                   \
+static inline __attribute__((always_inline)) void NAME(int64_t groups, const int16_t *restrict a, \
+        int64_t lda, const int16_t *restrict b, int32_t *restrict c, int64_t ldc) {             \
+    __m256i acc[MR][4];                                                                         \
+    _Pragma("GCC unroll 4") for (int r = 0; r < MR; ++r)                                        \
+        _Pragma("GCC unroll 4") for (int v = 0; v < 4; ++v) acc[r][v] = _mm256_setzero_si256(); \
+    for (int64_t g = 0; g < groups; ++g) {                                                      \
+        __m256i av[MR];                                                                         \
+        _Pragma("GCC unroll 4") for (int r = 0; r < MR; ++r) {                                  \
+            int64_t q;                                                                          \
+            memcpy(&q, a + r * lda + g * 4, 8);                                                 \
+            av[r] = _mm256_set1_epi64x(q);                                                      \
+        }                                                                                       \
+        _Pragma("GCC unroll 4") for (int v = 0; v < 4; ++v) {                                   \
+            const __m256i bv = _mm256_loadu_si256((const __m256i *)(b + g * 128 + v * 16));     \
+            _Pragma("GCC unroll 4") for (int r = 0; r < MR; ++r) TF_ADD32(acc[r][v], _mm256_madd_epi16(bv, av[r])); \
+        }                                                                                       \
+    }                                                                                           \
+    _Pragma("GCC unroll 4") for (int r = 0; r < MR; ++r)                                        \
+        _Pragma("GCC unroll 2") for (int v = 0; v < 4; v += 2) {                                \
+            /* [c0 c0 c1 c1 | c2 c2 c3 c3] and the next four: pairs added, lanes in order */    \
+            const __m256i s = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[r][v], acc[r][v + 1]), 0xD8); \
+            int32_t *cr = c + r * ldc + v * 4;                                                  \
+            _mm256_storeu_si256((__m256i *)cr, _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)cr), s)); \
+        }                                                                                       \
+}
+TF_QMICRO16(tf_qmicro16_2, 2) TF_QMICRO16(tf_qmicro16_1, 1)
+#endif
+
+/* rows [0, m) of widened a (whole groups, rows lda apart) by one panel's block of groups */
+static inline void tf_qpanel16_rows(int64_t m, int64_t groups, const int16_t *restrict a, int64_t lda,
+        const int16_t *restrict b, int32_t *restrict c, int64_t ldc) {
+#if defined(__AVX2__)
+    for (int64_t h = 0; h < 2; ++h) {  /* the panel's two halves of 16 columns */
+        int64_t i = 0;
+        for (; i + 2 <= m; i += 2) tf_qmicro16_2(groups, a + i * lda, lda, b + h * 64, c + i * ldc + h * 16, ldc);
+        if (i < m) tf_qmicro16_1(groups, a + i * lda, lda, b + h * 64, c + i * ldc + h * 16, ldc);
+    }
+#else
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t p = 0; p < groups * 4; ++p) {
+            const int32_t av = a[i * lda + p];
+            const int16_t *bg = b + (p / 4) * 128 + p % 4;
+            for (int64_t j = 0; j < 32; ++j) c[i * ldc + j] += av * (int32_t)bg[j * 4];
+        }
+#endif
+}
+
+/* int16s of the widened rows of a the product core keeps on its stack (32 KB) */
+#define TF_QWIDE 16384
+/* c[m x n] += a[m x k] (uint8 rows lda apart) @ rows [k0, k0 + k) of the n / 32 int16
+ * panels at bp (as tf_panel_gemm_u8s8's); K in blocks of kb (at most TF_QWIDE / 4), each
+ * block's rows widened to int16 (zeros to whole groups) as many at a time as TF_QWIDE holds,
+ * then taken by every panel in turn */
+static void tf_panel_gemm_u8s16(int64_t m, int64_t n, int64_t k, const uint8_t *restrict a, int64_t lda,
+        const int16_t *restrict bp, int64_t kp, int64_t k0, int32_t *restrict c, int64_t ldc, int64_t kb) {
+    if (k > kp - k0) k = kp - k0 > 0 ? kp - k0 : 0;
+    if (kb > TF_QWIDE / 4) kb = TF_QWIDE / 4;
+    int16_t aw[TF_QWIDE] __attribute__((aligned(64)));
+    for (int64_t p0 = 0; p0 < k; p0 += kb) {
+        const int64_t kc = k - p0 < kb ? k - p0 : kb, groups = (kc + 3) / 4, ldw = groups * 4, rows = TF_QWIDE / ldw;
+        for (int64_t i0 = 0; i0 < m; i0 += rows) {
+            const int64_t mr = m - i0 < rows ? m - i0 : rows;
+            for (int64_t i = 0; i < mr; ++i) {
+                const uint8_t *ar = a + (i0 + i) * lda + p0;
+                int16_t *wr = aw + i * ldw;
+                int64_t p = 0;
+#if defined(__AVX2__)
+                for (; p + 16 <= kc; p += 16)
+                    _mm256_storeu_si256((__m256i *)(wr + p), _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(ar + p))));
+#endif
+                for (; p < ldw; ++p) wr[p] = p < kc ? ar[p] : 0;
+            }
+            for (int64_t j = 0; j < n; j += 32)
+                tf_qpanel16_rows(mr, groups, aw, ldw, bp + (j / 32) * kp * 32 + (k0 + p0) * 32, c + i0 * ldc + j, ldc);
+        }
     }
 }
 """

@@ -44,7 +44,7 @@ def bind_params(b: _Builder) -> tuple[list[Buffer], dict[int, Buffer]]:
 
     def bind(k: int, v: Value, data: np.ndarray, tag: str, value_tag: str) -> tuple[Value, Buffer]:
         data.setflags(write=False)
-        dtype = DType.from_numpy(data.dtype)  # an integer product's int32 weight packs as int8
+        dtype = DType.from_numpy(data.dtype)  # an integer product's int32 weight packs as int8 or int16
         b.packed = Buffer(f"in{k}_{tag}", dtype, data.shape, Scope.GLOBAL)
         return Value(f"{v.name}.{value_tag}", TensorType(dtype, data.shape), data=data), b.packed
 
@@ -90,7 +90,8 @@ def bind_params(b: _Builder) -> tuple[list[Buffer], dict[int, Buffer]]:
         columns = panels.columns(b, v)
         if not columns:
             return None
-        data = panels.pack(panels.matrix(b, v), b.panel_width, columns, integer=b.acc_dtype is DType.INT32)
+        integer = panels.integer_panels(b) if b.acc_dtype is DType.INT32 else None
+        data = panels.pack(panels.matrix(b, v), b.panel_width, columns, integer)
         bound = bind(k, v, data, f"panels{b.panel_width}", f"panels{b.panel_width}x{columns}")
         b.panel_bufs[id(v)] = bound[1]
         return bound

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from tilefuse import cpu_isa
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Node, Value
 from tilefuse.ir.prims import Conv, Map, MatMul, ScalarFn
@@ -143,8 +144,8 @@ def integer_rows(b: "_Builder") -> Value | None:
     """The uint8 kernel input whose rows an integer product reads in place, where ``b``'s
     products are ``cast<int32>(x) @ W`` (``frontend/qdq.py``, ``MatMulInteger`` by a
     constant) for a uint8 input ``x`` they share and constant weights of int8 values,
-    each read by its product alone (packed as int8 panels; codegen/cpu/prelude.py's
-    u8 x s8 core); else None."""
+    each read by its product alone (packed as integer panels, ``integer_panels``;
+    codegen/cpu/prelude.py's u8 x s8 cores); else None."""
     if b.first is not None:
         return None
     a = b.c.inputs[0]
@@ -231,19 +232,31 @@ def columns(b: "_Builder", w: Value) -> int:
     return b.panel_columns if any(w is weight_of(c) for c in b.cs) else 0
 
 
-def pack(weight: np.ndarray, width: int, columns: int, integer: bool = False) -> np.ndarray:
+def integer_panels(b: "_Builder") -> DType:
+    """How an integer product's int8 weight values are stored in its panels: as int8
+    where the kernels are built with AVX-512 VNNI (vpdpbusd takes them so), else widened
+    to int16, which the core without VNNI multiplies as they are (vpmaddwd; widening
+    both operands in its loop took 1.6x as long: NOTES.md, session 37). The prelude picks
+    its core by the panels' type, so either runs on any host; this only chooses the
+    faster one for the kernels' instruction-set level."""
+    have = set(cpu_isa.requires(getattr(b.target.codegen, "isa", "native")))
+    return DType.INT8 if {"avx512f", "avx512_vnni"} <= have else DType.INT16
+
+
+def pack(weight: np.ndarray, width: int, columns: int, integer: DType | None = None) -> np.ndarray:
     """``weight`` [K, N] as panels [columns / width, K, width], zero past column N
     (``[B, K, N]``: B such runs of panels, ``[B * columns / width, K, width]``). An
-    integer product's weight (int8 values held as int32) packs as int8 panels of groups
-    of 4 rows, ``[columns / width, ceil(K / 4), width * 4]``: element (p, j) at
-    ``[j // width, p // 4, (j % width) * 4 + p % 4]``, zero rows past K, so one 32-bit
-    lane holds a column's 4 consecutive K values (what one VNNI dot-product step takes)."""
+    integer product's weight (int8 values held as int32) packs as panels of groups of 4
+    rows stored as ``integer`` (int8 or int16, ``integer_panels``), ``[columns / width,
+    ceil(K / 4), width * 4]``: element (p, j) at ``[j // width, p // 4, (j % width) * 4 +
+    p % 4]``, zero rows past K, so one lane of 4 values holds a column's 4 consecutive K
+    values (what one VNNI dot-product step takes)."""
     if weight.ndim == 3:  # one matrix a batch index: their panels one after another
         return np.concatenate([pack(m, width, columns, integer) for m in weight])
     k, n = weight.shape
-    if integer:
+    if integer is not None:
         groups = -(-k // INT8_GROUP)
-        padded = np.zeros((groups * INT8_GROUP, columns), np.int8)
+        padded = np.zeros((groups * INT8_GROUP, columns), integer.numpy)
         padded[:k, :n] = weight
         # [groups, 4, P, width] -> [P, groups, width, 4]
         quads = padded.reshape(groups, INT8_GROUP, columns // width, width).transpose(2, 0, 3, 1)
