@@ -17,10 +17,12 @@ rounding only.
 
 Only where it pays: a host target (packed panels, no blocks), float32 products by
 constant weights, the input's leading dims 1 (one sequence: its rows are the rows of
-every part), more than 16 rows and no more than a whole-row tile of the chain takes on
-chip (else the rows make tiles for every core already, each of which reads the weights
-anyway), weights larger than a core's cache, and parts whose width is whole K chunks
-(``GemmPolicy.tile_k``).
+every part), more than 16 rows, weights larger than a core's cache, parts whose width is
+whole K chunks (``GemmPolicy.tile_k``), and less traffic past the core's cache than the
+whole chain's row tiles would move: each of those reads every weight, where a part's
+tile of all the rows reads its weights once but may outgrow the cache (its accumulator
+then passes through the next level once a K chunk: ``_traffic``). Many rows make tiles
+for every core anyway, and the accumulators of a split would not fit.
 
 The rewrite runs on the primitive graph before grouping, in place: the last node writes
 the chain's original output value, so its readers and the graph's outputs are unchanged;
@@ -36,6 +38,7 @@ from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Graph, Node, Value
 from tilefuse.ir.prims import Map, MatMul, Reshape, ScalarFn, Slice
 from tilefuse.ir.types import TensorType
+from tilefuse.partition.chain_rows import chain_tiles
 from tilefuse.partition.rewrite import Emitter, FreshNames
 from tilefuse.target import Target
 
@@ -128,22 +131,23 @@ def _along_hidden(x: Value, hidden: int) -> bool:
 
 
 def _worth(c1: Node, c2: Node, parts: int, target: Target) -> bool:
-    """Few rows (one whole-row tile of the chain's), big weights, parts of whole chunks."""
+    """More than 16 rows, weights larger than a core's cache, parts of whole K chunks,
+    and fewer bytes past the core's cache split than whole (``chain_rows.py``: each
+    part's tiles over all the rows, and the parts' sums written and read back, against
+    the whole chain's tiles, every one of which reads both weights)."""
     x, w1 = c1.inputs
     w2 = c2.inputs[1]
     rows, k = math.prod(x.type.shape[:-1]), x.type.shape[-1]
     hidden, n = w2.type.shape
-    chunk = 4 * target.gemm.panel_width  # the narrowest K chunk a host chain takes (lower/gemm_tiles.py)
-    row_bytes = (n + 2 * chunk) * 4
+    part, width, cache = hidden // parts, target.gemm.panel_width, target.device.onchip_bytes
     weights = (w1.type.size + w2.type.size) * 4
-    part = hidden // parts
     # (16 rows or fewer: a host's chain takes no row tiles, lower/gemm_tiles._host_row_tail)
-    return (rows > 16 and rows * row_bytes <= target.device.onchip_bytes // 2
-            and weights > target.device.onchip_bytes and hidden % parts == 0
-            and part % min(part, target.gemm.tile_k) == 0 and min(part, target.gemm.tile_k) % chunk == 0
-            and k % target.gemm.panel_width == 0)
-
-
+    if not (rows > 16 and weights > cache and hidden % parts == 0 and part % min(part, target.gemm.tile_k) == 0
+            and min(part, target.gemm.tile_k) % (4 * width) == 0 and k % width == 0):
+        return False
+    each = chain_tiles(rows, n, part, weights // parts, 1, min(part, target.gemm.tile_k), width, cache)
+    whole = chain_tiles(rows, n, hidden, weights, parts, min(hidden, target.gemm.tile_k), width, cache)
+    return each.traffic * parts + 2 * parts * rows * n * 4 < whole.traffic
 def _split(graph: Graph, c1: Node, between: list[Node], c2: Node, parts: int, names: FreshNames) -> None:
     """Replace the chain by its ``parts`` form (module docstring)."""
     x, w1 = c1.inputs

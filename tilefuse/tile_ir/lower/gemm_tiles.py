@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from tilefuse.ir.dtypes import HALF_FLOATS
 from tilefuse.ir.prims import Conv, ConvTranspose, MatMul
+from tilefuse.partition.chain_rows import chain_tiles
 from tilefuse.tile_ir.lower import gemm_weights, panels
 from tilefuse.tile_ir.lower.common import divisor_tile, fill_cores, halve_while_idle
 from tilefuse.tile_ir.passes import DeviceOptions
@@ -129,28 +130,22 @@ def _host_row_tail(b: "_Builder") -> bool:
 def _host_whole_rows(b: "_Builder") -> int:
     """Rows of a host's whole-row tile (an epilogue reduction's or a chain's): the
     fewest near-equal tiles, a multiple of the cores with the batch, whose on-chip
-    buffers (the accumulator's rows, and a chain's intermediate and its A tile of one K
-    chunk) take at most half the core's cache (the other half for A's rows and the
-    weight panels streaming through). A chain whose rows fit the fewest tiles with a
-    narrower K chunk (down to 4 panels) takes that chunk (``b.chunk``): more passes over
-    the accumulator, which stays on chip, where another row tile would read every weight
-    panel again (the parts of ``partition/split_chains.py``: 128 rows, one tile a part)."""
+    buffers (the accumulator's rows) take at most half the core's cache (the other half
+    for A's rows and the weight panels streaming through). A chain's by the bytes its
+    tiles move past the cache (``partition/chain_rows.py``): every tile reads both
+    weights again, so it may take fewer tiles than fit, or a narrower K chunk
+    (``b.chunk``)."""
     lead = math.prod(b.batch)
     step = b.cores // math.gcd(lead, b.cores)  # tiles a batch element takes so that every core has as many
-
-    def fits(tiles: int, chunk: int) -> bool:
-        return -(-b.m // tiles) * (b.n + 2 * chunk) * 4 <= b.onchip // 2
-
-    chunk = min(b.k, b.tile_k) if b.first is not None else 0
-    width = panels.takes_panels(b) if b.first is not None else 0
-    narrow = chunk
-    while not fits(step, narrow) and width and narrow // 2 >= 4 * width and b.k % (narrow // 2) == 0:
-        narrow //= 2
-    if narrow != chunk and fits(step, narrow):
-        b.chunk = narrow
-        return -(-b.m // step)
+    if b.first is not None:
+        k1 = b.first.inputs[0].type.shape[-1]
+        chain = chain_tiles(b.m, b.n, b.k, (k1 + b.n) * b.k * 4, step, min(b.k, b.tile_k),
+                            panels.takes_panels(b), b.onchip)
+        if chain.chunk != min(b.k, b.tile_k):
+            b.chunk = chain.chunk
+        return -(-b.m // chain.tiles)
     tiles = step
-    while not fits(tiles, chunk) and -(-b.m // (tiles + step)) < -(-b.m // tiles):
+    while -(-b.m // tiles) * b.n * 4 > b.onchip // 2 and -(-b.m // (tiles + step)) < -(-b.m // tiles):
         tiles += step
     return -(-b.m // tiles)
 
