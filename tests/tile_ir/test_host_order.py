@@ -85,7 +85,7 @@ def _chain_program(model):
                                                         (1000, 256, 1024, (1, 2, 1), 256), (4096, 768, 3072, (1, 8, 1), 256)])
 def test_whole_row_tiles_move_the_fewest_bytes(m, d, hidden, grid, tile_k):
     """A chain's whole-row tiles each read both weights, so they are as few as move the
-    fewest bytes past the core's 1 MB (partition/chain_rows.py). ViT's 197 tokens and
+    fewest bytes past the core's 1 MB (tilefuse/chain_rows.py). ViT's 197 tokens and
     bert-base's 128: the chain split in two parts (partition/split_chains.py), one tile
     of all the rows a part (ViT's accumulator outgrowing the cache, 36 MB a layer
     against 38 for 2 tiles of 99 whole; bert's fitting with its K chunk narrowed to 128).

@@ -38,7 +38,7 @@ from tilefuse.ir.dtypes import DType
 from tilefuse.ir.graph import Graph, Node, Value
 from tilefuse.ir.prims import Map, MatMul, Reshape, ScalarFn, Slice
 from tilefuse.ir.types import TensorType
-from tilefuse.partition.chain_rows import chain_tiles
+from tilefuse.chain_rows import chain_tiles
 from tilefuse.partition.rewrite import Emitter, FreshNames
 from tilefuse.target import Target
 
@@ -132,7 +132,7 @@ def _along_hidden(x: Value, hidden: int) -> bool:
 
 def _worth(c1: Node, c2: Node, parts: int, target: Target) -> bool:
     """More than 16 rows, weights larger than a core's cache, parts of whole K chunks,
-    and fewer bytes past the core's cache split than whole (``chain_rows.py``: each
+    and fewer bytes past the core's cache split than whole (``tilefuse/chain_rows.py``: each
     part's tiles over all the rows, and the parts' sums written and read back, against
     the whole chain's tiles, every one of which reads both weights)."""
     x, w1 = c1.inputs

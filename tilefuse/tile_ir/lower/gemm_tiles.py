@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from tilefuse.ir.dtypes import HALF_FLOATS
 from tilefuse.ir.prims import Conv, ConvTranspose, MatMul
-from tilefuse.partition.chain_rows import chain_tiles
+from tilefuse.chain_rows import chain_tiles
 from tilefuse.tile_ir.lower import gemm_weights, panels
 from tilefuse.tile_ir.lower.common import divisor_tile, fill_cores, halve_while_idle
 from tilefuse.tile_ir.passes import DeviceOptions
@@ -132,7 +132,7 @@ def _host_whole_rows(b: "_Builder") -> int:
     fewest near-equal tiles, a multiple of the cores with the batch, whose on-chip
     buffers (the accumulator's rows) take at most half the core's cache (the other half
     for A's rows and the weight panels streaming through). A chain's by the bytes its
-    tiles move past the cache (``partition/chain_rows.py``): every tile reads both
+    tiles move past the cache (``tilefuse/chain_rows.py``): every tile reads both
     weights again, so it may take fewer tiles than fit, or a narrower K chunk
     (``b.chunk``)."""
     lead = math.prod(b.batch)

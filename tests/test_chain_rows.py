@@ -1,10 +1,10 @@
 """A host chain's whole-row tiles by the bytes they move past the core's cache
-(partition/chain_rows.py), on the cases its docstring and NOTES.md name: every tile
+(tilefuse/chain_rows.py), on the cases its docstring and NOTES.md name: every tile
 reads both weights, a tile whose buffers outgrow half the cache passes its accumulator
 through the next level once a K chunk, and a tile's K block of A stays within that half."""
 from __future__ import annotations
 
-from tilefuse.partition.chain_rows import ChainTiles, chain_tiles
+from tilefuse.chain_rows import ChainTiles, chain_tiles
 
 MB = 1 << 20
 VIT_WEIGHTS = 2 * 768 * 3072 * 4  # ViT-base's (and bert-base's) W1 and W2, 18.9 MB
