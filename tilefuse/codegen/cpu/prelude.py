@@ -1238,8 +1238,11 @@ static void tf_winograd43_f32(const float *restrict x, int64_t chans, int64_t h,
 
 PLANE_TAPS_PRELUDE = r"""
 /* -- a depthwise convolution's taps over channel planes read where they lie (PlaneTaps) --- */
-/* A row of a plane split by column phase: phase p's q-th value is src[q * sx + p - left],
- * zero outside [0, iw); each phase row pw long, phases pw apart. */
+/* A row of a plane split by column phase: phase p's q-th value is src[q * sx + p - left];
+ * each phase row pw long, phases pw apart. Only the values inside [0, iw) are written: the
+ * others are zeros the caller's ring holds already (zeroed once a call, and every row of a
+ * call covers the same columns). A tail of zeros written per row was GCC's `rep stos`,
+ * a third of MobileNetV2's stride-2 depthwise time (NOTES.md, session 37). */
 typedef float tf_vq __attribute__((vector_size(64), aligned(4)));
 #if !defined(__AVX512F__) && defined(__AVX2__)
 #include <immintrin.h>
@@ -1248,9 +1251,7 @@ static inline void tf_plane_row_f32(float *restrict dst, const float *restrict s
         int64_t left, int64_t pw) {
     if (sx == 1) {
         const int64_t lo = left < pw ? left : pw, hi = left + iw < pw ? left + iw : pw;
-        for (int64_t q = 0; q < lo; ++q) dst[q] = 0.0f;
         if (hi > lo) memcpy(dst + lo, src + lo - left, (size_t)(hi - lo) * sizeof(float));
-        for (int64_t q = hi > lo ? hi : lo; q < pw; ++q) dst[q] = 0.0f;
         return;
     }
 #if !defined(__AVX512F__) && defined(__AVX2__)
@@ -1276,10 +1277,6 @@ static inline void tf_plane_row_f32(float *restrict dst, const float *restrict s
             d0[q] = i >= 0 && i < iw ? src[i] : 0.0f;
             d1[q] = i + 1 >= 0 && i + 1 < iw ? src[i + 1] : 0.0f;
         }
-        if (q < pw) {
-            memset(d0 + q, 0, (size_t)(pw - q) * sizeof(float));
-            memset(d1 + q, 0, (size_t)(pw - q) * sizeof(float));
-        }
         return;
     }
 #endif
@@ -1289,7 +1286,6 @@ static inline void tf_plane_row_f32(float *restrict dst, const float *restrict s
         int64_t hi = iw - 1 + left - p >= 0 ? (iw - 1 + left - p) / sx + 1 : 0;
         lo = lo < pw ? lo : pw;
         hi = hi < pw ? (hi > lo ? hi : lo) : pw;
-        for (int64_t q = 0; q < lo; ++q) d[q] = 0.0f;
         const float *s = src + p - left;
         if (sx == 2) {  /* a constant stride: the compiler's interleaved loads */
             #pragma omp simd
@@ -1297,7 +1293,6 @@ static inline void tf_plane_row_f32(float *restrict dst, const float *restrict s
         } else {
             for (int64_t q = lo; q < hi; ++q) d[q] = s[q * sx];
         }
-        for (int64_t q = hi; q < pw; ++q) d[q] = 0.0f;
     }
 }
 /* NV vectors of a row's sums from column c, in registers over the taps (the tap rows at
@@ -1353,6 +1348,7 @@ static inline __attribute__((always_inline)) void tf_plane_taps_body(const float
     const int64_t span = (kh - 1) * dy + 1, reach = ((kw - 1) * dx) / sx, taps = kh * kw;
     const int64_t pw = ((((ow + 15) & ~(int64_t)15) + reach) + 15) & ~(int64_t)15;
     float ring[span * sx * pw] __attribute__((aligned(64)));
+    memset(ring, 0, sizeof ring);  /* the zeros around every row's values (tf_plane_row_f32) */
     int64_t held[span];
     const float *tap[taps];
     for (int64_t j = 0; j < chans; ++j) {
