@@ -28,6 +28,7 @@ LIMITS = {
     ("tile_ir/lower/panels.py", "INT8_GROUP"),  # the four u8 x s8 products one 32-bit lane of a dot-product instruction sums (the int8 panel layout)
     ("tile_ir/ir.py", "WINOGRAD_TILE"),  # the output tile of the F(4 x 4, 3 x 3) matrices beside it
     ("codegen/cpu/block_epilogues.py", "BLOCK_COLUMNS"),  # the C product core's register block (prelude.py)
+    ("codegen/cpu/block_epilogues.py", "STRIP_ROWS"),  # ... its AVX2 strips' tallest block (prelude.py, tf_strip_16)
     ("tile_ir/row_blocks.py", "BLOCK_ROWS"),  # ... its rows at most, which the row-block layout follows
 }
 SCALARS = (bool, int, float, type(None))

@@ -11,6 +11,7 @@ onnxruntime and the reference on fresh random inputs: odd planes (columns past t
 channels that are not a multiple of a block's rows."""
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -128,3 +129,23 @@ def _map(e, fn):
     if isinstance(e, IndexOp):
         return IndexOp(e.op, _map(e.a, fn), _map(e.b, fn))
     return fn(e)
+
+
+@pytest.mark.parametrize("m, avx512, blocks", [
+    (16, False, [(0, 11), (11, 5)]), (12, False, [(0, 12)]), (5, False, [(0, 5)]), (20, False, [(0, 12), (12, 8)]),
+    (24, False, [(0, 12), (12, 12)]), (16, True, [(0, 8), (8, 8)]), (30, True, [(0, 12), (12, 9), (21, 9)])])
+def test_register_blocks_follow_the_cores_rule(m, avx512, blocks):
+    assert block_epilogues.register_blocks(m, avx512) == blocks
+
+
+@pytest.mark.parametrize("isa, heights", [("x86-64-v3", {11, 5}), ("x86-64-v2", {11, 5}), ("x86-64-v4", {8})])
+def test_the_blocks_are_the_register_blocks_of_the_kernels_isa(isa, heights):
+    """MobileNetV2's 32 -> 16 projection: without AVX-512 calls of 11 and 5 rows (the
+    8-float core's strips of 6, 5 and 5), with it 8 and 8 (AVX-512's); the plan on this
+    host matches onnxruntime."""
+    rng = np.random.default_rng()
+    model = _model((1, 32, 112, 112), 16, False, "Clip", rng)
+    graph, program = _program(model)
+    text = emit_program(program, CpuOptions(isa=isa)).text
+    assert {int(h) for h in re.findall(r"tf_gemm_f32\((\d+), 32, ", text)} == heights, text
+    cpu_plan_matches("projection_32_16", model, graph, {"x": rng.standard_normal((1, 32, 112, 112)).astype(np.float32)})

@@ -49,6 +49,8 @@ from tilefuse.tile_ir.nests import stmt_reads
 # register pair (two AVX2 strips), and rows at most
 BLOCK_COLUMNS = 32
 BLOCK_ROWS = row_blocks.BLOCK_ROWS
+# ... and without AVX-512, its 8-float strips' tallest block (tf_strip_16: 6 x 16)
+STRIP_ROWS = 6
 
 
 @dataclass(frozen=True)
@@ -156,12 +158,32 @@ def _reads_only_at(e: Expr, c: Buffer, at: tuple[Var, Var]) -> bool:
     return all(x.indices == at for x in subexpressions(e) if isinstance(x, Load) and x.buffer == c)
 
 
-def row_runs(m: int) -> list[tuple[int, int, int]]:
-    """The register blocks over ``m`` rows, by the product core's rule (``tf_strip_32``: the
-    tallest, the last 13 to 23 rows as two near-equal blocks), as runs of equal blocks:
+def register_blocks(m: int, avx512: bool) -> list[tuple[int, int]]:
+    """The blocks of rows the product is called for, a call a block: (first row, rows), in
+    order. With AVX-512 the core's register blocks (``tf_strip_32``'s rule,
+    ``row_blocks.blocks``: a weight in row blocks has the same); else pairs of
+    ``tf_strip_16``'s (blocks of ``STRIP_ROWS``, the last 7 to 11 rows as two near-equal
+    ones), at most ``BLOCK_ROWS`` a call, which the core splits into strips of 6 or 5 rows
+    again. AVX-512's blocks for 16 rows (8 and 8) were strips of 4 + 4 rows for the AVX2
+    core, 8 products a K step where 6-row strips have 12 (MobileNetV2's 32 -> 16
+    projection over 112 x 112: 237 -> 162 us by hand); single 6-row calls cost
+    EfficientNet-B0's 80 -> 480 expansion 8% (NOTES.md, session 37)."""
+    if avx512:
+        return row_blocks.blocks(m)
+    strips, i = [], 0
+    while i < m:
+        left = m - i
+        r = STRIP_ROWS if left >= 2 * STRIP_ROWS else ((left + 1) // 2 if left > STRIP_ROWS else left)
+        strips.append((i, r))
+        i += r
+    return [(first, sum(r for _, r in strips[k:k + 2])) for k, (first, _) in enumerate(strips) if k % 2 == 0]
+
+
+def row_runs(m: int, avx512: bool) -> list[tuple[int, int, int]]:
+    """The register blocks over ``m`` rows (``register_blocks``) as runs of equal blocks:
     (first row, blocks, rows each)."""
     runs: list[tuple[int, int, int]] = []
-    for i, r in row_blocks.blocks(m):  # (a weight in row blocks: the same blocks)
+    for i, r in register_blocks(m, avx512):
         if runs and runs[-1][2] == r:
             first, count, _ = runs[-1]
             runs[-1] = (first, count + 1, r)

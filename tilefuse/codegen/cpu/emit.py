@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from tilefuse import cpu_isa
 from tilefuse.codegen.artifact import ParamSpec
 from tilefuse.codegen.cpu import accumulate, block_epilogues, emit_tiles, first_products
 from tilefuse.codegen.cpu.c_types import storage, store_as
@@ -224,7 +225,9 @@ class _Emitter:
 
         # every block with its sizes as constants (the tile's are): the product is one call
         # of the core's register block, the epilogue's loops have fixed trip counts
-        runs = block_epilogues.row_runs(m)  # (first row, blocks, rows each)
+        # (a weight in row blocks is packed in AVX-512's, which only its kernels read)
+        avx512 = bool(s.a_blocks) or "avx512f" in cpu_isa.requires(self.options.isa)
+        runs = block_epilogues.row_runs(m, avx512)  # (first row, blocks, rows each)
         spans = [(0, n // width, width)] if n >= width else []
         if n % width:
             spans.append((n - n % width, 1, n % width))
