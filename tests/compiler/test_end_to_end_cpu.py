@@ -1,5 +1,7 @@
 """Every tiny zoo model through the whole CPU pipeline: compile, save, load, run, and
-compare with onnxruntime on fresh random inputs (float32: 1e-4 of the output's scale)."""
+compare with onnxruntime on fresh random inputs (float32: 1e-4 of the output's scale).
+A quantized model is compared with the project's reference too, and with onnxruntime
+only where its u8 x s8 kernels are exact (tests/ort_int8.py)."""
 import random
 import subprocess
 import sys
@@ -10,9 +12,12 @@ import pytest
 
 import models
 import tilefuse
+from tests.ort_int8 import ort_int8_exact
 from tilefuse.compare import compare_output
-from tilefuse.frontend.qdq import checked_precision
 from tilefuse.compiler import compile_model
+from tilefuse.frontend import import_onnx
+from tilefuse.frontend.qdq import checked_precision
+from tilefuse.reference import run_graph
 
 RUNNABLE = [name for name, spec in models.ZOO.items() if spec.runs_in_ort]
 
@@ -27,11 +32,17 @@ def test_plan_matches_onnxruntime(name, zoo_cache, tmp_path):
     seed = random.randrange(2**31)
     feeds = models.random_inputs(path, shapes, seed=seed)
     got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
-    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    want = dict(zip([o.name for o in ref.get_outputs()], ref.run(None, feeds)))
-    for out, w in want.items():
-        c = compare_output(out, got[out], w, precision=checked_precision(path))
-        assert c.ok, f"{name} seed={seed}: {out}: {c.problem}"
+    peers = {}
+    precision = checked_precision(path)
+    if precision == "int8":
+        peers["the reference"] = run_graph(import_onnx(str(path), shapes=shapes), feeds)
+    if precision != "int8" or ort_int8_exact():
+        ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        peers["onnxruntime"] = dict(zip([o.name for o in ref.get_outputs()], ref.run(None, feeds)))
+    for peer, want in peers.items():
+        for out, w in want.items():
+            c = compare_output(out, got[out], w, precision=precision)
+            assert c.ok, f"{name} seed={seed}: {out} against {peer}: {c.problem}"
 
 
 def test_cli_optimize_then_run_check_in_fresh_processes(zoo_cache, tmp_path):

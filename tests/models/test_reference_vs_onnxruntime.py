@@ -9,6 +9,7 @@ import onnxruntime as ort
 import pytest
 
 import models
+from tests.ort_int8 import ort_int8_exact
 from tilefuse.compare import compare_output
 from tilefuse.frontend.qdq import checked_precision
 from tilefuse.errors import UnsupportedOpError
@@ -26,6 +27,8 @@ def tiny_shapes(name: str) -> dict:
 @pytest.mark.parametrize("name,dtype", [(n, d) for n in RUNNABLE for d in models.ZOO[n].dtypes])
 def test_reference_matches_onnxruntime(name, dtype, zoo_cache):
     path = models.build(name, "tiny", dtype, cache_dir=zoo_cache)
+    if checked_precision(path) == "int8" and not ort_int8_exact():
+        pytest.skip("onnxruntime's u8 x s8 kernels saturate without VNNI: no oracle on this host (tests/ort_int8.py)")
     shapes = tiny_shapes(name)
     seed = random.randrange(2**31)
     feeds = models.random_inputs(path, shapes, seed=seed)

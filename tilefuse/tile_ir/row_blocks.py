@@ -17,12 +17,15 @@ import numpy as np
 BLOCK_ROWS = 12  # the core's tallest register block (AVX-512: 12 x 32 accumulators)
 
 
-def blocks(m: int) -> list[tuple[int, int]]:
-    """The core's register blocks over ``m`` rows: (first row, rows), in order."""
+def blocks(m: int, tallest: int = BLOCK_ROWS) -> list[tuple[int, int]]:
+    """The core's register blocks over ``m`` rows: (first row, rows), in order; blocks of
+    ``tallest`` rows (the AVX-512 core's by default, ``tf_strip_32``; the AVX2 core's 6,
+    ``tf_strip_16``), the last ``tallest`` + 1 to 2 x ``tallest`` - 1 rows as two
+    near-equal ones."""
     out, i = [], 0
     while i < m:
         left = m - i
-        r = BLOCK_ROWS if left >= 2 * BLOCK_ROWS else ((left + 1) // 2 if left > BLOCK_ROWS else left)
+        r = tallest if left >= 2 * tallest else ((left + 1) // 2 if left > tallest else left)
         out.append((i, r))
         i += r
     return out

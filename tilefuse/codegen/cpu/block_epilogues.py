@@ -170,12 +170,7 @@ def register_blocks(m: int, avx512: bool) -> list[tuple[int, int]]:
     EfficientNet-B0's 80 -> 480 expansion 8% (NOTES.md, session 37)."""
     if avx512:
         return row_blocks.blocks(m)
-    strips, i = [], 0
-    while i < m:
-        left = m - i
-        r = STRIP_ROWS if left >= 2 * STRIP_ROWS else ((left + 1) // 2 if left > STRIP_ROWS else left)
-        strips.append((i, r))
-        i += r
+    strips = row_blocks.blocks(m, STRIP_ROWS)
     return [(first, sum(r for _, r in strips[k:k + 2])) for k, (first, _) in enumerate(strips) if k % 2 == 0]
 
 
