@@ -91,6 +91,10 @@ def test_the_cpu_plan_matches_onnxruntime_and_the_reference(seq):
     (got,) = tilefuse.InferenceSession(tilefuse.compile(model, target="cpu")).run(None, feeds)
     (want_ort,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     (want_ref,) = run_graph(import_onnx(model), feeds).values()
+    # at int8's tolerance: a probability within rounding of a quantization step's middle
+    # rounds to either side by the order of the sums, one step (1/255) of a value apart
+    # (seeds 17 and 624116384 at seq 128: 0.0138 and 0.0091 of an output scale of ~1,
+    # onnxruntime and the reference disagreeing as much between them)
     for what, want in (("onnxruntime", want_ort), ("reference", want_ref)):
-        c = compare_output("y", got, want)
+        c = compare_output("y", got, want, precision="int8")
         assert c.ok, f"seq {seq} seed={seed} against {what}: {c.problem}"
