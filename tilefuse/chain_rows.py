@@ -13,9 +13,9 @@ the next level once a chunk. The tile count is the one that moves the fewest byt
     half the cache; the other half is for the rows of A and the panels streaming by)
 
 counted in multiples of ``step`` (every core as many tiles), each tile's K block of A
-(the chunk's intermediate, read again for every panel of W2) within that half. Where a narrower K chunk
-(down to 4 panels) fits the fewest tiles, that chunk (more passes over an accumulator
-that stays on chip). Traffic to the next level counts as traffic to memory: the weights
+(the chunk's intermediate, read again for every panel of W2) within that half. Where a
+narrower K chunk (down to 4 panels) fits the fewest tiles, that chunk (more passes over
+an accumulator that stays on chip). Traffic to the next level counts as traffic to memory: the weights
 usually come from memory, a spilled accumulator from the last-level cache, so the count
 leans to more tiles. ViT-base's MLP (197 rows, 19 MB of weights) on a 512 KB cache took 4
 tiles of 50 rows by the fit alone, 76 MB a layer; split in two parts (``split_chains``) of

@@ -72,6 +72,19 @@ def requires(isa: str) -> tuple[str, ...]:
     return tuple(sorted(f for f in host_flags() if _ISA_FLAG.match(f)))
 
 
+def has(isa: str, *extensions: str) -> bool:
+    """Whether kernels built for ``isa`` may use every one of ``extensions`` (the
+    lowering's and the printer's choices of a layout or a core by instruction set)."""
+    have = requires(isa)
+    return all(e in have for e in extensions)
+
+
+def target_level(target) -> str:
+    """The level a target's CPU kernels are built for (``native`` where its code
+    generator has none: not a CPU target)."""
+    return getattr(target.codegen, "isa", "native")
+
+
 def missing(needed: tuple[str, ...] | list[str]) -> list[str]:
     """The extensions in ``needed`` this machine lacks ([] where it cannot tell: no
     /proc/cpuinfo)."""

@@ -21,7 +21,7 @@ every part), more than 16 rows, weights larger than a core's cache, parts whose 
 whole K chunks (``GemmPolicy.tile_k``), and less traffic past the core's cache than the
 whole chain's row tiles would move: each of those reads every weight, where a part's
 tile of all the rows reads its weights once but may outgrow the cache (its accumulator
-then passes through the next level once a K chunk: ``_traffic``). Many rows make tiles
+then passes through the next level once a K chunk: ``tilefuse/chain_rows.py``). Many rows make tiles
 for every core anyway, and the accumulators of a split would not fit.
 
 The rewrite runs on the primitive graph before grouping, in place: the last node writes
@@ -142,12 +142,15 @@ def _worth(c1: Node, c2: Node, parts: int, target: Target) -> bool:
     part, width, cache = hidden // parts, target.gemm.panel_width, target.device.onchip_bytes
     weights = (w1.type.size + w2.type.size) * 4
     # (16 rows or fewer: a host's chain takes no row tiles, lower/gemm_tiles._host_row_tail)
-    if not (rows > 16 and weights > cache and hidden % parts == 0 and part % min(part, target.gemm.tile_k) == 0
-            and min(part, target.gemm.tile_k) % (4 * width) == 0 and k % width == 0):
+    chunk = min(part, target.gemm.tile_k)
+    if not (rows > 16 and weights > cache and hidden % parts == 0 and part % chunk == 0
+            and chunk % (4 * width) == 0 and k % width == 0):
         return False
-    each = chain_tiles(rows, n, part, weights // parts, 1, min(part, target.gemm.tile_k), width, cache)
+    each = chain_tiles(rows, n, part, weights // parts, 1, chunk, width, cache)
     whole = chain_tiles(rows, n, hidden, weights, parts, min(hidden, target.gemm.tile_k), width, cache)
     return each.traffic * parts + 2 * parts * rows * n * 4 < whole.traffic
+
+
 def _split(graph: Graph, c1: Node, between: list[Node], c2: Node, parts: int, names: FreshNames) -> None:
     """Replace the chain by its ``parts`` form (module docstring)."""
     x, w1 = c1.inputs

@@ -226,7 +226,7 @@ class _Emitter:
         # every block with its sizes as constants (the tile's are): the product is one call
         # of the core's register block, the epilogue's loops have fixed trip counts
         # (a weight in row blocks is packed in AVX-512's, which only its kernels read)
-        avx512 = bool(s.a_blocks) or "avx512f" in cpu_isa.requires(self.options.isa)
+        avx512 = bool(s.a_blocks) or cpu_isa.has(self.options.isa, "avx512f")
         runs = block_epilogues.row_runs(m, avx512)  # (first row, blocks, rows each)
         spans = [(0, n // width, width)] if n >= width else []
         if n % width:

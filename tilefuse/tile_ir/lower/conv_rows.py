@@ -513,7 +513,7 @@ def has_avx512(b: "_Builder") -> bool:
     the host helpers' in-place plane rows and 16 x 16 block transposes
     (``PLANE_TAPS_PRELUDE``, ``TRANSPOSE_PRELUDE``; elsewhere a ring copy and an element
     loop)."""
-    return "avx512f" in cpu_isa.requires(getattr(b.target.codegen, "isa", "native"))
+    return cpu_isa.has(cpu_isa.target_level(b.target), "avx512f")
 
 
 def _rows_in_place(b: "_Builder") -> bool:

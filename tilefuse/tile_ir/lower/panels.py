@@ -239,8 +239,7 @@ def integer_panels(b: "_Builder") -> DType:
     both operands in its loop took 1.6x as long: NOTES.md, session 37). The prelude picks
     its core by the panels' type, so either runs on any host; this only chooses the
     faster one for the kernels' instruction-set level."""
-    have = set(cpu_isa.requires(getattr(b.target.codegen, "isa", "native")))
-    return DType.INT8 if {"avx512f", "avx512_vnni"} <= have else DType.INT16
+    return DType.INT8 if cpu_isa.has(cpu_isa.target_level(b.target), "avx512f", "avx512_vnni") else DType.INT16
 
 
 def pack(weight: np.ndarray, width: int, columns: int, integer: DType | None = None) -> np.ndarray:
